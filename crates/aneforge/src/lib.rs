@@ -1,0 +1,1 @@
+//! aneforge: graph, autograd, targets, lowering and engines (issues 3-6).

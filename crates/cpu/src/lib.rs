@@ -1,0 +1,1 @@
+//! The aneforge CPU engine: executes MIL programs (issue 3).

@@ -1,0 +1,1 @@
+//! e5rt simulator (issue 6).

@@ -1,0 +1,1 @@
+//! Model files and loaders (issues 7-8).
