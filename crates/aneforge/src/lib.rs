@@ -1,1 +1,8 @@
-//! aneforge: graph, autograd, targets, lowering and engines (issues 3-6).
+//! aneforge: tensor graphs compiled to MIL programs and run on the ANE or the CPU.
+//!
+//! Build a graph with [`graph`], compile it with [`compile`] for a [`Target`], run the resulting
+//! [`Model`] on an [`Engine`].
+
+pub mod graph;
+
+pub use graph::{DType, GraphError, HostArray, Tensor};
