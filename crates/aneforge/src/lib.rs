@@ -4,5 +4,7 @@
 //! [`Model`] on an [`Engine`].
 
 pub mod graph;
+pub mod lower;
 
 pub use graph::{DType, GraphError, HostArray, Tensor};
+pub use lower::{AneArch, Artifact, Compress, LowerError, ParameterMode, Target};

@@ -24,6 +24,7 @@ pub use op::{
     BinaryOp, CompareOp, ConvAttrs, Op, PadMode, PoolAttrs, PoolKind, ReduceOp, UnaryOp,
     UpsampleMode,
 };
+pub(crate) use tensor::is_identifier;
 pub use tensor::{constant, full, input, parameter, scalar, NodeId, Tensor};
 
 /// The largest rank a tensor may have (the ANE's dimension model).

@@ -174,6 +174,9 @@ pub fn infer(op: &Op, srcs: &[Tensor]) -> Result<(Vec<usize>, DType), GraphError
             float_only(name, srcs)?;
             let x = srcs[0].shape();
             check_axes(name, x, axes)?;
+            if axes.is_empty() {
+                return Err(GraphError::attribute(name, "needs at least one axis"));
+            }
             Ok((reduced(x, axes, *keepdims), DType::F32))
         }
         Op::ArgMax { axis, keepdims } => {

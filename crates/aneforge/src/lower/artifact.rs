@@ -1,0 +1,137 @@
+//! The compiled artifact: a MIL program, its weights blob, its text, its content hash, and the
+//! port list an engine binds.
+
+use super::Target;
+use crate::graph::{DType, HostArray};
+use aneforge_mil as mil;
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum PortKind {
+    /// Fed by the caller.
+    Input,
+    /// A parameter compiled as an input; loaded with this value when instantiated.
+    Parameter(HostArray),
+    Output,
+}
+
+/// One function input or output, with both its graph dtype and the MIL dtype that stores it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PortSpec {
+    pub name: String,
+    pub dtype: DType,
+    pub mil_dtype: mil::DType,
+    pub shape: Vec<usize>,
+    pub kind: PortKind,
+}
+
+impl PortSpec {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+#[derive(Debug)]
+pub struct Artifact {
+    program: mil::Program,
+    weights: Arc<Vec<u8>>,
+    text: String,
+    hash: [u8; 32],
+    target: Target,
+    inputs: Vec<PortSpec>,
+    outputs: Vec<PortSpec>,
+}
+
+impl Artifact {
+    pub(crate) fn new(
+        program: mil::Program,
+        weights: Vec<u8>,
+        target: Target,
+        inputs: Vec<PortSpec>,
+        outputs: Vec<PortSpec>,
+    ) -> Artifact {
+        let text = mil::print(&program);
+        let mut h = Sha256::new();
+        h.update((text.len() as u64).to_le_bytes());
+        h.update(text.as_bytes());
+        h.update(&weights);
+        Artifact {
+            program,
+            weights: Arc::new(weights),
+            text,
+            hash: h.finalize().into(),
+            target,
+            inputs,
+            outputs,
+        }
+    }
+
+    pub fn program(&self) -> &mil::Program {
+        &self.program
+    }
+
+    /// `model.mil` as text.
+    pub fn mil_text(&self) -> &str {
+        &self.text
+    }
+
+    /// `weights/weight.bin` bytes.
+    pub fn weights(&self) -> &Arc<Vec<u8>> {
+        &self.weights
+    }
+
+    /// SHA-256 of the MIL text and the weights: equal programs hash equal.
+    pub fn content_hash(&self) -> [u8; 32] {
+        self.hash
+    }
+
+    pub fn content_hash_hex(&self) -> String {
+        self.hash.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    pub fn inputs(&self) -> &[PortSpec] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[PortSpec] {
+        &self.outputs
+    }
+
+    /// The parsed blob, keyed by the BLOBFILE path the program uses.
+    pub fn blob_store(
+        &self,
+    ) -> Result<std::collections::HashMap<String, mil::BlobFile>, mil::BlobError> {
+        let file = mil::BlobFile::parse(super::BLOB_PATH, self.weights.clone())?;
+        Ok([(super::BLOB_PATH.to_string(), file)].into_iter().collect())
+    }
+
+    /// Writes the program directory (`model.mil`, `weights/weight.bin`); each file is written to a
+    /// temporary name and renamed into place.
+    pub fn save(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir.join("weights"))?;
+        write_atomic(&dir.join("weights").join("weight.bin"), &self.weights)?;
+        write_atomic(&dir.join("model.mil"), self.text.as_bytes())
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!(
+        "{}.tmp{}",
+        path.extension().and_then(|e| e.to_str()).unwrap_or(""),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
