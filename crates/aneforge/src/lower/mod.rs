@@ -213,6 +213,7 @@ pub fn lower(
         name: "main".into(),
         opset: "ios18".into(),
         inputs: std::mem::take(&mut emitter.inputs),
+        attributes: Vec::new(),
         body: mil::Block {
             inputs: Vec::new(),
             operations: std::mem::take(&mut emitter.ops),
