@@ -5,6 +5,7 @@
 
 pub mod ast;
 pub mod blob;
+pub mod encode;
 pub mod text;
 
 pub use ast::*;
