@@ -6,6 +6,7 @@
 pub mod ast;
 pub mod blob;
 pub mod encode;
+pub mod mlpackage;
 pub mod text;
 
 pub use ast::*;
