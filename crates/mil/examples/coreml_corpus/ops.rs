@@ -75,6 +75,7 @@ pub fn all() -> Vec<Case> {
         cases.push(case(format!("mlp_{opset}"), mlp(opset)));
     }
     cases.push(case("multifunction_ios18".into(), multifunction()));
+    cases.push(case("flexible_batch".into(), flexible_batch()));
     cases
 }
 
@@ -703,4 +704,23 @@ fn multifunction() -> Built {
     );
     b.finish_function("project", &["y"]);
     b.finish(&[])
+}
+
+/// A symbolic batch axis: an unknown MIL dimension and a Core ML shape range.
+fn flexible_batch() -> Built {
+    let dt = DType::Fp32;
+    let mut b = Builder::new("ios18", dt);
+    let batch = |last: usize| aneforge_mil::TensorType {
+        dtype: dt,
+        shape: vec![aneforge_mil::Dim::Symbol("batch".into()), last.into()],
+    };
+    b.input("x", batch(16));
+    b.weight("w", &[4, 16], 19);
+    b.op(
+        "linear",
+        vec![("x", n("x")), ("weight", n("w"))],
+        "y",
+        batch(4),
+    );
+    b.finish(&["y"])
 }
