@@ -17,13 +17,14 @@ const PROGRAM_FILE: &str = "model.mil";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProgramDirError {
-    #[error("{path}: {source}")]
+    // The cause is part of the message (not a `source`), so error chains do not repeat it.
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{path}: {source}")]
-    Parse { path: PathBuf, source: ParseError },
+    #[error("{path}: {error}")]
+    Parse { path: PathBuf, error: ParseError },
     #[error(transparent)]
     Blob(#[from] BlobError),
     #[error("BLOBFILE path \"{path}\": {reason}")]
@@ -36,9 +37,9 @@ pub enum ProgramDirError {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ProgramDirError + '_ {
-    move |source| ProgramDirError::Io {
+    move |error| ProgramDirError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -82,9 +83,9 @@ impl ProgramDir {
         let dir = dir.as_ref();
         let mil_path = dir.join(PROGRAM_FILE);
         let text = std::fs::read_to_string(&mil_path).map_err(io(&mil_path))?;
-        let program = crate::text::parse(&text).map_err(|source| ProgramDirError::Parse {
+        let program = crate::text::parse(&text).map_err(|error| ProgramDirError::Parse {
             path: mil_path.clone(),
-            source,
+            error,
         })?;
         let mut blobs = BTreeMap::new();
         for (path, _, _) in program.blob_references() {
