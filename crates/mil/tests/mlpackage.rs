@@ -5,10 +5,10 @@
 use aneforge_mil::encode::{encode, EncodeOptions, Scheme, Weight, WEIGHT_BLOB_PATH};
 use aneforge_mil::mlpackage::proto::specification as pb;
 use aneforge_mil::mlpackage::proto::specification::mil_spec as mil;
-use aneforge_mil::mlpackage::{export, model_spec, ExportError, ExportOptions};
+use aneforge_mil::mlpackage::{export, export_program_dir, model_spec, ExportError, ExportOptions};
 use aneforge_mil::{
-    Argument, BlobError, BlobFile, BlobWriter, Block, DType, Function, Literal, NamedValue,
-    Operation, Program, TensorType,
+    Argument, BlobError, BlobFile, BlobWriter, Block, CompoundLiteral, CompoundType, CompoundValue,
+    DType, Function, Literal, NamedValue, Operation, Program, ProgramDir, TensorType,
 };
 use prost::Message;
 use std::path::Path;
@@ -69,6 +69,7 @@ fn sample() -> (Program, BlobFile) {
             name: "main".into(),
             opset: "ios18".into(),
             inputs: vec![NamedValue::new("x", t(DType::Fp16, &[2, 4]))],
+            attributes: Vec::new(),
             body: Block {
                 inputs: Vec::new(),
                 operations: ops,
@@ -90,6 +91,7 @@ fn relu(opset: &str, dtype: DType) -> Program {
             name: "main".into(),
             opset: opset.into(),
             inputs: vec![NamedValue::new("x", t(dtype, &[3]))],
+            attributes: Vec::new(),
             body: Block {
                 inputs: Vec::new(),
                 operations: vec![Operation::new("relu")
@@ -373,6 +375,7 @@ fn blob_arguments_of_ordinary_ops_become_const_ops() {
             name: "main".into(),
             opset: "ios18".into(),
             inputs: vec![NamedValue::new("x", t(DType::Fp16, &[2, 4]))],
+            attributes: Vec::new(),
             body: Block {
                 inputs: Vec::new(),
                 operations: vec![Operation::new("linear")
@@ -396,6 +399,33 @@ fn blob_arguments_of_ordinary_ops_become_const_ops() {
     assert_eq!(
         ops[1].inputs["weight"].arguments[0].binding,
         Some(mil::argument::binding::Binding::Name("y_weight".into()))
+    );
+}
+
+#[test]
+fn program_dirs_export_and_function_attributes_are_refused() {
+    let (program, blobs) = sample();
+    let program_dir = ProgramDir::with_weights(program.clone(), blobs.bytes().to_vec()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let package = dir.path().join("pd.mlpackage");
+    export_program_dir(&program_dir, &package, &ExportOptions::default()).unwrap();
+    assert_eq!(
+        read_model(&package),
+        model_spec(&program, &ExportOptions::default()).unwrap()
+    );
+
+    let mut flexible = program;
+    flexible.functions[0].attributes.push((
+        "FlexibleShapeInformation".into(),
+        CompoundLiteral {
+            ty: CompoundType::Tensor(TensorType::scalar(DType::String)),
+            value: CompoundValue::Str("x".into()),
+        },
+    ));
+    let err = model_spec(&flexible, &ExportOptions::default()).unwrap_err();
+    assert!(
+        matches!(err, ExportError::FunctionAttribute { ref name, .. } if name == "FlexibleShapeInformation"),
+        "{err}"
     );
 }
 

@@ -173,6 +173,7 @@ impl Builder {
             name: name.to_string(),
             opset: self.opset.clone(),
             inputs: std::mem::take(&mut self.inputs),
+            attributes: Vec::new(),
             body: Block {
                 inputs: Vec::new(),
                 operations: std::mem::take(&mut self.operations),

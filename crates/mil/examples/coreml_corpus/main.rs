@@ -2,6 +2,9 @@
 //! must load each) and `OUT/broken/*.mlpackage` with `*.expect` (deliberate mistakes; coremltools
 //! must reject each with the expected message). `tools/coreml_check.py` checks both.
 //!
+//! Every valid program must also pass `aneforge_mil::validate_with_blobs` and survive
+//! `parse(print(p)) == p`, so coremltools' verdict covers our validator and MIL text too.
+//!
 //! Usage: `cargo run -p aneforge-mil --example coreml_corpus -- OUT`
 
 mod broken;
@@ -63,6 +66,15 @@ fn run(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
     }
     let ok = ops::all();
     for (name, built) in &ok {
+        // Programs coremltools accepts must also pass our own validator and MIL text round trip.
+        aneforge_mil::validate_with_blobs(&built.program, &blobs_of(built))
+            .map_err(|e| format!("{name}: aneforge_mil::validate rejects it: {e}"))?;
+        let text = aneforge_mil::print(&built.program);
+        let parsed =
+            aneforge_mil::parse(&text).map_err(|e| format!("{name}: parse(print): {e}"))?;
+        if parsed != built.program {
+            return Err(format!("{name}: parse(print(p)) != p").into());
+        }
         let path = ok_dir.join(format!("{name}.mlpackage"));
         export(
             &built.program,
@@ -102,4 +114,8 @@ fn run(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
         broken_dir.display()
     );
     Ok(())
+}
+
+fn blobs_of(built: &builder::Built) -> std::collections::BTreeMap<String, aneforge_mil::BlobFile> {
+    [(WEIGHT_BLOB_PATH.to_string(), built.blobs.clone())].into()
 }

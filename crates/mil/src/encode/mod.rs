@@ -27,7 +27,7 @@ use half::f16;
 use std::fmt;
 
 /// Where encoded payloads live, as a BLOBFILE path (`@model_path` is the program directory).
-pub const WEIGHT_BLOB_PATH: &str = "@model_path/weights/weight.bin";
+pub const WEIGHT_BLOB_PATH: &str = crate::program_dir::WEIGHTS_PATH;
 
 /// Default `atol` of the accuracy gate (max abs error, see the module docs).
 pub const DEFAULT_ATOL: f64 = 0.05;

@@ -64,6 +64,10 @@ pub enum ExportError {
     NoDefaultFunction(String),
     #[error("a package with several functions needs opset ios18 (Core ML 8), not {0}")]
     MultiFunctionOpset(String),
+    /// Function attributes (such as a compiled model's `FlexibleShapeInformation`) have no ML
+    /// Program protobuf form; flexible shapes are exported from symbolic dimensions instead.
+    #[error("function {function}: attribute {name} cannot be exported (ML Program functions carry no attributes; use symbolic dimensions for flexible shapes)")]
+    FunctionAttribute { function: String, name: String },
     #[error("function {function}: output {name} is not a value of the function")]
     UnknownOutput { function: String, name: String },
     #[error("function {function}: input/output {name} has type {found}; ML Program features must be fp32, fp16 or int32 tensors")]
@@ -141,6 +145,20 @@ pub fn export(
         }
         write(&tmp.join("Manifest.json"), manifest.as_bytes())
     })
+}
+
+/// [`export`] of a program directory (`model.mil` + its blob files).
+pub fn export_program_dir(
+    program_dir: &crate::ProgramDir,
+    dir: &Path,
+    options: &ExportOptions,
+) -> Result<(), ExportError> {
+    let blobs: Vec<(&str, &BlobFile)> = program_dir
+        .blobs
+        .iter()
+        .map(|(path, file)| (path.as_str(), file))
+        .collect();
+    export(&program_dir.program, &blobs, dir, options)
 }
 
 /// `Manifest.json` as coremltools' model-package library writes it: one item for the model

@@ -215,6 +215,12 @@ fn feature(
 }
 
 fn convert_function(function: &Function, opset: &str) -> Result<mil::Function, ExportError> {
+    if let Some((name, _)) = function.attributes.first() {
+        return Err(ExportError::FunctionAttribute {
+            function: function.name.clone(),
+            name: name.clone(),
+        });
+    }
     let inputs = function.inputs.iter().map(named_value_type).collect();
     let mut names = Names::default();
     names.collect(function);
