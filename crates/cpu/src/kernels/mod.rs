@@ -1,0 +1,138 @@
+//! Kernels and their execution context.
+
+pub mod ew;
+pub mod layout;
+pub mod math;
+pub mod matmul;
+
+use crate::plan::{Plan, Value, Vid};
+use crate::tensor::SendPtr;
+use rayon::prelude::*;
+
+/// Per-execute view of the instance's buffers.
+pub struct Cx<'a> {
+    pub plan: &'a Plan,
+    pub ptrs: &'a [SendPtr<u8>],
+    pub scratch: SendPtr<f32>,
+    pub scratch_len: usize,
+    pub threads: usize,
+}
+
+impl Cx<'_> {
+    #[inline]
+    pub fn ptr(&self, v: Vid) -> *mut u8 {
+        let (b, off) = self.plan.locs[v];
+        // SAFETY: every value a kernel touches was placed (compile-time invariant).
+        unsafe { self.ptrs[b].get().add(off) }
+    }
+
+    #[inline]
+    pub fn len(&self, v: Vid) -> usize {
+        self.plan.values[v].len()
+    }
+
+    /// The first `n` scratch floats.
+    #[allow(clippy::mut_from_ref)]
+    pub fn scratch(&self, n: usize) -> &mut [f32] {
+        self.scratch_at(0, n)
+    }
+
+    /// `n` scratch floats starting at `off` (kernels use disjoint regions).
+    #[allow(clippy::mut_from_ref)]
+    pub fn scratch_at(&self, off: usize, n: usize) -> &mut [f32] {
+        assert!(off + n <= self.scratch_len, "scratch sized at compile time");
+        // SAFETY: in bounds; one kernel runs at a time and splits regions between its tasks.
+        unsafe { std::slice::from_raw_parts_mut(self.scratch.get().add(off), n) }
+    }
+
+    /// Runs `f(0..n)` on the pool when threads > 1, inline otherwise.
+    pub fn par_for(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        if self.threads > 1 && n > 1 {
+            (0..n).into_par_iter().for_each(f);
+        } else {
+            (0..n).for_each(f);
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum Kernel {
+    Chain(ew::Chain),
+    IntEw(ew::IntEw),
+    Matmul(matmul::Matmul),
+    Copy(layout::Copy),
+}
+
+impl Kernel {
+    pub fn kind(&self) -> String {
+        match self {
+            Kernel::Chain(c) => format!("elementwise[{}]", c.instrs.len()),
+            Kernel::IntEw(_) => "elementwise-int".into(),
+            Kernel::Matmul(m) => format!(
+                "matmul{}{}",
+                if m.m <= 2 && matches!(m.rhs, matmul::Rhs::Prepared(_)) {
+                    "-gemv"
+                } else {
+                    ""
+                },
+                if m.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1) {
+                    "+epilogue"
+                } else {
+                    ""
+                }
+            ),
+            Kernel::Copy(_) => "copy".into(),
+        }
+    }
+
+    pub fn run(&self, cx: &Cx) -> Result<(), String> {
+        match self {
+            Kernel::Chain(c) => c.run(cx),
+            Kernel::IntEw(k) => k.run(cx),
+            Kernel::Matmul(m) => m.run(cx),
+            Kernel::Copy(c) => c.run(cx),
+        }
+        Ok(())
+    }
+
+    pub fn scratch_floats(&self, values: &[Value], threads: usize) -> usize {
+        match self {
+            Kernel::Chain(c) => c.scratch_floats(threads),
+            Kernel::Matmul(m) => m.scratch_floats(values, threads),
+            _ => 0,
+        }
+    }
+
+    /// Large enough that running on the worker pool pays off.
+    pub fn wants_threads(&self, values: &[Value]) -> bool {
+        match self {
+            Kernel::Chain(c) => c.len() >= 1 << 15,
+            Kernel::Matmul(m) => m.flops() >= 1 << 20,
+            Kernel::Copy(c) => c.elements(values) >= 1 << 18,
+            Kernel::IntEw(_) => false,
+        }
+    }
+
+    pub fn has_side_effects(&self) -> bool {
+        false
+    }
+
+    /// For `slice_update`: the value that may share the output's buffer.
+    pub fn inplace_source(&self) -> Option<Vid> {
+        match self {
+            Kernel::Copy(c) => c.inplace_src,
+            _ => None,
+        }
+    }
+
+    /// Bytes of prepared constants the kernel owns.
+    pub fn owned_bytes(&self) -> usize {
+        match self {
+            Kernel::Matmul(m) => match &m.rhs {
+                matmul::Rhs::Prepared(p) => p.wt.len() * 4,
+                _ => 0,
+            },
+            _ => 0,
+        }
+    }
+}
