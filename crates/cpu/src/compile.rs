@@ -229,6 +229,12 @@ impl OpCx<'_, '_> {
         }
     }
 
+    /// An axis argument normalised against `rank`.
+    pub fn axis_arg(&mut self, arg: &str, default: Option<i64>, rank: usize) -> Result<usize> {
+        let a = self.int(arg, default)?;
+        self.axis(a, rank)
+    }
+
     /// Normalises an axis against `rank` (negative counts from the end).
     pub fn axis(&self, axis: i64, rank: usize) -> Result<usize> {
         let r = rank as i64;
@@ -252,6 +258,13 @@ impl OpCx<'_, '_> {
     /// Defines output `i` with the computed dtype and shape, checking the declared type.
     pub fn output(&mut self, i: usize, dtype: DType, shape: Vec<usize>) -> Result<Vid> {
         let nv = self.declared(i)?.clone();
+        if shape.len() > 8 {
+            return Err(self.err(format!(
+                "output `{}` has rank {}; the CPU engine supports rank ≤ 8",
+                nv.name,
+                shape.len()
+            )));
+        }
         let ValueType::Tensor(ty) = &nv.ty else {
             return Err(self.err(format!("output `{}` is not a tensor", nv.name)));
         };
@@ -300,6 +313,24 @@ impl OpCx<'_, '_> {
             self.b.values[v].home = Home::Alias(src);
         }
         Ok(v)
+    }
+
+    /// A kernel-internal alias of `src` with another shape (e.g. a bias viewed as [C, 1, 1]).
+    pub fn alias_temp(&mut self, src: Vid, shape: Vec<usize>) -> Vid {
+        let dtype = self.dtype(src);
+        let v = self.b.add_temp(
+            format!("{}#view", self.b.values[src].name),
+            dtype,
+            shape.clone(),
+        );
+        if let Some(k) = self.b.known.get(&src).cloned() {
+            let mut k = k;
+            k.shape = shape;
+            self.b.known.insert(v, k);
+        } else {
+            self.b.values[v].home = Home::Alias(src);
+        }
+        v
     }
 
     pub fn emit(&mut self, kernel: Kernel, reads: Vec<Vid>, writes: Vec<Vid>) {
@@ -459,6 +490,9 @@ fn finish(
     }
     let mut k = keep.into_iter();
     b.nodes.retain(|_| k.next().unwrap_or(true));
+    for n in &mut b.nodes {
+        n.kernel.finalize();
+    }
     // aliases of needed values keep their roots needed (done above); place outputs
     let mut direct = vec![false; outputs.len()];
     let mut producer: HashMap<Vid, usize> = HashMap::new();
@@ -555,20 +589,9 @@ fn finish(
             continue;
         }
         let Some(&p) = producer.get(&v) else { continue };
-        let Some(p) = b
-            .nodes
-            .iter()
-            .position(|n| n.writes.contains(&v))
-            .or(Some(p))
-        else {
-            continue;
-        };
         let Some(x) = b.nodes[p].kernel.inplace_source() else {
             continue;
         };
-        if b.values[x].home != Home::Input(0) && !matches!(b.values[x].home, Home::Input(_)) {
-            continue;
-        }
         let Home::Input(i) = b.values[x].home else {
             continue;
         };

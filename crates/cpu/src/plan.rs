@@ -138,6 +138,14 @@ impl Plan {
             .collect()
     }
 
+    /// Whether `share_buffer(output, input)` would update the state in place (the output is a
+    /// `slice_update` of that input whose other readers all run before it) instead of staging.
+    pub fn shares_in_place(&self, output: &str, input: &str) -> bool {
+        let j = self.outputs.iter().position(|p| p.name == output);
+        let i = self.inputs.iter().position(|p| p.name == input);
+        matches!((j, i), (Some(j), Some(i)) if self.inplace[j] == Some(i))
+    }
+
     pub fn threads(&self) -> usize {
         self.threads
     }

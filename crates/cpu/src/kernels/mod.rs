@@ -1,9 +1,14 @@
 //! Kernels and their execution context.
 
+pub mod attention;
+pub mod conv;
 pub mod ew;
+pub mod gather;
 pub mod layout;
 pub mod math;
 pub mod matmul;
+pub mod rows;
+pub mod spatial;
 
 use crate::plan::{Plan, Value, Vid};
 use crate::tensor::SendPtr;
@@ -61,6 +66,11 @@ pub enum Kernel {
     IntEw(ew::IntEw),
     Matmul(matmul::Matmul),
     Copy(layout::Copy),
+    Rows(rows::Rows),
+    Gather(gather::Gather),
+    Conv(conv::Conv),
+    Spatial(spatial::Spatial),
+    Attention(attention::Attention),
 }
 
 impl Kernel {
@@ -82,6 +92,32 @@ impl Kernel {
                 }
             ),
             Kernel::Copy(_) => "copy".into(),
+            Kernel::Gather(_) => "gather".into(),
+            Kernel::Attention(_) => "attention-flash".into(),
+            Kernel::Conv(c) => format!(
+                "{}{}",
+                if c.transpose {
+                    "conv_transpose"
+                } else {
+                    "conv"
+                },
+                if c.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1) {
+                    "+epilogue"
+                } else {
+                    ""
+                }
+            ),
+            Kernel::Spatial(s) => format!("{:?}", s.kind)
+                .split([' ', '{'])
+                .next()
+                .unwrap_or("spatial")
+                .to_lowercase(),
+            Kernel::Rows(r) => format!("rows-{:?}", r.kind)
+                .split(['{', '('])
+                .next()
+                .unwrap_or("rows")
+                .trim()
+                .to_lowercase(),
         }
     }
 
@@ -91,6 +127,11 @@ impl Kernel {
             Kernel::IntEw(k) => k.run(cx),
             Kernel::Matmul(m) => m.run(cx),
             Kernel::Copy(c) => c.run(cx),
+            Kernel::Rows(r) => r.run(cx),
+            Kernel::Attention(a) => a.run(cx),
+            Kernel::Conv(c) => c.run(cx),
+            Kernel::Spatial(s) => s.run(cx),
+            Kernel::Gather(g) => return g.run(cx),
         }
         Ok(())
     }
@@ -99,6 +140,10 @@ impl Kernel {
         match self {
             Kernel::Chain(c) => c.scratch_floats(threads),
             Kernel::Matmul(m) => m.scratch_floats(values, threads),
+            Kernel::Rows(r) => r.scratch_floats(threads),
+            Kernel::Conv(c) => c.scratch_floats(threads),
+            Kernel::Attention(a) => a.scratch_floats(threads),
+            Kernel::Spatial(s) => s.scratch_floats(threads),
             _ => 0,
         }
     }
@@ -109,7 +154,29 @@ impl Kernel {
             Kernel::Chain(c) => c.len() >= 1 << 15,
             Kernel::Matmul(m) => m.flops() >= 1 << 20,
             Kernel::Copy(c) => c.elements(values) >= 1 << 18,
-            Kernel::IntEw(_) => false,
+            Kernel::IntEw(_) | Kernel::Gather(_) => false,
+            Kernel::Rows(r) => r.elements() >= 1 << 15,
+            Kernel::Conv(c) => c.flops() >= 1 << 20,
+            Kernel::Attention(a) => a.flops() >= 1 << 20,
+            Kernel::Spatial(s) => s.elements() >= 1 << 15,
+        }
+    }
+
+    /// Compile-time final form (collapsed iteration spaces) once fusion is done.
+    pub fn finalize(&mut self) {
+        match self {
+            Kernel::Chain(c) => c.collapse(),
+            Kernel::Matmul(m) => {
+                if let Some(e) = &mut m.epilogue {
+                    e.collapse();
+                }
+            }
+            Kernel::Conv(c) => {
+                if let Some(e) = &mut c.epilogue {
+                    e.collapse();
+                }
+            }
+            _ => {}
         }
     }
 
@@ -132,6 +199,7 @@ impl Kernel {
                 matmul::Rhs::Prepared(p) => p.wt.len() * 4,
                 _ => 0,
             },
+            Kernel::Conv(c) => c.weight.len() * 4,
             _ => 0,
         }
     }

@@ -113,14 +113,13 @@ fn emit(cx: &mut OpCx, ins: &[Vid], shape: Vec<usize>, out_dtype: DType, op: Int
         if out_elem == Elem::F16 {
             instrs.push(Instr::Un(UnOp::RoundF16, n, n));
         }
-        let mut c = Chain {
+        let c = Chain {
             shape,
             loads,
             instrs,
             nregs: n + 1,
             stores: vec![(n, out, out_elem)],
         };
-        c.collapse();
         Kernel::Chain(c)
     } else {
         Kernel::IntEw(IntEw {

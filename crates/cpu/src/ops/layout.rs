@@ -584,14 +584,13 @@ pub(crate) fn build(cx: &mut OpCx, t: &str) -> Result<()> {
                     strides: vec![0; r],
                 },
             ];
-            let mut c = Chain {
+            let c = Chain {
                 shape: xs.clone(),
                 loads,
                 instrs: vec![Instr::Select(3, 0, 1, 2)],
                 nregs: 4,
                 stores: vec![(3, out, oe)],
             };
-            c.collapse();
             cx.emit(Kernel::Chain(c), vec![mk, x, zero], vec![out]);
         }
         _ => return Err(cx.err(format!("the CPU engine does not implement op type `{t}`"))),

@@ -51,14 +51,13 @@ pub(crate) fn raw_and_epilogue(
         reg = 2;
     }
     let nregs = loads.len() + instrs.len();
-    let mut c = Chain {
+    let c = Chain {
         shape,
         loads,
         instrs,
         nregs,
         stores: vec![(reg, out, out_elem)],
     };
-    c.collapse();
     Ok((raw, Some(c)))
 }
 

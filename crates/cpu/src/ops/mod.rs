@@ -1,10 +1,14 @@
 //! Op builders: one function per MIL op type (coremltools iOS15–iOS18 definitions) that checks
 //! arguments, computes output shapes and emits kernels.
 
+mod attention;
 mod constexpr;
+mod conv;
 mod elementwise;
+mod gather;
 mod layout;
 mod linalg;
+mod reduce;
 
 use crate::compile::{const_literal, OpCx};
 use crate::error::Result;
@@ -25,6 +29,14 @@ pub(crate) fn build(cx: &mut OpCx) -> Result<()> {
         | "constexpr_sparse_to_dense"
         | "constexpr_blockwise_shift_scale"
         | "constexpr_cast" => constexpr::build(cx, &t),
+        "gather" | "gather_along_axis" | "one_hot" => gather::build(cx, &t),
+        "conv" => conv::conv(cx, false),
+        "conv_transpose" => conv::conv(cx, true),
+        "max_pool" => conv::pool(cx, true),
+        "avg_pool" => conv::pool(cx, false),
+        "upsample_nearest_neighbor" => conv::upsample(cx, false),
+        "upsample_bilinear" => conv::upsample(cx, true),
+        "scaled_dot_product_attention" => attention::sdpa(cx),
         "matmul" => linalg::matmul(cx),
         "linear" => linalg::linear(cx),
         "einsum" => linalg::einsum(cx),
@@ -33,6 +45,9 @@ pub(crate) fn build(cx: &mut OpCx) -> Result<()> {
         | "space_to_depth" | "depth_to_space" | "fill" | "range_1d" | "band_part" => {
             layout::build(cx, &t)
         }
+        "softmax" | "layer_norm" | "instance_norm" | "l2_norm" | "cumsum" | "topk"
+        | "batch_norm" => reduce::build(cx, &t),
+        t2 if t2.starts_with("reduce_") => reduce::build(cx, t2),
         _ => elementwise::build(cx, &t),
     }
 }

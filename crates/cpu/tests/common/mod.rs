@@ -294,3 +294,15 @@ pub fn to_f64(t: &aneforge_cpu::HostTensor) -> Vec<f64> {
         other => other.to_f32().iter().map(|&x| x as f64).collect(),
     }
 }
+
+/// Explicit tolerance: |got − want| ≤ rel · max(|want|, scale).
+pub fn assert_close_rel(what: &str, got: &[f64], want: &[f64], rel: f64, scale: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let tol = rel * w.abs().max(scale);
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}: element {i}: got {g}, want {w} (tol {tol})"
+        );
+    }
+}
