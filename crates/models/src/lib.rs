@@ -2,6 +2,7 @@
 //! GGUF weights, Hugging Face and sentence-transformers configs, tokenizers.
 
 pub mod config;
+pub mod gguf;
 pub mod resolve;
 pub mod sentence_transformers;
 pub mod testing;

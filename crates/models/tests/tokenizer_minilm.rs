@@ -24,11 +24,7 @@ fn u32s(v: &Value) -> Vec<u32> {
 }
 
 fn flat(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("rows")
-        .iter()
-        .flat_map(u32s)
-        .collect()
+    v.as_array().expect("rows").iter().flat_map(u32s).collect()
 }
 
 fn strs(v: &Value) -> Vec<String> {

@@ -8,7 +8,13 @@ mod varbuilder;
 use std::fmt;
 use std::path::PathBuf;
 
+pub(crate) use convert::f64_le_to_f32;
 pub use convert::{bf16_le_to_f32, f16_le_to_f32, f32_le_to_f32};
+
+/// Signed little-endian integers of `width` bytes widened to i64.
+pub(crate) fn convert_ints(bytes: &[u8], width: usize) -> Vec<i64> {
+    convert::int_le_to_i64(bytes, width, true)
+}
 pub use safetensors_files::{RawTensor, SafeTensorsFiles};
 pub use varbuilder::VarBuilder;
 
