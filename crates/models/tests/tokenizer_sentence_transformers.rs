@@ -136,3 +136,30 @@ fn fixed_padding_matches_transformers_max_length_padding() {
     assert_eq!(got.ids, flat(&fx["fixed16"]["ids"]));
     assert_eq!(got.attention_mask, flat(&fx["fixed16"]["attention_mask"]));
 }
+
+/// Legacy sentence-transformers layout with do_lower_case = true over a cased tokenizer
+/// (fixture: tools/fixtures/sentence_transformer_tiny.py).
+#[test]
+fn do_lower_case_and_max_seq_length_match_sentence_transformers() {
+    let out = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/fixtures/out");
+    let fx: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{out}/st_tiny_ids.json")).unwrap())
+            .unwrap();
+    let tok = TextTokenizer::for_sentence_transformer(format!("{out}/st_tiny")).unwrap();
+    assert_eq!(
+        tok.max_length(),
+        Some(fx["max_seq_length"].as_u64().unwrap() as usize)
+    );
+    let texts = strs(&fx["texts"]);
+    let mut truncated = 0;
+    for (text, want) in texts.iter().zip(fx["ids"].as_array().unwrap()) {
+        let got = tok.encode(text).unwrap();
+        assert_eq!(got.ids, u32s(want), "{text:?}");
+        truncated += usize::from(Some(got.ids.len()) == tok.max_length());
+    }
+    assert!(truncated > 5);
+    // The same tokenizer without do_lower_case tells cases apart: the lowercasing is what matched.
+    let cased = TextTokenizer::from_file(format!("{out}/st_tiny/tokenizer.json")).unwrap();
+    let i = texts.iter().position(|t| t == "The King").unwrap();
+    assert_ne!(cased.encode("The King").unwrap().ids, u32s(&fx["ids"][i]));
+}
