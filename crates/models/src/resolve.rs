@@ -205,8 +205,9 @@ impl Resolver {
         self.hub_cache.as_ref().map(|(p, _)| p.as_path())
     }
 
-    /// `spec` is a path (directory or `.gguf` file) or a hub id `ORG/NAME[@REVISION]`; an existing
-    /// path wins over a hub id of the same spelling.
+    /// `spec` is a path (directory or `.gguf` file), a hub id `ORG/NAME[@REVISION]`, or a GGUF file
+    /// in a hub snapshot, `ORG/NAME[@REVISION]/FILE.gguf`; an existing path wins over a hub id of
+    /// the same spelling.
     pub fn resolve(&self, spec: &str) -> Result<ResolvedModel, ResolveError> {
         let mut tried = TriedPlaces::default();
         let path = Path::new(spec);
@@ -236,22 +237,29 @@ impl Resolver {
                 .push((path.to_path_buf(), format!("local path: {e}"))),
         }
 
-        let looks_like_path = spec.starts_with('.')
-            || spec.starts_with('/')
-            || spec.starts_with('~')
-            || is_gguf_name(path)
-            || spec.matches('/').count() > 1;
-        if !looks_like_path {
-            let (repo_id, revision) = parse_repo_id(spec)?;
+        if let Some((repo_spec, file)) = hub_spec(spec) {
+            let (repo_id, revision) = parse_repo_id(repo_spec)?;
             match &self.hub_cache {
                 Some((cache, origin)) => {
                     match find_snapshot(cache, &repo_id, revision.unwrap_or("main")) {
                         Ok((dir, rev)) => {
+                            let source = match file {
+                                None => ModelSource::Dir(dir),
+                                Some(file) if dir.join(file).is_file() => {
+                                    ModelSource::GgufFile(dir.join(file))
+                                }
+                                Some(file) => {
+                                    return Err(ResolveError::MissingFile {
+                                        dir,
+                                        file: file.to_string(),
+                                    })
+                                }
+                            };
                             return Ok(ResolvedModel {
-                                source: ModelSource::Dir(dir),
+                                source,
                                 repo_id: Some(repo_id),
                                 revision: Some(rev),
-                            })
+                            });
                         }
                         Err((place, why)) => tried.0.push((place, format!("{why} ({origin})"))),
                     }
@@ -274,6 +282,22 @@ impl Resolver {
 /// Resolves with [`Resolver::from_env`].
 pub fn resolve(spec: &str) -> Result<ResolvedModel, ResolveError> {
     Resolver::from_env().resolve(spec)
+}
+
+/// A hub id (`ORG/NAME[@REV]` or `NAME[@REV]`), optionally followed by `/FILE.gguf`; `None` for
+/// anything that reads as a filesystem path.
+fn hub_spec(spec: &str) -> Option<(&str, Option<&str>)> {
+    if spec.starts_with(['.', '/', '~']) || spec.contains('\\') {
+        return None;
+    }
+    let slashes = spec.matches('/').count();
+    match spec.rsplit_once('/') {
+        Some((repo, file)) if slashes == 2 && is_gguf_name(Path::new(file)) => {
+            Some((repo, Some(file)))
+        }
+        _ if slashes <= 1 && !is_gguf_name(Path::new(spec)) => Some((spec, None)),
+        _ => None,
+    }
 }
 
 fn is_gguf_name(path: &Path) -> bool {

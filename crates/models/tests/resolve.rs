@@ -72,6 +72,29 @@ fn revision_by_ref_name_or_snapshot_name() {
 }
 
 #[test]
+fn gguf_file_inside_a_hub_snapshot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshot = hub_repo(tmp.path(), "org/model", HASH);
+    write(&snapshot.join("model.Q4_0.gguf"), "GGUF");
+    let resolver = Resolver::with_hub_cache(tmp.path());
+    let model = resolver.resolve("org/model/model.Q4_0.gguf").unwrap();
+    assert_eq!(
+        model.source,
+        ModelSource::GgufFile(snapshot.join("model.Q4_0.gguf"))
+    );
+    assert_eq!(model.repo_id.as_deref(), Some("org/model"));
+    let model = resolver
+        .resolve(&format!("org/model@{HASH}/model.Q4_0.gguf"))
+        .unwrap();
+    assert_eq!(model.revision.as_deref(), Some(HASH));
+    let msg = resolver
+        .resolve("org/model/other.gguf")
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("other.gguf") && msg.contains(HASH), "{msg}");
+}
+
+#[test]
 fn missing_model_lists_every_place_tried_and_how_to_fetch() {
     let tmp = tempfile::tempdir().unwrap();
     let resolver = Resolver::with_hub_cache(tmp.path());
@@ -221,5 +244,8 @@ fn the_fetched_models_resolve_from_the_default_cache() {
         return;
     };
     let gguf = model.gguf_file().unwrap();
-    assert!(gguf.to_string_lossy().ends_with(".gguf"));
+    let name = gguf.file_name().unwrap().to_str().unwrap();
+    let direct =
+        aneforge_models::resolve(&format!("HuggingFaceTB/SmolLM2-135M-Instruct/{name}")).unwrap();
+    assert_eq!(direct.gguf_file().unwrap(), gguf);
 }

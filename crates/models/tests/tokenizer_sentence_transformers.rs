@@ -163,3 +163,39 @@ fn do_lower_case_and_max_seq_length_match_sentence_transformers() {
     let i = texts.iter().position(|t| t == "The King").unwrap();
     assert_ne!(cased.encode("The King").unwrap().ids, u32s(&fx["ids"][i]));
 }
+
+/// The Whisper packages' tokenizer.json through our wrapper against the Python binding
+/// (fixture: tools/fixtures/tokenizer_whisper.py).
+#[test]
+fn whisper_tokenizer_json_matches_python_tokenizers() {
+    let out = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/fixtures/out");
+    let fx: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{out}/tokenizer_whisper.json")).unwrap(),
+    )
+    .unwrap();
+    let texts = strs(&fx["texts"]);
+    for (repo, want) in fx["models"].as_object().unwrap() {
+        let model = require_model!(repo);
+        let tok =
+            TextTokenizer::from_file(model.require_file("ctranslate2/tokenizer.json").unwrap())
+                .unwrap();
+        assert_eq!(
+            tok.vocab_size() as u64,
+            want["vocab_size"].as_u64().unwrap(),
+            "{repo}"
+        );
+        for ((text, ids), decoded) in texts
+            .iter()
+            .zip(want["ids"].as_array().unwrap())
+            .zip(want["decoded"].as_array().unwrap())
+        {
+            let got = tok.encode(text).unwrap();
+            assert_eq!(got.ids, u32s(ids), "{repo}: {text:?}");
+            assert_eq!(
+                tok.decode(&got.ids, false).unwrap(),
+                decoded.as_str().unwrap(),
+                "{repo}: {text:?}"
+            );
+        }
+    }
+}
