@@ -195,11 +195,13 @@ fn lut_and_sparse_both_forms() {
     assert_eq!(out[&s18], want_s);
 }
 
+type EinsumCase = (&'static str, Vec<usize>, Vec<usize>, Vec<usize>);
+
 #[test]
 fn einsum_equations_models_use() {
     let mut rng = Rng(63);
     // (equation, x shape, y shape, out shape)
-    let cases: Vec<(&str, Vec<usize>, Vec<usize>, Vec<usize>)> = vec![
+    let cases: Vec<EinsumCase> = vec![
         (
             "nchw,nwhu->nchu",
             vec![2, 3, 4, 5],
