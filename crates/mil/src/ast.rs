@@ -458,17 +458,64 @@ pub struct Block {
     pub outputs: Vec<String>,
 }
 
-/// `func name<opset>(inputs) { body } -> (outputs);`
+/// The type of a structured constant such as a function's `FlexibleShapeInformation`:
+/// `tuple<string, dict<string, tensor<int32, [?]>>>`, `list<tensor<int32, [2]>, ?>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CompoundType {
+    /// A tensor or (rank 0) scalar type.
+    Tensor(TensorType),
+    Tuple(Vec<CompoundType>),
+    Dict(Box<CompoundType>, Box<CompoundType>),
+    /// `list<element, length>`; `None` is a `?` length.
+    List(Box<CompoundType>, Option<usize>),
+}
+
+/// The untyped value syntax inside a structured constant: `(("a", {{"k", [1, 2]}}), ...)`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CompoundValue {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    /// `[a, b]`: a tensor's elements or a list's items.
+    List(Vec<CompoundValue>),
+    /// `(a, b)`
+    Tuple(Vec<CompoundValue>),
+    /// `{{k, v}, ...}`, entries in source order.
+    Dict(Vec<(CompoundValue, CompoundValue)>),
+}
+
+/// `type(value)` for a structured constant; used by function attributes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompoundLiteral {
+    pub ty: CompoundType,
+    pub value: CompoundValue,
+}
+
+/// `func name<opset>(inputs) [attributes] { body } -> (outputs);`
 #[derive(Clone, Debug, PartialEq)]
 pub struct Function {
     pub name: String,
     /// `ios15` … `ios18`, or `CoreML5` … `CoreML8` as written.
     pub opset: String,
     pub inputs: Vec<NamedValue>,
+    /// Function attributes such as Core ML's `FlexibleShapeInformation`, in source order.
+    pub attributes: Vec<(String, CompoundLiteral)>,
     pub body: Block,
 }
 
 impl Function {
+    /// An empty function with no inputs, attributes or operations.
+    pub fn new(name: impl Into<String>, opset: impl Into<String>) -> Function {
+        Function {
+            name: name.into(),
+            opset: opset.into(),
+            inputs: Vec::new(),
+            attributes: Vec::new(),
+            body: Block::default(),
+        }
+    }
+
     /// Type of a named value in this function (inputs and op outputs), by linear search.
     pub fn value_type(&self, name: &str) -> Option<&ValueType> {
         self.inputs
