@@ -79,6 +79,10 @@ impl OpCx<'_, '_> {
         op_error(&self.name, &self.op.op_type, message)
     }
 
+    pub fn has_arg(&self, arg: &str) -> bool {
+        self.op.input(arg).is_some()
+    }
+
     fn resolve(&mut self, arg: &str, a: &Argument) -> Result<Vid> {
         match a {
             Argument::Name(n) => self.b.by_name.get(n).copied().ok_or_else(|| {
