@@ -2,7 +2,9 @@
 //! GGUF weights, Hugging Face and sentence-transformers configs, tokenizers.
 
 pub mod config;
+pub mod encoders;
 pub mod gguf;
+pub mod npy;
 pub mod resolve;
 pub mod sentence_transformers;
 pub mod testing;

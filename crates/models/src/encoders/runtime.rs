@@ -1,0 +1,387 @@
+//! Running an encoder over many inputs: rows sorted by length, cut into batches, each padded to a
+//! bucketed sequence length; one compiled program per (batch, length, head) bucket, cached.
+
+use std::sync::Mutex;
+
+use aneforge::engine::HostSlice;
+use aneforge::{CompileOptions, Compress, Engine, Model, ParameterMode, Target};
+
+use super::config::{EncoderConfig, Positions};
+use super::graph::{
+    Encoder, Head, ProgramKey, ATTENTION_MASK, INPUTS_EMBEDS, INPUT_IDS, OUTPUT, POOL_MASK,
+    POOL_WEIGHTS, POSITION_IDS, TOKEN_TYPE_IDS,
+};
+use super::pooling::{kept_range, row_weights, Pooling};
+use super::weights::{ClassifierHead, EncoderWeights};
+use super::EncoderError;
+
+/// How an encoder is compiled and batched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncoderOptions {
+    /// `Target::Cpu` (fp32) or `Target::Ane(arch)` (fp16; embeddings are looked up on the host).
+    pub target: Target,
+    pub engine: Engine,
+    /// Weight compression of the program.
+    pub compress: Compress,
+    /// Texts per program execution.
+    pub batch_size: usize,
+    /// Overrides the tokenizer's maximum length (tokens, special tokens included).
+    pub max_length: Option<usize>,
+    /// Compiled bucket programs kept in memory (least recently used dropped first).
+    pub max_programs: usize,
+}
+
+impl Default for EncoderOptions {
+    fn default() -> Self {
+        EncoderOptions {
+            target: Target::Cpu,
+            engine: Engine::Cpu,
+            compress: Compress::None,
+            batch_size: 32,
+            max_length: None,
+            max_programs: 8,
+        }
+    }
+}
+
+/// One tokenized input: token ids, token type ids, and how many leading tokens are prompt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub ids: Vec<u32>,
+    pub type_ids: Vec<u32>,
+    pub prompt_len: usize,
+}
+
+/// Sequence lengths programs are compiled for; longer inputs round up to a multiple of 128.
+const SEQ_BUCKETS: [usize; 17] = [
+    8, 16, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 448, 512,
+];
+
+/// The bucketed length for a batch whose longest row has `len` tokens, at most `cap` (>= len).
+pub(crate) fn seq_bucket(len: usize, cap: usize) -> usize {
+    let bucket = SEQ_BUCKETS
+        .iter()
+        .copied()
+        .find(|&b| b >= len)
+        .unwrap_or_else(|| len.div_ceil(128) * 128);
+    bucket.min(cap).max(len).max(1)
+}
+
+/// Full batches keep their size; a short final batch rounds up to a power of two.
+pub(crate) fn batch_bucket(rows: usize, batch_size: usize) -> usize {
+    if rows >= batch_size {
+        batch_size
+    } else {
+        rows.next_power_of_two().min(batch_size)
+    }
+}
+
+struct Programs {
+    /// Least recently used first.
+    entries: Vec<(ProgramKey, Model)>,
+    capacity: usize,
+}
+
+pub(crate) struct Runtime {
+    pub cfg: EncoderConfig,
+    pub weights: EncoderWeights,
+    pub classifier: Option<ClassifierHead>,
+    pub options: EncoderOptions,
+    /// The id written into padded positions.
+    pub pad_id: u32,
+    /// The longest row (tokens) this encoder accepts.
+    pub max_length: usize,
+    programs: Mutex<Programs>,
+}
+
+enum Feed {
+    F32(&'static str, Vec<f32>),
+    I32(&'static str, Vec<i32>),
+}
+
+impl Runtime {
+    pub fn new(
+        cfg: EncoderConfig,
+        weights: EncoderWeights,
+        classifier: Option<ClassifierHead>,
+        options: EncoderOptions,
+        pad_id: u32,
+        max_length: usize,
+    ) -> Result<Runtime, EncoderError> {
+        if options.batch_size == 0 {
+            return Err(EncoderError::Unsupported(
+                "batch size must be at least 1".into(),
+            ));
+        }
+        let capacity = options.max_programs.max(1);
+        Ok(Runtime {
+            cfg,
+            weights,
+            classifier,
+            options,
+            pad_id,
+            max_length,
+            programs: Mutex::new(Programs {
+                entries: Vec::new(),
+                capacity,
+            }),
+        })
+    }
+
+    fn host_embeddings(&self) -> bool {
+        self.options.target.is_ane()
+    }
+
+    /// Runs every row through the program for `head`; returns one output vector per row, in the
+    /// order given. `progress` is told how many rows each finished batch held.
+    pub fn run(
+        &self,
+        rows: &[Row],
+        head: &Head,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Vec<f32>>, EncoderError> {
+        for (index, row) in rows.iter().enumerate() {
+            self.check_row(index, row)?;
+        }
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(rows[i].ids.len()));
+        let mut out = vec![Vec::new(); rows.len()];
+        for chunk in order.chunks(self.options.batch_size) {
+            let longest = chunk.iter().map(|&i| rows[i].ids.len()).max().unwrap_or(0);
+            let key = ProgramKey {
+                batch: batch_bucket(chunk.len(), self.options.batch_size),
+                seq: seq_bucket(longest, self.max_length),
+                head: head.clone(),
+                host_embeddings: self.host_embeddings(),
+            };
+            let batch_rows: Vec<&Row> = chunk.iter().map(|&i| &rows[i]).collect();
+            let feeds = self.feeds(&key, &batch_rows)?;
+            let result = self.execute(&key, &feeds)?;
+            let dim = result.len() / key.batch;
+            for (r, &i) in chunk.iter().enumerate() {
+                out[i] = result[r * dim..(r + 1) * dim].to_vec();
+            }
+            progress(chunk.len());
+        }
+        Ok(out)
+    }
+
+    fn check_row(&self, index: usize, row: &Row) -> Result<(), EncoderError> {
+        let bad = |message: String| EncoderError::Input { index, message };
+        if row.ids.len() > self.max_length {
+            return Err(bad(format!(
+                "{} tokens exceed the maximum length {}",
+                row.ids.len(),
+                self.max_length
+            )));
+        }
+        if let Some(&id) = row
+            .ids
+            .iter()
+            .find(|&&id| id as usize >= self.cfg.vocab_size)
+        {
+            return Err(bad(format!(
+                "token id {id} is outside the model's vocabulary of {} (tokenizer and model disagree)",
+                self.cfg.vocab_size
+            )));
+        }
+        if self.cfg.family.reads_token_types() {
+            if let Some(&t) = row
+                .type_ids
+                .iter()
+                .find(|&&t| t as usize >= self.cfg.type_vocab_size)
+            {
+                return Err(bad(format!(
+                    "token type {t} is outside the model's {} token types",
+                    self.cfg.type_vocab_size
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Position ids of a padded row, as transformers forms them.
+    fn positions(&self, ids: &[u32]) -> Vec<i32> {
+        match self.cfg.positions {
+            Positions::Absolute => (0..ids.len() as i32).collect(),
+            Positions::AfterPadding { padding_idx } => {
+                let mut count = 0i32;
+                ids.iter()
+                    .map(|&id| {
+                        if id == padding_idx {
+                            padding_idx as i32
+                        } else {
+                            count += 1;
+                            count + padding_idx as i32
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    fn feeds(&self, key: &ProgramKey, rows: &[&Row]) -> Result<Vec<Feed>, EncoderError> {
+        let (b, s) = (key.batch, key.seq);
+        let mut ids = vec![self.pad_id; b * s];
+        let mut types = vec![0u32; b * s];
+        let mut mask = vec![0.0f32; b * s];
+        for (r, row) in rows.iter().enumerate() {
+            let n = row.ids.len();
+            ids[r * s..r * s + n].copy_from_slice(&row.ids);
+            if self.cfg.family.reads_token_types() {
+                types[r * s..r * s + n].copy_from_slice(&row.type_ids[..n.min(row.type_ids.len())]);
+            }
+            mask[r * s..r * s + n].iter_mut().for_each(|m| *m = 1.0);
+        }
+        let positions: Vec<i32> = ids.chunks(s).flat_map(|row| self.positions(row)).collect();
+        let mut feeds = Vec::new();
+        if key.host_embeddings {
+            feeds.push(Feed::F32(
+                INPUTS_EMBEDS,
+                self.host_embeddings_of(&ids, &types, &positions)?,
+            ));
+        } else {
+            feeds.push(Feed::I32(
+                INPUT_IDS,
+                ids.iter().map(|&i| i as i32).collect(),
+            ));
+            if self.cfg.family.reads_token_types() && self.weights.token_type_embeddings.is_some() {
+                feeds.push(Feed::I32(
+                    TOKEN_TYPE_IDS,
+                    types.iter().map(|&t| t as i32).collect(),
+                ));
+            }
+            if matches!(self.cfg.positions, Positions::AfterPadding { .. }) {
+                feeds.push(Feed::I32(POSITION_IDS, positions));
+            }
+        }
+        feeds.push(Feed::F32(ATTENTION_MASK, mask));
+        if let Head::Pooled { modes, .. } = &key.head {
+            let weighted: Vec<Pooling> = modes
+                .iter()
+                .copied()
+                .filter(|m| m.is_weighted_sum())
+                .collect();
+            if !weighted.is_empty() {
+                let m = weighted.len();
+                let mut w = vec![0.0f32; b * m * s];
+                for (r, row) in rows.iter().enumerate() {
+                    let kept = kept_range(row.ids.len(), row.prompt_len);
+                    for (k, &mode) in weighted.iter().enumerate() {
+                        let at = (r * m + k) * s;
+                        row_weights(mode, kept.clone(), &mut w[at..at + s]);
+                    }
+                }
+                feeds.push(Feed::F32(POOL_WEIGHTS, w));
+            }
+            if modes.contains(&Pooling::Max) {
+                let mut pm = vec![0.0f32; b * s];
+                for (r, row) in rows.iter().enumerate() {
+                    for j in kept_range(row.ids.len(), row.prompt_len) {
+                        pm[r * s + j] = 1.0;
+                    }
+                }
+                feeds.push(Feed::F32(POOL_MASK, pm));
+            }
+        }
+        Ok(feeds)
+    }
+
+    /// word + token type + position embeddings per position, summed in transformers' order.
+    fn table_row<'t>(
+        table: &'t super::weights::Table,
+        i: usize,
+        what: &str,
+    ) -> Result<&'t [f32], EncoderError> {
+        table.row(i).ok_or_else(|| {
+            EncoderError::Unsupported(format!(
+                "{what} index {i} is outside its {}-row table",
+                table.rows
+            ))
+        })
+    }
+
+    fn host_embeddings_of(
+        &self,
+        ids: &[u32],
+        types: &[u32],
+        positions: &[i32],
+    ) -> Result<Vec<f32>, EncoderError> {
+        let w = &self.weights;
+        let h = self.cfg.hidden_size;
+        let mut out = vec![0.0f32; ids.len() * h];
+        for (p, dst) in out.chunks_exact_mut(h).enumerate() {
+            dst.copy_from_slice(Self::table_row(
+                &w.word_embeddings,
+                ids[p] as usize,
+                "token id",
+            )?);
+            if let Some(table) = &w.token_type_embeddings {
+                let t = if self.cfg.family.reads_token_types() {
+                    types[p] as usize
+                } else {
+                    0
+                };
+                let tr = Self::table_row(table, t, "token type")?;
+                dst.iter_mut().zip(tr).for_each(|(d, v)| *d += v);
+            }
+            let pr = Self::table_row(&w.position_embeddings, positions[p] as usize, "position")?;
+            dst.iter_mut().zip(pr).for_each(|(d, v)| *d += v);
+        }
+        Ok(out)
+    }
+
+    fn compile(&self, key: &ProgramKey) -> Result<Model, EncoderError> {
+        let graph = Encoder {
+            cfg: &self.cfg,
+            weights: &self.weights,
+            classifier: self.classifier.as_ref(),
+        }
+        .build(key)?;
+        let options = CompileOptions {
+            target: self.options.target.clone(),
+            compress: self.options.compress,
+            parameters: ParameterMode::Constant,
+            engine: self.options.engine,
+        };
+        Ok(aneforge::compile_named(&[(OUTPUT, &graph)], &options)?)
+    }
+
+    fn execute(&self, key: &ProgramKey, feeds: &[Feed]) -> Result<Vec<f32>, EncoderError> {
+        let mut programs = self
+            .programs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let at = match programs.entries.iter().position(|(k, _)| k == key) {
+            Some(at) => at,
+            None => {
+                let model = self.compile(key)?;
+                if programs.entries.len() >= programs.capacity {
+                    programs.entries.remove(0);
+                }
+                programs.entries.push((key.clone(), model));
+                programs.entries.len() - 1
+            }
+        };
+        let entry = programs.entries.remove(at);
+        programs.entries.push(entry);
+        let last = programs.entries.len() - 1;
+        let model = &mut programs.entries[last].1;
+        for feed in feeds {
+            match feed {
+                Feed::F32(name, data) => model.set_input(name, HostSlice::F32(data))?,
+                Feed::I32(name, data) => model.set_input(name, HostSlice::I32(data))?,
+            }
+        }
+        model.execute()?;
+        Ok(model.read_output_f32(OUTPUT)?)
+    }
+
+    /// How many bucket programs are compiled and held.
+    pub fn cached_programs(&self) -> usize {
+        self.programs
+            .lock()
+            .map(|p| p.entries.len())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,154 @@
+//! Sentence encoders of every family against sentence-transformers, on tiny random-weight models
+//! (tools/fixtures/encoders/tiny_models.py): fp32 CPU-target programs and fp16 ANE-target
+//! programs, both run on the CPU engine.
+
+use std::path::PathBuf;
+
+use aneforge::{lower::AneArch, Target};
+use aneforge_models::encoders::{EncodeOptions, EncoderOptions, SentenceEncoder};
+use aneforge_models::npy;
+use serde::Deserialize;
+
+fn out_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/encoders/out")
+}
+
+#[derive(Deserialize)]
+struct Meta {
+    texts: Vec<String>,
+    runs: Vec<String>,
+    dim: usize,
+    max_seq_length: usize,
+    token_counts: Vec<usize>,
+}
+
+fn meta(name: &str) -> Meta {
+    let text = std::fs::read_to_string(out_dir().join(format!("{name}.json"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+fn run_options(run: &str) -> EncodeOptions {
+    match run {
+        "default" => EncodeOptions::default(),
+        "normalized" => EncodeOptions {
+            normalize: true,
+            ..EncodeOptions::default()
+        },
+        other => EncodeOptions {
+            prompt_name: Some(
+                other
+                    .strip_prefix("prompt_")
+                    .expect("run names are default, normalized or prompt_NAME")
+                    .to_string(),
+            ),
+            ..EncodeOptions::default()
+        },
+    }
+}
+
+/// Every run of `name`'s fixture; returns the worst cosine similarity seen.
+fn check(name: &str, options: EncoderOptions, bar: f64) -> f64 {
+    let meta = meta(name);
+    let (shape, expected) = npy::read(out_dir().join(format!("{name}.npy"))).unwrap();
+    assert_eq!(shape, vec![meta.runs.len(), meta.texts.len(), meta.dim]);
+    let encoder = SentenceEncoder::from_dir(out_dir().join(name), options).unwrap();
+    assert_eq!(encoder.max_length(), meta.max_seq_length, "{name}");
+    assert_eq!(encoder.dimension(), meta.dim, "{name}");
+    for (text, &count) in meta.texts.iter().zip(&meta.token_counts) {
+        let ids = encoder.tokenizer().encode(text).unwrap().ids;
+        assert_eq!(ids.len(), count, "{name}: token count of {text:?}");
+    }
+    let texts: Vec<&str> = meta.texts.iter().map(String::as_str).collect();
+    let mut worst = 1.0f64;
+    for (r, run) in meta.runs.iter().enumerate() {
+        let got = encoder
+            .encode_with(&texts, &run_options(run), &mut |_| {})
+            .unwrap();
+        assert_eq!((got.rows, got.dim), (texts.len(), meta.dim));
+        for (i, text) in texts.iter().enumerate() {
+            let want = &expected[(r * texts.len() + i) * meta.dim..][..meta.dim];
+            let cos = cosine(got.row(i).unwrap(), want);
+            worst = worst.min(cos);
+            assert!(
+                cos >= bar,
+                "{name} run {run} text {i} ({:?}): cosine {cos} < {bar}",
+                &text[..text.len().min(40)]
+            );
+        }
+    }
+    worst
+}
+
+const SENTENCE_MODELS: [&str; 10] = [
+    "bert_mean",
+    "bge_like",
+    "camembert_cls",
+    "distilbert_cls_mean_max",
+    "e5_like",
+    "gte_like",
+    "mean_sqrt_weighted",
+    "mpnet_mean_norm",
+    "roberta_max",
+    "xlmr_mean_norm",
+];
+
+#[test]
+fn every_family_matches_sentence_transformers_in_fp32() {
+    for name in SENTENCE_MODELS {
+        let worst = check(name, EncoderOptions::default(), 0.99999);
+        eprintln!("{name}: fp32 worst cosine {worst:.8}");
+    }
+}
+
+#[test]
+fn ane_target_fp16_programs_stay_close() {
+    let options = EncoderOptions {
+        target: Target::Ane(AneArch::default()),
+        ..EncoderOptions::default()
+    };
+    for name in SENTENCE_MODELS {
+        let worst = check(name, options.clone(), 0.9995);
+        eprintln!("{name}: fp16 worst cosine {worst:.6}");
+    }
+}
+
+#[test]
+fn batch_size_and_bucketing_do_not_change_results() {
+    let meta = meta("bert_mean");
+    let texts: Vec<&str> = meta.texts.iter().map(String::as_str).collect();
+    let one = SentenceEncoder::from_dir(
+        out_dir().join("bert_mean"),
+        EncoderOptions {
+            batch_size: 1,
+            ..EncoderOptions::default()
+        },
+    )
+    .unwrap()
+    .encode(&texts)
+    .unwrap();
+    let many = SentenceEncoder::from_dir(
+        out_dir().join("bert_mean"),
+        EncoderOptions {
+            batch_size: 5,
+            ..EncoderOptions::default()
+        },
+    )
+    .unwrap()
+    .encode(&texts)
+    .unwrap();
+    for i in 0..texts.len() {
+        let c = cosine(one.row(i).unwrap(), many.row(i).unwrap());
+        assert!(c > 0.999999, "text {i}: {c}");
+    }
+}
