@@ -152,3 +152,21 @@ fn batch_size_and_bucketing_do_not_change_results() {
         assert!(c > 0.999999, "text {i}: {c}");
     }
 }
+
+#[test]
+fn mpnet_relative_buckets_match_transformers() {
+    #[derive(Deserialize)]
+    struct Buckets {
+        relative_positions: Vec<i64>,
+        buckets: Vec<usize>,
+    }
+    let text = std::fs::read_to_string(out_dir().join("mpnet_buckets.json")).unwrap();
+    let want: Buckets = serde_json::from_str(&text).unwrap();
+    for (&rel, &bucket) in want.relative_positions.iter().zip(&want.buckets) {
+        assert_eq!(
+            aneforge_models::encoders::graph::relative_position_bucket(rel, 32, 128),
+            bucket,
+            "relative position {rel}"
+        );
+    }
+}
