@@ -1,0 +1,111 @@
+//! `aneforge bench ...`: throughput measurements meant to run next to peer scripts
+//! (tools/bench/embed.sh runs `bench embed` beside sentence-transformers on PyTorch and ONNX
+//! Runtime).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use aneforge_models::encoders::SentenceEncoder;
+use anyhow::bail;
+
+use crate::encoder_args::{read_lines, EncoderArgs};
+
+#[derive(clap::Subcommand)]
+pub enum BenchCommand {
+    /// Sentence-embedding throughput over a file of sentences (one per line).
+    Embed(BenchEmbedArgs),
+}
+
+#[derive(clap::Args)]
+pub struct BenchEmbedArgs {
+    #[command(flatten)]
+    pub encoder: EncoderArgs,
+    /// Sentences, one per line.
+    #[arg(long, short = 'f')]
+    pub file: PathBuf,
+    /// Timed passes over all sentences after the first (which compiles the programs).
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Embed(args) => embed(args),
+    }
+}
+
+/// Peak resident set size of this process in MiB (Linux `VmHWM`).
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn embed(args: BenchEmbedArgs) -> anyhow::Result<()> {
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let sentences = read_lines(&args.file)?;
+    if sentences.is_empty() {
+        bail!("{} holds no sentences", args.file.display());
+    }
+    let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
+    let start = Instant::now();
+    let encoder = SentenceEncoder::load(&args.encoder.model, args.encoder.options()?)?;
+    let load_s = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let first = encoder.encode(&refs)?;
+    let cold_s = start.elapsed().as_secs_f64();
+    let mut times = Vec::with_capacity(args.runs);
+    for _ in 0..args.runs {
+        let start = Instant::now();
+        let again = encoder.encode(&refs)?;
+        times.push(start.elapsed().as_secs_f64());
+        if again.data != first.data {
+            bail!("two passes over the same sentences gave different embeddings");
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let best = times[0];
+    let n = sentences.len() as f64;
+    let rss = peak_rss_mib().unwrap_or(f64::NAN);
+    if args.json {
+        let report = serde_json::json!({
+            "system": "aneforge",
+            "sentences": sentences.len(),
+            "batch_size": args.encoder.batch_size,
+            "target": args.encoder.target,
+            "compress": args.encoder.compress,
+            "load_s": load_s,
+            "first_pass_s": cold_s,
+            "median_s": median,
+            "best_s": best,
+            "sentences_per_s": n / median,
+            "best_sentences_per_s": n / best,
+            "programs": encoder.cached_programs(),
+            "peak_rss_mib": rss,
+        });
+        println!("{report}");
+    } else {
+        println!(
+            "aneforge: {} sentences, batch {}, target {}: {:.1} sentences/s (median of {}, best \
+             {:.1}); first pass {:.2} s incl. compiling {} programs; load {:.2} s; peak RSS {:.0} MiB",
+            sentences.len(),
+            args.encoder.batch_size,
+            args.encoder.target,
+            n / median,
+            args.runs,
+            n / best,
+            cold_s,
+            encoder.cached_programs(),
+            load_s,
+            rss
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! `aneforge embed`: sentence embeddings as JSON or NumPy `.npy`.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use aneforge_models::encoders::{EncodeOptions, Pooling, SentenceEncoder};
+use anyhow::{bail, Context};
+
+use crate::encoder_args::{progress, read_lines, EncoderArgs};
+
+#[derive(clap::Args)]
+pub struct EmbedArgs {
+    #[command(flatten)]
+    pub encoder: EncoderArgs,
+    /// Texts to embed (or use --file).
+    pub texts: Vec<String>,
+    /// A UTF-8 file with one text per line.
+    #[arg(long, short = 'f', conflicts_with = "texts")]
+    pub file: Option<PathBuf>,
+    /// json (a list of vectors) or npy (float32 [texts, dim]; needs --output).
+    #[arg(long, default_value = "json")]
+    pub format: String,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+    /// L2-normalise even if the model has no Normalize module.
+    #[arg(long)]
+    pub normalize: bool,
+    /// Pooling instead of the model's: cls, mean, max, mean_sqrt_len_tokens, weightedmean,
+    /// lasttoken; several comma-separated modes are concatenated.
+    #[arg(long)]
+    pub pooling: Option<String>,
+    /// A prompt name from the model's config_sentence_transformers.json (e.g. query).
+    #[arg(long, conflicts_with = "prompt")]
+    pub prompt_name: Option<String>,
+    /// A literal prompt prepended to every text.
+    #[arg(long)]
+    pub prompt: Option<String>,
+}
+
+fn parse_pooling(s: &str) -> anyhow::Result<Vec<Pooling>> {
+    s.split(',')
+        .map(|m| {
+            Pooling::parse(m.trim()).with_context(|| {
+                let names: Vec<&str> = Pooling::ALL.iter().map(|p| p.name()).collect();
+                format!("--pooling {m}: expected one of {}", names.join(", "))
+            })
+        })
+        .collect()
+}
+
+/// Writes `bytes` to `path` through a temporary file renamed into place.
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+}
+
+pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
+    let json = match args.format.as_str() {
+        "json" => true,
+        "npy" if args.output.is_some() => false,
+        "npy" => bail!("--format npy writes binary data: give --output FILE"),
+        other => bail!("--format {other}: expected json or npy"),
+    };
+    let texts = match &args.file {
+        Some(path) => read_lines(path)?,
+        None => args.texts.clone(),
+    };
+    let options = EncodeOptions {
+        prompt_name: args.prompt_name.clone(),
+        prompt: args.prompt.clone(),
+        normalize: args.normalize,
+        pooling: args.pooling.as_deref().map(parse_pooling).transpose()?,
+    };
+    let encoder = SentenceEncoder::load(&args.encoder.model, args.encoder.options()?)?;
+    let bar = progress(
+        texts.len(),
+        args.encoder.batch_size,
+        args.encoder.quiet,
+        "texts",
+    );
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let embeddings = encoder.encode_with(&refs, &options, &mut |n| bar.inc(n as u64))?;
+    bar.finish_and_clear();
+    let bytes = if json {
+        let rows: Vec<&[f32]> = embeddings.iter().collect();
+        let mut text = serde_json::to_string(&rows)?;
+        text.push('\n');
+        text.into_bytes()
+    } else {
+        aneforge_models::npy::to_bytes(&[embeddings.rows, embeddings.dim], &embeddings.data)
+    };
+    match &args.output {
+        Some(path) => write_atomically(path, &bytes),
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&bytes)?;
+            Ok(out.flush()?)
+        }
+    }
+}

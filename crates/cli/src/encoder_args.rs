@@ -1,0 +1,119 @@
+//! Options shared by `embed`, `rerank` and `bench embed`: model, engine, target, compression,
+//! batching; reading texts from a file; the progress bar.
+
+use std::path::Path;
+
+use aneforge::lower::AneArch;
+use aneforge::{Compress, Engine, Target};
+use aneforge_models::encoders::EncoderOptions;
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct EncoderArgs {
+    /// Model id (ORG/NAME in the Hugging Face cache) or directory.
+    #[arg(short = 'm', long = "model")]
+    pub model: String,
+    /// Engine that runs the program: cpu, or ane (Apple Neural Engine).
+    #[arg(long, default_value = "cpu")]
+    pub engine: String,
+    /// Compile for: cpu (fp32), ane (fp16, default architecture), or an ANE architecture (h16, ...).
+    #[arg(long, default_value = "cpu")]
+    pub target: String,
+    /// Weight compression: none, int8 or int4.
+    #[arg(long, default_value = "none")]
+    pub compress: String,
+    /// Texts per program execution.
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
+    /// Truncate texts to this many tokens (default: the model's maximum length).
+    #[arg(long)]
+    pub max_length: Option<usize>,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+impl EncoderArgs {
+    pub fn options(&self) -> anyhow::Result<EncoderOptions> {
+        Ok(EncoderOptions {
+            target: parse_target(&self.target)?,
+            engine: parse_engine(&self.engine)?,
+            compress: parse_compress(&self.compress)?,
+            batch_size: self.batch_size,
+            max_length: self.max_length,
+            ..EncoderOptions::default()
+        })
+    }
+}
+
+pub fn parse_target(s: &str) -> anyhow::Result<Target> {
+    Ok(match s {
+        "cpu" => Target::Cpu,
+        "ane" => Target::Ane(AneArch::default()),
+        arch => Target::Ane(
+            AneArch::new(arch)
+                .with_context(|| format!("--target {arch}: not cpu, ane or an ANE architecture"))?,
+        ),
+    })
+}
+
+pub fn parse_engine(s: &str) -> anyhow::Result<Engine> {
+    match s {
+        "cpu" => Ok(Engine::Cpu),
+        "ane" => bail!(
+            "--engine ane: this build has no ANE engine; use --engine cpu (with --target ane the \
+             CPU engine runs the fp16 ANE program)"
+        ),
+        other => bail!("--engine {other}: expected cpu or ane"),
+    }
+}
+
+pub fn parse_compress(s: &str) -> anyhow::Result<Compress> {
+    match s {
+        "none" => Ok(Compress::None),
+        "int8" | "int4" => {
+            bail!("--compress {s}: weight compression is not available in this build's lowering")
+        }
+        other => bail!("--compress {other}: expected none, int8 or int4"),
+    }
+}
+
+/// One text per line: every line is a text (empty lines are empty texts), a final newline does
+/// not start another; `\r\n` endings are accepted. Invalid UTF-8 is an error naming the line.
+pub fn read_lines(path: &Path) -> anyhow::Result<Vec<String>> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let body = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+    if body.is_empty() {
+        return Ok(Vec::new());
+    }
+    body.split(|&b| b == b'\n')
+        .enumerate()
+        .map(|(i, line)| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            std::str::from_utf8(line).map(str::to_string).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}:{}: invalid UTF-8 at byte {} of the line",
+                    path.display(),
+                    i + 1,
+                    e.valid_up_to()
+                )
+            })
+        })
+        .collect()
+}
+
+/// A progress bar on stderr for inputs of more than a few batches (hidden when stderr is not a
+/// terminal).
+pub fn progress(total: usize, batch_size: usize, quiet: bool, what: &str) -> ProgressBar {
+    if quiet || total <= 2 * batch_size {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total as u64);
+    let style = ProgressStyle::with_template(&format!(
+        "{{bar:40}} {{pos}}/{{len}} {what} ({{per_sec}}, eta {{eta}})"
+    ))
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar
+}
