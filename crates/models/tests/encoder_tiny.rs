@@ -112,6 +112,17 @@ fn every_family_matches_sentence_transformers_in_fp32() {
 }
 
 #[test]
+fn embeddings_looked_up_in_the_program_match_too() {
+    let options = EncoderOptions {
+        embeddings_in_program: true,
+        ..EncoderOptions::default()
+    };
+    for name in SENTENCE_MODELS {
+        check(name, options.clone(), 0.99999);
+    }
+}
+
+#[test]
 fn ane_target_fp16_programs_stay_close() {
     let options = EncoderOptions {
         target: Target::Ane(AneArch::default()),

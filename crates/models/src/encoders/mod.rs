@@ -121,6 +121,11 @@ pub(crate) fn load_parts(
             "max length must be at least 1".into(),
         ));
     }
+    if options.embeddings_in_program && options.target.is_ane() {
+        return Err(EncoderError::Unsupported(
+            "embeddings are looked up on the host for ANE targets (gather is walled there)".into(),
+        ));
+    }
     let max_length = wanted.min(capacity);
     tokenizer = tokenizer.with_max_length(Some(max_length))?;
     let pad_id = tokenizer

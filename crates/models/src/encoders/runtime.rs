@@ -29,6 +29,9 @@ pub struct EncoderOptions {
     pub max_length: Option<usize>,
     /// Compiled bucket programs kept in memory (least recently used dropped first).
     pub max_programs: usize,
+    /// Look the embeddings up inside the program (`gather`, CPU target only) instead of on the
+    /// host. Off by default: every bucket program would carry its own copy of the tables.
+    pub embeddings_in_program: bool,
 }
 
 impl Default for EncoderOptions {
@@ -40,6 +43,7 @@ impl Default for EncoderOptions {
             batch_size: 32,
             max_length: None,
             max_programs: 8,
+            embeddings_in_program: false,
         }
     }
 }
@@ -53,9 +57,9 @@ pub(crate) struct Row {
 }
 
 /// Sequence lengths programs are compiled for; longer inputs round up to a multiple of 128.
-const SEQ_BUCKETS: [usize; 17] = [
-    8, 16, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 448, 512,
-];
+/// Roughly 1.5x apart: padding costs at most a third of a batch's work, and few programs are
+/// compiled (each holds its own copy of the weights).
+const SEQ_BUCKETS: [usize; 11] = [8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384];
 
 /// The bucketed length for a batch whose longest row has `len` tokens, at most `cap` (>= len).
 pub(crate) fn seq_bucket(len: usize, cap: usize) -> usize {
@@ -129,7 +133,7 @@ impl Runtime {
     }
 
     fn host_embeddings(&self) -> bool {
-        self.options.target.is_ane()
+        self.options.target.is_ane() || !self.options.embeddings_in_program
     }
 
     /// Runs every row through the program for `head`; returns one output vector per row, in the
