@@ -49,6 +49,21 @@ pub fn tanh(x: f32) -> f32 {
 /// Maclaurin coefficients of erf: 2/sqrt(pi) * (-1)^n / (n! (2n + 1)), n = 0..12.
 const ERF_SERIES: [f32; 13] = erf_series();
 
+/// Numerical Recipes' `erfcc` coefficients (published to 8 decimals, rounded to f32):
+/// erfc(z) = t·exp(−z² + c₀ + t(c₁ + t(c₂ + …))), t = 1/(1 + z/2).
+const ERFC: [f32; 10] = [
+    -1.265_512_23_f64 as f32,
+    1.000_023_68_f64 as f32,
+    0.374_091_96_f64 as f32,
+    0.096_784_18_f64 as f32,
+    -0.186_288_06_f64 as f32,
+    0.278_868_07_f64 as f32,
+    -1.135_203_98_f64 as f32,
+    1.488_515_87_f64 as f32,
+    -0.822_152_23_f64 as f32,
+    0.170_872_77_f64 as f32,
+];
+
 const fn erf_series() -> [f32; 13] {
     let mut out = [0.0f32; 13];
     let mut factorial = 1.0f64;
@@ -78,11 +93,11 @@ pub fn erf(x: f32) -> f32 {
     }
     let series = x * s;
     let t = 1.0 / (1.0 + 0.5 * ax);
-    let p = t
-        * (0.278_868_07
-            + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))));
-    let p = t * (1.000_023_68 + t * (0.374_091_96 + t * (0.096_784_18 + t * (-0.186_288_06 + p))));
-    let erfc = t * exp(-x2 - 1.265_512_2 + p);
+    let mut p = ERFC[9];
+    for &c in ERFC[1..9].iter().rev() {
+        p = p * t + c;
+    }
+    let erfc = t * exp(-x2 + ERFC[0] + t * p);
     let tail = (1.0 - erfc).copysign(x);
     if ax < 1.0 {
         series
