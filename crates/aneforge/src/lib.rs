@@ -5,6 +5,7 @@
 
 pub mod graph;
 pub mod lower;
+pub mod target;
 
 pub use graph::{DType, GraphError, HostArray, Tensor};
 pub use lower::{AneArch, Artifact, Compress, LowerError, ParameterMode, Target};

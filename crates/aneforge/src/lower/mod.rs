@@ -14,39 +14,9 @@ pub use consts::{to_f16, BLOB_PATH, INLINE_MAX_ELEMENTS};
 pub use order::topo_order;
 
 use crate::graph::{GraphError, Tensor};
+pub use crate::target::AneArch;
 use aneforge_mil as mil;
 use std::fmt;
-
-/// An ANE architecture (`h16`, `h15g`, ...). The target work fills in the 28 architectures, their
-/// families and limits; today the name is carried and validated for shape only.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct AneArch {
-    name: String,
-}
-
-impl AneArch {
-    pub fn new(name: &str) -> Result<AneArch, LowerError> {
-        let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric());
-        if !ok {
-            return Err(LowerError::BadArch {
-                name: name.to_string(),
-            });
-        }
-        Ok(AneArch {
-            name: name.to_ascii_lowercase(),
-        })
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-impl Default for AneArch {
-    fn default() -> Self {
-        AneArch { name: "h16".into() }
-    }
-}
 
 /// What a program is compiled for. The CPU target is fp32 and may use any op the CPU engine runs;
 /// the ANE target is fp16 (inputs, outputs, weights and compute).
@@ -75,7 +45,7 @@ impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::Cpu => f.write_str("cpu"),
-            Target::Ane(a) => write!(f, "ane({})", a.name),
+            Target::Ane(a) => write!(f, "ane({})", a.name()),
         }
     }
 }
@@ -108,8 +78,8 @@ pub enum LowerError {
     DuplicateName { name: String },
     #[error("compile: output name {name:?} must match [A-Za-z_][A-Za-z0-9_]*")]
     BadOutputName { name: String },
-    #[error("compile: ANE architecture {name:?} must be ASCII letters and digits, e.g. \"h16\"")]
-    BadArch { name: String },
+    #[error(transparent)]
+    Target(#[from] crate::target::TargetError),
     #[error("{op} with operand shapes {shapes:?} cannot be lowered for target {target}: {reason}")]
     Unsupported {
         target: String,

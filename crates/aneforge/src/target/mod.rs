@@ -1,0 +1,47 @@
+//! ANE targets: the 28 architecture strings and their capability families, per-family limits
+//! and op floors, the checker every ANE program passes, host detection, the preflight report,
+//! the cost estimate, weight compression and program segmentation.
+
+mod arch;
+pub mod check;
+pub mod host;
+pub mod limits;
+pub mod mil_ops;
+mod report;
+
+pub use arch::{valid_names, AneArch, ArchInfo, Chip, Family, ALIASES, ARCHS};
+pub use check::{check_program, Violation};
+pub use limits::Limits;
+pub use report::{Finding, FindingKind, Report};
+
+/// Errors of target selection, legalization and the final program check.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("unknown ANE target {name:?}; valid: {valid}")]
+    UnknownArch { name: String, valid: String },
+    #[error(
+        "ANE target {name:?} is below the MIL floor (h11, h12, m9 and t0 predate MIL on the ANE); use h13 (A13/M1) or later"
+    )]
+    BelowMilFloor { name: String },
+    #[error("{variable}: {source}")]
+    BadOverride {
+        variable: &'static str,
+        #[source]
+        source: Box<TargetError>,
+    },
+    #[error("the graph cannot run on {}: {report}", report.arch)]
+    NotLegal { report: Box<Report> },
+    #[error("the emitted program is not accepted by {arch} ({}):\n{}", arch.family(), list(.violations))]
+    Check {
+        arch: AneArch,
+        violations: Vec<Violation>,
+    },
+}
+
+fn list(violations: &[Violation]) -> String {
+    violations
+        .iter()
+        .map(|v| format!("  {v}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
