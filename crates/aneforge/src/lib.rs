@@ -4,6 +4,7 @@
 //! [`Model`] on an [`Engine`].
 
 pub mod graph;
+pub mod legalize;
 pub mod lower;
 pub mod target;
 

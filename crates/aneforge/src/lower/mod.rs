@@ -4,7 +4,7 @@
 //! dead nodes dropped → emit (constants deduplicated, large ones into the blob) → print and hash.
 
 mod artifact;
-mod canonicalize;
+pub(crate) mod canonicalize;
 mod consts;
 mod emit;
 mod order;
@@ -120,7 +120,20 @@ pub fn lower(
         }
     }
     let roots: Vec<Tensor> = outputs.iter().map(|(_, t)| (*t).clone()).collect();
-    let canonical = canonicalize::canonicalize(&roots, parameters)?;
+    let mut canonical = canonicalize::canonicalize(&roots, parameters)?;
+    let mut retyped = Vec::new();
+    if let Target::Ane(arch) = target {
+        let named: Vec<(&str, &Tensor)> = outputs.iter().map(|(n, _)| *n).zip(&canonical).collect();
+        let legal = crate::legalize::legalize(&named, *arch);
+        if !legal.report.is_legal() {
+            return Err(crate::target::TargetError::NotLegal {
+                report: Box::new(legal.report),
+            }
+            .into());
+        }
+        canonical = legal.outputs;
+        retyped = legal.retyped;
+    }
     let order = topo_order(&canonical);
 
     let mut leaves: Vec<&Tensor> = order
@@ -168,7 +181,7 @@ pub fn lower(
     for (name, t) in needs_identity {
         emitter.identity(t, name);
     }
-    let output_ports = outputs
+    let output_ports: Vec<PortSpec> = outputs
         .iter()
         .zip(&canonical)
         .map(|((name, _), t)| PortSpec {
@@ -195,7 +208,23 @@ pub fn lower(
         attributes: vec![("buildInfo".into(), build_info())],
         functions: vec![function],
     };
-    let input_ports = std::mem::take(&mut emitter.ports);
+    let mut input_ports = std::mem::take(&mut emitter.ports);
+    let mut output_ports = output_ports;
+    for port in input_ports.iter_mut().chain(output_ports.iter_mut()) {
+        if let Some((_, dtype)) = retyped.iter().find(|(n, _)| *n == port.name) {
+            port.dtype = *dtype;
+        }
+    }
+    if let Target::Ane(arch) = target {
+        let violations = crate::target::check_program(&program, *arch);
+        if !violations.is_empty() {
+            return Err(crate::target::TargetError::Check {
+                arch: *arch,
+                violations,
+            }
+            .into());
+        }
+    }
     let weights = emitter.consts.finish();
     Ok(Artifact::new(
         program,
