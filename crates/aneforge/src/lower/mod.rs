@@ -51,12 +51,23 @@ impl fmt::Display for Target {
 }
 
 /// Weight storage. `None` stores weights at the program's float precision (fp32 on the CPU
-/// target, fp16 on the ANE target); quantised modes are added by the compression work.
+/// target, fp16 on the ANE target); the other modes compress large weights of ANE programs
+/// (`target::compress`): `Auto` picks, per weight, the smallest scheme the family streams
+/// natively that passes the accuracy gate; the explicit modes use their scheme on any family.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Compress {
     #[default]
     None,
+    Auto,
+    /// int8 per output channel (`constexpr_affine_dequantize`).
+    Int8,
+    /// 16-entry LUT (`constexpr_lut_to_dense`).
+    Int4,
+    /// Zero mask + values (`constexpr_sparse_to_dense`), for weights at least half zeros.
+    Sparse,
+    /// int4 with one scale per block of 32 (`constexpr_blockwise_shift_scale`).
+    Blockwise,
 }
 
 /// How `parameter` leaves are compiled.

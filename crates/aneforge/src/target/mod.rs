@@ -4,6 +4,7 @@
 
 mod arch;
 pub mod check;
+pub mod compress;
 pub mod host;
 pub mod limits;
 pub mod mil_ops;
@@ -31,6 +32,14 @@ pub enum TargetError {
     },
     #[error("the graph cannot run on {}: {report}", report.arch)]
     NotLegal { report: Box<Report> },
+    #[error("weight compression applies to ANE programs; the CPU target keeps fp32 weights")]
+    CompressCpu,
+    #[error("this compression mode is not supported")]
+    CompressMode,
+    #[error("weight compression: {0}")]
+    Encode(#[from] aneforge_mil::encode::EncodeError),
+    #[error("weights blob: {0}")]
+    Blob(#[from] aneforge_mil::BlobError),
     #[error("the emitted program is not accepted by {arch} ({}):\n{}", arch.family(), list(.violations))]
     Check {
         arch: AneArch,
