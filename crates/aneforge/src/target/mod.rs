@@ -8,11 +8,16 @@ pub mod compress;
 pub mod host;
 pub mod limits;
 pub mod mil_ops;
+pub mod plan;
+mod preflight;
 mod report;
+mod wide;
 
 pub use arch::{valid_names, AneArch, ArchInfo, Chip, Family, ALIASES, ARCHS};
 pub use check::{check_program, Violation};
 pub use limits::Limits;
+pub use plan::{compile_ane, HostOutput, Plan, PlanOptions, Segment, Source};
+pub use preflight::preflight;
 pub use report::{Finding, FindingKind, Report};
 
 /// Errors of target selection, legalization and the final program check.
@@ -32,6 +37,8 @@ pub enum TargetError {
     },
     #[error("the graph cannot run on {}: {report}", report.arch)]
     NotLegal { report: Box<Report> },
+    #[error("running segment {segment} on the CPU engine: {message}")]
+    Run { segment: usize, message: String },
     #[error("weight compression applies to ANE programs; the CPU target keeps fp32 weights")]
     CompressCpu,
     #[error("this compression mode is not supported")]
