@@ -5,6 +5,7 @@
 mod arch;
 pub mod check;
 pub mod compress;
+pub mod estimate;
 pub mod host;
 pub mod limits;
 pub mod mil_ops;
@@ -15,6 +16,7 @@ mod wide;
 
 pub use arch::{valid_names, AneArch, ArchInfo, Chip, Family, ALIASES, ARCHS};
 pub use check::{check_program, Violation};
+pub use estimate::{estimate, Estimate};
 pub use limits::Limits;
 pub use plan::{compile_ane, HostOutput, Plan, PlanOptions, Segment, Source};
 pub use preflight::preflight;

@@ -308,6 +308,19 @@ fn split(
 }
 
 impl Plan {
+    /// The cost estimate of each segment (one dispatch each); see [`super::estimate`].
+    pub fn estimates(&self) -> Vec<super::Estimate> {
+        self.segments
+            .iter()
+            .map(|s| super::estimate(s.artifact.program(), self.arch))
+            .collect()
+    }
+
+    /// Estimated microseconds for one pass through every segment.
+    pub fn estimate_us(&self) -> f64 {
+        self.estimates().iter().map(|e| e.total_us).sum()
+    }
+
     /// Fp16 weight bytes per segment, as stored (compressed weights at their stored size).
     pub fn segment_weight_bytes(&self) -> Vec<u64> {
         self.segments
