@@ -507,3 +507,48 @@ fn bool_inputs_are_fed_as_fp16() {
         .set("x", &[4], vec![0.25, 0.5, 0.75, -1.0]);
     same(&[y, z], &l.outputs, &f, 0.0);
 }
+
+#[test]
+fn the_op_catalog_matches_what_the_legalizer_does() {
+    use aneforge::graph::{BinaryOp, UnaryOp};
+    use aneforge::legalize::catalog::{graph_ops, Status};
+    use aneforge::target::Family;
+    for family in Family::ALL {
+        let rows = graph_ops(family);
+        let status = |op: &str| rows.iter().find(|r| r.op == op).unwrap().status;
+        let x = input("x", &[4, 8], DType::F32).unwrap();
+        let mut cases: Vec<(&str, Tensor)> = UnaryOp::ALL
+            .iter()
+            .map(|&u| (u.name(), x.unary(u).unwrap()))
+            .collect();
+        cases.extend(
+            BinaryOp::ALL
+                .iter()
+                .map(|&b| (b.name(), x.binary(b, &x.abs().unwrap()).unwrap())),
+        );
+        cases.push(("argmax", x.argmax(1, false).unwrap()));
+        cases.push(("cumsum", x.cumsum(1, false, false).unwrap()));
+        cases.push((
+            "reduce_prod",
+            x.reduce(ReduceOp::Prod, &[1], false).unwrap(),
+        ));
+        cases.push(("reduce_sum", x.sum(&[1], false).unwrap()));
+        cases.push(("softmax", x.softmax(1).unwrap()));
+        for (op, t) in cases {
+            let l = legalize(&[("y", &t)], family.base_arch());
+            assert!(l.report.is_legal(), "{op} on {family}: {}", l.report);
+            let rewritten = l
+                .report
+                .findings
+                .iter()
+                .any(|f| f.op == op && matches!(f.kind, FindingKind::Rewritten { .. }));
+            assert_eq!(
+                rewritten,
+                status(op) == Status::Rewritten,
+                "{op} on {family}: catalog says {:?}\n{}",
+                status(op),
+                l.report
+            );
+        }
+    }
+}

@@ -40,7 +40,7 @@ pub fn decompose_masked(
     }
     cx.rewritten(
         node,
-        "masked attention → matmul, additive mask (−1e4), softmax, matmul (the native op ignores masks)",
+        "masked/causal attention → matmul, additive mask (−1e4), softmax, matmul (the native op ignores masks)",
     );
     Ok(Some(scores.softmax(-1)?.matmul(v)?))
 }

@@ -13,6 +13,7 @@
 
 mod attention;
 mod build;
+pub mod catalog;
 mod index;
 mod math;
 mod outputs;

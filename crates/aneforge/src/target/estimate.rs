@@ -102,7 +102,7 @@ impl std::fmt::Display for Estimate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "estimate for {} ({}: {} TFLOP/s fp16, {} GB/s): {:.1} µs = {:.0} µs dispatch + {:.1} µs over {} ops ({:.3} GFLOP, {:.2} MB) — a roofline model, not a measurement",
+            "estimate for {} ({}: {:.1} TFLOP/s fp16, {:.1} GB/s): {:.1} µs = {:.0} µs dispatch + {:.1} µs over {} ops ({:.3} GFLOP, {:.2} MB) — a roofline model, not a measurement",
             self.arch,
             self.figures.chip,
             self.figures.peak_tflops,
