@@ -233,10 +233,8 @@ pub fn lower(
         functions: vec![function],
     };
     let input_ports = std::mem::take(&mut emitter.ports);
-    let weights = emitter.consts.finish();
-    let blob = mil::BlobFile::from_vec(BLOB_PATH, weights.clone())?;
-    let blobs: std::collections::HashMap<String, mil::BlobFile> =
-        [(BLOB_PATH.to_string(), blob)].into_iter().collect();
+    let weights = std::sync::Arc::new(emitter.consts.finish());
+    let blobs = artifact::blob_store(&weights)?;
     mil::validate_with_blobs(&program, &blobs).map_err(LowerError::Invalid)?;
     Ok(Artifact::new(
         program,
