@@ -214,14 +214,3 @@ fn bool_ports_take_and_give_bools() {
     assert!(matches!(&out[0], HostTensor::F32(v) if v == &[1.0, -2.0, -3.0, 4.0]));
     assert!(matches!(&out[1], HostTensor::Bool(v) if v == &[true, true, false, false]));
 }
-
-#[test]
-fn ane_arch_names_are_checked() {
-    assert_eq!(AneArch::new("H16G").unwrap().name(), "h16g");
-    assert!(AneArch::new("").is_err());
-    assert!(AneArch::new("h16/../x").is_err());
-    assert_eq!(
-        Target::Ane(AneArch::new("h15").unwrap()).to_string(),
-        "ane(h15)"
-    );
-}

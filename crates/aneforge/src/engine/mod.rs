@@ -7,7 +7,7 @@ mod cache;
 pub mod cpu;
 
 pub use aneforge_cpu::{BufferMut, BufferRef, HostSlice, HostTensor};
-pub use cache::{compile_count, stats as cache_stats, CacheStats};
+pub use cache::{cache_stats, compile_count, CacheStats};
 
 use crate::lower::Artifact;
 use aneforge_mil as mil;
