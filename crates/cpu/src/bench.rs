@@ -106,6 +106,7 @@ impl P {
                 name: "main".into(),
                 opset: "ios18".into(),
                 inputs: self.inputs,
+                attributes: vec![],
                 body: Block {
                     inputs: vec![],
                     operations: self.ops,
