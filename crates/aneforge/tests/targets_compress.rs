@@ -189,3 +189,71 @@ fn cpu_programs_are_not_compressed() {
     let cpu = lower(&[("y", &m.y)], &Target::Cpu, ParameterMode::Input).unwrap();
     assert!(compress(cpu, Compress::None).is_ok());
 }
+
+fn run_cpu(a: &Artifact, x: &[f32]) -> Vec<f32> {
+    let plan = aneforge_cpu::compile(
+        a.program(),
+        "main",
+        &a.blob_store().unwrap(),
+        &aneforge_cpu::CompileOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut inst = plan.instantiate();
+    inst.set_input("x", aneforge_cpu::HostSlice::F32(x))
+        .unwrap();
+    inst.execute().unwrap();
+    inst.read_output_f32("y").unwrap()
+}
+
+#[test]
+fn compressed_programs_execute_within_the_gate_on_the_cpu_engine() {
+    let mut rng = StdRng::seed_from_u64(6);
+    let dense: Vec<f32> = (0..96 * 128).map(|_| rng.random_range(-0.5..0.5)).collect();
+    let sparse: Vec<f32> = dense
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| if i % 3 == 0 { v } else { 0.0 })
+        .collect();
+    let x: Vec<f32> = (0..2 * 128).map(|_| rng.random_range(-1.0..1.0)).collect();
+    for (weights, mode) in [
+        (&dense, Compress::Int8),
+        (&dense, Compress::Int4),
+        (&dense, Compress::Blockwise),
+        (&sparse, Compress::Sparse),
+        (&dense, Compress::Auto),
+    ] {
+        let w = constant(HostArray::from_f32(&[96, 128], weights.clone()).unwrap());
+        let input_x = input("x", &[2, 128], DType::F32).unwrap();
+        let y = input_x.linear(&w, None).unwrap();
+        let plain = lower(
+            &[("y", &y)],
+            &Target::Ane(AneArch::new("h16").unwrap()),
+            ParameterMode::Input,
+        )
+        .unwrap();
+        let want = run_cpu(&plain, &x);
+        let (c, report) = compress(plain, mode).unwrap();
+        let err = report.weights[0].max_abs_error;
+        let got = run_cpu(&c, &x);
+        let moved = got.iter().zip(&want).any(|(a, b)| a != b);
+        assert_eq!(moved, err > 0.0, "{mode:?}: {report}");
+        for row in 0..2 {
+            let l1: f64 = x[row * 128..(row + 1) * 128]
+                .iter()
+                .map(|&v| f64::from(v).abs())
+                .sum();
+            for col in 0..96 {
+                let i = row * 96 + col;
+                let d = f64::from((got[i] - want[i]).abs());
+                // Weight error through the dot product, plus fp16 rounding of the result.
+                let bound = l1 * err + 1e-2 * f64::from(want[i].abs()).max(1.0);
+                assert!(
+                    d <= bound,
+                    "{mode:?} y[{i}]: |{} - {}| > {bound}",
+                    got[i],
+                    want[i]
+                );
+            }
+        }
+    }
+}

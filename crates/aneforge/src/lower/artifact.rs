@@ -5,8 +5,16 @@ use super::Target;
 use crate::graph::{DType, HostArray};
 use aneforge_mil as mil;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+
+pub(crate) fn blob_store(
+    weights: &Arc<Vec<u8>>,
+) -> Result<HashMap<String, mil::BlobFile>, mil::BlobError> {
+    let file = mil::BlobFile::parse(super::BLOB_PATH, weights.clone())?;
+    Ok([(super::BLOB_PATH.to_string(), file)].into_iter().collect())
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum PortKind {
@@ -51,7 +59,7 @@ pub struct Artifact {
 impl Artifact {
     pub(crate) fn new(
         program: mil::Program,
-        weights: Vec<u8>,
+        weights: Arc<Vec<u8>>,
         target: Target,
         inputs: Vec<PortSpec>,
         outputs: Vec<PortSpec>,
@@ -60,10 +68,10 @@ impl Artifact {
         let mut h = Sha256::new();
         h.update((text.len() as u64).to_le_bytes());
         h.update(text.as_bytes());
-        h.update(&weights);
+        h.update(weights.as_slice());
         Artifact {
             program,
-            weights: Arc::new(weights),
+            weights,
             text,
             hash: h.finalize().into(),
             target,
@@ -107,31 +115,33 @@ impl Artifact {
         &self.outputs
     }
 
-    /// The parsed blob, keyed by the BLOBFILE path the program uses.
-    pub fn blob_store(
-        &self,
-    ) -> Result<std::collections::HashMap<String, mil::BlobFile>, mil::BlobError> {
+    /// The parsed blob (sharing the weight bytes), keyed by the BLOBFILE path the program uses.
+    pub fn blob_store(&self) -> Result<HashMap<String, mil::BlobFile>, mil::BlobError> {
+        blob_store(&self.weights)
+    }
+
+    /// Writes the program directory (`model.mil`, `weights/weight.bin`), validated, replacing
+    /// `dir` atomically.
+    pub fn save(&self, dir: &Path) -> Result<(), mil::ProgramDirError> {
+        self.program_dir()?.save(dir)
+    }
+
+    /// The program with its blob file (sharing the weight bytes), as a program directory.
+    pub fn program_dir(&self) -> Result<mil::ProgramDir, mil::ProgramDirError> {
         let file = mil::BlobFile::parse(super::BLOB_PATH, self.weights.clone())?;
-        Ok([(super::BLOB_PATH.to_string(), file)].into_iter().collect())
+        Ok(mil::ProgramDir {
+            program: self.program.clone(),
+            blobs: [(super::BLOB_PATH.to_string(), file)].into_iter().collect(),
+        })
     }
 
-    /// Writes the program directory (`model.mil`, `weights/weight.bin`); each file is written to a
-    /// temporary name and renamed into place.
-    pub fn save(&self, dir: &Path) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir.join("weights"))?;
-        write_atomic(&dir.join("weights").join("weight.bin"), &self.weights)?;
-        write_atomic(&dir.join("model.mil"), self.text.as_bytes())
+    /// Writes the program as a Core ML `.mlpackage` directory.
+    pub fn export_mlpackage(
+        &self,
+        dir: &Path,
+        options: &mil::mlpackage::ExportOptions,
+    ) -> Result<(), mil::mlpackage::ExportError> {
+        let blob = mil::BlobFile::parse(super::BLOB_PATH, self.weights.clone())?;
+        mil::mlpackage::export(&self.program, &[(super::BLOB_PATH, &blob)], dir, options)
     }
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!(
-        "{}.tmp{}",
-        path.extension().and_then(|e| e.to_str()).unwrap_or(""),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }

@@ -8,10 +8,12 @@ pub(crate) mod canonicalize;
 mod consts;
 mod emit;
 mod order;
+mod rewrite;
 
 pub use artifact::{Artifact, PortKind, PortSpec};
 pub use consts::{to_f16, BLOB_PATH, INLINE_MAX_ELEMENTS};
 pub use order::topo_order;
+pub use rewrite::rewrite_graph;
 
 use crate::graph::{GraphError, Tensor};
 pub use crate::target::AneArch;
@@ -106,6 +108,8 @@ pub enum LowerError {
     },
     #[error("weights blob: {0}")]
     Blob(#[from] mil::BlobError),
+    #[error("the lowered program fails MIL validation (a lowering bug): {0}")]
+    Invalid(mil::ValidationErrors),
 }
 
 /// Lowers named outputs to a program for `target`.
@@ -170,10 +174,13 @@ pub fn lower(
     reserved.extend(leaf_names);
 
     let mut emitter = emit::Emitter::new(target, reserved);
-    let mut needs_identity = Vec::new();
+    let mut needs_alias = Vec::new();
     for ((name, _), t) in outputs.iter().zip(&canonical) {
-        if t.op().is_leaf() || emitter.name_of(t).is_some() {
-            needs_identity.push((*name, t));
+        let aliased = t.op().is_leaf()
+            || emitter.name_of(t).is_some()
+            || t.dtype() == crate::graph::DType::Bool;
+        if aliased {
+            needs_alias.push((*name, t));
         } else {
             emitter.assign(t, name);
         }
@@ -189,8 +196,8 @@ pub fn lower(
             emitter.emit(node)?;
         }
     }
-    for (name, t) in needs_identity {
-        emitter.identity(t, name);
+    for (name, t) in needs_alias {
+        emitter.output_alias(t, name);
     }
     let output_ports: Vec<PortSpec> = outputs
         .iter()
@@ -198,7 +205,7 @@ pub fn lower(
         .map(|((name, _), t)| PortSpec {
             name: name.to_string(),
             dtype: t.dtype(),
-            mil_dtype: emitter.mil_dtype(t.dtype()),
+            mil_dtype: emitter.port_dtype(t.dtype()),
             shape: t.shape().to_vec(),
             kind: PortKind::Output,
         })
@@ -226,6 +233,9 @@ pub fn lower(
             port.dtype = *dtype;
         }
     }
+    let weights = std::sync::Arc::new(emitter.consts.finish());
+    let blobs = artifact::blob_store(&weights)?;
+    mil::validate_with_blobs(&program, &blobs).map_err(LowerError::Invalid)?;
     if let Target::Ane(arch) = target {
         let violations = crate::target::check_program(&program, *arch);
         if !violations.is_empty() {
@@ -236,7 +246,6 @@ pub fn lower(
             .into());
         }
     }
-    let weights = emitter.consts.finish();
     Ok(Artifact::new(
         program,
         weights,

@@ -147,11 +147,13 @@ pub fn compress(
     }
     let compressed = Artifact::new(
         program,
-        writer.finish(),
+        std::sync::Arc::new(writer.finish()),
         artifact.target().clone(),
         artifact.inputs().to_vec(),
         artifact.outputs().to_vec(),
     );
+    let blobs = compressed.blob_store()?;
+    mil::validate_with_blobs(compressed.program(), &blobs).map_err(TargetError::Invalid)?;
     let violations = super::check_program(compressed.program(), *arch);
     if !violations.is_empty() {
         return Err(TargetError::Check {

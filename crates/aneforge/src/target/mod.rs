@@ -49,6 +49,8 @@ pub enum TargetError {
     Encode(#[from] aneforge_mil::encode::EncodeError),
     #[error("weights blob: {0}")]
     Blob(#[from] aneforge_mil::BlobError),
+    #[error("the compressed program fails MIL validation (a compression bug): {0}")]
+    Invalid(aneforge_mil::ValidationErrors),
     #[error("the emitted program is not accepted by {arch} ({}):\n{}", arch.family(), list(.violations))]
     Check {
         arch: AneArch,
