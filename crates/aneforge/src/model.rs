@@ -49,6 +49,8 @@ pub fn compile_named(
     options: &CompileOptions,
 ) -> Result<Model, Error> {
     let artifact = lower::lower(outputs, &options.target, options.parameters)?;
+    let (artifact, _) =
+        crate::target::compress::compress(artifact, options.compress).map_err(LowerError::from)?;
     Model::load(Arc::new(artifact), options.engine)
 }
 

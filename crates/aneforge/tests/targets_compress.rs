@@ -233,6 +233,18 @@ fn compressed_programs_execute_within_the_gate_on_the_cpu_engine() {
         .unwrap();
         let want = run_cpu(&plain, &x);
         let (c, report) = compress(plain, mode).unwrap();
+        if let Ok(dir) = std::env::var("ANEFORGE_DUMP_CORPUS") {
+            let name = format!("compress_{mode:?}");
+            let options = aneforge_mil::mlpackage::ExportOptions {
+                short_description: name.clone(),
+                ..Default::default()
+            };
+            c.export_mlpackage(
+                &std::path::Path::new(&dir).join(format!("{name}.mlpackage")),
+                &options,
+            )
+            .unwrap();
+        }
         let err = report.weights[0].max_abs_error;
         let got = run_cpu(&c, &x);
         let moved = got.iter().zip(&want).any(|(a, b)| a != b);
@@ -256,4 +268,41 @@ fn compressed_programs_execute_within_the_gate_on_the_cpu_engine() {
             }
         }
     }
+}
+
+#[test]
+fn compile_options_compress_ane_models() {
+    use aneforge::engine::HostSlice;
+    use aneforge::{compile_named, CompileOptions};
+    let m = model(7);
+    let ane = |compress| CompileOptions {
+        target: Target::Ane(AneArch::new("h15").unwrap()),
+        compress,
+        ..CompileOptions::default()
+    };
+    let x: Vec<f32> = (0..256)
+        .map(|i| ((i * 13 % 17) as f32 - 8.0) / 8.0)
+        .collect();
+    let mut outs = Vec::new();
+    for mode in [Compress::None, Compress::Auto] {
+        let mut model = compile_named(&[("y", &m.y)], &ane(mode)).unwrap();
+        model.set_input("x", HostSlice::F32(&x)).unwrap();
+        model.execute().unwrap();
+        outs.push((model.weights().len(), model.read_output_f32("y").unwrap()));
+    }
+    assert!(outs[1].0 < outs[0].0 / 2, "auto must shrink the weights");
+    let scale = outs[0].1.iter().fold(1f32, |a, v| a.max(v.abs()));
+    let worst = outs[0]
+        .1
+        .iter()
+        .zip(&outs[1].1)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst < 0.1 * scale, "worst {worst} of {scale}");
+    let cpu = CompileOptions {
+        compress: Compress::Auto,
+        ..CompileOptions::default()
+    };
+    let err = compile_named(&[("y", &m.y)], &cpu).unwrap_err().to_string();
+    assert!(err.contains("ANE programs"), "{err}");
 }

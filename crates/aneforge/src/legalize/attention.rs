@@ -2,9 +2,9 @@
 //! causal attention is decomposed with an additive mask clamped at −1e4; grouped-query head
 //! repeats become a 0/1 expansion matmul.
 
-use super::build::{along_axis, f32_const, zero_one};
+use super::build::{along_axis, f32_const, indicator, zero_one};
 use super::Cx;
-use crate::graph::{scalar, DType, GraphError, Op, Tensor};
+use crate::graph::{DType, GraphError, Op, Tensor};
 
 /// Masked positions add this to the scores: far below any fp16 score, with room before −65504.
 pub const ANE_MASKED: f32 = -1.0e4;
@@ -48,7 +48,7 @@ pub fn decompose_masked(
 /// A mask as an additive term no lower than [`ANE_MASKED`].
 fn additive(mask: &Tensor) -> Result<Tensor, GraphError> {
     if mask.dtype() == DType::Bool {
-        return mask.select(&scalar(0.0), &scalar(ANE_MASKED));
+        return indicator(mask)?.add_scalar(-1.0)?.mul_scalar(-ANE_MASKED);
     }
     if let Some(values) = mask.constant_value().and_then(|c| c.as_f32()) {
         return f32_const(

@@ -1,7 +1,7 @@
 //! Small graph builders the rules share: index ramps, 0/1 matrices, and a matmul applied along
 //! one axis.
 
-use crate::graph::{constant, scalar, GraphError, HostArray, Tensor};
+use crate::graph::{constant, DType, GraphError, HostArray, Tensor};
 
 /// An f32 constant.
 pub fn f32_const(shape: &[usize], data: Vec<f32>) -> Result<Tensor, GraphError> {
@@ -15,9 +15,9 @@ pub fn ramp(n: usize, rank: usize, axis: usize) -> Result<Tensor, GraphError> {
     f32_const(&shape, (0..n).map(|i| i as f32).collect())
 }
 
-/// `cond ? 1 : 0` as f32.
+/// `cond ? 1 : 0` as f32 (a cast: coremltools infers `select`'s shape from its branches only).
 pub fn indicator(cond: &Tensor) -> Result<Tensor, GraphError> {
-    cond.select(&scalar(1.0), &scalar(0.0))
+    cond.cast(DType::F32)
 }
 
 /// A constant `[rows, cols]` 0/1 matrix.

@@ -113,7 +113,8 @@ pub fn argmax(
     );
     let a = axis as isize;
     let hit = x.eq(&x.max(&[a], true)?)?;
-    let candidates = hit.select(&ramp(n, x.rank(), axis)?, &scalar(n as f32))?;
+    let positions = ramp(n, x.rank(), axis)?.broadcast_to(x.shape())?;
+    let candidates = hit.select(&positions, &scalar(n as f32))?;
     Ok(Some(candidates.min(&[a], keepdims)?))
 }
 
@@ -201,9 +202,7 @@ pub fn reduce_prod(
     let half = negatives.mul_scalar(0.5)?;
     let odd = half.sub(&half.floor()?)?;
     let sign = odd.mul_scalar(-4.0)?.add_scalar(1.0)?;
-    let alive = zeros
-        .compare_scalar(CompareOp::Greater, 0.5)?
-        .select(&scalar(0.0), &scalar(1.0))?;
+    let alive = indicator(&zeros.compare_scalar(CompareOp::LessEqual, 0.5)?)?;
     let out = magnitude.mul(&sign)?.mul(&alive)?;
     if keepdims {
         return Ok(Some(out));
