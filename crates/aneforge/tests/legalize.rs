@@ -345,7 +345,13 @@ fn grouped_query_head_repeat_becomes_an_expansion_matmul() {
 fn hardware_workarounds_preserve_values() {
     let x = input("x", &[12], DType::F32).unwrap();
     let sq = x.square().unwrap();
-    let floored = x.floor().unwrap().mul_scalar(3.0).unwrap();
+    let floored = x
+        .floor()
+        .unwrap()
+        .mul_scalar(3.0)
+        .unwrap()
+        .add(&x.ceil().unwrap().neg().unwrap())
+        .unwrap();
     let rounded = x.round().unwrap();
     let soft = x.softplus().unwrap();
     let outs = [sq, floored, rounded, soft];

@@ -241,6 +241,15 @@ pub fn cumsum(
     Ok(Some(along_axis(x, &m, axis)?))
 }
 
+/// floor, ceil or round: ops after which the ANE mishandles a broadcast multiplier (negation
+/// is emitted as a multiply by −1).
+pub fn is_rounding(t: &Tensor) -> bool {
+    matches!(
+        t.op(),
+        Op::Unary(UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round)
+    )
+}
+
 /// Constants up to this many elements are expanded to full shape; larger ones are tiled.
 const FULL_CONSTANT_MAX: usize = 65536;
 
@@ -250,12 +259,7 @@ pub fn mul_after_rounding(
     node: &Tensor,
     srcs: &[Tensor],
 ) -> Result<Option<Tensor>, GraphError> {
-    let rounded = |t: &Tensor| {
-        matches!(
-            t.op(),
-            Op::Unary(UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round)
-        )
-    };
+    let rounded = is_rounding;
     let orig = node.srcs();
     let (keep, widen) = if rounded(&orig[0]) && srcs[1].len() < node.len() {
         (0, 1)

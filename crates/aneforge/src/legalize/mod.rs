@@ -227,6 +227,10 @@ fn rule(cx: &mut Cx, node: &Tensor, srcs: &[Tensor]) -> Result<Option<Tensor>, G
             reverse,
         } => math::cumsum(cx, node, &srcs[0], *axis, *exclusive, *reverse)?,
         Op::Binary(crate::graph::BinaryOp::Mul) => math::mul_after_rounding(cx, node, srcs)?,
+        Op::Unary(U::Neg) if math::is_rounding(&node.srcs()[0]) => {
+            cx.rewritten(node, "negation after floor/ceil/round → 0 − x");
+            Some(crate::graph::scalar(0.0).sub(&srcs[0])?)
+        }
         Op::Gather { axis } => index::gather(cx, node, srcs, *axis)?,
         Op::DynamicSlice { size } => index::dynamic_slice(cx, node, srcs, size)?,
         Op::DynamicSliceUpdate => index::dynamic_slice_update(cx, node, srcs)?,
