@@ -17,7 +17,7 @@ pub struct Figure {
     /// Floating-point operations per execute (0 when not meaningful).
     pub flops: f64,
     pub threads: usize,
-    /// Best on-CPU time of the calling thread per execute (Linux schedstat), when available. With
+    /// Mean on-CPU time of the calling thread per execute (Linux schedstat), when available. With
     /// one thread this is the kernel's cost without time lost to other processes on a busy machine.
     pub cpu_seconds: Option<f64>,
 }
@@ -36,13 +36,15 @@ impl Figure {
 
 impl std::fmt::Display for Figure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // schedstat advances at scheduler ticks: only long samples give a usable on-CPU figure
+        // mean on-CPU time of the calling thread: with one thread, the kernel's cost net of time
+        // lost to other processes on a busy machine
         let cpu = match (self.cpu_seconds, self.threads) {
-            (Some(c), 1) if self.flops > 0.0 && c >= 0.05 => format!(
+            (Some(c), 1) if self.flops > 0.0 => format!(
                 "  on-cpu {:>9.3} ms {:>7.1} GFLOP/s",
                 c * 1e3,
                 self.flops / c / 1e9
             ),
+            (Some(c), 1) => format!("  on-cpu {:>9.3} us", c * 1e6),
             _ => String::new(),
         };
         if self.flops > 0.0 {
@@ -180,20 +182,20 @@ pub fn prepare_with(p: &Program, blobs: &BlobStore, threads: usize) -> Instance 
 
 fn time(name: String, inst: &mut Instance, flops: f64, threads: usize, reps: usize) -> Figure {
     inst.execute().expect("warm-up");
-    let mut cpu_best: Option<f64> = None;
-    let mut times: Vec<f64> = (0..reps.max(1))
-        .map(|_| {
-            let c0 = thread_cpu_ns();
-            let t = Instant::now();
-            inst.execute().expect("execute");
-            let dt = t.elapsed().as_secs_f64();
-            if let (Some(a), Some(b)) = (c0, thread_cpu_ns()) {
-                let c = (b - a) as f64 * 1e-9;
-                cpu_best = Some(cpu_best.map_or(c, |x: f64| x.min(c)));
-            }
-            dt
-        })
-        .collect();
+    // at least `reps` samples and at least 0.3 s, so the on-CPU total is long against the
+    // scheduler tick that schedstat advances with
+    let start = Instant::now();
+    let c0 = thread_cpu_ns();
+    let mut times = Vec::new();
+    while times.len() < reps.max(1) || start.elapsed().as_secs_f64() < 0.3 {
+        let t = Instant::now();
+        inst.execute().expect("execute");
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let cpu_seconds = match (c0, thread_cpu_ns()) {
+        (Some(a), Some(b)) => Some((b - a) as f64 * 1e-9 / times.len() as f64),
+        _ => None,
+    };
     times.sort_by(|a, b| a.total_cmp(b));
     Figure {
         name,
@@ -201,7 +203,7 @@ fn time(name: String, inst: &mut Instance, flops: f64, threads: usize, reps: usi
         median_seconds: times[times.len() / 2],
         flops,
         threads,
-        cpu_seconds: cpu_best,
+        cpu_seconds,
     }
 }
 
@@ -417,21 +419,20 @@ pub fn overhead(reps: usize) -> Figure {
     // many executes per sample so timer resolution does not dominate
     const INNER: usize = 1000;
     inst.execute().expect("warm-up");
-    let mut cpu_best: Option<f64> = None;
+    let c0 = thread_cpu_ns();
     let mut times: Vec<f64> = (0..reps.max(1))
         .map(|_| {
-            let c0 = thread_cpu_ns();
             let t = Instant::now();
             for _ in 0..INNER {
                 inst.execute().expect("execute");
             }
-            if let (Some(a), Some(b)) = (c0, thread_cpu_ns()) {
-                let c = (b - a) as f64 * 1e-9 / INNER as f64;
-                cpu_best = Some(cpu_best.map_or(c, |x: f64| x.min(c)));
-            }
             t.elapsed().as_secs_f64() / INNER as f64
         })
         .collect();
+    let cpu_best = match (c0, thread_cpu_ns()) {
+        (Some(a), Some(b)) => Some((b - a) as f64 * 1e-9 / (reps.max(1) * INNER) as f64),
+        _ => None,
+    };
     times.sort_by(|a, b| a.total_cmp(b));
     Figure {
         name: "overhead: tiny program execute".into(),
