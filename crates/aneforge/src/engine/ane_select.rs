@@ -1,0 +1,77 @@
+//! Choosing an engine: `--engine cpu|ane|auto`.
+
+use super::ane::{AneEngine, AneError};
+use std::sync::Arc;
+
+/// What the user asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EngineKind {
+    Cpu,
+    Ane,
+    /// The ANE where its runtime can be loaded, the CPU otherwise.
+    #[default]
+    Auto,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown engine `{0}`: expected cpu, ane or auto")]
+pub struct UnknownEngine(pub String);
+
+impl std::str::FromStr for EngineKind {
+    type Err = UnknownEngine;
+
+    fn from_str(s: &str) -> Result<EngineKind, UnknownEngine> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cpu" => Ok(EngineKind::Cpu),
+            "ane" => Ok(EngineKind::Ane),
+            "auto" => Ok(EngineKind::Auto),
+            _ => Err(UnknownEngine(s.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EngineKind::Cpu => "cpu",
+            EngineKind::Ane => "ane",
+            EngineKind::Auto => "auto",
+        })
+    }
+}
+
+/// The engine a run uses.
+#[derive(Clone, Debug)]
+pub enum Selected {
+    Cpu,
+    Ane(Arc<AneEngine>),
+}
+
+impl EngineKind {
+    /// `Cpu` always succeeds; `Ane` loads the process-wide ANE engine or fails saying why;
+    /// `Auto` falls back to the CPU when the ANE engine cannot be loaded.
+    pub fn select(self) -> Result<Selected, AneError> {
+        match self {
+            EngineKind::Cpu => Ok(Selected::Cpu),
+            EngineKind::Ane => AneEngine::global().map(Selected::Ane),
+            EngineKind::Auto => Ok(AneEngine::global().map_or(Selected::Cpu, Selected::Ane)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_three_spellings() {
+        assert_eq!("cpu".parse::<EngineKind>(), Ok(EngineKind::Cpu));
+        assert_eq!("ANE".parse::<EngineKind>(), Ok(EngineKind::Ane));
+        assert_eq!(" auto ".parse::<EngineKind>(), Ok(EngineKind::Auto));
+        let err = "gpu".parse::<EngineKind>().unwrap_err();
+        assert_eq!(err.to_string(), "unknown engine `gpu`: expected cpu, ane or auto");
+        for kind in [EngineKind::Cpu, EngineKind::Ane, EngineKind::Auto] {
+            assert_eq!(kind.to_string().parse::<EngineKind>(), Ok(kind));
+        }
+    }
+}
