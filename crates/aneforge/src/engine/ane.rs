@@ -41,7 +41,11 @@ pub enum AneError {
     Library { path: PathBuf, reason: String },
     #[error("{} does not export {symbol} (looked up with and without a leading underscore)", path.display())]
     MissingSymbol { path: PathBuf, symbol: &'static str },
-    #[error("{call} failed with error code {code}{}{}", paren(context), colon(message))]
+    #[error(
+        "{call} failed with error code {code}{}{}",
+        paren(context),
+        colon(message)
+    )]
     Call {
         call: &'static str,
         code: i64,
@@ -130,7 +134,11 @@ pub fn default_library_path() -> Result<PathBuf, AneError> {
 /// The program-directory cache: `ANEFORGE_CACHE`, else `$XDG_CACHE_HOME/aneforge`, else
 /// `$HOME/.cache/aneforge`, else the temp directory.
 pub fn default_cache_dir() -> PathBuf {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     env(CACHE_ENV)
         .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("aneforge")))
         .or_else(|| env("HOME").map(|d| d.join(".cache").join("aneforge")))
@@ -524,10 +532,9 @@ impl AneEngine {
             stream: None,
             encoded: false,
         };
-        let function = loaded.function.insert(rt.retain_function(
-            loaded.library.as_ref().expect("set above"),
-            "main",
-        )?);
+        let function = loaded
+            .function
+            .insert(rt.retain_function(loaded.library.as_ref().expect("set above"), "main")?);
         let op_options = loaded.op_options.insert(rt.op_options(function, "main")?);
         let operation = &*loaded.operation.insert(rt.operation(op_options)?);
         let first_load = program.buffers.is_empty();
@@ -626,7 +633,8 @@ impl AneEngine {
         if let Some(loaded) = state.slots.get(&program.id).and_then(|s| s.loaded.as_ref()) {
             let port = &loaded.ports[input];
             let name = &program.ports[input].info.name;
-            self.runtime.bind(port, program.bound_buffer(input)?, name)?;
+            self.runtime
+                .bind(port, program.bound_buffer(input)?, name)?;
         }
         Ok(())
     }
@@ -657,12 +665,19 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Writes a program directory next to its final place and renames it there, so a directory under
 /// its final name is always complete.
-fn write_program_dir(root: &Path, dir: &Path, mil_text: &str, weights: &[u8]) -> Result<(), AneError> {
+fn write_program_dir(
+    root: &Path,
+    dir: &Path,
+    mil_text: &str,
+    weights: &[u8],
+) -> Result<(), AneError> {
     std::fs::create_dir_all(root).map_err(|e| io_err(root, e))?;
     let staging = root.join(format!(
         ".staging-{}-{}",
         std::process::id(),
-        dir.file_name().and_then(|n| n.to_str()).unwrap_or("program")
+        dir.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("program")
     ));
     let _ = std::fs::remove_dir_all(&staging);
     let weights_dir = staging.join("weights");
@@ -697,9 +712,9 @@ fn main_ports(mil_path: &Path, text: &str) -> Result<(Vec<PortInfo>, Vec<PortInf
         ))
     })?;
     let port = |name: &str, ty: Option<&ValueType>| -> Result<PortInfo, AneError> {
-        let tensor = ty.and_then(ValueType::tensor).ok_or_else(|| {
-            err(format!("port `{name}` of `main` is not a tensor"))
-        })?;
+        let tensor = ty
+            .and_then(ValueType::tensor)
+            .ok_or_else(|| err(format!("port `{name}` of `main` is not a tensor")))?;
         let shape = tensor.static_shape().ok_or_else(|| {
             err(format!(
                 "port `{name}` of `main` has a symbolic shape; the ANE engine needs static shapes"

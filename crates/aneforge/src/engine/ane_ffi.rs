@@ -194,7 +194,10 @@ impl Drop for Handle {
                     "e5rt_e5_compiler_options_release",
                     s.e5rt_e5_compiler_options_release,
                 ),
-                Kind::Library => ("e5rt_program_library_release", s.e5rt_program_library_release),
+                Kind::Library => (
+                    "e5rt_program_library_release",
+                    s.e5rt_program_library_release,
+                ),
                 Kind::Function => (
                     "e5rt_program_function_release",
                     s.e5rt_program_function_release,
@@ -482,7 +485,8 @@ impl Runtime {
     pub(crate) fn operation(self: &Arc<Self>, op_options: &Handle) -> Result<Handle, AneError> {
         Self::expect(op_options, Kind::OpOptions);
         let mut raw: Raw = std::ptr::null_mut();
-        let call = "e5rt_execution_stream_operation_create_precompiled_compute_operation_with_options";
+        let call =
+            "e5rt_execution_stream_operation_create_precompiled_compute_operation_with_options";
         // SAFETY: out-pointer first, then live op options.
         let code = unsafe {
             (self
@@ -623,8 +627,7 @@ impl Runtime {
         let call = "e5rt_async_event_create";
         // SAFETY: out-pointer first, a NUL-terminated name, and 0 by value (the third argument is
         // 0 in every public call sequence; it is passed as a full 64-bit register).
-        let code =
-            unsafe { (self.symbols.e5rt_async_event_create)(&mut raw, name_c.as_ptr(), 0) };
+        let code = unsafe { (self.symbols.e5rt_async_event_create)(&mut raw, name_c.as_ptr(), 0) };
         self.check(call, code, name)?;
         self.own(call, Kind::Event, raw, name)
     }
@@ -641,7 +644,8 @@ impl Runtime {
             (self
                 .symbols
                 .e5rt_execution_stream_operation_bind_completion_event)(
-                operation.raw(), event.raw()
+                operation.raw(),
+                event.raw(),
             )
         };
         self.check(

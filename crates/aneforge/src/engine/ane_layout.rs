@@ -68,7 +68,11 @@ impl PortLayout {
             && self
                 .shape
                 .iter()
-                .zip(self.strides.iter().zip(dense_strides(&self.shape, self.elem)))
+                .zip(
+                    self.strides
+                        .iter()
+                        .zip(dense_strides(&self.shape, self.elem)),
+                )
                 .all(|(&d, (&s, ds))| d <= 1 || s == ds)
     }
 
@@ -189,23 +193,39 @@ impl PortLayout {
     }
 }
 
-pub(crate) fn typed_view_mut<'a, T: bytemuck::Pod>(port: &str, bytes: &'a mut [u8]) -> Result<&'a mut [T], AneError> {
+pub(crate) fn typed_view_mut<'a, T: bytemuck::Pod>(
+    port: &str,
+    bytes: &'a mut [u8],
+) -> Result<&'a mut [T], AneError> {
     bytemuck::try_cast_slice_mut(bytes).map_err(|e| AneError::View {
         port: port.to_string(),
-        message: format!("buffer is not addressable as {}: {e}", std::any::type_name::<T>()),
+        message: format!(
+            "buffer is not addressable as {}: {e}",
+            std::any::type_name::<T>()
+        ),
     })
 }
 
-pub(crate) fn typed_view<'a, T: bytemuck::Pod>(port: &str, bytes: &'a [u8]) -> Result<&'a [T], AneError> {
+pub(crate) fn typed_view<'a, T: bytemuck::Pod>(
+    port: &str,
+    bytes: &'a [u8],
+) -> Result<&'a [T], AneError> {
     bytemuck::try_cast_slice(bytes).map_err(|e| AneError::View {
         port: port.to_string(),
-        message: format!("buffer is not addressable as {}: {e}", std::any::type_name::<T>()),
+        message: format!(
+            "buffer is not addressable as {}: {e}",
+            std::any::type_name::<T>()
+        ),
     })
 }
 
 /// Converts host data into the densely packed bytes of `port` (`dst` holds exactly those bytes).
 /// f32 and f16 convert into each other; every other kind must match the port's dtype.
-pub(crate) fn encode_dense(port: &PortInfo, data: HostSlice<'_>, dst: &mut [u8]) -> Result<(), AneError> {
+pub(crate) fn encode_dense(
+    port: &PortInfo,
+    data: HostSlice<'_>,
+    dst: &mut [u8],
+) -> Result<(), AneError> {
     if data.len() != port.len() {
         return Err(AneError::Length {
             port: port.name.clone(),

@@ -69,7 +69,10 @@ mod tests {
         assert_eq!("ANE".parse::<EngineKind>(), Ok(EngineKind::Ane));
         assert_eq!(" auto ".parse::<EngineKind>(), Ok(EngineKind::Auto));
         let err = "gpu".parse::<EngineKind>().unwrap_err();
-        assert_eq!(err.to_string(), "unknown engine `gpu`: expected cpu, ane or auto");
+        assert_eq!(
+            err.to_string(),
+            "unknown engine `gpu`: expected cpu, ane or auto"
+        );
         for kind in [EngineKind::Cpu, EngineKind::Ane, EngineKind::Auto] {
             assert_eq!(kind.to_string().parse::<EngineKind>(), Ok(kind));
         }
