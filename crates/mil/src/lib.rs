@@ -5,11 +5,18 @@
 
 pub mod ast;
 pub mod blob;
+pub mod encode;
+pub mod mlpackage;
+pub mod ops;
+pub mod program_dir;
 pub mod text;
+pub mod validate;
 
 pub use ast::*;
 pub use blob::{BlobError, BlobFile, BlobWriter};
+pub use program_dir::{ProgramDir, ProgramDirError, Summary, WEIGHTS_PATH};
 pub use text::{parse, print, ParseError};
+pub use validate::{validate, validate_with_blobs, ValidationError, ValidationErrors};
 
 /// `tensor<fp16, [2, 3]>` / `fp16` (scalar) spelling of a tensor type, as MIL text writes it.
 pub fn ty_string(ty: &TensorType) -> String {

@@ -7,6 +7,7 @@ mod printer;
 
 pub use parser::parse;
 pub use printer::print;
+pub(crate) use printer::value_type as value_type_string;
 
 /// A syntax error in MIL text, with the 1-based line and column (in characters) where it was
 /// found.

@@ -10,8 +10,16 @@ use crate::ast::*;
 
 pub fn parse(source: &str) -> std::result::Result<Program, ParseError> {
     let tokens = lex(source)?;
-    Parser { tokens, pos: 0 }.program()
+    Parser {
+        tokens,
+        pos: 0,
+        depth: 0,
+    }
+    .program()
 }
+
+/// Deepest nesting of lists, tuples, dicts and types accepted (bounds the parser's recursion).
+const MAX_NESTING: usize = 64;
 
 type Result<T> = std::result::Result<T, ParseError>;
 
@@ -50,6 +58,7 @@ impl RawKind {
 struct Parser {
     tokens: Vec<Token>,
     pos: usize,
+    depth: usize,
 }
 
 fn err_at(line: usize, column: usize, message: impl Into<String>) -> ParseError {
@@ -91,6 +100,14 @@ impl Parser {
     /// `expected <what>, found <token>` at the current token.
     fn expected(&self, what: &str) -> ParseError {
         self.error(format!("expected {what}, found {}", self.peek().describe()))
+    }
+
+    fn nest(&mut self) -> Result<()> {
+        if self.depth >= MAX_NESTING {
+            return Err(self.error(format!("nesting deeper than {MAX_NESTING} levels")));
+        }
+        self.depth += 1;
+        Ok(())
     }
 
     fn is_punct(&self, c: char) -> bool {
@@ -331,6 +348,13 @@ impl Parser {
     }
 
     fn argument(&mut self, name: &str, op_type: &str) -> Result<Argument> {
+        self.nest()?;
+        let result = self.argument_inner(name, op_type);
+        self.depth -= 1;
+        result
+    }
+
+    fn argument_inner(&mut self, name: &str, op_type: &str) -> Result<Argument> {
         if self.eat_punct('(') {
             let mut items = Vec::new();
             if !self.eat_punct(')') {
@@ -383,6 +407,13 @@ impl Parser {
 
     /// `fp16`, `tensor<fp16, [1, ?]>`, `tuple<..>`, `dict<K, V>`, `list<T, n>`.
     fn compound_type(&mut self) -> Result<CompoundType> {
+        self.nest()?;
+        let result = self.compound_type_inner();
+        self.depth -= 1;
+        result
+    }
+
+    fn compound_type_inner(&mut self) -> Result<CompoundType> {
         let (line, column) = self.here();
         let word = self.ident("a type")?;
         if let Some(dtype) = DType::from_name(&word) {
@@ -497,6 +528,13 @@ impl Parser {
     /// A typed literal: `int32(3)`, `tensor<..>(..)` (inline or BLOBFILE), `dict<..>(..)`,
     /// or `(lit, ...)`.
     fn literal(&mut self) -> Result<Literal> {
+        self.nest()?;
+        let result = self.literal_inner();
+        self.depth -= 1;
+        result
+    }
+
+    fn literal_inner(&mut self) -> Result<Literal> {
         if self.eat_punct('(') {
             let mut items = Vec::new();
             if !self.eat_punct(')') {
@@ -636,6 +674,13 @@ impl Parser {
     }
 
     fn raw(&mut self) -> Result<Raw> {
+        self.nest()?;
+        let result = self.raw_inner();
+        self.depth -= 1;
+        result
+    }
+
+    fn raw_inner(&mut self) -> Result<Raw> {
         let (line, column) = self.here();
         let kind = match self.next() {
             Tok::Int(s) => RawKind::Int(s),

@@ -228,8 +228,8 @@ fn bare_scalar(lit: &Literal, out: &mut String) {
 /// Elements as nested `[...]` following `shape`; a shape that disagrees with the data (which
 /// validation rejects) is printed flat so nothing is lost.
 fn nested(data: &TensorData, shape: &[usize], next: &mut usize, out: &mut String) {
-    let expected: usize = shape.iter().product();
-    if shape.is_empty() || expected != data.len() {
+    let expected = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if shape.is_empty() || expected != Some(data.len()) {
         out.push('[');
         for i in 0..data.len() {
             if i > 0 {

@@ -1,0 +1,89 @@
+//! `aneforge mil check` as a process: summary on success, non-zero exit with the error otherwise.
+
+use aneforge_mil::*;
+use std::process::Command;
+
+fn write_program_dir(dir: &std::path::Path) {
+    let mut w = BlobWriter::new();
+    let payload: Vec<u8> = (0..4 * 8).flat_map(|_| 0x3c00u16.to_le_bytes()).collect();
+    let offset = w.add(DType::Fp16, 32, &payload).unwrap();
+    let text = format!(
+        "program(1.3)\n{{\n    func main<ios18>(tensor<fp16, [2, 8]> x) {{\n            \
+         tensor<fp16, [4, 8]> w = const()[name = string(\"w\"), val = tensor<fp16, [4, 8]>(BLOBFILE(path = string(\"@model_path/weights/weight.bin\"), offset = uint64({offset})))];\n            \
+         tensor<fp16, [2, 4]> y = linear(x = x, weight = w)[name = string(\"y\")];\n            \
+         tensor<fp16, [2, 4]> z = relu(x = y)[name = string(\"z\")];\n        \
+         }} -> (z);\n}}"
+    );
+    ProgramDir::with_weights(parse(&text).unwrap(), w.finish())
+        .unwrap()
+        .save(dir)
+        .unwrap();
+}
+
+fn check(dir: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_aneforge"))
+        .args(["mil", "check"])
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_valid_directory_is_summarized() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("prog");
+    write_program_dir(&dir);
+    let out = check(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("main<ios18>: 1 inputs, 1 outputs, 3 ops"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  const: 1\n  linear: 1\n  relu: 1\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("parameters: 32\n"), "{stdout}");
+    assert!(stdout.contains("  fp16: 64\n"), "{stdout}");
+}
+
+#[test]
+fn an_invalid_directory_fails_with_the_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("prog");
+    write_program_dir(&dir);
+    let text = std::fs::read_to_string(dir.join("model.mil")).unwrap();
+    std::fs::write(
+        dir.join("model.mil"),
+        text.replace("relu(x = y)", "relu(x = q)"),
+    )
+    .unwrap();
+    let out = check(&dir);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is not a valid program directory"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "op 'z' (relu #2): argument 'x' uses 'q', which is not defined before this op"
+        ),
+        "{stderr}"
+    );
+
+    std::fs::write(dir.join("weights/weight.bin"), b"short").unwrap();
+    std::fs::write(dir.join("model.mil"), text).unwrap();
+    let out = check(&dir);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("weight.bin: 5 bytes is shorter than the 64-byte weights.bin header"),
+        "{stderr}"
+    );
+}
