@@ -4,11 +4,9 @@
 use crate::backend::{self, BlobStore, Plan};
 use crate::config;
 use crate::error::{Code, Result, SimError};
-use aneforge_mil::{BlobFile, DType, ValueType};
+use aneforge_mil::{DType, ProgramDir, ValueType};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-const MODEL_PATH: &str = "@model_path/";
 
 /// One function input or output.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,30 +129,6 @@ fn compile_error(path: &Path, message: impl std::fmt::Display) -> SimError {
     )
 }
 
-/// Reads every blob file the program references (`@model_path/...` relative to its directory).
-fn load_blobs(path: &Path, program: &aneforge_mil::Program) -> Result<BlobStore> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut blobs = BlobStore::new();
-    for (written, _, _) in program.blob_references() {
-        if blobs.contains_key(written) {
-            continue;
-        }
-        let relative = written.strip_prefix(MODEL_PATH).ok_or_else(|| {
-            compile_error(
-                path,
-                format!("BLOBFILE path {written:?} does not start with {MODEL_PATH:?}"),
-            )
-        })?;
-        let file = dir.join(relative);
-        let bytes =
-            std::fs::read(&file).map_err(|e| compile_error(&file, format!("cannot read: {e}")))?;
-        let blob = BlobFile::from_vec(file.display().to_string(), bytes)
-            .map_err(|e| compile_error(path, e))?;
-        blobs.insert(written.to_string(), blob);
-    }
-    Ok(blobs)
-}
-
 fn ports(path: &Path, function: &aneforge_mil::Function) -> Result<(Vec<PortSpec>, Vec<PortSpec>)> {
     let spec = |name: &str, ty: Option<&ValueType>| -> Result<PortSpec> {
         let what = format!("port `{name}` of function `{}`", function.name);
@@ -194,12 +168,20 @@ fn ports(path: &Path, function: &aneforge_mil::Function) -> Result<(Vec<PortSpec
     Ok((inputs, outputs))
 }
 
-/// Compiles the program at `path` (a `model.mil`), claiming one of the process's program slots.
+/// Compiles the program at `path` (the `model.mil` of a program directory), claiming one of the
+/// process's program slots.
 pub fn compile(path: &Path) -> Result<CompiledProgram> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| compile_error(path, format!("cannot read: {e}")))?;
-    let program = aneforge_mil::parse(&text).map_err(|e| compile_error(path, e))?;
-    let blobs = load_blobs(path, &program)?;
+    if path.file_name().and_then(|n| n.to_str()) != Some("model.mil") {
+        return Err(compile_error(
+            path,
+            "the simulator compiles program directories: expected the path of a model.mil",
+        ));
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let loaded =
+        ProgramDir::load(dir).map_err(|e| SimError::new(Code::CompileFailed, e.to_string()))?;
+    let blobs: BlobStore = loaded.blobs.into_iter().collect();
+    let program = loaded.program;
     let mut functions = Vec::with_capacity(program.functions.len());
     for function in &program.functions {
         let (inputs, outputs) = ports(path, function)?;

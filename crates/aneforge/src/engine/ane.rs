@@ -15,7 +15,7 @@
 use super::ane_ffi::{BufferMemory, Direction, Handle, Runtime, DEVICE_ANE};
 use super::ane_host::{BufferMut, BufferRef, HostSlice, HostTensor, PortInfo};
 use super::ane_layout::{self, element_size, PortLayout};
-use aneforge_mil::{DType, ValueType};
+use aneforge_mil::{DType, ProgramDir, ValueType};
 use half::f16;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -120,7 +120,12 @@ fn colon(s: &str) -> String {
 /// Where the e5rt library comes from: `ANEFORGE_E5RT_LIB` when set, the system framework on macOS,
 /// and nothing elsewhere.
 pub fn default_library_path() -> Result<PathBuf, AneError> {
-    if let Some(path) = std::env::var_os(LIBRARY_ENV).filter(|p| !p.is_empty()) {
+    library_path(std::env::var_os(LIBRARY_ENV))
+}
+
+/// [`default_library_path`] for a given value of `ANEFORGE_E5RT_LIB`.
+pub fn library_path(env_value: Option<std::ffi::OsString>) -> Result<PathBuf, AneError> {
+    if let Some(path) = env_value.filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(path));
     }
     if cfg!(target_os = "macos") {
@@ -361,19 +366,32 @@ impl AneEngine {
         lock(&self.state).stats
     }
 
-    /// Caches the program (MIL text and weights blob) as a program directory named by its content
-    /// hash, then loads it.
-    pub fn load(self: &Arc<Self>, mil_text: &str, weights: &[u8]) -> Result<AneProgram, AneError> {
+    /// Saves `program` in the program cache, in a directory named by its content hash (kept
+    /// across processes; compiled bundles are not), then loads it.
+    pub fn load(self: &Arc<Self>, program: &ProgramDir) -> Result<AneProgram, AneError> {
         let root = self
             .options
             .program_cache
             .clone()
             .unwrap_or_else(default_cache_dir)
             .join("programs");
-        let key = content_key(mil_text.as_bytes(), Some(weights));
+        let text = aneforge_mil::print(&program.program);
+        let mut h = Sha256::new();
+        h.update((text.len() as u64).to_le_bytes());
+        h.update(text.as_bytes());
+        for (path, blob) in &program.blobs {
+            h.update((path.len() as u64).to_le_bytes());
+            h.update(path.as_bytes());
+            h.update((blob.bytes().len() as u64).to_le_bytes());
+            h.update(blob.bytes());
+        }
+        let key: [u8; 32] = h.finalize().into();
         let dir = root.join(hex(&key));
         if !dir.join("model.mil").is_file() {
-            write_program_dir(&root, &dir, mil_text, weights)?;
+            program.save(&dir).map_err(|e| AneError::Io {
+                path: dir.clone(),
+                message: e.to_string(),
+            })?;
         }
         self.load_dir(&dir)
     }
@@ -383,13 +401,7 @@ impl AneEngine {
     pub fn load_dir(self: &Arc<Self>, dir: &Path) -> Result<AneProgram, AneError> {
         let mil_path = dir.join("model.mil");
         let text = std::fs::read_to_string(&mil_path).map_err(|e| io_err(&mil_path, e))?;
-        let weights_path = dir.join("weights").join("weight.bin");
-        let weights = match std::fs::read(&weights_path) {
-            Ok(bytes) => Some(bytes),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_err(&weights_path, e)),
-        };
-        let key = content_key(text.as_bytes(), weights.as_deref());
+        let key = program_key(dir, &text);
         let (inputs, outputs) = main_ports(&mil_path, &text)?;
         let mil_path_str = path_str(&mil_path)?.to_string();
         let mut ports = Vec::with_capacity(inputs.len() + outputs.len());
@@ -649,52 +661,35 @@ impl AneEngine {
     }
 }
 
-fn content_key(mil: &[u8], weights: Option<&[u8]>) -> [u8; 32] {
+/// Identifies one version of a program directory (for the compile-failure backoff): the MIL
+/// text and the size and modification time of the files under `weights/`.
+fn program_key(dir: &Path, text: &str) -> [u8; 32] {
     let mut h = Sha256::new();
-    h.update((mil.len() as u64).to_le_bytes());
-    h.update(mil);
-    if let Some(w) = weights {
-        h.update(w);
+    h.update((text.len() as u64).to_le_bytes());
+    h.update(text.as_bytes());
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("weights"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .collect();
+    files.sort_by_key(|e| e.file_name());
+    for entry in files {
+        h.update(entry.file_name().as_encoded_bytes());
+        if let Ok(meta) = entry.metadata() {
+            h.update(meta.len().to_le_bytes());
+            if let Ok(age) = meta
+                .modified()
+                .map(|t| t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default())
+            {
+                h.update(age.as_nanos().to_le_bytes());
+            }
+        }
     }
     h.finalize().into()
 }
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Writes a program directory next to its final place and renames it there, so a directory under
-/// its final name is always complete.
-fn write_program_dir(
-    root: &Path,
-    dir: &Path,
-    mil_text: &str,
-    weights: &[u8],
-) -> Result<(), AneError> {
-    std::fs::create_dir_all(root).map_err(|e| io_err(root, e))?;
-    let staging = root.join(format!(
-        ".staging-{}-{}",
-        std::process::id(),
-        dir.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("program")
-    ));
-    let _ = std::fs::remove_dir_all(&staging);
-    let weights_dir = staging.join("weights");
-    std::fs::create_dir_all(&weights_dir).map_err(|e| io_err(&weights_dir, e))?;
-    let mil = staging.join("model.mil");
-    std::fs::write(&mil, mil_text).map_err(|e| io_err(&mil, e))?;
-    let blob = weights_dir.join("weight.bin");
-    std::fs::write(&blob, weights).map_err(|e| io_err(&blob, e))?;
-    match std::fs::rename(&staging, dir) {
-        Ok(()) => Ok(()),
-        // another process or thread finished the same directory first
-        Err(_) if dir.join("model.mil").is_file() => {
-            let _ = std::fs::remove_dir_all(&staging);
-            Ok(())
-        }
-        Err(e) => Err(io_err(dir, e)),
-    }
 }
 
 /// The inputs and outputs of function `main`, with static shapes.
