@@ -146,8 +146,9 @@ impl PortLayout {
                 )));
             }
         }
-        let core_extent = extent(mil_core, &core_strides, elem);
-        let mut strides = vec![core_extent.max(elem); skip_mil];
+        // leading axes of size 1 get the stride a row-major layout would give them
+        let outer = core_strides[0].saturating_mul(mil_core[0]);
+        let mut strides = vec![outer; skip_mil];
         strides.extend(core_strides);
         Ok(PortLayout {
             extent: extent(shape, &strides, elem),
