@@ -1,1 +1,27 @@
-//! The aneforge CPU engine: executes MIL programs (issue 3).
+//! The aneforge CPU engine: executes one function of a MIL program (issue 3).
+//!
+//! `compile()` validates a function against coremltools' op definitions, resolves static shapes,
+//! decodes constants once, fuses patterns and lays out an arena; `Plan::instantiate()` gives an
+//! `Instance` that runs it without allocating per execute.
+
+#![allow(clippy::needless_range_loop)]
+
+pub mod bench;
+mod compile;
+mod error;
+mod fuse;
+mod instance;
+mod kernels;
+mod known;
+mod ops;
+mod plan;
+#[doc(hidden)]
+pub mod simd;
+mod tensor;
+
+pub use compile::{compile, CompileOptions};
+pub use error::CpuError;
+pub use instance::Instance;
+pub use known::BlobStore;
+pub use plan::{Plan, PortInfo};
+pub use tensor::{BufferMut, BufferRef, HostSlice, HostTensor};

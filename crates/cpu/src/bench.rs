@@ -1,0 +1,1 @@
+//! Benchmark entry points (filled in later).

@@ -1,0 +1,629 @@
+//! Pattern fusion over the node list (before placement). Every rewrite replaces the last node of
+//! a pattern and removes the earlier ones; intermediate values must have exactly one use and not
+//! be outputs, so no other node can observe the difference.
+//!
+//! Passes: attention (matmul·scale·mask·softmax·matmul → flash kernel), RMS norm
+//! (x·rsqrt(mean(x²)+eps)·w → one row kernel), elementwise chains into one loop, and chains into
+//! matmul/conv epilogues (bias, activation, residual add).
+
+use crate::compile::Builder;
+use crate::kernels::attention::{Attention, View};
+use crate::kernels::ew::{broadcast_shapes, broadcast_strides, Chain, Instr, Load, UnOp};
+use crate::kernels::matmul::Rhs;
+use crate::kernels::rows::{ReduceOp, RowKind, Rows};
+use crate::kernels::Kernel;
+use crate::plan::{Home, Node, Vid};
+use crate::tensor::Elem;
+use std::collections::HashMap;
+
+struct Graph<'a, 'p> {
+    b: &'a mut Builder<'p>,
+    nodes: Vec<Option<Node>>,
+    uses: HashMap<Vid, usize>,
+    producer: HashMap<Vid, usize>,
+}
+
+impl Graph<'_, '_> {
+    fn index(&mut self, outputs: &[Vid]) {
+        self.uses.clear();
+        self.producer.clear();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let Some(n) = n else { continue };
+            let mut seen: Vec<Vid> = Vec::new();
+            for &r in &n.reads {
+                if !seen.contains(&r) {
+                    seen.push(r);
+                    *self.uses.entry(r).or_default() += 1;
+                }
+            }
+            for &w in &n.writes {
+                self.producer.insert(w, i);
+            }
+        }
+        for v in &self.b.values {
+            if let Home::Alias(s) = v.home {
+                *self.uses.entry(s).or_default() += 1;
+            }
+        }
+        for &o in outputs {
+            *self.uses.entry(o).or_default() += 100;
+        }
+    }
+
+    fn single_use(&self, v: Vid) -> bool {
+        self.uses.get(&v).copied() == Some(1)
+    }
+
+    /// The node producing `v` if `v` has exactly one use.
+    fn sole_producer(&self, v: Vid) -> Option<usize> {
+        if self.single_use(v) {
+            self.producer.get(&v).copied()
+        } else {
+            None
+        }
+    }
+
+    fn node(&self, i: usize) -> &Node {
+        self.nodes[i].as_ref().expect("live node")
+    }
+
+    fn op_type(&self, i: usize) -> &str {
+        self.nodes[i].as_ref().map_or("", |n| n.op_type.as_str())
+    }
+
+    fn scalar(&self, v: Vid) -> Option<f32> {
+        let k = self.b.known.get(&v)?;
+        let f = k.f32s()?;
+        (f.len() == 1).then(|| f[0])
+    }
+
+    /// Consumers of `v` (node indices).
+    fn consumers(&self, v: Vid) -> Vec<usize> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.as_ref().is_some_and(|n| n.reads.contains(&v)))
+            .map(|(i, _)| i)
+            .collect()
+    }
+}
+
+pub(crate) fn run(b: &mut Builder<'_>, outputs: &[Vid]) {
+    let nodes = std::mem::take(&mut b.nodes).into_iter().map(Some).collect();
+    let mut g = Graph {
+        b,
+        nodes,
+        uses: HashMap::new(),
+        producer: HashMap::new(),
+    };
+    g.index(outputs);
+    attention(&mut g, outputs);
+    g.index(outputs);
+    rms_norm(&mut g, outputs);
+    g.index(outputs);
+    chains(&mut g, outputs);
+    g.index(outputs);
+    epilogues(&mut g);
+    g.b.nodes = g.nodes.into_iter().flatten().collect();
+}
+
+fn chain_of(n: &Node) -> Option<&Chain> {
+    match &n.kernel {
+        Kernel::Chain(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// The producing instruction of register `reg` yields 0/1 (compare, logical, not).
+fn is_boolean_reg(c: &Chain, reg: usize) -> bool {
+    c.instrs.iter().rev().any(|i| match *i {
+        Instr::Bin(op, d, _, _) => d == reg && (op.is_compare() || op.is_logical()),
+        Instr::Un(UnOp::Not, d, _) => d == reg,
+        _ => false,
+    })
+}
+
+/// `b` with its load of `p` replaced by `a`'s register program (a produced `p`).
+fn merge(a: &Chain, p: Vid, b: &Chain, keep_p: bool) -> Option<Chain> {
+    let (&(preg, _, pelem), _) = a.stores.iter().zip(0..).find(|(s, _)| s.1 == p)?;
+    if !(matches!(pelem, Elem::F32 | Elem::F16) || (pelem == Elem::Bool && is_boolean_reg(a, preg)))
+    {
+        return None;
+    }
+    if a.shape != b.shape
+        || a.loads.len() + b.loads.len() > 16
+        || a.instrs.len() + b.instrs.len() > 64
+    {
+        return None;
+    }
+    let dense = broadcast_strides(&b.shape, &b.shape);
+    // registers: a's loads, b's loads (minus p), a's instrs, b's instrs
+    let mut loads = a.loads.clone();
+    let mut bmap: HashMap<usize, usize> = HashMap::new();
+    let mut b_loads_kept = Vec::new();
+    for (i, l) in b.loads.iter().enumerate() {
+        if l.value == p {
+            if l.strides != dense {
+                return None;
+            }
+        } else {
+            b_loads_kept.push((i, l.clone()));
+        }
+    }
+    let base_a_instr = a.loads.len() + b_loads_kept.len();
+    let amap = |r: usize| {
+        if r < a.loads.len() {
+            r
+        } else {
+            r - a.loads.len() + base_a_instr
+        }
+    };
+    for (k, (i, l)) in b_loads_kept.into_iter().enumerate() {
+        bmap.insert(i, a.loads.len() + k);
+        loads.push(l);
+    }
+    let remap_instr = |ins: &Instr, f: &dyn Fn(usize) -> usize| match *ins {
+        Instr::Un(op, d, s) => Instr::Un(op, f(d), f(s)),
+        Instr::Bin(op, d, x, y) => Instr::Bin(op, f(d), f(x), f(y)),
+        Instr::Select(d, c, x, y) => Instr::Select(f(d), f(c), f(x), f(y)),
+    };
+    let mut instrs: Vec<Instr> = a.instrs.iter().map(|i| remap_instr(i, &amap)).collect();
+    let a_regs = a.nregs - a.loads.len();
+    let base_b_instr = base_a_instr + a_regs;
+    let p_reg = amap(preg);
+    let bf = |r: usize| -> usize {
+        if r < b.loads.len() {
+            if b.loads[r].value == p {
+                p_reg
+            } else {
+                bmap[&r]
+            }
+        } else {
+            r - b.loads.len() + base_b_instr
+        }
+    };
+    instrs.extend(b.instrs.iter().map(|i| remap_instr(i, &bf)));
+    let mut stores: Vec<(usize, Vid, Elem)> = a
+        .stores
+        .iter()
+        .filter(|s| keep_p || s.1 != p)
+        .map(|&(r, v, e)| (amap(r), v, e))
+        .collect();
+    stores.extend(b.stores.iter().map(|&(r, v, e)| (bf(r), v, e)));
+    Some(Chain {
+        shape: b.shape.clone(),
+        loads,
+        instrs,
+        nregs: base_b_instr + (b.nregs - b.loads.len()),
+        stores,
+    })
+}
+
+fn chains(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
+    for bi in 0..g.nodes.len() {
+        while let Some(bc) = g.nodes[bi].as_ref().and_then(chain_of) {
+            let mut merged = None;
+            for l in &bc.loads {
+                let Some(ai) = g.sole_producer(l.value) else {
+                    continue;
+                };
+                if ai >= bi || outputs.contains(&l.value) {
+                    continue;
+                }
+                let Some(ac) = g.nodes[ai].as_ref().and_then(chain_of) else {
+                    continue;
+                };
+                if let Some(m) = merge(ac, l.value, bc, false) {
+                    merged = Some((ai, l.value, m));
+                    break;
+                }
+            }
+            let Some((ai, p, m)) = merged else { break };
+            let a = g.nodes[ai].take().expect("live");
+            let bnode = g.nodes[bi].as_mut().expect("live");
+            let mut reads: Vec<Vid> = a
+                .reads
+                .iter()
+                .chain(bnode.reads.iter())
+                .copied()
+                .filter(|&r| r != p)
+                .collect();
+            reads.dedup();
+            bnode.reads = reads;
+            bnode
+                .writes
+                .extend(a.writes.iter().copied().filter(|&w| w != p));
+            bnode.name = format!("{}+{}", a.name, bnode.name);
+            bnode.kernel = Kernel::Chain(m);
+            g.index(outputs);
+        }
+    }
+}
+
+fn epilogues(g: &mut Graph<'_, '_>) {
+    for bi in 0..g.nodes.len() {
+        let Some(bn) = g.nodes[bi].as_ref() else {
+            continue;
+        };
+        let Some(bc) = chain_of(bn) else { continue };
+        let mut found = None;
+        for l in &bc.loads {
+            let Some(mi) = g.sole_producer(l.value) else {
+                continue;
+            };
+            if mi >= bi {
+                continue;
+            }
+            let ok = matches!(g.node(mi).kernel, Kernel::Matmul(_) | Kernel::Conv(_));
+            if ok {
+                found = Some((mi, l.value));
+                break;
+            }
+        }
+        let Some((mi, o)) = found else { continue };
+        let mut mnode = g.nodes[mi].take().expect("live");
+        let (raw, epi) = match &mut mnode.kernel {
+            Kernel::Matmul(m) => (m.raw, &mut m.epilogue),
+            Kernel::Conv(c) => (c.raw, &mut c.epilogue),
+            _ => unreachable!(),
+        };
+        let shape = g.b.values[o].shape.clone();
+        let oelem = g.b.values[o].elem().unwrap_or(Elem::F32);
+        let base = epi.clone().unwrap_or_else(|| Chain {
+            shape: shape.clone(),
+            loads: vec![Load {
+                value: raw,
+                elem: Elem::F32,
+                strides: broadcast_strides(&shape, &shape),
+            }],
+            instrs: if oelem == Elem::F16 {
+                vec![Instr::Un(UnOp::RoundF16, 1, 0)]
+            } else {
+                vec![]
+            },
+            nregs: if oelem == Elem::F16 { 2 } else { 1 },
+            stores: vec![(if oelem == Elem::F16 { 1 } else { 0 }, o, oelem)],
+        });
+        let bnode = g.nodes[bi].take().expect("live");
+        let bc = chain_of(&bnode).expect("chain");
+        match merge(&base, o, bc, false) {
+            Some(m) => {
+                *epi = Some(m);
+                let mut reads = mnode.reads.clone();
+                reads.extend(bnode.reads.iter().copied().filter(|&r| r != o && r != raw));
+                reads.dedup();
+                mnode.reads = reads;
+                // the product buffer stays a written temporary; `o` disappears unless it is raw
+                mnode.writes.retain(|&w| w != o || w == raw);
+                mnode.writes.extend(bnode.writes.iter().copied());
+                mnode.name = format!("{}+{}", mnode.name, bnode.name);
+                g.nodes[bi] = Some(mnode);
+            }
+            None => {
+                g.nodes[mi] = Some(mnode);
+                g.nodes[bi] = Some(bnode);
+            }
+        }
+    }
+}
+
+fn rms_norm(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
+    for i5 in 0..g.nodes.len() {
+        let Some(n5) = g.nodes[i5].as_ref() else {
+            continue;
+        };
+        if n5.op_type != "mul" || n5.reads.len() != 2 {
+            continue;
+        }
+        // n5 = mul(x, r) with r = rsqrt(add(reduce_mean(mul(x, x)), eps))
+        let (x, r) = {
+            let (a, b2) = (n5.reads[0], n5.reads[1]);
+            match (
+                g.sole_producer(a).map(|i| g.op_type(i) == "rsqrt"),
+                g.sole_producer(b2).map(|i| g.op_type(i) == "rsqrt"),
+            ) {
+                (_, Some(true)) => (a, b2),
+                (Some(true), _) => (b2, a),
+                _ => continue,
+            }
+        };
+        let i4 = g.producer[&r];
+        let Kernel::Chain(c4) = &g.node(i4).kernel else {
+            continue;
+        };
+        let eps2 = match c4.instrs.first() {
+            Some(Instr::Un(UnOp::Rsqrt(e), _, _)) => *e,
+            _ => continue,
+        };
+        let a = g.node(i4).reads[0];
+        let Some(i3) = g.sole_producer(a) else {
+            continue;
+        };
+        if g.op_type(i3) != "add" {
+            continue;
+        }
+        let n3 = g.node(i3);
+        let (m, eps) = match (g.scalar(n3.reads[0]), g.scalar(n3.reads[1])) {
+            (_, Some(e)) => (n3.reads[0], e),
+            (Some(e), _) => (n3.reads[1], e),
+            _ => continue,
+        };
+        let Some(i2) = g.sole_producer(m) else {
+            continue;
+        };
+        let Kernel::Rows(r2) = &g.node(i2).kernel else {
+            continue;
+        };
+        if !matches!(r2.kind, RowKind::Reduce(ReduceOp::Mean)) || r2.inner != 1 {
+            continue;
+        }
+        let sq = g.node(i2).reads[0];
+        let Some(i1) = g.sole_producer(sq) else {
+            continue;
+        };
+        let n1 = g.node(i1);
+        let is_square = (n1.op_type == "mul" && n1.reads == [x, x])
+            || (n1.op_type == "square" && n1.reads == [x]);
+        if !is_square || g.b.values[sq].shape != g.b.values[x].shape {
+            continue;
+        }
+        let xs = g.b.values[x].shape.clone();
+        let d = *xs.last().unwrap_or(&1);
+        if r2.r != d || g.b.values[n5.writes[0]].shape != xs {
+            continue;
+        }
+        // optional trailing mul by a constant weight [d]
+        let y = n5.writes[0];
+        let mut last = i5;
+        let mut out = y;
+        let mut weight = None;
+        if let Some(&i6) = g.consumers(y).first() {
+            let n6 = g.node(i6);
+            if g.single_use(y) && !outputs.contains(&y) && n6.op_type == "mul" {
+                let w = if n6.reads[0] == y {
+                    n6.reads[1]
+                } else {
+                    n6.reads[0]
+                };
+                if let Some(k) = g.b.known.get(&w) {
+                    if k.shape.iter().product::<usize>() == d
+                        && k.shape.last() == Some(&d)
+                        && g.b.values[n6.writes[0]].shape == xs
+                    {
+                        weight = k.f32s();
+                        last = i6;
+                        out = n6.writes[0];
+                    }
+                }
+            }
+        }
+        let x_elem = match g.b.values[x].elem() {
+            Some(e) if e.is_float() => e,
+            _ => continue,
+        };
+        let out_elem = g.b.values[out].elem().unwrap_or(Elem::F32);
+        let name = g.node(last).name.clone();
+        let kernel = Kernel::Rows(Rows {
+            x,
+            x_elem,
+            out,
+            out_elem,
+            out2: None,
+            outer: xs.iter().product::<usize>() / d.max(1),
+            r: d,
+            inner: 1,
+            kind: RowKind::RmsNorm {
+                weight,
+                eps,
+                eps2,
+                round16: x_elem == Elem::F16,
+            },
+        });
+        for i in [i1, i2, i3, i4, i5, last] {
+            g.nodes[i] = None;
+        }
+        g.nodes[last] = Some(Node {
+            name,
+            op_type: "rms_norm".into(),
+            kernel,
+            reads: vec![x],
+            writes: vec![out],
+        });
+        g.index(outputs);
+    }
+}
+
+fn attention(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
+    for i5 in 0..g.nodes.len() {
+        let Some(n5) = g.nodes[i5].as_ref() else {
+            continue;
+        };
+        let Kernel::Matmul(mm2) = &n5.kernel else {
+            continue;
+        };
+        if n5.op_type != "matmul" {
+            continue;
+        }
+        let p = mm2.a;
+        let Some(i4) = g.sole_producer(p) else {
+            continue;
+        };
+        if outputs.contains(&p) {
+            continue;
+        }
+        let Kernel::Rows(sm) = &g.node(i4).kernel else {
+            continue;
+        };
+        if !matches!(sm.kind, RowKind::Softmax)
+            || sm.inner != 1
+            || mm2.a_cs != 1
+            || mm2.a_rs != mm2.k
+        {
+            continue;
+        }
+        let Rhs::Value {
+            v: vv,
+            elem: v_elem,
+            rs: v_rs,
+            cs: v_cs,
+            batch_strides: v_bs,
+        } = &mm2.rhs
+        else {
+            continue;
+        };
+        let mut cur = g.node(i4).reads[0];
+        let mut chain_nodes = vec![i4];
+        let mut mask: Option<(Vid, Vec<usize>)> = None;
+        let mut scale = 1.0f32;
+        // walk back through optional add(mask) and mul/real_div(scale)
+        let mut i1 = None;
+        for _ in 0..3 {
+            let Some(pi) = g.sole_producer(cur) else {
+                break;
+            };
+            if outputs.contains(&cur) {
+                break;
+            }
+            let pn = g.node(pi);
+            match pn.op_type.as_str() {
+                "matmul" => {
+                    i1 = Some(pi);
+                    break;
+                }
+                "add" if mask.is_none() && pn.reads.len() == 2 => {
+                    let scores_like = |v: Vid| {
+                        g.sole_producer(v)
+                            .is_some_and(|i| matches!(g.op_type(i), "matmul" | "mul" | "real_div"))
+                    };
+                    let (a, b2) = (pn.reads[0], pn.reads[1]);
+                    let (src, other) = if scores_like(a) {
+                        (a, b2)
+                    } else if scores_like(b2) {
+                        (b2, a)
+                    } else {
+                        break;
+                    };
+                    mask = Some((other, g.b.values[other].shape.clone()));
+                    chain_nodes.push(pi);
+                    cur = src;
+                }
+                "mul" | "real_div" => {
+                    let (a, b2) = (pn.reads[0], pn.reads[1]);
+                    let (src, c) = match (g.scalar(a), g.scalar(b2)) {
+                        (_, Some(c)) => (a, c),
+                        (Some(c), _) if pn.op_type == "mul" => (b2, c),
+                        _ => break,
+                    };
+                    scale *= if pn.op_type == "mul" { c } else { 1.0 / c };
+                    chain_nodes.push(pi);
+                    cur = src;
+                }
+                _ => break,
+            }
+        }
+        let Some(i1) = i1 else { continue };
+        let Kernel::Matmul(mm1) = &g.node(i1).kernel else {
+            continue;
+        };
+        let Rhs::Value {
+            v: kv,
+            elem: k_elem,
+            rs: k_rs,
+            cs: k_cs,
+            batch_strides: k_bs,
+        } = &mm1.rhs
+        else {
+            continue;
+        };
+        if mm1.batch != mm2.batch
+            || mm1.n != mm2.k
+            || mm1.m != mm2.m
+            || k_bs.is_empty() && !mm1.batch.is_empty()
+        {
+            continue;
+        }
+        let batch = mm1.batch.clone();
+        let (l, s, e, ev) = (mm1.m, mm1.n, mm1.k, mm2.n);
+        let mut full = batch.clone();
+        full.push(l);
+        full.push(s);
+        let mview = match &mask {
+            Some((mv, ms)) => {
+                let Some(me) = g.b.values[*mv].elem() else {
+                    continue;
+                };
+                if broadcast_shapes(ms, &full).as_deref() != Some(&full[..])
+                    || !matches!(me, Elem::F32 | Elem::F16 | Elem::Bool)
+                {
+                    continue;
+                }
+                let st = broadcast_strides(ms, &full);
+                let r = full.len();
+                Some(View {
+                    v: *mv,
+                    elem: me,
+                    batch_strides: st[..r - 2].to_vec(),
+                    rs: st[r - 2],
+                    cs: st[r - 1],
+                })
+            }
+            None => None,
+        };
+        let out = n5.writes[0];
+        let Some(out_elem) = g.b.values[out].elem() else {
+            continue;
+        };
+        let q = View {
+            v: mm1.a,
+            elem: mm1.a_elem,
+            batch_strides: mm1.a_batch_strides.clone(),
+            rs: mm1.a_rs,
+            cs: mm1.a_cs,
+        };
+        let k = View {
+            v: *kv,
+            elem: *k_elem,
+            batch_strides: k_bs.clone(),
+            rs: *k_cs,
+            cs: *k_rs,
+        };
+        let v = View {
+            v: *vv,
+            elem: *v_elem,
+            batch_strides: v_bs.clone(),
+            rs: *v_rs,
+            cs: *v_cs,
+        };
+        let mut reads = vec![q.v, k.v, v.v];
+        if let Some(m) = &mview {
+            reads.push(m.v);
+        }
+        let kernel = Kernel::Attention(Attention {
+            q,
+            k,
+            v,
+            mask: mview,
+            batch,
+            l,
+            s,
+            e,
+            ev,
+            scale,
+            out,
+            out_elem,
+        });
+        let name = format!("{}+attention", g.node(i5).name);
+        chain_nodes.push(i1);
+        for i in chain_nodes {
+            g.nodes[i] = None;
+        }
+        g.nodes[i5] = Some(Node {
+            name,
+            op_type: "attention".into(),
+            kernel,
+            reads,
+            writes: vec![out],
+        });
+        g.index(outputs);
+    }
+}

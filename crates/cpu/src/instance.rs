@@ -1,0 +1,326 @@
+//! `Instance`: port buffers, the arena and scratch of one running copy of a plan.
+
+use crate::error::{CpuError, Result};
+use crate::kernels::Cx;
+use crate::plan::{Plan, PortInfo};
+use crate::tensor::{AlignedBuf, BufferMut, BufferRef, Elem, HostSlice, HostTensor, SendPtr};
+use half::f16;
+use std::sync::Arc;
+
+/// One executable copy of a plan. Not shared between threads while executing.
+pub struct Instance {
+    plan: Arc<Plan>,
+    arena: AlignedBuf,
+    scratch: Vec<f32>,
+    /// Port storages: inputs, then outputs, then staging buffers for shared outputs.
+    storage: Vec<AlignedBuf>,
+    /// Per plan buffer index 1..=nin+nout: the storage it is bound to.
+    bind: Vec<usize>,
+    /// Storage read by `read_output` for output j.
+    out_store: Vec<usize>,
+    /// After execute: copy storage `.0` into storage `.1` (staged shared outputs).
+    end_copies: Vec<(usize, usize)>,
+    ptrs: Vec<SendPtr<u8>>,
+    executed: bool,
+    shared_inputs: Vec<bool>,
+}
+
+// SAFETY: the raw pointers in `ptrs` point into buffers owned by this instance or its `Arc<Plan>`.
+unsafe impl Send for Instance {}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance")
+            .field("plan", &self.plan)
+            .finish()
+    }
+}
+
+fn port_bytes(p: &PortInfo) -> usize {
+    p.len() * Elem::from_dtype(p.dtype).map_or(0, |e| e.size())
+}
+
+impl Instance {
+    pub(crate) fn new(plan: Arc<Plan>) -> Instance {
+        let nin = plan.inputs.len();
+        let nout = plan.outputs.len();
+        let mut storage = Vec::new();
+        for p in plan.inputs.iter().chain(plan.outputs.iter()) {
+            storage.push(AlignedBuf::zeroed(port_bytes(p)));
+        }
+        let mut inst = Instance {
+            arena: AlignedBuf::zeroed(plan.arena_bytes),
+            scratch: vec![0.0; plan.scratch_floats.max(1)],
+            storage,
+            bind: (0..nin + nout).collect(),
+            out_store: (nin..nin + nout).collect(),
+            end_copies: Vec::new(),
+            ptrs: Vec::new(),
+            executed: false,
+            shared_inputs: vec![false; nin],
+            plan,
+        };
+        inst.rebuild_ptrs();
+        inst
+    }
+
+    fn rebuild_ptrs(&mut self) {
+        let mut ptrs = vec![SendPtr(self.arena.as_mut_ptr())];
+        for &s in &self.bind {
+            ptrs.push(SendPtr(self.storage[s].as_mut_ptr()));
+        }
+        for c in &self.plan.consts {
+            ptrs.push(SendPtr(c.as_ptr() as *mut u8));
+        }
+        self.ptrs = ptrs;
+    }
+
+    pub fn plan(&self) -> &Arc<Plan> {
+        &self.plan
+    }
+
+    fn input_index(&self, name: &str) -> Result<usize> {
+        self.plan
+            .inputs
+            .iter()
+            .position(|p| p.name == name)
+            .ok_or_else(|| CpuError::UnknownPort {
+                kind: "input",
+                name: name.to_string(),
+                available: self
+                    .plan
+                    .inputs
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    fn output_index(&self, name: &str) -> Result<usize> {
+        self.plan
+            .outputs
+            .iter()
+            .position(|p| p.name == name)
+            .ok_or_else(|| CpuError::UnknownPort {
+                kind: "output",
+                name: name.to_string(),
+                available: self
+                    .plan
+                    .outputs
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// Copies (and converts) host data into an input port.
+    pub fn set_input(&mut self, name: &str, data: HostSlice<'_>) -> Result<()> {
+        let i = self.input_index(name)?;
+        let port = &self.plan.inputs[i];
+        if data.len() != port.len() {
+            return Err(CpuError::Length {
+                port: name.to_string(),
+                expected: port.len(),
+                found: data.len(),
+            });
+        }
+        let dtype = port.dtype;
+        let mismatch = || CpuError::Dtype {
+            port: name.to_string(),
+            expected: dtype,
+            found: data.kind(),
+        };
+        let s = self.bind[i];
+        let buf = &mut self.storage[s];
+        match (Elem::from_dtype(dtype), data) {
+            (Some(Elem::F32), HostSlice::F32(v)) => buf.typed_mut::<f32>().copy_from_slice(v),
+            (Some(Elem::F32), HostSlice::F16(v)) => {
+                for (d, x) in buf.typed_mut::<f32>().iter_mut().zip(v) {
+                    *d = x.to_f32();
+                }
+            }
+            (Some(Elem::F16), HostSlice::F16(v)) => buf.typed_mut::<f16>().copy_from_slice(v),
+            (Some(Elem::F16), HostSlice::F32(v)) => {
+                use half::slice::HalfFloatSliceExt;
+                buf.typed_mut::<f16>().convert_from_f32_slice(v)
+            }
+            (Some(Elem::I32), HostSlice::I32(v)) => buf.typed_mut::<i32>().copy_from_slice(v),
+            (Some(Elem::I8), HostSlice::I8(v)) => buf.typed_mut::<i8>().copy_from_slice(v),
+            (Some(Elem::U8), HostSlice::U8(v)) => buf.typed_mut::<u8>().copy_from_slice(v),
+            (Some(Elem::Bool), HostSlice::Bool(v)) => {
+                for (d, &x) in buf.typed_mut::<u8>().iter_mut().zip(v) {
+                    *d = x as u8;
+                }
+            }
+            _ => return Err(mismatch()),
+        }
+        Ok(())
+    }
+
+    /// Binds input `input` to output `output`'s buffer so state stays resident across executes.
+    pub fn share_buffer(&mut self, output: &str, input: &str) -> Result<()> {
+        let err = |m: &str| CpuError::Share {
+            output: output.to_string(),
+            input: input.to_string(),
+            message: m.to_string(),
+        };
+        if self.executed {
+            return Err(err("must be called before the first execute"));
+        }
+        let j = self.output_index(output)?;
+        let i = self.input_index(input)?;
+        let (op, ip) = (&self.plan.outputs[j], &self.plan.inputs[i]);
+        if op.dtype != ip.dtype || op.shape != ip.shape {
+            return Err(err(&format!(
+                "output is {} {:?} but input is {} {:?}",
+                op.dtype, op.shape, ip.dtype, ip.shape
+            )));
+        }
+        if self.shared_inputs[i] {
+            return Err(err("the input is already shared"));
+        }
+        if self
+            .end_copies
+            .iter()
+            .any(|&(_, to)| to == self.out_store[j])
+            || self
+                .bind
+                .iter()
+                .take(self.plan.inputs.len())
+                .any(|&s| s == self.out_store[j])
+        {
+            return Err(err("the output is already shared"));
+        }
+        let nin = self.plan.inputs.len();
+        let out_storage = self.out_store[j];
+        // keep the input's current contents as the initial state
+        let current = self.storage[self.bind[i]].bytes().to_vec();
+        self.storage[out_storage]
+            .bytes_mut()
+            .copy_from_slice(&current);
+        self.bind[i] = out_storage;
+        self.shared_inputs[i] = true;
+        let in_place = self.plan.inplace[j] == Some(i);
+        if self.plan.output_direct[j] && !in_place {
+            let staging = self.storage.len();
+            self.storage.push(AlignedBuf::zeroed(port_bytes(op)));
+            self.bind[nin + j] = staging;
+            self.end_copies.push((staging, out_storage));
+        }
+        self.rebuild_ptrs();
+        Ok(())
+    }
+
+    /// Runs the plan once.
+    pub fn execute(&mut self) -> Result<()> {
+        self.executed = true;
+        let plan = self.plan.clone();
+        let threads = if plan.parallel { plan.threads } else { 1 };
+        let cx = Cx {
+            plan: &plan,
+            ptrs: &self.ptrs,
+            scratch: SendPtr(self.scratch.as_mut_ptr()),
+            scratch_len: self.scratch.len(),
+            threads,
+        };
+        let run = || -> Result<()> {
+            for n in &plan.nodes {
+                n.kernel.run(&cx).map_err(|m| {
+                    CpuError::Execute(format!("op `{}` ({}): {m}", n.name, n.op_type))
+                })?;
+            }
+            Ok(())
+        };
+        match (&plan.pool, plan.parallel) {
+            (Some(pool), true) => pool.install(run)?,
+            _ => run()?,
+        }
+        // outputs not written in place: copy from where the value lives
+        let nin = plan.inputs.len();
+        for (j, &v) in plan.output_vids.iter().enumerate() {
+            if plan.output_direct[j] {
+                continue;
+            }
+            let bytes = plan.values[v].bytes();
+            let src = cx.ptr(v) as *const u8;
+            let dst = self.storage[self.bind[nin + j]].as_mut_ptr();
+            // SAFETY: both hold `bytes` bytes; ports never alias values they copy from except
+            // when the value already lives in the port (then the copy is skipped).
+            unsafe {
+                if !std::ptr::eq(src, dst) {
+                    std::ptr::copy(src, dst, bytes);
+                }
+            }
+        }
+        for &(from, to) in &self.end_copies {
+            let (a, b) = if from < to {
+                let (lo, hi) = self.storage.split_at_mut(to);
+                (&lo[from], &mut hi[0])
+            } else {
+                let (lo, hi) = self.storage.split_at_mut(from);
+                (&hi[0], &mut lo[to])
+            };
+            b.bytes_mut().copy_from_slice(a.bytes());
+        }
+        Ok(())
+    }
+
+    fn out_buf(&self, name: &str) -> Result<(&AlignedBuf, &PortInfo)> {
+        let j = self.output_index(name)?;
+        Ok((&self.storage[self.out_store[j]], &self.plan.outputs[j]))
+    }
+
+    pub fn read_output(&self, name: &str) -> Result<HostTensor> {
+        let (b, p) = self.out_buf(name)?;
+        Ok(match Elem::from_dtype(p.dtype) {
+            Some(Elem::F32) => HostTensor::F32(b.typed::<f32>().to_vec()),
+            Some(Elem::F16) => HostTensor::F16(b.typed::<f16>().to_vec()),
+            Some(Elem::I32) => HostTensor::I32(b.typed::<i32>().to_vec()),
+            Some(Elem::I8) => HostTensor::I8(b.typed::<i8>().to_vec()),
+            Some(Elem::U8) => HostTensor::U8(b.bytes().to_vec()),
+            _ => HostTensor::Bool(b.bytes().iter().map(|&x| x != 0).collect()),
+        })
+    }
+
+    pub fn read_output_f32(&self, name: &str) -> Result<Vec<f32>> {
+        Ok(self.read_output(name)?.to_f32())
+    }
+
+    pub fn output_view(&self, name: &str) -> Result<BufferRef<'_>> {
+        let (b, p) = self.out_buf(name)?;
+        Ok(match Elem::from_dtype(p.dtype) {
+            Some(Elem::F32) => BufferRef::F32(b.typed()),
+            Some(Elem::F16) => BufferRef::F16(b.typed()),
+            Some(Elem::I32) => BufferRef::I32(b.typed()),
+            Some(Elem::I8) => BufferRef::I8(b.typed()),
+            Some(Elem::U8) => BufferRef::U8(b.typed()),
+            // SAFETY: bool storage only ever holds 0 or 1.
+            _ => BufferRef::Bool(unsafe {
+                std::slice::from_raw_parts(b.as_ptr() as *const bool, b.len())
+            }),
+        })
+    }
+
+    pub fn input_view_mut(&mut self, name: &str) -> Result<BufferMut<'_>> {
+        let i = self.input_index(name)?;
+        let dtype = self.plan.inputs[i].dtype;
+        let b = &mut self.storage[self.bind[i]];
+        Ok(match Elem::from_dtype(dtype) {
+            Some(Elem::F32) => BufferMut::F32(b.typed_mut()),
+            Some(Elem::F16) => BufferMut::F16(b.typed_mut()),
+            Some(Elem::I32) => BufferMut::I32(b.typed_mut()),
+            Some(Elem::I8) => BufferMut::I8(b.typed_mut()),
+            Some(Elem::U8) => BufferMut::U8(b.typed_mut()),
+            _ => {
+                let n = b.len();
+                // SAFETY: bool storage holds 0/1; `bool` has the same layout as u8. Callers can
+                // only write valid bools through `&mut [bool]`.
+                BufferMut::Bool(unsafe {
+                    std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut bool, n)
+                })
+            }
+        })
+    }
+}

@@ -1,0 +1,253 @@
+//! Flash-style attention: softmax(scale·Q·Kᵀ + mask)·V computed block by block with an online
+//! softmax, so no L×S score matrix is ever materialised.
+
+use super::ew::{load_block, store_block};
+use super::rows::exp_sub_sum;
+use super::Cx;
+use crate::plan::Vid;
+use crate::tensor::{Elem, SendPtr};
+
+const BQ: usize = 64;
+const BK: usize = 128;
+
+/// A strided 2-D operand per batch: element (i, j) of batch b at
+/// `batch_off(b) + i * rs + j * cs`.
+#[derive(Clone, Debug)]
+pub struct View {
+    pub v: Vid,
+    pub elem: Elem,
+    pub batch_strides: Vec<usize>,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+#[derive(Debug)]
+pub struct Attention {
+    pub q: View,
+    pub k: View,
+    pub v: View,
+    /// Bool masks select (false → −∞); float masks are added to the scores.
+    pub mask: Option<View>,
+    pub batch: Vec<usize>,
+    pub l: usize,
+    pub s: usize,
+    pub e: usize,
+    pub ev: usize,
+    pub scale: f32,
+    pub out: Vid,
+    pub out_elem: Elem,
+}
+
+fn boff(batch: &[usize], strides: &[usize], b: usize) -> usize {
+    let mut rem = b;
+    let mut off = 0;
+    for i in (0..batch.len()).rev() {
+        off += (rem % batch[i]) * strides[i];
+        rem /= batch[i];
+    }
+    off
+}
+
+impl Attention {
+    fn per_task(&self) -> usize {
+        BQ * self.e + BK * self.e + BK * self.ev + BQ * BK + BQ * self.ev + 2 * BQ
+    }
+
+    fn items(&self) -> usize {
+        self.batch.iter().product::<usize>() * self.l.div_ceil(BQ)
+    }
+
+    fn tasks(&self, threads: usize) -> usize {
+        threads.min(self.items()).max(1)
+    }
+
+    pub fn scratch_floats(&self, threads: usize) -> usize {
+        self.tasks(threads) * self.per_task()
+    }
+
+    pub fn flops(&self) -> usize {
+        2 * self.batch.iter().product::<usize>() * self.l * self.s * (self.e + self.ev)
+    }
+
+    pub fn run(&self, cx: &Cx) {
+        let tasks = self.tasks(cx.threads);
+        let pt = self.per_task();
+        let scratch = SendPtr(cx.scratch(tasks * pt).as_mut_ptr());
+        let items = self.items();
+        let per = items.div_ceil(tasks);
+        let ptrs = [self.q.v, self.k.v, self.v.v].map(|v| SendPtr(cx.ptr(v)));
+        let mptr = SendPtr(
+            self.mask
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |m| cx.ptr(m.v)),
+        );
+        let out = SendPtr(cx.ptr(self.out));
+        cx.par_for(tasks, &|t| {
+            // SAFETY: each task has its own scratch and writes disjoint query rows.
+            let buf = unsafe { std::slice::from_raw_parts_mut(scratch.get().add(t * pt), pt) };
+            for item in t * per..((t + 1) * per).min(items) {
+                unsafe { self.block(item, buf, ptrs, mptr, out) };
+            }
+        });
+    }
+
+    /// # Safety
+    /// Pointers are this kernel's operands; views were validated against their shapes.
+    unsafe fn block(
+        &self,
+        item: usize,
+        buf: &mut [f32],
+        ptrs: [SendPtr<u8>; 3],
+        mptr: SendPtr<u8>,
+        out: SendPtr<u8>,
+    ) {
+        let (e, ev) = (self.e, self.ev);
+        let qblocks = self.l.div_ceil(BQ);
+        let (b, qb) = (item / qblocks, item % qblocks);
+        let i0 = qb * BQ;
+        let nq = BQ.min(self.l - i0);
+        let (qs, rest) = buf.split_at_mut(BQ * e);
+        let (ks, rest) = rest.split_at_mut(BK * e);
+        let (vs, rest) = rest.split_at_mut(BK * ev);
+        let (ss, rest) = rest.split_at_mut(BQ * BK);
+        let (os, rest) = rest.split_at_mut(BQ * ev);
+        let (ms, ls) = rest.split_at_mut(BQ);
+        let qoff = boff(&self.batch, &self.q.batch_strides, b);
+        let koff = boff(&self.batch, &self.k.batch_strides, b);
+        let voff = boff(&self.batch, &self.v.batch_strides, b);
+        for i in 0..nq {
+            load_row(
+                ptrs[0].get(),
+                self.q.elem,
+                qoff + (i0 + i) * self.q.rs,
+                self.q.cs,
+                &mut qs[i * e..(i + 1) * e],
+            );
+            for x in &mut qs[i * e..(i + 1) * e] {
+                *x *= self.scale;
+            }
+        }
+        ms[..nq].fill(f32::NEG_INFINITY);
+        ls[..nq].fill(0.0);
+        os[..nq * ev].fill(0.0);
+        let mut j0 = 0;
+        while j0 < self.s {
+            let nk = BK.min(self.s - j0);
+            for j in 0..nk {
+                load_row(
+                    ptrs[1].get(),
+                    self.k.elem,
+                    koff + (j0 + j) * self.k.rs,
+                    self.k.cs,
+                    &mut ks[j * e..(j + 1) * e],
+                );
+                load_row(
+                    ptrs[2].get(),
+                    self.v.elem,
+                    voff + (j0 + j) * self.v.rs,
+                    self.v.cs,
+                    &mut vs[j * ev..(j + 1) * ev],
+                );
+            }
+            // S = Qs · Ksᵀ  [nq, nk]
+            gemm::gemm(
+                nq,
+                nk,
+                e,
+                ss.as_mut_ptr(),
+                1,
+                nk as isize,
+                false,
+                qs.as_ptr(),
+                1,
+                e as isize,
+                ks.as_ptr(),
+                e as isize,
+                1,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+            for i in 0..nq {
+                let row = &mut ss[i * nk..(i + 1) * nk];
+                if let Some(m) = &self.mask {
+                    let moff = boff(&self.batch, &m.batch_strides, b) + (i0 + i) * m.rs + j0 * m.cs;
+                    let mut mv = [0f32; BK];
+                    load_block(mptr.get(), m.elem, moff, m.cs, &mut mv[..nk]);
+                    if m.elem == Elem::Bool {
+                        for (x, &keep) in row.iter_mut().zip(&mv[..nk]) {
+                            if keep == 0.0 {
+                                *x = f32::NEG_INFINITY;
+                            }
+                        }
+                    } else {
+                        for (x, &a) in row.iter_mut().zip(&mv[..nk]) {
+                            *x += a;
+                        }
+                    }
+                }
+                let bmax = row.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                let m_new = ms[i].max(bmax);
+                if m_new == f32::NEG_INFINITY {
+                    row.fill(0.0);
+                    continue;
+                }
+                let corr = if ms[i] == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    super::math::exp(ms[i] - m_new)
+                };
+                let psum = exp_sub_sum(row, m_new);
+                ls[i] = ls[i] * corr + psum;
+                ms[i] = m_new;
+                if corr != 1.0 {
+                    for x in &mut os[i * ev..(i + 1) * ev] {
+                        *x *= corr;
+                    }
+                }
+            }
+            // O += P · V  [nq, ev]
+            gemm::gemm(
+                nq,
+                ev,
+                nk,
+                os.as_mut_ptr(),
+                1,
+                ev as isize,
+                true,
+                ss.as_ptr(),
+                1,
+                nk as isize,
+                vs.as_ptr(),
+                1,
+                ev as isize,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+            j0 += nk;
+        }
+        let obase = b * self.l * ev;
+        for i in 0..nq {
+            let inv = 1.0 / ls[i];
+            let row = &mut os[i * ev..(i + 1) * ev];
+            for x in row.iter_mut() {
+                *x *= inv;
+            }
+            store_block(out.get(), self.out_elem, obase + (i0 + i) * ev, row);
+        }
+    }
+}
+
+/// Loads `dst.len()` elements starting at `off` with stride `cs`.
+unsafe fn load_row(p: *const u8, elem: Elem, off: usize, cs: usize, dst: &mut [f32]) {
+    for (c, chunk) in dst.chunks_mut(256).enumerate() {
+        load_block(p, elem, off + c * 256 * cs, cs, chunk);
+    }
+}

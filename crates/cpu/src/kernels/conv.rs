@@ -1,0 +1,277 @@
+//! conv (im2col + GEMM, 1×1 stride-1 without im2col) and conv_transpose (GEMM + col2im).
+//! Spatial rank 1 runs as 2-D with height 1.
+
+use super::ew::Chain;
+use super::matmul::to_f32;
+use super::Cx;
+use crate::plan::Vid;
+use crate::tensor::{Elem, SendPtr};
+
+#[derive(Clone, Debug)]
+pub struct Geometry {
+    pub n: usize,
+    pub cin: usize,
+    pub h: usize,
+    pub w: usize,
+    pub cout: usize,
+    pub groups: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub dh: usize,
+    pub dw: usize,
+    pub pt: usize,
+    pub pl: usize,
+    pub oh: usize,
+    pub ow: usize,
+}
+
+#[derive(Debug)]
+pub struct Conv {
+    pub x: Vid,
+    pub x_elem: Elem,
+    pub g: Geometry,
+    /// conv: [cout, cin/groups*kh*kw]; transpose: [cin, cout/groups*kh*kw] (the MIL layout).
+    pub weight: Vec<f32>,
+    pub transpose: bool,
+    /// Added before the epilogue in conv_transpose (col2im accumulates on top of it).
+    pub raw: Vid,
+    pub epilogue: Option<Chain>,
+}
+
+impl Conv {
+    fn pointwise(&self) -> bool {
+        let g = &self.g;
+        !self.transpose
+            && g.kh == 1
+            && g.kw == 1
+            && g.sh == 1
+            && g.sw == 1
+            && g.pt == 0
+            && g.pl == 0
+            && g.oh == g.h
+            && g.ow == g.w
+    }
+
+    fn x_len(&self) -> usize {
+        self.g.n * self.g.cin * self.g.h * self.g.w
+    }
+
+    fn col_len(&self) -> usize {
+        let g = &self.g;
+        if self.transpose {
+            (g.cout / g.groups) * g.kh * g.kw * g.h * g.w
+        } else if self.pointwise() {
+            0
+        } else {
+            (g.cin / g.groups) * g.kh * g.kw * g.oh * g.ow
+        }
+    }
+
+    pub fn flops(&self) -> usize {
+        let g = &self.g;
+        2 * g.n
+            * g.cout
+            * (g.cin / g.groups)
+            * g.kh
+            * g.kw
+            * if self.transpose {
+                g.h * g.w
+            } else {
+                g.oh * g.ow
+            }
+    }
+
+    pub fn scratch_floats(&self, threads: usize) -> usize {
+        let conv = if self.x_elem != Elem::F32 {
+            self.x_len()
+        } else {
+            0
+        } + self.col_len();
+        conv.max(
+            self.epilogue
+                .as_ref()
+                .map_or(0, |e| e.scratch_floats(threads)),
+        )
+    }
+
+    pub fn run(&self, cx: &Cx) {
+        let g = &self.g;
+        let xlen = self.x_len();
+        let x: *const f32 = if self.x_elem == Elem::F32 {
+            cx.ptr(self.x) as *const f32
+        } else {
+            let s = cx.scratch_at(0, xlen);
+            unsafe { to_f32(cx.ptr(self.x), self.x_elem, s) };
+            s.as_ptr()
+        };
+        let off = if self.x_elem == Elem::F32 { 0 } else { xlen };
+        let col = cx.scratch_at(off, self.col_len());
+        let out = cx.ptr(self.raw) as *mut f32;
+        let par = if self.flops() >= 1 << 21 && cx.threads > 1 {
+            gemm::Parallelism::Rayon(cx.threads)
+        } else {
+            gemm::Parallelism::None
+        };
+        let (cig, cog) = (g.cin / g.groups, g.cout / g.groups);
+        let (pin, pout) = (g.h * g.w, g.oh * g.ow);
+        let kk = g.kh * g.kw;
+        if self.transpose {
+            // SAFETY: raw holds n*cout*pout floats.
+            unsafe { std::ptr::write_bytes(out, 0, g.n * g.cout * pout) };
+        }
+        for b in 0..g.n {
+            for gi in 0..g.groups {
+                // SAFETY: pointers index validated shapes.
+                unsafe {
+                    let xg = x.add((b * g.cin + gi * cig) * pin);
+                    let og = out.add((b * g.cout + gi * cog) * pout);
+                    if self.transpose {
+                        // col[cog*kk, pin] = W_gᵀ · x_g
+                        let wg = self.weight.as_ptr().add(gi * cig * cog * kk);
+                        gemm::gemm(
+                            cog * kk,
+                            pin,
+                            cig,
+                            col.as_mut_ptr(),
+                            1,
+                            pin as isize,
+                            false,
+                            wg,
+                            (cog * kk) as isize,
+                            1,
+                            xg,
+                            1,
+                            pin as isize,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            par,
+                        );
+                        col2im(col, og, g, cog);
+                    } else {
+                        let rhs = if self.pointwise() {
+                            xg
+                        } else {
+                            im2col(xg, col, g, cig, cx);
+                            col.as_ptr()
+                        };
+                        let wg = self.weight.as_ptr().add(gi * cog * cig * kk);
+                        gemm::gemm(
+                            cog,
+                            pout,
+                            cig * kk,
+                            og,
+                            1,
+                            pout as isize,
+                            false,
+                            wg,
+                            1,
+                            (cig * kk) as isize,
+                            rhs,
+                            1,
+                            pout as isize,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            par,
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(e) = &self.epilogue {
+            e.run(cx);
+        }
+    }
+}
+
+/// # Safety
+/// `x` holds cig planes of h*w floats; `col` holds cig*kh*kw rows of oh*ow floats.
+unsafe fn im2col(x: *const f32, col: &mut [f32], g: &Geometry, cig: usize, cx: &Cx) {
+    let kk = g.kh * g.kw;
+    let pout = g.oh * g.ow;
+    let colp = SendPtr(col.as_mut_ptr());
+    let xp = SendPtr(x as *mut f32);
+    let rows = cig * kk;
+    let tasks = if cx.threads > 1 && rows * pout >= 1 << 16 {
+        cx.threads * 2
+    } else {
+        1
+    };
+    let per = rows.div_ceil(tasks);
+    cx.par_for(tasks, &|t| {
+        for row in t * per..((t + 1) * per).min(rows) {
+            let (ci, k) = (row / kk, row % kk);
+            let (ki, kj) = (k / g.kw, k % g.kw);
+            let dst = std::slice::from_raw_parts_mut(colp.get().add(row * pout), pout);
+            let plane = xp.get().add(ci * g.h * g.w) as *const f32;
+            for oy in 0..g.oh {
+                let iy = (oy * g.sh + ki * g.dh) as isize - g.pt as isize;
+                let drow = &mut dst[oy * g.ow..(oy + 1) * g.ow];
+                if iy < 0 || iy >= g.h as isize {
+                    drow.fill(0.0);
+                    continue;
+                }
+                let src = plane.add(iy as usize * g.w);
+                let x0 = (kj * g.dw) as isize - g.pl as isize;
+                if g.sw == 1 {
+                    // contiguous run: ox where 0 <= ox + x0 < w
+                    let lo = (-x0).clamp(0, g.ow as isize) as usize;
+                    let hi = (g.w as isize - x0).clamp(0, g.ow as isize) as usize;
+                    drow[..lo].fill(0.0);
+                    if hi > lo {
+                        std::ptr::copy_nonoverlapping(
+                            src.offset(lo as isize + x0),
+                            drow.as_mut_ptr().add(lo),
+                            hi - lo,
+                        );
+                    }
+                    drow[hi.max(lo)..].fill(0.0);
+                } else {
+                    for (ox, d) in drow.iter_mut().enumerate() {
+                        let ix = (ox * g.sw) as isize + x0;
+                        *d = if ix >= 0 && ix < g.w as isize {
+                            *src.offset(ix)
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Scatters col[cog*kh*kw, h*w] into out[cog, oh, ow] (accumulating).
+///
+/// # Safety
+/// `out` holds cog planes of oh*ow floats.
+unsafe fn col2im(col: &[f32], out: *mut f32, g: &Geometry, cog: usize) {
+    let kk = g.kh * g.kw;
+    let pin = g.h * g.w;
+    for co in 0..cog {
+        let plane = out.add(co * g.oh * g.ow);
+        for k in 0..kk {
+            let (ki, kj) = (k / g.kw, k % g.kw);
+            let src = &col[(co * kk + k) * pin..(co * kk + k + 1) * pin];
+            for iy in 0..g.h {
+                let oy = (iy * g.sh + ki * g.dh) as isize - g.pt as isize;
+                if oy < 0 || oy >= g.oh as isize {
+                    continue;
+                }
+                for ix in 0..g.w {
+                    let ox = (ix * g.sw + kj * g.dw) as isize - g.pl as isize;
+                    if ox >= 0 && ox < g.ow as isize {
+                        *plane.add(oy as usize * g.ow + ox as usize) += src[iy * g.w + ix];
+                    }
+                }
+            }
+        }
+    }
+}

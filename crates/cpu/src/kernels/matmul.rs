@@ -1,0 +1,257 @@
+//! Batched matmul / linear on the `gemm` crate, an own multithreaded GEMV for m ≤ 2 against
+//! prepared weights, and an elementwise epilogue (bias, activation, residual, f16 rounding).
+
+use super::ew::Chain;
+use super::Cx;
+use crate::plan::{Value, Vid};
+use crate::tensor::{Elem, SendPtr};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+/// A compile-time weight stored as `wt[n][k]` (row j holds the k-vector of output column j).
+#[derive(Debug)]
+pub struct Prepared {
+    pub wt: Vec<f32>,
+    pub k: usize,
+}
+
+#[derive(Debug)]
+pub enum Rhs {
+    /// A runtime value; `rs`/`cs` are the k- and n-strides inside one matrix.
+    Value {
+        v: Vid,
+        elem: Elem,
+        rs: usize,
+        cs: usize,
+        batch_strides: Vec<usize>,
+    },
+    Prepared(Prepared),
+}
+
+#[derive(Debug)]
+pub struct Matmul {
+    pub a: Vid,
+    pub a_elem: Elem,
+    /// Strides of A within one matrix: row (m) and column (k).
+    pub a_rs: usize,
+    pub a_cs: usize,
+    pub a_batch_strides: Vec<usize>,
+    pub rhs: Rhs,
+    pub batch: Vec<usize>,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// Where the raw f32 product goes: the output itself, or an f32 temporary read by `epilogue`.
+    pub raw: Vid,
+    pub epilogue: Option<Chain>,
+}
+
+fn batch_offsets(batch: &[usize], strides: &[usize], b: usize) -> usize {
+    let mut rem = b;
+    let mut off = 0;
+    for i in (0..batch.len()).rev() {
+        off += (rem % batch[i]) * strides[i];
+        rem /= batch[i];
+    }
+    off
+}
+
+impl Matmul {
+    fn nbatch(&self) -> usize {
+        self.batch.iter().product()
+    }
+
+    fn a_len(&self, values: &[Value]) -> usize {
+        values[self.a].len()
+    }
+
+    pub fn flops(&self) -> usize {
+        2 * self.nbatch() * self.m * self.n * self.k
+    }
+
+    pub fn scratch_floats(&self, values: &[Value], threads: usize) -> usize {
+        let mut s = 0;
+        if self.a_elem != Elem::F32 {
+            s += self.a_len(values);
+        }
+        if let Rhs::Value { v, elem, .. } = &self.rhs {
+            if *elem != Elem::F32 {
+                s += values[*v].len();
+            }
+        }
+        s.max(
+            self.epilogue
+                .as_ref()
+                .map_or(0, |e| e.scratch_floats(threads)),
+        )
+    }
+
+    pub fn run(&self, cx: &Cx) {
+        let a_len = cx.len(self.a);
+        let mut used = 0;
+        // f32 views of the operands (converted into scratch when stored as f16/ints)
+        let a: *const f32 = if self.a_elem == Elem::F32 {
+            cx.ptr(self.a) as *const f32
+        } else {
+            let s = cx.scratch_at(0, a_len);
+            used += a_len;
+            unsafe { to_f32(cx.ptr(self.a), self.a_elem, s) };
+            s.as_ptr()
+        };
+        let (b, b_rs, b_cs, b_bs): (*const f32, usize, usize, &[usize]) = match &self.rhs {
+            Rhs::Prepared(p) => (p.wt.as_ptr(), 1, p.k, &[]),
+            Rhs::Value {
+                v,
+                elem,
+                rs,
+                cs,
+                batch_strides,
+            } => {
+                let ptr = if *elem == Elem::F32 {
+                    cx.ptr(*v) as *const f32
+                } else {
+                    let n = cx.len(*v);
+                    let s = cx.scratch_at(used, n);
+                    unsafe { to_f32(cx.ptr(*v), *elem, s) };
+                    s.as_ptr()
+                };
+                (ptr, *rs, *cs, batch_strides.as_slice())
+            }
+        };
+        let out = cx.ptr(self.raw) as *mut f32;
+        let (m, n, k) = (self.m, self.n, self.k);
+        let nb = self.nbatch();
+        let a_p = SendPtr(a as *mut f32);
+        let b_p = SendPtr(b as *mut f32);
+        let o_p = SendPtr(out);
+        let big = self.flops() >= 1 << 20 && cx.threads > 1;
+        if let (Rhs::Prepared(p), true) = (&self.rhs, m <= 2) {
+            // decode-style GEMV: every A row against every weight row, split over n.
+            let rows = nb * m;
+            let chunks = if big {
+                (cx.threads * 4).min(n.div_ceil(64))
+            } else {
+                1
+            };
+            let per = n.div_ceil(chunks.max(1));
+            let wt = SendPtr(p.wt.as_ptr() as *mut f32);
+            let (a_rs, a_cs) = (self.a_rs, self.a_cs);
+            let a_bs = &self.a_batch_strides;
+            let batch = &self.batch;
+            cx.par_for(chunks.max(1), &|c| {
+                let j0 = c * per;
+                let j1 = (j0 + per).min(n);
+                for r in 0..rows {
+                    let (bi, i) = (r / m, r % m);
+                    let a_off = batch_offsets(batch, a_bs, bi) + i * a_rs;
+                    // SAFETY: offsets come from validated shapes; rows of `out` are disjoint per chunk.
+                    unsafe {
+                        let orow = std::slice::from_raw_parts_mut(o_p.get().add(r * n), n);
+                        if a_cs == 1 {
+                            let x = std::slice::from_raw_parts(a_p.get().add(a_off), k);
+                            for j in j0..j1 {
+                                let w = std::slice::from_raw_parts(wt.get().add(j * k), k);
+                                orow[j] = dot(x, w);
+                            }
+                        } else {
+                            for j in j0..j1 {
+                                let mut s = 0.0;
+                                for kk in 0..k {
+                                    s += *a_p.get().add(a_off + kk * a_cs)
+                                        * *wt.get().add(j * k + kk);
+                                }
+                                orow[j] = s;
+                            }
+                        }
+                    }
+                }
+            });
+        } else {
+            let per_batch_par = big && nb >= cx.threads && m * n * k < 1 << 21;
+            let run_one = |bi: usize, par: gemm::Parallelism| {
+                let a_off = batch_offsets(&self.batch, &self.a_batch_strides, bi);
+                let b_off = if b_bs.is_empty() {
+                    0
+                } else {
+                    batch_offsets(&self.batch, b_bs, bi)
+                };
+                // SAFETY: strides/offsets describe in-bounds matrices (validated at compile time).
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        n,
+                        k,
+                        o_p.get().add(bi * m * n),
+                        1,
+                        n as isize,
+                        false,
+                        a_p.get().add(a_off),
+                        self.a_cs as isize,
+                        self.a_rs as isize,
+                        b_p.get().add(b_off),
+                        b_cs as isize,
+                        b_rs as isize,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        par,
+                    )
+                }
+            };
+            if per_batch_par {
+                cx.par_for(nb, &|bi| run_one(bi, gemm::Parallelism::None));
+            } else {
+                let par = if big {
+                    gemm::Parallelism::Rayon(cx.threads)
+                } else {
+                    gemm::Parallelism::None
+                };
+                for bi in 0..nb {
+                    run_one(bi, par);
+                }
+            }
+        }
+        if let Some(e) = &self.epilogue {
+            e.run(cx);
+        }
+    }
+}
+
+/// Converts a whole runtime buffer of `elem` to f32.
+///
+/// # Safety
+/// `src` must hold `dst.len()` elements of `elem`.
+pub unsafe fn to_f32(src: *const u8, elem: Elem, dst: &mut [f32]) {
+    let n = dst.len();
+    match elem {
+        Elem::F32 => dst.copy_from_slice(std::slice::from_raw_parts(src as *const f32, n)),
+        Elem::F16 => std::slice::from_raw_parts(src as *const f16, n).convert_to_f32_slice(dst),
+        _ => super::ew::load_block(src, elem, 0, 1, dst),
+    }
+}
+
+crate::simd_dispatch! {
+    pub fn dot(x: &[f32], w: &[f32]) -> f32 {
+        let n = x.len().min(w.len());
+        let mut acc = [0f32; 16];
+        let chunks = n / 16;
+        for c in 0..chunks {
+            let xs = &x[c * 16..c * 16 + 16];
+            let ws = &w[c * 16..c * 16 + 16];
+            for i in 0..16 {
+                acc[i] = xs[i].mul_add(ws[i], acc[i]);
+            }
+        }
+        let mut s = 0.0;
+        for i in chunks * 16..n {
+            s = x[i].mul_add(w[i], s);
+        }
+        let mut t = 0.0;
+        for a in acc {
+            t += a;
+        }
+        t + s
+    }
+}

@@ -1,0 +1,206 @@
+//! Kernels and their execution context.
+
+pub mod attention;
+pub mod conv;
+pub mod ew;
+pub mod gather;
+pub mod layout;
+pub mod math;
+pub mod matmul;
+pub mod rows;
+pub mod spatial;
+
+use crate::plan::{Plan, Value, Vid};
+use crate::tensor::SendPtr;
+use rayon::prelude::*;
+
+/// Per-execute view of the instance's buffers.
+pub struct Cx<'a> {
+    pub plan: &'a Plan,
+    pub ptrs: &'a [SendPtr<u8>],
+    pub scratch: SendPtr<f32>,
+    pub scratch_len: usize,
+    pub threads: usize,
+}
+
+impl Cx<'_> {
+    #[inline]
+    pub fn ptr(&self, v: Vid) -> *mut u8 {
+        let (b, off) = self.plan.locs[v];
+        // SAFETY: every value a kernel touches was placed (compile-time invariant).
+        unsafe { self.ptrs[b].get().add(off) }
+    }
+
+    #[inline]
+    pub fn len(&self, v: Vid) -> usize {
+        self.plan.values[v].len()
+    }
+
+    /// The first `n` scratch floats.
+    #[allow(clippy::mut_from_ref)]
+    pub fn scratch(&self, n: usize) -> &mut [f32] {
+        self.scratch_at(0, n)
+    }
+
+    /// `n` scratch floats starting at `off` (kernels use disjoint regions).
+    #[allow(clippy::mut_from_ref)]
+    pub fn scratch_at(&self, off: usize, n: usize) -> &mut [f32] {
+        assert!(off + n <= self.scratch_len, "scratch sized at compile time");
+        // SAFETY: in bounds; one kernel runs at a time and splits regions between its tasks.
+        unsafe { std::slice::from_raw_parts_mut(self.scratch.get().add(off), n) }
+    }
+
+    /// Runs `f(0..n)` on the pool when threads > 1, inline otherwise.
+    pub fn par_for(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        if self.threads > 1 && n > 1 {
+            (0..n).into_par_iter().for_each(f);
+        } else {
+            (0..n).for_each(f);
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum Kernel {
+    Chain(ew::Chain),
+    IntEw(ew::IntEw),
+    Matmul(matmul::Matmul),
+    Copy(layout::Copy),
+    Rows(rows::Rows),
+    Gather(gather::Gather),
+    Conv(conv::Conv),
+    Spatial(spatial::Spatial),
+    Attention(attention::Attention),
+}
+
+impl Kernel {
+    pub fn kind(&self) -> String {
+        match self {
+            Kernel::Chain(c) => format!("elementwise[{}]", c.instrs.len()),
+            Kernel::IntEw(_) => "elementwise-int".into(),
+            Kernel::Matmul(m) => format!(
+                "matmul{}{}",
+                if m.m <= 2 && matches!(m.rhs, matmul::Rhs::Prepared(_)) {
+                    "-gemv"
+                } else {
+                    ""
+                },
+                if m.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1) {
+                    "+epilogue"
+                } else {
+                    ""
+                }
+            ),
+            Kernel::Copy(_) => "copy".into(),
+            Kernel::Gather(_) => "gather".into(),
+            Kernel::Attention(_) => "attention-flash".into(),
+            Kernel::Conv(c) => format!(
+                "{}{}",
+                if c.transpose {
+                    "conv_transpose"
+                } else {
+                    "conv"
+                },
+                if c.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1) {
+                    "+epilogue"
+                } else {
+                    ""
+                }
+            ),
+            Kernel::Spatial(s) => format!("{:?}", s.kind)
+                .split([' ', '{'])
+                .next()
+                .unwrap_or("spatial")
+                .to_lowercase(),
+            Kernel::Rows(r) => format!("rows-{:?}", r.kind)
+                .split(['{', '('])
+                .next()
+                .unwrap_or("rows")
+                .trim()
+                .to_lowercase(),
+        }
+    }
+
+    pub fn run(&self, cx: &Cx) -> Result<(), String> {
+        match self {
+            Kernel::Chain(c) => c.run(cx),
+            Kernel::IntEw(k) => k.run(cx),
+            Kernel::Matmul(m) => m.run(cx),
+            Kernel::Copy(c) => c.run(cx),
+            Kernel::Rows(r) => r.run(cx),
+            Kernel::Attention(a) => a.run(cx),
+            Kernel::Conv(c) => c.run(cx),
+            Kernel::Spatial(s) => s.run(cx),
+            Kernel::Gather(g) => return g.run(cx),
+        }
+        Ok(())
+    }
+
+    pub fn scratch_floats(&self, values: &[Value], threads: usize) -> usize {
+        match self {
+            Kernel::Chain(c) => c.scratch_floats(threads),
+            Kernel::Matmul(m) => m.scratch_floats(values, threads),
+            Kernel::Rows(r) => r.scratch_floats(threads),
+            Kernel::Conv(c) => c.scratch_floats(threads),
+            Kernel::Attention(a) => a.scratch_floats(threads),
+            Kernel::Spatial(s) => s.scratch_floats(threads),
+            _ => 0,
+        }
+    }
+
+    /// Large enough that running on the worker pool pays off.
+    pub fn wants_threads(&self, values: &[Value]) -> bool {
+        match self {
+            Kernel::Chain(c) => c.len() >= 1 << 15,
+            Kernel::Matmul(m) => m.flops() >= 1 << 20,
+            Kernel::Copy(c) => c.elements(values) >= 1 << 18,
+            Kernel::IntEw(_) | Kernel::Gather(_) => false,
+            Kernel::Rows(r) => r.elements() >= 1 << 15,
+            Kernel::Conv(c) => c.flops() >= 1 << 20,
+            Kernel::Attention(a) => a.flops() >= 1 << 20,
+            Kernel::Spatial(s) => s.elements() >= 1 << 15,
+        }
+    }
+
+    /// Compile-time final form (collapsed iteration spaces) once fusion is done.
+    pub fn finalize(&mut self) {
+        match self {
+            Kernel::Chain(c) => c.collapse(),
+            Kernel::Matmul(m) => {
+                if let Some(e) = &mut m.epilogue {
+                    e.collapse();
+                }
+            }
+            Kernel::Conv(c) => {
+                if let Some(e) = &mut c.epilogue {
+                    e.collapse();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub fn has_side_effects(&self) -> bool {
+        false
+    }
+
+    /// For `slice_update`: the value that may share the output's buffer.
+    pub fn inplace_source(&self) -> Option<Vid> {
+        match self {
+            Kernel::Copy(c) => c.inplace_src,
+            _ => None,
+        }
+    }
+
+    /// Bytes of prepared constants the kernel owns.
+    pub fn owned_bytes(&self) -> usize {
+        match self {
+            Kernel::Matmul(m) => match &m.rhs {
+                matmul::Rhs::Prepared(p) => p.wt.len() * 4,
+                _ => 0,
+            },
+            Kernel::Conv(c) => c.weight.len() * 4,
+            _ => 0,
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! Row kernels over an [outer, r, inner] view: reductions, softmax, norms, cumsum, topk.
+
+use super::ew::{load_block, store_block, BLOCK};
+use super::{math, Cx};
+use crate::plan::Vid;
+use crate::tensor::{Elem, SendPtr};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+    LogSumExp,
+    L2,
+    L1,
+    SumSquare,
+    LogSum,
+    ArgMax,
+    ArgMin,
+}
+
+#[derive(Debug)]
+pub enum RowKind {
+    Reduce(ReduceOp),
+    Softmax,
+    /// (x - mean) / sqrt(var + eps) * gamma + beta over each row.
+    LayerNorm {
+        gamma: Option<Vec<f32>>,
+        beta: Option<Vec<f32>>,
+        eps: f32,
+    },
+    /// Per-channel gamma/beta indexed by row % channels.
+    InstanceNorm {
+        gamma: Vec<f32>,
+        beta: Vec<f32>,
+        channels: usize,
+        eps: f32,
+    },
+    L2Norm {
+        eps: f32,
+    },
+    /// x * rsqrt(mean(x²) + eps; rsqrt's own epsilon eps2) [* weight], with the fp16 rounding
+    /// points of the unfused pattern.
+    RmsNorm {
+        weight: Option<Vec<f32>>,
+        eps: f32,
+        eps2: f32,
+        round16: bool,
+    },
+    Cumsum {
+        exclusive: bool,
+        reverse: bool,
+    },
+    /// Writes the k largest (or smallest) along the row: values to `out`, indices to `out2`.
+    TopK {
+        k: usize,
+        ascending: bool,
+    },
+}
+
+#[derive(Debug)]
+pub struct Rows {
+    pub x: Vid,
+    pub x_elem: Elem,
+    pub out: Vid,
+    pub out_elem: Elem,
+    pub out2: Option<Vid>,
+    pub outer: usize,
+    pub r: usize,
+    pub inner: usize,
+    pub kind: RowKind,
+}
+
+impl Rows {
+    fn out_len(&self) -> usize {
+        match self.kind {
+            RowKind::Reduce(_) => 1,
+            RowKind::TopK { k, .. } => k,
+            _ => self.r,
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.outer * self.inner
+    }
+
+    fn tasks(&self, threads: usize) -> usize {
+        let work = self.rows() * self.r;
+        if threads <= 1 || work < 1 << 15 || self.rows() < 2 {
+            1
+        } else {
+            threads.min(self.rows())
+        }
+    }
+
+    pub fn scratch_floats(&self, threads: usize) -> usize {
+        // row buffer + (topk) index buffer as floats
+        self.tasks(threads) * (2 * self.r + BLOCK)
+    }
+
+    pub fn elements(&self) -> usize {
+        self.rows() * self.r
+    }
+
+    pub fn run(&self, cx: &Cx) {
+        let rows = self.rows();
+        let tasks = self.tasks(cx.threads);
+        let per_task = 2 * self.r + BLOCK;
+        let scratch = SendPtr(cx.scratch(tasks * per_task).as_mut_ptr());
+        let xp = SendPtr(cx.ptr(self.x));
+        let op = SendPtr(cx.ptr(self.out));
+        let op2 = SendPtr(self.out2.map_or(std::ptr::null_mut(), |v| cx.ptr(v)));
+        let per = rows.div_ceil(tasks);
+        cx.par_for(tasks, &|t| {
+            // SAFETY: each task owns a scratch region and a disjoint set of rows.
+            let buf = unsafe {
+                std::slice::from_raw_parts_mut(scratch.get().add(t * per_task), per_task)
+            };
+            let (row, rest) = buf.split_at_mut(self.r);
+            for q in t * per..((t + 1) * per).min(rows) {
+                let (o, i) = (q / self.inner, q % self.inner);
+                let in_off = o * self.r * self.inner + i;
+                let out_off = o * self.out_len() * self.inner + i;
+                unsafe {
+                    gather(xp.get(), self.x_elem, in_off, self.inner, row);
+                    self.row(q, row, rest, op.get(), op2.get(), out_off);
+                }
+            }
+        });
+    }
+
+    /// # Safety
+    /// `out`/`out2` point at this kernel's outputs; `out_off` is this row's first element.
+    unsafe fn row(
+        &self,
+        q: usize,
+        x: &mut [f32],
+        rest: &mut [f32],
+        out: *mut u8,
+        out2: *mut u8,
+        out_off: usize,
+    ) {
+        let n = x.len() as f32;
+        let st = self.inner;
+        match &self.kind {
+            RowKind::Reduce(op) => {
+                let v = reduce(*op, x);
+                if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+                    *(out as *mut i32).add(out_off) = v as i32;
+                } else {
+                    store_block(out, self.out_elem, out_off, &[v]);
+                }
+                return;
+            }
+            RowKind::Softmax => {
+                let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let s = exp_sub_sum(x, m);
+                let inv = 1.0 / s;
+                x.iter_mut().for_each(|v| *v *= inv);
+            }
+            RowKind::LayerNorm { gamma, beta, eps } => {
+                let mean = x.iter().sum::<f32>() / n;
+                let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+                let inv = 1.0 / (var + eps).sqrt();
+                for (j, v) in x.iter_mut().enumerate() {
+                    let mut y = (*v - mean) * inv;
+                    if let Some(g) = gamma {
+                        y *= g[j];
+                    }
+                    if let Some(b) = beta {
+                        y += b[j];
+                    }
+                    *v = y;
+                }
+            }
+            RowKind::InstanceNorm {
+                gamma,
+                beta,
+                channels,
+                eps,
+            } => {
+                let c = (q / self.inner) % channels;
+                let mean = x.iter().sum::<f32>() / n;
+                let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+                let inv = 1.0 / (var + eps).sqrt();
+                x.iter_mut()
+                    .for_each(|v| *v = (*v - mean) * inv * gamma[c] + beta[c]);
+            }
+            RowKind::L2Norm { eps } => {
+                let s: f32 = x.iter().map(|v| v * v).sum();
+                let inv = 1.0 / (s + eps).sqrt();
+                x.iter_mut().for_each(|v| *v *= inv);
+            }
+            RowKind::RmsNorm {
+                weight,
+                eps,
+                eps2,
+                round16,
+            } => {
+                let r16 = |v: f32| {
+                    if *round16 {
+                        half::f16::from_f32(v).to_f32()
+                    } else {
+                        v
+                    }
+                };
+                // unfused: mul(x,x) → reduce_mean → add eps → rsqrt → mul x → mul w, each rounded
+                let ms = r16(x.iter().map(|v| r16(v * v)).sum::<f32>() / n);
+                let inv = r16(1.0 / (r16(ms + eps) + eps2).sqrt());
+                for (j, v) in x.iter_mut().enumerate() {
+                    let y = r16(*v * inv);
+                    *v = match weight {
+                        Some(w) => y * w[j],
+                        None => y,
+                    };
+                }
+            }
+            RowKind::Cumsum { exclusive, reverse } => {
+                let len = x.len();
+                let mut acc = 0.0f32;
+                for j in 0..len {
+                    let idx = if *reverse { len - 1 - j } else { j };
+                    let v = x[idx];
+                    if *exclusive {
+                        x[idx] = acc;
+                        acc += v;
+                    } else {
+                        acc += v;
+                        x[idx] = acc;
+                    }
+                }
+            }
+            RowKind::TopK { k, ascending } => {
+                let len = x.len();
+                let idx = &mut rest[..len];
+                for (j, v) in idx.iter_mut().enumerate() {
+                    *v = f32::from_bits(j as u32);
+                }
+                let key = |j: &f32| x[j.to_bits() as usize];
+                idx.sort_unstable_by(|a, b| {
+                    let (va, vb) = (key(a), key(b));
+                    let ord = if *ascending {
+                        va.total_cmp(&vb)
+                    } else {
+                        vb.total_cmp(&va)
+                    };
+                    ord.then(a.to_bits().cmp(&b.to_bits()))
+                });
+                for j in 0..*k {
+                    let src = idx[j].to_bits() as usize;
+                    store_block(out, self.out_elem, out_off + j * st, &[x[src]]);
+                    if !out2.is_null() {
+                        *(out2 as *mut i32).add(out_off + j * st) = src as i32;
+                    }
+                }
+                return;
+            }
+        }
+        scatter(out, self.out_elem, out_off, st, x);
+    }
+}
+
+fn reduce(op: ReduceOp, x: &[f32]) -> f32 {
+    let n = x.len() as f32;
+    match op {
+        ReduceOp::Sum => sum(x),
+        ReduceOp::Mean => sum(x) / n,
+        ReduceOp::Max => x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)),
+        ReduceOp::Min => x.iter().fold(f32::INFINITY, |a, &b| a.min(b)),
+        ReduceOp::Prod => x.iter().product(),
+        ReduceOp::LogSumExp => {
+            let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            if m == f32::NEG_INFINITY {
+                return m;
+            }
+            m + x.iter().map(|&v| math::exp(v - m)).sum::<f32>().ln()
+        }
+        ReduceOp::L2 => x.iter().map(|v| v * v).sum::<f32>().sqrt(),
+        ReduceOp::L1 => x.iter().map(|v| v.abs()).sum(),
+        ReduceOp::SumSquare => x.iter().map(|v| v * v).sum(),
+        ReduceOp::LogSum => sum(x).ln(),
+        ReduceOp::ArgMax => {
+            let mut best = 0;
+            for j in 1..x.len() {
+                if x[j] > x[best] {
+                    best = j;
+                }
+            }
+            best as f32
+        }
+        ReduceOp::ArgMin => {
+            let mut best = 0;
+            for j in 1..x.len() {
+                if x[j] < x[best] {
+                    best = j;
+                }
+            }
+            best as f32
+        }
+    }
+}
+
+crate::simd_dispatch! {
+    fn sum(x: &[f32]) -> f32 {
+        let mut acc = [0f32; 16];
+        let chunks = x.len() / 16;
+        for c in 0..chunks {
+            for i in 0..16 {
+                acc[i] += x[c * 16 + i];
+            }
+        }
+        let mut s: f32 = x[chunks * 16..].iter().sum();
+        for a in acc {
+            s += a;
+        }
+        s
+    }
+}
+
+crate::simd_dispatch! {
+    /// x ← exp(x − m); returns the sum.
+    pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
+        let mut s = 0.0;
+        for v in x.iter_mut() {
+            *v = math::exp(*v - m);
+            s += *v;
+        }
+        s
+    }
+}
+
+/// Loads a (possibly strided) row as f32.
+///
+/// # Safety
+/// The row must lie inside the source buffer.
+pub unsafe fn gather(src: *const u8, elem: Elem, off: usize, stride: usize, dst: &mut [f32]) {
+    for (c, chunk) in dst.chunks_mut(BLOCK).enumerate() {
+        load_block(src, elem, off + c * BLOCK * stride, stride, chunk);
+    }
+}
+
+/// Stores a (possibly strided) row from f32.
+///
+/// # Safety
+/// The row must lie inside the destination buffer.
+pub unsafe fn scatter(dst: *mut u8, elem: Elem, off: usize, stride: usize, src: &[f32]) {
+    if stride == 1 {
+        for (c, chunk) in src.chunks(BLOCK).enumerate() {
+            store_block(dst, elem, off + c * BLOCK, chunk);
+        }
+    } else {
+        for (j, v) in src.iter().enumerate() {
+            store_block(dst, elem, off + j * stride, std::slice::from_ref(v));
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Pooling and upsampling over [planes, h, w] (1-D runs with h = 1).
+
+use super::ew::{load_block, store_block};
+use super::Cx;
+use crate::plan::Vid;
+use crate::tensor::{Elem, SendPtr};
+
+#[derive(Debug, Clone)]
+pub enum SpatialKind {
+    MaxPool {
+        kh: usize,
+        kw: usize,
+        sh: usize,
+        sw: usize,
+        pt: usize,
+        pl: usize,
+    },
+    /// Without `exclude_pad` the divisor counts padding but not window parts past the padded
+    /// input (PyTorch's ceil_mode rule).
+    AvgPool {
+        kh: usize,
+        kw: usize,
+        sh: usize,
+        sw: usize,
+        pt: usize,
+        pl: usize,
+        pb: usize,
+        pr: usize,
+        exclude_pad: bool,
+    },
+    Nearest,
+    /// Per output coordinate: (low index, high index, high weight) for rows and columns.
+    Bilinear {
+        rows: Vec<(usize, usize, f32)>,
+        cols: Vec<(usize, usize, f32)>,
+    },
+}
+
+#[derive(Debug)]
+pub struct Spatial {
+    pub x: Vid,
+    pub out: Vid,
+    pub elem: Elem,
+    pub planes: usize,
+    pub h: usize,
+    pub w: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub kind: SpatialKind,
+}
+
+impl Spatial {
+    pub fn scratch_floats(&self, threads: usize) -> usize {
+        self.tasks(threads) * (self.h * self.w + self.oh * self.ow)
+    }
+
+    fn tasks(&self, threads: usize) -> usize {
+        if threads > 1 && self.planes * self.oh * self.ow >= 1 << 15 {
+            threads.min(self.planes)
+        } else {
+            1
+        }
+    }
+
+    pub fn elements(&self) -> usize {
+        self.planes * self.oh * self.ow
+    }
+
+    pub fn run(&self, cx: &Cx) {
+        let tasks = self.tasks(cx.threads);
+        let per_task = self.h * self.w + self.oh * self.ow;
+        let scratch = SendPtr(cx.scratch(tasks * per_task).as_mut_ptr());
+        let xp = SendPtr(cx.ptr(self.x));
+        let op = SendPtr(cx.ptr(self.out));
+        let per = self.planes.div_ceil(tasks);
+        cx.par_for(tasks, &|t| {
+            // SAFETY: disjoint scratch regions and output planes per task.
+            let buf = unsafe {
+                std::slice::from_raw_parts_mut(scratch.get().add(t * per_task), per_task)
+            };
+            let (inp, outp) = buf.split_at_mut(self.h * self.w);
+            for p in t * per..((t + 1) * per).min(self.planes) {
+                unsafe {
+                    for (c, chunk) in inp.chunks_mut(256).enumerate() {
+                        load_block(xp.get(), self.elem, p * self.h * self.w + c * 256, 1, chunk);
+                    }
+                }
+                self.plane(inp, outp);
+                unsafe {
+                    for (c, chunk) in outp.chunks(256).enumerate() {
+                        store_block(op.get(), self.elem, p * self.oh * self.ow + c * 256, chunk);
+                    }
+                }
+            }
+        });
+    }
+
+    fn plane(&self, x: &[f32], y: &mut [f32]) {
+        let (h, w, oh, ow) = (self.h as isize, self.w as isize, self.oh, self.ow);
+        match &self.kind {
+            SpatialKind::MaxPool {
+                kh,
+                kw,
+                sh,
+                sw,
+                pt,
+                pl,
+            }
+            | SpatialKind::AvgPool {
+                kh,
+                kw,
+                sh,
+                sw,
+                pt,
+                pl,
+                ..
+            } => {
+                let (pb, pr) = match self.kind {
+                    SpatialKind::AvgPool { pb, pr, .. } => (pb as isize, pr as isize),
+                    _ => (0, 0),
+                };
+                let is_max = matches!(self.kind, SpatialKind::MaxPool { .. });
+                let exclude = matches!(
+                    self.kind,
+                    SpatialKind::AvgPool {
+                        exclude_pad: true,
+                        ..
+                    }
+                );
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let y0 = (oy * sh) as isize - *pt as isize;
+                        let x0 = (ox * sw) as isize - *pl as isize;
+                        let mut acc = if is_max { f32::NEG_INFINITY } else { 0.0 };
+                        let mut count = 0usize;
+                        for i in 0..*kh as isize {
+                            for j in 0..*kw as isize {
+                                let (iy, ix) = (y0 + i, x0 + j);
+                                if iy < 0 || iy >= h || ix < 0 || ix >= w {
+                                    continue;
+                                }
+                                let v = x[(iy * w + ix) as usize];
+                                if is_max {
+                                    acc = acc.max(v);
+                                } else {
+                                    acc += v;
+                                }
+                                count += 1;
+                            }
+                        }
+                        y[oy * ow + ox] = if is_max {
+                            acc
+                        } else if exclude {
+                            acc / count.max(1) as f32
+                        } else {
+                            let ry = (y0 + *kh as isize).min(h + pb) - y0;
+                            let rx = (x0 + *kw as isize).min(w + pr) - x0;
+                            acc / (ry * rx).max(1) as f32
+                        };
+                    }
+                }
+            }
+            SpatialKind::Nearest => {
+                for oy in 0..oh {
+                    let iy = (oy * self.h / oh).min(self.h - 1);
+                    for ox in 0..ow {
+                        let ix = (ox * self.w / ow).min(self.w - 1);
+                        y[oy * ow + ox] = x[iy * self.w + ix];
+                    }
+                }
+            }
+            SpatialKind::Bilinear { rows, cols } => {
+                for (oy, &(y0, y1, fy)) in rows.iter().enumerate() {
+                    for (ox, &(x0, x1, fx)) in cols.iter().enumerate() {
+                        let a = x[y0 * self.w + x0] * (1.0 - fx) + x[y0 * self.w + x1] * fx;
+                        let b = x[y1 * self.w + x0] * (1.0 - fx) + x[y1 * self.w + x1] * fx;
+                        y[oy * ow + ox] = a * (1.0 - fy) + b * fy;
+                    }
+                }
+            }
+        }
+    }
+}

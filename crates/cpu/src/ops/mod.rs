@@ -1,0 +1,53 @@
+//! Op builders: one function per MIL op type (coremltools iOS15–iOS18 definitions) that checks
+//! arguments, computes output shapes and emits kernels.
+
+mod attention;
+mod constexpr;
+mod conv;
+mod elementwise;
+mod gather;
+mod layout;
+mod linalg;
+mod reduce;
+
+use crate::compile::{const_literal, OpCx};
+use crate::error::Result;
+use crate::known::decode_literal;
+
+pub(crate) fn build(cx: &mut OpCx) -> Result<()> {
+    let t = cx.op.op_type.clone();
+    match t.as_str() {
+        "const" => {
+            let lit =
+                const_literal(cx.op).ok_or_else(|| cx.err("const without a `val` attribute"))?;
+            let k = decode_literal(lit, cx.b.blobs).map_err(|e| cx.err(e))?;
+            cx.known_output(0, k)?;
+            Ok(())
+        }
+        "constexpr_affine_dequantize"
+        | "constexpr_lut_to_dense"
+        | "constexpr_sparse_to_dense"
+        | "constexpr_blockwise_shift_scale"
+        | "constexpr_cast" => constexpr::build(cx, &t),
+        "gather" | "gather_along_axis" | "one_hot" => gather::build(cx, &t),
+        "conv" => conv::conv(cx, false),
+        "conv_transpose" => conv::conv(cx, true),
+        "max_pool" => conv::pool(cx, true),
+        "avg_pool" => conv::pool(cx, false),
+        "upsample_nearest_neighbor" => conv::upsample(cx, false),
+        "upsample_bilinear" => conv::upsample(cx, true),
+        "scaled_dot_product_attention" => attention::sdpa(cx),
+        "matmul" => linalg::matmul(cx),
+        "linear" => linalg::linear(cx),
+        "einsum" => linalg::einsum(cx),
+        "reshape" | "squeeze" | "expand_dims" | "identity" | "transpose" | "concat" | "split"
+        | "slice_by_index" | "slice_by_size" | "slice_update" | "tile" | "pad"
+        | "space_to_depth" | "depth_to_space" | "fill" | "range_1d" | "band_part" => {
+            layout::build(cx, &t)
+        }
+        "softmax" | "layer_norm" | "instance_norm" | "l2_norm" | "cumsum" | "topk"
+        | "batch_norm" => reduce::build(cx, &t),
+        t2 if t2.starts_with("reduce_") => reduce::build(cx, t2),
+        _ => elementwise::build(cx, &t),
+    }
+}

@@ -1,0 +1,205 @@
+//! The compiled plan: values with their homes, the node schedule, constants, arena layout.
+
+use crate::error::CpuError;
+use crate::kernels::Kernel;
+use crate::tensor::{AlignedBuf, Elem};
+use aneforge_mil::DType;
+use std::sync::Arc;
+
+pub(crate) type Vid = usize;
+
+/// Where a value's bytes live at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Home {
+    /// Not placed yet (compile time) or never needed at run time.
+    None,
+    Arena(usize),
+    Input(usize),
+    Output(usize),
+    Const(usize),
+    /// Same bytes as another value (reshape-like ops).
+    Alias(Vid),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Value {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub home: Home,
+}
+
+impl Value {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn elem(&self) -> Option<Elem> {
+        Elem::from_dtype(self.dtype)
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.len() * self.elem().map_or(0, |e| e.size())
+    }
+}
+
+pub(crate) struct Node {
+    pub name: String,
+    pub op_type: String,
+    pub kernel: Kernel,
+    pub reads: Vec<Vid>,
+    pub writes: Vec<Vid>,
+}
+
+/// Public description of one input or output port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortInfo {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl PortInfo {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// An immutable, validated execution plan for one function. Share it between instances.
+pub struct Plan {
+    pub(crate) values: Vec<Value>,
+    /// Per value: (buffer index, byte offset). Buffer 0 is the arena, then input ports,
+    /// output ports, constants.
+    pub(crate) locs: Vec<(usize, usize)>,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) consts: Vec<AlignedBuf>,
+    pub(crate) inputs: Vec<PortInfo>,
+    pub(crate) outputs: Vec<PortInfo>,
+    pub(crate) output_vids: Vec<Vid>,
+    /// Output j is written in place by its producer (otherwise copied at the end of execute).
+    pub(crate) output_direct: Vec<bool>,
+    /// Output j may share its buffer with input i with an in-place slice_update.
+    pub(crate) inplace: Vec<Option<usize>>,
+    pub(crate) arena_bytes: usize,
+    pub(crate) scratch_floats: usize,
+    pub(crate) threads: usize,
+    pub(crate) pool: Option<Arc<rayon::ThreadPool>>,
+    pub(crate) parallel: bool,
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .field("nodes", &self.nodes.len())
+            .field("arena_bytes", &self.arena_bytes)
+            .finish()
+    }
+}
+
+impl Plan {
+    pub fn inputs(&self) -> &[PortInfo] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[PortInfo] {
+        &self.outputs
+    }
+
+    pub fn instantiate(self: &Arc<Self>) -> crate::Instance {
+        crate::Instance::new(self.clone())
+    }
+
+    /// Bytes of the activation arena (lifetime-shared slots).
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_bytes
+    }
+
+    /// Bytes of decoded constants held by the plan.
+    pub fn const_bytes(&self) -> usize {
+        self.consts.iter().map(|c| c.len()).sum::<usize>()
+            + self
+                .nodes
+                .iter()
+                .map(|n| n.kernel.owned_bytes())
+                .sum::<usize>()
+    }
+
+    /// One line per scheduled kernel: `name: kind`. For tests and `aneforge compile --explain`.
+    pub fn schedule(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("{}: {}", n.name, n.kernel.kind()))
+            .collect()
+    }
+
+    /// Whether `share_buffer(output, input)` would update the state in place (the output is a
+    /// `slice_update` of that input whose other readers all run before it) instead of staging.
+    pub fn shares_in_place(&self, output: &str, input: &str) -> bool {
+        let j = self.outputs.iter().position(|p| p.name == output);
+        let i = self.inputs.iter().position(|p| p.name == input);
+        matches!((j, i), (Some(j), Some(i)) if self.inplace[j] == Some(i))
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+}
+
+/// First-fit allocator over a growing arena; blocks are 64-byte aligned.
+#[derive(Default)]
+pub(crate) struct ArenaAlloc {
+    free: Vec<(usize, usize)>,
+    pub top: usize,
+}
+
+impl ArenaAlloc {
+    pub fn alloc(&mut self, bytes: usize) -> usize {
+        let size = bytes.div_ceil(64).max(1) * 64;
+        if let Some(i) = self.free.iter().position(|&(_, s)| s >= size) {
+            let (off, s) = self.free[i];
+            if s == size {
+                self.free.remove(i);
+            } else {
+                self.free[i] = (off + size, s - size);
+            }
+            return off;
+        }
+        // grow: extend a free block touching the top if there is one
+        if let Some(i) = self.free.iter().position(|&(o, s)| o + s == self.top) {
+            let (off, _) = self.free.remove(i);
+            self.top = off + size;
+            return off;
+        }
+        let off = self.top;
+        self.top += size;
+        off
+    }
+
+    pub fn release(&mut self, off: usize, bytes: usize) {
+        let size = bytes.div_ceil(64).max(1) * 64;
+        self.free.push((off, size));
+        self.free.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(self.free.len());
+        for &(o, s) in &self.free {
+            match merged.last_mut() {
+                Some(last) if last.0 + last.1 == o => last.1 += s,
+                _ => merged.push((o, s)),
+            }
+        }
+        self.free = merged;
+    }
+}
+
+pub(crate) fn op_error(name: &str, op_type: &str, message: impl Into<String>) -> CpuError {
+    CpuError::Op {
+        name: name.to_string(),
+        op_type: op_type.to_string(),
+        message: message.into(),
+    }
+}
