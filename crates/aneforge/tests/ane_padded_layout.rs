@@ -3,6 +3,7 @@
 
 mod ane_support;
 
+use ane_support::suite::{self, Agreement};
 use ane_support::{sim_engine, simulator_library, write_program};
 use aneforge::engine::ane_host::{BufferMut, HostSlice};
 use std::ffi::c_int;
@@ -34,7 +35,7 @@ const STATE: &str = r#"program(1.3)
 "#;
 
 #[test]
-fn padded_rows_are_scattered_and_gathered_and_have_no_dense_view() {
+fn padded_rows_are_scattered_gathered_and_executed_and_have_no_dense_view() {
     for strides_in_bytes in [false, true] {
         configure_simulator(64, strides_in_bytes);
         let scratch = tempfile::tempdir().unwrap();
@@ -57,6 +58,14 @@ fn padded_rows_are_scattered_and_gathered_and_have_no_dense_view() {
             err.to_string().contains("use set_input/read_output"),
             "{err}"
         );
+
+        // executing over padded buffers gives the CPU engine's results exactly
+        let run = scratch.path().join("suite");
+        std::fs::create_dir_all(&run).unwrap();
+        suite::fp16_programs_match_the_cpu_engine(&engine, &run, Agreement::Identical);
+        suite::accumulator(&engine, &run, Agreement::Identical);
+        suite::kv_cache_slice_update(&engine, &run, Agreement::Identical);
+        suite::training_step(&engine, &run, Agreement::Identical);
     }
     configure_simulator(0, false);
     let scratch = tempfile::tempdir().unwrap();

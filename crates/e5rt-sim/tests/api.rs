@@ -585,3 +585,94 @@ fn handles_keep_what_they_depend_on_alive() {
         ok(e5rt_io_port_release(&mut p));
     }
 }
+
+#[test]
+fn two_ports_on_one_buffer_read_the_old_value_and_write_the_new() {
+    let _serial = serial();
+    let (dir, mil) = program_dir(ACCUMULATE);
+    let to16 = |v: &[f32]| {
+        v.iter()
+            .map(|&x| half::f16::from_f32(x))
+            .collect::<Vec<_>>()
+    };
+    let x = to16(&[1.0, 2.0, 3.0, -4.0, 0.5, 0.25]);
+    let initial = to16(&[10.0, 20.0, 30.0, 40.0, 50.0, 60.0]);
+    // SAFETY: valid locals; buffer memory is written only between executions, within its size.
+    unsafe {
+        let library = compile(&mil, &dir.path().join("b")).unwrap();
+        let op = operation(library);
+        let mut ports = [
+            port(&op, true, "x"),
+            port(&op, true, "acc"),
+            port(&op, false, "acc_out"),
+        ];
+        let mut x_buffer = buffer(64);
+        let mut state = buffer(64);
+        ok(e5rt_io_port_bind_buffer_object(ports[0], x_buffer));
+        ok(e5rt_io_port_bind_buffer_object(ports[1], state));
+        ok(e5rt_io_port_bind_buffer_object(ports[2], state));
+        let (mut x_ptr, mut state_ptr) = (null_mut(), null_mut());
+        ok(e5rt_buffer_object_get_data_ptr(x_buffer, &mut x_ptr));
+        ok(e5rt_buffer_object_get_data_ptr(state, &mut state_ptr));
+        let x_mem = std::slice::from_raw_parts_mut(x_ptr.cast::<half::f16>(), 6);
+        let state_mem = std::slice::from_raw_parts_mut(state_ptr.cast::<half::f16>(), 6);
+        x_mem.copy_from_slice(&x);
+        state_mem.copy_from_slice(&initial);
+
+        let mut event = null_mut();
+        let name = c("done");
+        ok(e5rt_async_event_create(&mut event, name.as_ptr(), 0));
+        ok(e5rt_execution_stream_operation_bind_completion_event(
+            op.operation,
+            event,
+        ));
+        let mut stream = null_mut();
+        ok(e5rt_execution_stream_create(&mut stream));
+        ok(e5rt_execution_stream_encode_operation(stream, op.operation));
+        let mut expected: Vec<f64> = initial.iter().map(|v| v.to_f64()).collect();
+        for step in 1..=3u64 {
+            ok(e5rt_execution_stream_execute_sync(stream));
+            for (e, xv) in expected.iter_mut().zip(&x) {
+                *e = half::f16::from_f64(*e + xv.to_f64()).to_f64();
+            }
+            let got: Vec<f64> = state_mem.iter().map(|v| v.to_f64()).collect();
+            assert_eq!(got, expected, "after {step} executions");
+            let mut signaled = 0;
+            ok(e5rt_async_event_get_last_signaled_value(
+                event,
+                &mut signaled,
+            ));
+            assert_eq!(signaled, step);
+        }
+        ok(e5rt_execution_stream_release(&mut stream));
+        ok(e5rt_async_event_release(&mut event));
+        ok(e5rt_buffer_object_release(&mut x_buffer));
+        ok(e5rt_buffer_object_release(&mut state));
+        for p in ports.iter_mut().rev() {
+            ok(e5rt_io_port_release(p));
+        }
+        release_op(op);
+    }
+}
+
+#[test]
+fn programs_the_cpu_engine_cannot_plan_fail_to_compile_naming_the_op() {
+    let _serial = serial();
+    let text = r#"program(1.3)
+{
+    func main<ios18>(tensor<fp16, [2, 8]> x, tensor<fp16, [4, 8]> w) {
+            tensor<fp16, [2, 4]> h = linear(x = x, weight = w)[name = string("h")];
+        } -> (h);
+}
+"#;
+    let (dir, mil) = program_dir(text);
+    // SAFETY: valid locals.
+    unsafe {
+        assert_eq!(
+            compile(&mil, &dir.path().join("b")).unwrap_err(),
+            COMPILE_FAILED
+        );
+    }
+    let message = last_error();
+    assert!(message.contains("op `h` (linear)"), "{message}");
+}

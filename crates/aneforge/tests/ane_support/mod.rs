@@ -3,6 +3,8 @@
 //! on it. The op suite's second run through the ANE engine uses [`sim_engine`].
 #![allow(dead_code)]
 
+pub mod suite;
+
 use aneforge::engine::{AneEngine, AneOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

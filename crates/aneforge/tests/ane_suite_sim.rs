@@ -1,0 +1,86 @@
+//! The ANE-engine suite on the e5rt simulator: results must equal the CPU engine's bit for bit.
+
+mod ane_support;
+
+use ane_support::suite::{self, Agreement};
+use ane_support::{sim_engine, sim_engine_with};
+use aneforge::engine::AneOptions;
+
+const SAME: Agreement = Agreement::Identical;
+
+#[test]
+fn fp16_programs_match_the_cpu_engine() {
+    let scratch = tempfile::tempdir().unwrap();
+    suite::fp16_programs_match_the_cpu_engine(&sim_engine(scratch.path()), scratch.path(), SAME);
+}
+
+#[test]
+fn accumulator_state_stays_resident() {
+    let scratch = tempfile::tempdir().unwrap();
+    suite::accumulator(&sim_engine(scratch.path()), scratch.path(), SAME);
+}
+
+#[test]
+fn kv_cache_one_hot_writes() {
+    let scratch = tempfile::tempdir().unwrap();
+    suite::kv_cache_onehot(&sim_engine(scratch.path()), scratch.path(), SAME);
+}
+
+#[test]
+fn kv_cache_slice_update_writes() {
+    let scratch = tempfile::tempdir().unwrap();
+    suite::kv_cache_slice_update(&sim_engine(scratch.path()), scratch.path(), SAME);
+}
+
+#[test]
+fn training_steps_update_a_resident_weight() {
+    let scratch = tempfile::tempdir().unwrap();
+    suite::training_step(&sim_engine(scratch.path()), scratch.path(), SAME);
+}
+
+#[test]
+fn misuse_is_reported() {
+    let scratch = tempfile::tempdir().unwrap();
+    suite::misuse_is_reported(&sim_engine(scratch.path()), scratch.path());
+}
+
+#[test]
+fn resident_state_survives_release_under_the_program_limit() {
+    let scratch = tempfile::tempdir().unwrap();
+    // one program loaded at a time: the two programs evict each other on every execute
+    let engine = sim_engine_with(
+        AneOptions {
+            max_loaded_programs: 1,
+            ..AneOptions::default()
+        },
+        scratch.path(),
+    );
+    let a = scratch.path().join("a");
+    let b = scratch.path().join("b");
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    suite::accumulator(&engine, &a, SAME);
+    suite::training_step(&engine, &b, SAME);
+    let evicting = engine.stats().evictions;
+    // interleave two resident programs
+    let mut first = engine.load_dir(&a.join("accumulator")).unwrap();
+    let mut second = engine.load_dir(&b.join("training_step")).unwrap();
+    first.share_buffer("acc_out", "acc").unwrap();
+    second.share_buffer("w_out", "w").unwrap();
+    use aneforge::engine::ane_host::HostSlice;
+    first.set_input("acc", HostSlice::F32(&[0.0; 6])).unwrap();
+    first.set_input("x", HostSlice::F32(&[1.0; 6])).unwrap();
+    second.set_input("x", HostSlice::F32(&[0.0; 8])).unwrap();
+    second.set_input("y", HostSlice::F32(&[0.0; 6])).unwrap();
+    for k in 1..=4 {
+        first.execute().unwrap();
+        second.execute().unwrap();
+        assert_eq!(first.read_output_f32("acc_out").unwrap(), vec![k as f32; 6]);
+    }
+    assert!(
+        engine.stats().evictions >= evicting + 8,
+        "every execute reloaded: {:?}",
+        engine.stats()
+    );
+    assert_eq!(engine.stats().loaded, 1);
+}
