@@ -84,3 +84,36 @@ fn resident_state_survives_release_under_the_program_limit() {
     );
     assert_eq!(engine.stats().loaded, 1);
 }
+
+#[test]
+fn programs_on_several_threads_share_one_engine() {
+    let scratch = tempfile::tempdir().unwrap();
+    let engine = sim_engine(scratch.path());
+    let dir = ane_support::write_program(
+        scratch.path(),
+        "acc",
+        "program(1.3)\n{\n    func main<ios18>(tensor<fp32, [16]> x, tensor<fp32, [16]> acc) {\n            tensor<fp32, [16]> acc_out = add(x = acc, y = x)[name = string(\"acc_out\")];\n        } -> (acc_out);\n}\n",
+        None,
+    );
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let engine = engine.clone();
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                use aneforge::engine::ane_host::HostSlice;
+                let mut program = engine.load_dir(&dir).unwrap();
+                program.share_buffer("acc_out", "acc").unwrap();
+                program
+                    .set_input("x", HostSlice::F32(&[t as f32 + 1.0; 16]))
+                    .unwrap();
+                for _ in 0..25 {
+                    program.execute().unwrap();
+                }
+                program.read_output_f32("acc_out").unwrap()
+            })
+        })
+        .collect();
+    for (t, handle) in threads.into_iter().enumerate() {
+        assert_eq!(handle.join().unwrap(), vec![25.0 * (t as f32 + 1.0); 16]);
+    }
+}

@@ -77,4 +77,22 @@ mod tests {
             assert_eq!(kind.to_string().parse::<EngineKind>(), Ok(kind));
         }
     }
+
+    #[test]
+    fn without_a_runtime_ane_fails_and_auto_falls_back_to_the_cpu() {
+        if cfg!(target_os = "macos") || std::env::var_os(super::super::ane::LIBRARY_ENV).is_some() {
+            // a runtime may be loadable here; this test is about machines without one
+            return;
+        }
+        assert!(matches!(EngineKind::Cpu.select(), Ok(Selected::Cpu)));
+        assert!(matches!(EngineKind::Auto.select(), Ok(Selected::Cpu)));
+        let err = EngineKind::Ane.select().unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "the ANE engine needs macOS on Apple Silicon, or ANEFORGE_E5RT_LIB pointing at \
+                 an e5rt implementation (such as this repo's simulator)"
+            ),
+            "{err}"
+        );
+    }
 }
