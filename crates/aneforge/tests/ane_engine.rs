@@ -85,10 +85,10 @@ fn ports_come_from_function_main_and_unknown_names_are_errors() {
     let engine = sim_engine(scratch.path());
     let dir = write_program(scratch.path(), "acc", ACCUMULATE, None);
     let mut program = engine.load_dir(&dir).unwrap();
-    let names = |ports: Vec<aneforge::engine::ane_host::PortInfo>| {
+    let names = |ports: &[aneforge::engine::ane_host::PortInfo]| {
         ports
-            .into_iter()
-            .map(|p| (p.name, p.dtype, p.shape))
+            .iter()
+            .map(|p| (p.name.clone(), p.dtype, p.shape.clone()))
             .collect::<Vec<_>>()
     };
     assert_eq!(

@@ -117,3 +117,29 @@ fn programs_on_several_threads_share_one_engine() {
         assert_eq!(handle.join().unwrap(), vec![25.0 * (t as f32 + 1.0); 16]);
     }
 }
+
+#[test]
+fn the_op_suite_hook_runs_an_in_memory_program_on_both_engines() {
+    let scratch = tempfile::tempdir().unwrap();
+    let engine = sim_engine(scratch.path());
+    let mut blob = aneforge_mil::BlobWriter::new();
+    let w: Vec<half::f16> = suite::data(12, 5)
+        .into_iter()
+        .map(half::f16::from_f32)
+        .collect();
+    let at = blob.add_f16(&w);
+    let text = format!(
+        "program(1.3)\n{{\n    func main<ios18>(tensor<fp16, [2, 4]> x) {{\n            tensor<fp16, [3, 4]> w = const()[name = string(\"w\"), val = tensor<fp16, [3, 4]>(BLOBFILE(path = string(\"@model_path/weights/weight.bin\"), offset = uint64({at})))];\n            tensor<fp16, [2, 3]> y = linear(x = x, weight = w)[name = string(\"y\")];\n        }} -> (y);\n}}\n"
+    );
+    let program =
+        aneforge_mil::ProgramDir::with_weights(aneforge_mil::parse(&text).unwrap(), blob.finish())
+            .unwrap();
+    let trace = suite::run_program_dir(
+        &engine,
+        &program,
+        &[],
+        &[vec![("x", suite::data(8, 6))]],
+        SAME,
+    );
+    assert_eq!(trace[0]["y"].len(), 6);
+}

@@ -403,6 +403,7 @@ impl AneEngine {
         let text = std::fs::read_to_string(&mil_path).map_err(|e| io_err(&mil_path, e))?;
         let key = program_key(dir, &text);
         let (inputs, outputs) = main_ports(&mil_path, &text)?;
+        let (input_infos, output_infos) = (inputs.clone(), outputs.clone());
         let mil_path_str = path_str(&mil_path)?.to_string();
         let mut ports = Vec::with_capacity(inputs.len() + outputs.len());
         for (info, direction) in inputs
@@ -433,6 +434,8 @@ impl AneEngine {
             mil_path: mil_path_str,
             key,
             ports,
+            inputs: input_infos,
+            outputs: output_infos,
             buffers: Vec::new(),
             executed: false,
         };
@@ -756,6 +759,8 @@ pub struct AneProgram {
     key: [u8; 32],
     /// Inputs, then outputs, in function order.
     ports: Vec<Port>,
+    inputs: Vec<PortInfo>,
+    outputs: Vec<PortInfo>,
     buffers: Vec<Option<BufferMemory>>,
     executed: bool,
 }
@@ -788,16 +793,12 @@ impl AneProgram {
         &self.engine
     }
 
-    pub fn inputs(&self) -> Vec<PortInfo> {
-        self.ports_of(Direction::Input)
-            .map(|(_, p)| p.info.clone())
-            .collect()
+    pub fn inputs(&self) -> &[PortInfo] {
+        &self.inputs
     }
 
-    pub fn outputs(&self) -> Vec<PortInfo> {
-        self.ports_of(Direction::Output)
-            .map(|(_, p)| p.info.clone())
-            .collect()
+    pub fn outputs(&self) -> &[PortInfo] {
+        &self.outputs
     }
 
     fn ports_of(&self, direction: Direction) -> impl Iterator<Item = (usize, &Port)> {

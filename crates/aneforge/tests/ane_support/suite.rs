@@ -71,7 +71,7 @@ pub fn run_ane(program: &mut AneProgram, shares: &[(&str, &str)], steps: &[Step]
     for (output, input) in shares {
         program.share_buffer(output, input).unwrap();
     }
-    let names: Vec<String> = program.outputs().into_iter().map(|p| p.name).collect();
+    let names: Vec<String> = program.outputs().iter().map(|p| p.name.clone()).collect();
     steps
         .iter()
         .map(|step| {
@@ -137,6 +137,22 @@ pub fn compare(
         }
     }
     ane
+}
+
+/// The hook for running any program (for instance every case of the op suite) a second time
+/// through the ANE engine: saves `program` in the engine's program cache, runs `steps` on the ANE
+/// engine and on the CPU engine, and checks every output with `agreement`.
+pub fn run_program_dir(
+    engine: &Arc<AneEngine>,
+    program: &ProgramDir,
+    shares: &[(&str, &str)],
+    steps: &[Step],
+    agreement: Agreement,
+) -> Trace {
+    let loaded = engine.load(program).unwrap();
+    let dir = loaded.dir().to_path_buf();
+    drop(loaded);
+    compare(engine, &dir, shares, steps, agreement)
 }
 
 /// Deterministic test data in [-1, 1).
