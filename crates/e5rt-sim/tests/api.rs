@@ -676,3 +676,76 @@ fn programs_the_cpu_engine_cannot_plan_fail_to_compile_naming_the_op() {
     let message = last_error();
     assert!(message.contains("op `h` (linear)"), "{message}");
 }
+
+/// Random call sequences over live, released, mistyped, null and never-issued handles: every call
+/// returns 0 or a documented error code, and none is an internal error (a caught panic).
+#[test]
+fn random_misuse_never_crashes_and_never_panics_inside() {
+    let _serial = serial();
+    let (dir, mil) = program_dir(ACCUMULATE);
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let names = [c("x"), c("acc"), c("acc_out"), c("main"), c("nope")];
+    // SAFETY: every out-pointer is a valid local; handles are never dereferenced by the simulator.
+    unsafe {
+        let library = compile(&mil, &dir.path().join("b")).unwrap();
+        let op = operation(library);
+        let mut pool: Vec<H> = vec![
+            null_mut(),
+            0x5100_0008 as H, // never issued (ids step by 16)
+            0xdead_beef as H,
+            op.library,
+            op.function,
+            op.options,
+            op.operation,
+        ];
+        let mut codes = std::collections::BTreeMap::new();
+        for _ in 0..3000 {
+            let a = pool[next(pool.len())];
+            let b = pool[next(pool.len())];
+            let name = &names[next(names.len())];
+            let mut out: H = null_mut();
+            let code = match next(14) {
+                0 => e5rt_execution_stream_create(&mut out),
+                1 => e5rt_buffer_object_alloc(&mut out, [0, 8, 64, 128][next(4)], next(4) as u32),
+                2 => e5rt_execution_stream_operation_retain_input_port(a, name.as_ptr(), &mut out),
+                3 => e5rt_execution_stream_operation_retain_output_port(a, name.as_ptr(), &mut out),
+                4 => e5rt_io_port_bind_buffer_object(a, b),
+                5 => e5rt_execution_stream_encode_operation(a, b),
+                6 => e5rt_execution_stream_execute_sync(a),
+                7 => e5rt_execution_stream_reset(a),
+                8 => e5rt_execution_stream_operation_prepare_op_for_encode(a),
+                9 => {
+                    let mut h = a;
+                    [
+                        e5rt_io_port_release,
+                        e5rt_buffer_object_release,
+                        e5rt_execution_stream_release,
+                        e5rt_async_event_release,
+                    ][next(4)](&mut h)
+                }
+                10 => e5rt_async_event_create(&mut out, name.as_ptr(), 0),
+                11 => e5rt_execution_stream_operation_bind_completion_event(a, b),
+                12 => {
+                    let mut ptr = null_mut();
+                    e5rt_buffer_object_get_data_ptr(a, &mut ptr)
+                }
+                _ => e5rt_io_port_retain_tensor_desc(a, &mut out),
+            };
+            assert!((0..=8).contains(&code), "code {code}: {}", last_error());
+            *codes.entry(code).or_insert(0) += 1;
+            if !out.is_null() {
+                pool.push(out);
+            }
+        }
+        assert!(codes.get(&0).copied().unwrap_or(0) > 100, "{codes:?}");
+        assert!(codes.len() >= 4, "a variety of outcomes: {codes:?}");
+        // handles issued by the run are left to the process; the operation chain is released
+        release_op(op);
+    }
+}
