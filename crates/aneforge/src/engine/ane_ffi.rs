@@ -164,8 +164,9 @@ pub(crate) struct Handle {
     runtime: Arc<Runtime>,
 }
 
-// SAFETY: a handle is an opaque reference into the runtime; the engine only uses handles while
-// holding its state lock, so no two threads call into the runtime with the same object at once.
+// SAFETY: a handle is an opaque reference into the runtime with a single owner — the engine's
+// state (used only under its lock) or a program's buffer list (used only through `&mut` or while no
+// other borrow exists) — so no two threads call into the runtime with the same object at once.
 unsafe impl Send for Handle {}
 
 impl std::fmt::Debug for Handle {
