@@ -1,1 +1,16 @@
-//! Model files and loaders (issues 7-8).
+//! Model files and loaders (issues 7-8): resolving a model id to local files, safetensors and
+//! GGUF weights, Hugging Face and sentence-transformers configs, tokenizers.
+
+pub mod config;
+pub mod gguf;
+pub mod resolve;
+pub mod sentence_transformers;
+pub mod testing;
+pub mod tokenizer;
+pub mod tokenizer_config;
+pub mod weights;
+
+pub use config::{ConfigError, ModelConfig};
+pub use resolve::{resolve, ModelSource, ResolveError, ResolvedModel, Resolver};
+pub use tokenizer::{BatchEncoding, Padding, TextTokenizer, TokenizerError};
+pub use weights::{HostArray, SafeTensorsFiles, TensorSource, VarBuilder, WeightError};

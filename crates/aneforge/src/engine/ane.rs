@@ -37,6 +37,8 @@ const UNAVAILABLE: &str = "the ANE engine needs macOS on Apple Silicon, or ANEFO
 pub enum AneError {
     #[error("{UNAVAILABLE}{detail}")]
     Unavailable { detail: String },
+    #[error("the process-wide ANE engine is already open on {}", library.display())]
+    GlobalInUse { library: PathBuf },
     #[error("cannot load the e5rt library {}: {reason}", path.display())]
     Library { path: PathBuf, reason: String },
     #[error("{} does not export {symbol} (looked up with and without a leading underscore)", path.display())]
@@ -240,6 +242,8 @@ struct EngineState {
     failures: HashMap<[u8; 32], CompileFailure>,
 }
 
+static GLOBAL: OnceLock<Result<Arc<AneEngine>, AneError>> = OnceLock::new();
+
 /// The runtime accepts one dispatch at a time per process, whichever engine issues it.
 static DISPATCH: Mutex<()> = Mutex::new(());
 
@@ -350,12 +354,36 @@ impl AneEngine {
         }))
     }
 
-    /// The process-wide engine over [`default_library_path`], opened on first use.
+    /// The process-wide engine (what [`crate::Engine::Ane`] runs on): opened on first use with
+    /// [`AneOptions::default`] (the library from [`default_library_path`]) unless
+    /// [`AneEngine::install_global`] opened it first.
     pub fn global() -> Result<Arc<AneEngine>, AneError> {
-        static GLOBAL: OnceLock<Result<Arc<AneEngine>, AneError>> = OnceLock::new();
         GLOBAL
             .get_or_init(|| AneEngine::open(AneOptions::default()))
             .clone()
+    }
+
+    /// Opens the process-wide engine with `options` — for a process (such as a test binary) that
+    /// must run [`crate::Engine::Ane`] on a particular e5rt library. If it is already open on the
+    /// same library, that engine is returned; on another library (or failed), this is an error.
+    pub fn install_global(options: AneOptions) -> Result<Arc<AneEngine>, AneError> {
+        let wanted = options.library.clone();
+        let mut opened_here = false;
+        let global = GLOBAL.get_or_init(|| {
+            opened_here = true;
+            AneEngine::open(options)
+        });
+        match global {
+            Ok(engine)
+                if opened_here || wanted.as_deref().is_none_or(|w| w == engine.library_path()) =>
+            {
+                Ok(Arc::clone(engine))
+            }
+            Ok(engine) => Err(AneError::GlobalInUse {
+                library: engine.library_path().to_path_buf(),
+            }),
+            Err(e) => Err(e.clone()),
+        }
     }
 
     pub fn library_path(&self) -> &Path {
@@ -369,12 +397,6 @@ impl AneEngine {
     /// Saves `program` in the program cache, in a directory named by its content hash (kept
     /// across processes; compiled bundles are not), then loads it.
     pub fn load(self: &Arc<Self>, program: &ProgramDir) -> Result<AneProgram, AneError> {
-        let root = self
-            .options
-            .program_cache
-            .clone()
-            .unwrap_or_else(default_cache_dir)
-            .join("programs");
         let text = aneforge_mil::print(&program.program);
         let mut h = Sha256::new();
         h.update((text.len() as u64).to_le_bytes());
@@ -385,7 +407,22 @@ impl AneEngine {
             h.update((blob.bytes().len() as u64).to_le_bytes());
             h.update(blob.bytes());
         }
-        let key: [u8; 32] = h.finalize().into();
+        self.load_keyed(program, h.finalize().into())
+    }
+
+    /// [`AneEngine::load`] for a program whose content hash `key` the caller already has (such as
+    /// an artifact's).
+    pub fn load_keyed(
+        self: &Arc<Self>,
+        program: &ProgramDir,
+        key: [u8; 32],
+    ) -> Result<AneProgram, AneError> {
+        let root = self
+            .options
+            .program_cache
+            .clone()
+            .unwrap_or_else(default_cache_dir)
+            .join("programs");
         let dir = root.join(hex(&key));
         if !dir.join("model.mil").is_file() {
             program.save(&dir).map_err(|e| AneError::Io {

@@ -1,7 +1,7 @@
 //! Choosing an engine: `--engine cpu|ane|auto`.
 
 use super::ane::{AneEngine, AneError};
-use std::sync::Arc;
+use super::Engine;
 
 /// What the user asked for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -40,21 +40,14 @@ impl std::fmt::Display for EngineKind {
     }
 }
 
-/// The engine a run uses.
-#[derive(Clone, Debug)]
-pub enum Selected {
-    Cpu,
-    Ane(Arc<AneEngine>),
-}
-
 impl EngineKind {
     /// `Cpu` always succeeds; `Ane` loads the process-wide ANE engine or fails saying why;
     /// `Auto` falls back to the CPU when the ANE engine cannot be loaded.
-    pub fn select(self) -> Result<Selected, AneError> {
+    pub fn select(self) -> Result<Engine, AneError> {
         match self {
-            EngineKind::Cpu => Ok(Selected::Cpu),
-            EngineKind::Ane => AneEngine::global().map(Selected::Ane),
-            EngineKind::Auto => Ok(AneEngine::global().map_or(Selected::Cpu, Selected::Ane)),
+            EngineKind::Cpu => Ok(Engine::Cpu),
+            EngineKind::Ane => AneEngine::global().map(|_| Engine::Ane),
+            EngineKind::Auto => Ok(Engine::auto()),
         }
     }
 }
@@ -84,8 +77,8 @@ mod tests {
             // a runtime may be loadable here; this test is about machines without one
             return;
         }
-        assert!(matches!(EngineKind::Cpu.select(), Ok(Selected::Cpu)));
-        assert!(matches!(EngineKind::Auto.select(), Ok(Selected::Cpu)));
+        assert!(matches!(EngineKind::Cpu.select(), Ok(Engine::Cpu)));
+        assert!(matches!(EngineKind::Auto.select(), Ok(Engine::Cpu)));
         let err = EngineKind::Ane.select().unwrap_err();
         assert!(
             err.to_string().starts_with(

@@ -61,3 +61,14 @@ pub fn write_program(root: &Path, name: &str, text: &str, weights: Option<&[u8]>
     }
     dir
 }
+
+/// Makes the simulator the process-wide ANE engine, so `Engine::Ane` (e.g. in
+/// `CompileOptions::engine`) runs on it in this test binary. Idempotent.
+pub fn install_simulator() -> Arc<AneEngine> {
+    AneEngine::install_global(AneOptions {
+        library: Some(simulator_library()),
+        program_cache: Some(std::env::temp_dir().join("aneforge-test-programs")),
+        ..AneOptions::default()
+    })
+    .expect("the simulator becomes the process-wide ANE engine")
+}

@@ -2,6 +2,7 @@
 //! softmax, so no L×S score matrix is ever materialised.
 
 use super::ew::{load_block, store_block};
+use super::micro::gemm_rows;
 use super::rows::exp_sub_sum;
 use super::Cx;
 use crate::plan::Vid;
@@ -133,14 +134,17 @@ impl Attention {
         let mut j0 = 0;
         while j0 < self.s {
             let nk = BK.min(self.s - j0);
-            for j in 0..nk {
+            // Kᵀ block [e, nk]: column j holds key j0 + j
+            for t in 0..e {
                 load_row(
                     ptrs[1].get(),
                     self.k.elem,
-                    koff + (j0 + j) * self.k.rs,
-                    self.k.cs,
-                    &mut ks[j * e..(j + 1) * e],
+                    koff + j0 * self.k.rs + t * self.k.cs,
+                    self.k.rs,
+                    &mut ks[t * nk..(t + 1) * nk],
                 );
+            }
+            for j in 0..nk {
                 load_row(
                     ptrs[2].get(),
                     self.v.elem,
@@ -149,27 +153,15 @@ impl Attention {
                     &mut vs[j * ev..(j + 1) * ev],
                 );
             }
-            // S = Qs · Ksᵀ  [nq, nk]
-            gemm::gemm(
+            // S = Qs · Kᵀ  [nq, nk]
+            gemm_rows(
+                &qs[..nq * e],
+                &ks[..e * nk],
+                &mut ss[..nq * nk],
                 nq,
-                nk,
                 e,
-                ss.as_mut_ptr(),
-                1,
-                nk as isize,
+                nk,
                 false,
-                qs.as_ptr(),
-                1,
-                e as isize,
-                ks.as_ptr(),
-                e as isize,
-                1,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
             );
             for i in 0..nq {
                 let row = &mut ss[i * nk..(i + 1) * nk];
@@ -189,7 +181,7 @@ impl Attention {
                         }
                     }
                 }
-                let bmax = row.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                let bmax = super::rows::max_of(row);
                 let m_new = ms[i].max(bmax);
                 if m_new == f32::NEG_INFINITY {
                     row.fill(0.0);
@@ -210,26 +202,14 @@ impl Attention {
                 }
             }
             // O += P · V  [nq, ev]
-            gemm::gemm(
+            gemm_rows(
+                &ss[..nq * nk],
+                &vs[..nk * ev],
+                &mut os[..nq * ev],
                 nq,
-                ev,
                 nk,
-                os.as_mut_ptr(),
-                1,
-                ev as isize,
+                ev,
                 true,
-                ss.as_ptr(),
-                1,
-                nk as isize,
-                vs.as_ptr(),
-                1,
-                ev as isize,
-                1.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
             );
             j0 += nk;
         }

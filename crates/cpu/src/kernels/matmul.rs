@@ -235,18 +235,20 @@ pub unsafe fn to_f32(src: *const u8, elem: Elem, dst: &mut [f32]) {
 crate::simd_dispatch! {
     pub fn dot(x: &[f32], w: &[f32]) -> f32 {
         let n = x.len().min(w.len());
-        let mut acc = [0f32; 16];
-        let chunks = n / 16;
-        for c in 0..chunks {
-            let xs = &x[c * 16..c * 16 + 16];
-            let ws = &w[c * 16..c * 16 + 16];
-            for i in 0..16 {
+        let (x, w) = (&x[..n], &w[..n]);
+        let mut acc = [0f32; 32];
+        let mut xi = x.chunks_exact(32);
+        let mut wi = w.chunks_exact(32);
+        for (xs, ws) in (&mut xi).zip(&mut wi) {
+            let xs: &[f32; 32] = xs.try_into().unwrap_or(&[0.0; 32]);
+            let ws: &[f32; 32] = ws.try_into().unwrap_or(&[0.0; 32]);
+            for i in 0..32 {
                 acc[i] = xs[i].mul_add(ws[i], acc[i]);
             }
         }
         let mut s = 0.0;
-        for i in chunks * 16..n {
-            s = x[i].mul_add(w[i], s);
+        for (a, b) in xi.remainder().iter().zip(wi.remainder()) {
+            s = a.mul_add(*b, s);
         }
         let mut t = 0.0;
         for a in acc {

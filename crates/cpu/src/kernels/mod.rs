@@ -7,6 +7,7 @@ pub mod gather;
 pub mod layout;
 pub mod math;
 pub mod matmul;
+pub mod micro;
 pub mod rows;
 pub mod spatial;
 

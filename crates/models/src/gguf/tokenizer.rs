@@ -1,0 +1,464 @@
+//! The tokenizer a GGUF file's metadata describes (`tokenizer.ggml.*`), assembled as a
+//! `tokenizer.json` in memory and loaded by the `tokenizers` crate.
+//!
+//! The reference is transformers' GGUF import (`AutoTokenizer.from_pretrained(dir, gguf_file=..)`,
+//! `transformers.integrations.gguf`): byte-level BPE for `gpt2` vocabularies, SentencePiece-style
+//! BPE with byte fallback for `llama` ones (merges from the file, else derived from the scores),
+//! control tokens as special added tokens, user-defined tokens as plain added tokens, a BOS/EOS
+//! template from `tokenizer.ggml.add_{bos,eos}_token`.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{json, Map, Value};
+use tokenizers::Tokenizer;
+
+use super::{GgufError, GgufFile, MetaArray};
+use crate::tokenizer::{TextTokenizer, TokenizerError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenizerModelKind {
+    /// `gpt2`: byte-level BPE with merges.
+    ByteLevelBpe,
+    /// `llama`: SentencePiece pieces (`▁` for spaces) with byte-fallback tokens.
+    SentencePieceBpe,
+}
+
+/// llama.cpp's token types (`tokenizer.ggml.token_type`).
+const TOKEN_CONTROL: i64 = 3;
+const TOKEN_USER_DEFINED: i64 = 4;
+
+/// Split patterns for byte-level vocabularies by `tokenizer.ggml.pre`, as transformers maps them.
+/// Any other value keeps the GPT-2 byte-level split.
+fn pre_tokenizer_split(pre: &str) -> Option<&'static str> {
+    const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    const QWEN35: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    const TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    Some(match pre {
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
+        | "lfm2" | "jina-v5-nano" | "dbrx" | "smaug-bpe" => LLAMA3,
+        "tekken" => TEKKEN,
+        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" => QWEN2,
+        "qwen35" => QWEN35,
+        "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => GPT4O,
+        _ => return None,
+    })
+}
+
+/// GPT-2's reversible byte → printable character map.
+fn bytes_to_unicode() -> [char; 256] {
+    let mut map = ['\0'; 256];
+    let mut extra = 0u32;
+    for b in 0..256u32 {
+        let printable =
+            (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
+        map[b as usize] = char::from_u32(c).unwrap_or('\u{FFFD}');
+    }
+    map
+}
+
+#[derive(Debug, Clone)]
+pub struct GgufTokenizer {
+    pub tokenizer: Tokenizer,
+    pub kind: TokenizerModelKind,
+    pub bos: Option<(u32, String)>,
+    pub eos: Option<(u32, String)>,
+    pub unk: Option<(u32, String)>,
+    pub pad: Option<(u32, String)>,
+    pub add_bos: bool,
+    pub add_eos: bool,
+    /// `tokenizer.chat_template`.
+    pub chat_template: Option<String>,
+}
+
+impl GgufTokenizer {
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, GgufError> {
+        let fail = |reason: String| GgufError::Tokenizer {
+            path: file.path().to_path_buf(),
+            reason,
+        };
+        let model = file.require_str("tokenizer.ggml.model")?;
+        let arch = file.architecture()?;
+        let kind = match model {
+            "gpt2" => TokenizerModelKind::ByteLevelBpe,
+            "llama" if matches!(arch, "gemma" | "gemma2" | "gemma3" | "phi3") => {
+                return Err(fail(format!(
+                    "the SentencePiece variant of architecture '{arch}' is not supported"
+                )))
+            }
+            "llama" => TokenizerModelKind::SentencePieceBpe,
+            other => {
+                return Err(fail(format!(
+                    "tokenizer.ggml.model '{other}' is not supported (gpt2 and llama are)"
+                )))
+            }
+        };
+        let tokens = match file.require_array("tokenizer.ggml.tokens")? {
+            MetaArray::String(t) => t,
+            other => {
+                return Err(fail(format!(
+                    "tokenizer.ggml.tokens holds {}, not strings",
+                    other.element_type()
+                )))
+            }
+        };
+        let token_types = match file.get_array("tokenizer.ggml.token_type")? {
+            Some(a) => a
+                .to_i64s()
+                .ok_or_else(|| fail("tokenizer.ggml.token_type is not an integer array".into()))?,
+            None => Vec::new(),
+        };
+        if !token_types.is_empty() && token_types.len() != tokens.len() {
+            return Err(fail(format!(
+                "{} token types for {} tokens",
+                token_types.len(),
+                tokens.len()
+            )));
+        }
+        let merges = match file.get_array("tokenizer.ggml.merges")? {
+            Some(MetaArray::String(m)) => Some(
+                m.iter()
+                    .map(|merge| {
+                        let mut parts = merge.split(' ');
+                        match (parts.next(), parts.next(), parts.next()) {
+                            (Some(a), Some(b), None) => Ok((a.to_string(), b.to_string())),
+                            _ => Err(fail(format!(
+                                "merge '{merge}' is not two tokens separated by one space"
+                            ))),
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            Some(other) => {
+                return Err(fail(format!(
+                    "tokenizer.ggml.merges holds {}, not strings",
+                    other.element_type()
+                )))
+            }
+            None => None,
+        };
+        let special_id = |key: &str| -> Result<Option<(u32, String)>, GgufError> {
+            let Some(id) = file.get_u64(key)? else {
+                return Ok(None);
+            };
+            let token = usize::try_from(id)
+                .ok()
+                .and_then(|i| tokens.get(i))
+                .ok_or_else(|| {
+                    fail(format!(
+                        "{key} = {id} is outside the {} tokens",
+                        tokens.len()
+                    ))
+                })?;
+            Ok(Some((id as u32, token.clone())))
+        };
+        let bos = special_id("tokenizer.ggml.bos_token_id")?;
+        let eos = special_id("tokenizer.ggml.eos_token_id")?;
+        let unk = special_id("tokenizer.ggml.unknown_token_id")?;
+        let pad = special_id("tokenizer.ggml.padding_token_id")?;
+        let default_add_bos = kind == TokenizerModelKind::SentencePieceBpe;
+        let add_bos = file
+            .get_bool("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(default_add_bos)
+            && bos.is_some();
+        let add_eos = file
+            .get_bool("tokenizer.ggml.add_eos_token")?
+            .unwrap_or(false)
+            && eos.is_some();
+        let pre = file.get_str("tokenizer.ggml.pre")?;
+
+        let (vocab, merges) = match kind {
+            TokenizerModelKind::ByteLevelBpe => {
+                let merges = merges
+                    .ok_or_else(|| fail("a gpt2 vocabulary needs tokenizer.ggml.merges".into()))?;
+                (byte_level_vocab(tokens), merges)
+            }
+            TokenizerModelKind::SentencePieceBpe => {
+                let vocab = plain_vocab(tokens);
+                let merges = match merges {
+                    Some(m) => m,
+                    None => {
+                        let scores = match file.get_array("tokenizer.ggml.scores")? {
+                            Some(a) => a.to_f64s().ok_or_else(|| {
+                                fail("tokenizer.ggml.scores is not numeric".into())
+                            })?,
+                            None => {
+                                return Err(fail(
+                                    "a llama vocabulary needs merges or scores".into(),
+                                ))
+                            }
+                        };
+                        if scores.len() != tokens.len() {
+                            return Err(fail(format!(
+                                "{} scores for {} tokens",
+                                scores.len(),
+                                tokens.len()
+                            )));
+                        }
+                        merges_from_scores(tokens, &scores, &vocab)
+                    }
+                };
+                (vocab, merges)
+            }
+        };
+
+        let mut added = AddedTokens::new(&vocab);
+        let byte_alphabet: Option<HashSet<char>> = (kind == TokenizerModelKind::ByteLevelBpe)
+            .then(|| bytes_to_unicode().into_iter().collect());
+        for (token, &ty) in tokens.iter().zip(&token_types) {
+            let spelled = byte_alphabet
+                .as_ref()
+                .is_none_or(|a| token.chars().all(|c| a.contains(&c)));
+            if ty == TOKEN_CONTROL && spelled {
+                added.add(token, true);
+            }
+        }
+        for (token, &ty) in tokens.iter().zip(&token_types) {
+            if ty == TOKEN_USER_DEFINED && vocab.contains_key(token) {
+                added.add(token, false);
+            }
+        }
+        // transformers' GPT2Tokenizer registers its default special token first.
+        if kind == TokenizerModelKind::ByteLevelBpe && vocab.contains_key("<|endoftext|>") {
+            added.add("<|endoftext|>", true);
+        }
+        for (_, token) in [&bos, &eos, &unk, &pad].into_iter().flatten() {
+            added.add(token, true);
+        }
+
+        let template = |bos_on: bool, eos_on: bool| {
+            let special =
+                |t: &str, type_id: u32| json!({"SpecialToken": {"id": t, "type_id": type_id}});
+            let seq = |id: &str, type_id: u32| json!({"Sequence": {"id": id, "type_id": type_id}});
+            let bos_t = bos.as_ref().map(|(_, t)| t.as_str()).unwrap_or_default();
+            let eos_t = eos.as_ref().map(|(_, t)| t.as_str()).unwrap_or_default();
+            let mut single = Vec::new();
+            let mut pair = Vec::new();
+            for (out, (seq_id, type_id)) in [(&mut single, ("A", 0)), (&mut pair, ("A", 0))] {
+                if bos_on {
+                    out.push(special(bos_t, type_id));
+                }
+                out.push(seq(seq_id, type_id));
+                if eos_on {
+                    out.push(special(eos_t, type_id));
+                }
+            }
+            if bos_on {
+                pair.push(special(bos_t, 1));
+            }
+            pair.push(seq("B", 1));
+            if eos_on {
+                pair.push(special(eos_t, 1));
+            }
+            let mut specials = Map::new();
+            for (on, tok) in [(bos_on, &bos), (eos_on, &eos)] {
+                if let (true, Some((id, t))) = (on, tok) {
+                    specials.insert(t.clone(), json!({"id": t, "ids": [id], "tokens": [t]}));
+                }
+            }
+            json!({"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials})
+        };
+
+        let merges_json: Vec<Value> = merges.into_iter().map(|(a, b)| json!([a, b])).collect();
+        let vocab_json: Map<String, Value> =
+            vocab.iter().map(|(k, &v)| (k.clone(), json!(v))).collect();
+        let (model, pre_tokenizer, decoder) = match kind {
+            TokenizerModelKind::ByteLevelBpe => {
+                let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
+                let pre_tokenizer = match pre.and_then(pre_tokenizer_split) {
+                    Some(regex) => json!({"type": "Sequence", "pretokenizers": [
+                        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": false},
+                        byte_level(false),
+                    ]}),
+                    None => byte_level(true),
+                };
+                (
+                    json!({"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
+                           "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false,
+                           "ignore_merges": false, "vocab": vocab_json, "merges": merges_json}),
+                    pre_tokenizer,
+                    json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}),
+                )
+            }
+            TokenizerModelKind::SentencePieceBpe => (
+                json!({"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                       "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true,
+                       "ignore_merges": false, "vocab": vocab_json, "merges": merges_json}),
+                json!({"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first", "split": false}),
+                json!({"type": "Sequence", "decoders": [
+                    {"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "},
+                    {"type": "ByteFallback"},
+                    {"type": "Fuse"},
+                    {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+                ]}),
+            ),
+        };
+        let document = json!({
+            "version": "1.0",
+            "truncation": null,
+            "padding": null,
+            "added_tokens": added.into_json(),
+            "normalizer": null,
+            "pre_tokenizer": pre_tokenizer,
+            "post_processor": template(add_bos, add_eos),
+            "decoder": decoder,
+            "model": model,
+        });
+        let tokenizer: Tokenizer = document
+            .to_string()
+            .parse()
+            .map_err(|e| fail(format!("the assembled tokenizer does not load: {e}")))?;
+        Ok(GgufTokenizer {
+            tokenizer,
+            kind,
+            bos,
+            eos,
+            unk,
+            pad,
+            add_bos,
+            add_eos,
+            chat_template: file.get_str("tokenizer.chat_template")?.map(str::to_string),
+        })
+    }
+
+    /// The wrapper used everywhere else, with the file's padding token.
+    pub fn into_text_tokenizer(self) -> Result<TextTokenizer, TokenizerError> {
+        let pad = self.pad.clone();
+        let tokenizer = TextTokenizer::from_tokenizer(self.tokenizer)?;
+        match pad {
+            Some((_, token)) => tokenizer.with_pad_token(&token),
+            None => Ok(tokenizer),
+        }
+    }
+}
+
+impl GgufFile {
+    /// `tokenizer.chat_template`, if the file has one.
+    pub fn chat_template(&self) -> Result<Option<&str>, GgufError> {
+        self.get_str("tokenizer.chat_template")
+    }
+}
+
+/// token → id; a repeated token keeps its last id (as a Python dict built in order would).
+fn plain_vocab(tokens: &[String]) -> HashMap<String, u32> {
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect()
+}
+
+/// Tokens spelled in GPT-2's byte alphabet; any token with another character is respelled from
+/// its UTF-8 bytes.
+fn byte_level_vocab(tokens: &[String]) -> HashMap<String, u32> {
+    let map = bytes_to_unicode();
+    let alphabet: HashSet<char> = map.iter().copied().collect();
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let spelled = if t.chars().all(|c| alphabet.contains(&c)) {
+                t.clone()
+            } else {
+                t.bytes().map(|b| map[b as usize]).collect()
+            };
+            (spelled, i as u32)
+        })
+        .collect()
+}
+
+/// Merges implied by a scored vocabulary: every split of a token into two vocabulary tokens,
+/// ordered by the token's score (best first), then by the pieces' lengths (longer first); splits
+/// of one token by the pieces' ids. This is transformers' `generate_merges`.
+fn merges_from_scores(
+    tokens: &[String],
+    scores: &[f64],
+    vocab: &HashMap<String, u32>,
+) -> Vec<(String, String)> {
+    let mut score_of: HashMap<&str, f64> = HashMap::with_capacity(tokens.len());
+    let mut order: Vec<&str> = Vec::with_capacity(tokens.len());
+    for (t, &s) in tokens.iter().zip(scores) {
+        if score_of.insert(t.as_str(), s).is_none() {
+            order.push(t);
+        }
+    }
+    let mut merges: Vec<(String, String, f64, usize, usize)> = Vec::new();
+    for token in order {
+        let score = score_of[token];
+        let mut local: Vec<(&str, &str, u32, u32)> = token
+            .char_indices()
+            .skip(1)
+            .filter_map(|(at, _)| {
+                let (l, r) = token.split_at(at);
+                Some((l, r, *vocab.get(l)?, *vocab.get(r)?))
+            })
+            .collect();
+        local.sort_by_key(|&(_, _, il, ir)| (il, ir));
+        merges.extend(local.into_iter().map(|(l, r, _, _)| {
+            (
+                l.to_string(),
+                r.to_string(),
+                score,
+                l.chars().count(),
+                r.chars().count(),
+            )
+        }));
+    }
+    merges.sort_by(|a, b| {
+        b.2.partial_cmp(&a.2)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(b.3.cmp(&a.3))
+            .then(b.4.cmp(&a.4))
+    });
+    merges.into_iter().map(|(l, r, ..)| (l, r)).collect()
+}
+
+/// Added tokens in the order transformers adds them; a token is added once.
+struct AddedTokens<'a> {
+    vocab: &'a HashMap<String, u32>,
+    next_id: u32,
+    entries: Vec<(u32, String, bool)>,
+    seen: HashSet<String>,
+}
+
+impl<'a> AddedTokens<'a> {
+    fn new(vocab: &'a HashMap<String, u32>) -> Self {
+        AddedTokens {
+            vocab,
+            next_id: vocab.values().copied().max().map_or(0, |m| m + 1),
+            entries: Vec::new(),
+            seen: HashSet::new(),
+        }
+    }
+
+    fn add(&mut self, token: &str, special: bool) {
+        if !self.seen.insert(token.to_string()) {
+            return;
+        }
+        let id = match self.vocab.get(token) {
+            Some(&id) => id,
+            None => {
+                self.next_id += 1;
+                self.next_id - 1
+            }
+        };
+        self.entries.push((id, token.to_string(), special));
+    }
+
+    fn into_json(self) -> Vec<Value> {
+        self.entries
+            .into_iter()
+            .map(|(id, content, special)| {
+                json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+                       "rstrip": false, "normalized": false, "special": special})
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,167 @@
+//! Named weight tensors read into host arrays: safetensors files (single or sharded) and GGUF files
+//! behind one [`TensorSource`] trait, addressed through a prefixing [`VarBuilder`].
+
+mod convert;
+mod safetensors_files;
+mod varbuilder;
+
+use std::fmt;
+use std::path::PathBuf;
+
+pub(crate) use convert::f64_le_to_f32;
+pub use convert::{bf16_le_to_f32, f16_le_to_f32, f32_le_to_f32};
+
+/// Signed little-endian integers of `width` bytes widened to i64.
+pub(crate) fn convert_ints(bytes: &[u8], width: usize) -> Vec<i64> {
+    convert::int_le_to_i64(bytes, width, true)
+}
+pub use safetensors_files::{RawTensor, SafeTensorsFiles};
+pub use varbuilder::VarBuilder;
+
+/// A dense row-major host array; `data.len()` always equals the product of `shape`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostArray<T> {
+    shape: Vec<usize>,
+    data: Vec<T>,
+}
+
+impl<T> HostArray<T> {
+    /// `None` when the element count of `shape` differs from `data.len()`.
+    pub fn new(shape: Vec<usize>, data: Vec<T>) -> Option<Self> {
+        let count = shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+        (count == data.len()).then_some(HostArray { shape, data })
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn data(&self) -> &[T] {
+        &self.data
+    }
+
+    pub fn into_data(self) -> Vec<T> {
+        self.data
+    }
+
+    pub fn into_parts(self) -> (Vec<usize>, Vec<T>) {
+        (self.shape, self.data)
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+}
+
+/// What a source says about one tensor without reading its data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorMeta {
+    /// Row-major shape (outermost dimension first), also for GGUF.
+    pub shape: Vec<usize>,
+    /// The stored element type as the file names it (`F32`, `BF16`, `Q4_1`, ...).
+    pub dtype: String,
+    /// The file holding the tensor.
+    pub file: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WeightError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: malformed {format} file: {reason}", path.display())]
+    Malformed {
+        path: PathBuf,
+        format: &'static str,
+        reason: String,
+    },
+    #[error("tensor '{name}' not found in {source_desc}{}", Suggestions(similar))]
+    MissingTensor {
+        name: String,
+        source_desc: String,
+        similar: Vec<String>,
+    },
+    #[error("tensor '{name}' in {}: expected shape {expected:?}, found {found:?}", file.display())]
+    WrongShape {
+        name: String,
+        file: PathBuf,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    #[error("tensor '{name}' in {}: dtype {dtype} cannot be read as {wanted}", file.display())]
+    WrongDtype {
+        name: String,
+        file: PathBuf,
+        dtype: String,
+        wanted: &'static str,
+    },
+    #[error("tensor '{name}' in {}: {reason}", file.display())]
+    BadTensor {
+        name: String,
+        file: PathBuf,
+        reason: String,
+    },
+}
+
+struct Suggestions<'a>(&'a [String]);
+
+impl fmt::Display for Suggestions<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.0.is_empty() {
+            write!(f, "; similar names: {}", self.0.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// A set of named tensors (one file, shards of one checkpoint, a GGUF file).
+pub trait TensorSource: Send + Sync {
+    /// The file or files, for error messages.
+    fn describe(&self) -> String;
+    fn names(&self) -> Vec<String>;
+    fn meta(&self, name: &str) -> Option<TensorMeta>;
+    /// The tensor converted to f32 (floating types and quantised blocks).
+    fn read_f32(&self, name: &str) -> Result<HostArray<f32>, WeightError>;
+    /// The tensor as i64 (integer types only).
+    fn read_i64(&self, name: &str) -> Result<HostArray<i64>, WeightError>;
+}
+
+/// Up to `limit` names from `names` that look like `wanted`: the same last two components, or the
+/// same last component under the longest shared prefix.
+pub(crate) fn similar_names(wanted: &str, names: &[String], limit: usize) -> Vec<String> {
+    let tail = |s: &str, n: usize| -> String {
+        let parts: Vec<&str> = s.rsplitn(n + 1, '.').collect();
+        parts.into_iter().take(n).collect::<Vec<_>>().join(".")
+    };
+    let shared_prefix =
+        |a: &str, b: &str| a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    let wanted_tail = tail(wanted, 2);
+    let wanted_last = tail(wanted, 1);
+    let mut scored: Vec<(usize, usize, &String)> = names
+        .iter()
+        .filter_map(|n| {
+            let rank = if tail(n, 2) == wanted_tail {
+                0
+            } else if tail(n, 1) == wanted_last {
+                1
+            } else {
+                return None;
+            };
+            Some((rank, usize::MAX - shared_prefix(n, wanted), n))
+        })
+        .collect();
+    scored.sort();
+    scored
+        .into_iter()
+        .take(limit)
+        .map(|(_, _, n)| n.clone())
+        .collect()
+}

