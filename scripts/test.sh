@@ -9,6 +9,12 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo build -p e5rt-sim
 cargo test --workspace
 
+# The op suite and the state tests a second time, their ANE-target programs run by the ANE engine on
+# the simulator (on a Mac, leave ANEFORGE_E5RT_LIB unset to use the real framework).
+sim=$(ls "${CARGO_TARGET_DIR:-target}"/debug/deps/libe5rt_sim.{so,dylib} 2>/dev/null | head -n 1)
+ANEFORGE_SUITE_ENGINE=ane ANEFORGE_E5RT_LIB="$(cd "$(dirname "$sim")" && pwd)/$(basename "$sim")" \
+    cargo test -p aneforge --test op_suite --test state
+
 # The macOS-only code paths (the real-framework test group) must at least type-check for Apple
 # Silicon. The target's standard library is fetched once with rustup; without it, say so and skip.
 apple=aarch64-apple-darwin

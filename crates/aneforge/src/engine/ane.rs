@@ -317,16 +317,20 @@ fn sweep_stale_bundles(parent: &Path) {
 impl AneEngine {
     /// Loads the e5rt library and prepares the bundle directory.
     pub fn open(options: AneOptions) -> Result<Arc<AneEngine>, AneError> {
-        let path = match &options.library {
+        let named = options.library.clone().or_else(|| {
+            std::env::var_os(LIBRARY_ENV)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+        });
+        let path = match &named {
             Some(p) => p.clone(),
             None => default_library_path()?,
         };
         let runtime = Runtime::load(&path).map_err(|e| match e {
-            AneError::Library { path, reason } if options.library.is_none() => {
-                AneError::Unavailable {
-                    detail: format!(" (loading {}: {reason})", path.display()),
-                }
-            }
+            // the system framework is missing or unusable: this is not an Apple Silicon Mac
+            AneError::Library { path, reason } if named.is_none() => AneError::Unavailable {
+                detail: format!(" (loading {}: {reason})", path.display()),
+            },
             other => other,
         })?;
         let (bundle_dir, owns_bundle_dir) = match &options.bundle_dir {

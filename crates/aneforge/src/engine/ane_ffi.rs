@@ -251,9 +251,17 @@ impl Runtime {
         // SAFETY: loading a shared library runs its initializers. The path is either Apple's
         // Espresso framework or a library the user named in ANEFORGE_E5RT_LIB to stand in for it;
         // both are trusted to be e5rt implementations (that is the configuration's meaning).
-        let library = unsafe { libloading::Library::new(path) }.map_err(|e| AneError::Library {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
+        let library = unsafe { libloading::Library::new(path) }.map_err(|e| {
+            let mut reason = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                reason = format!("{reason}: {cause}");
+                source = cause.source();
+            }
+            AneError::Library {
+                path: path.to_path_buf(),
+                reason,
+            }
         })?;
         let symbols = Symbols::resolve(&library, path)?;
         Ok(Arc::new(Runtime {
