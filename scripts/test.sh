@@ -11,9 +11,18 @@ cargo test --workspace
 
 # The op suite and the state tests a second time, their ANE-target programs run by the ANE engine on
 # the simulator (on a Mac, leave ANEFORGE_E5RT_LIB unset to use the real framework).
-sim=$(ls "${CARGO_TARGET_DIR:-target}"/debug/deps/libe5rt_sim.{so,dylib} 2>/dev/null | head -n 1)
-ANEFORGE_SUITE_ENGINE=ane ANEFORGE_E5RT_LIB="$(cd "$(dirname "$sim")" && pwd)/$(basename "$sim")" \
-    cargo test -p aneforge --test op_suite --test state
+target_dir=${CARGO_TARGET_DIR:-target}
+case $target_dir in /*) ;; *) target_dir="$(pwd)/$target_dir" ;; esac
+deps="$target_dir/debug/deps"
+sim=""
+for candidate in "$deps/libe5rt_sim.so" "$deps/libe5rt_sim.dylib"; do
+    if [ -f "$candidate" ]; then sim=$candidate; fi
+done
+if [ -z "$sim" ]; then
+    echo "the e5rt simulator was not built into $deps" >&2
+    exit 1
+fi
+ANEFORGE_SUITE_ENGINE=ane ANEFORGE_E5RT_LIB="$sim" cargo test -p aneforge --test op_suite --test state
 
 # The macOS-only code paths (the real-framework test group) must at least type-check for Apple
 # Silicon. The target's standard library is fetched once with rustup; without it, say so and skip.
