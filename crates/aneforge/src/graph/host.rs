@@ -1,0 +1,173 @@
+//! Host arrays: the data of constants and parameter initial values.
+
+use super::{DType, GraphError, MAX_RANK};
+use std::sync::Arc;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostData {
+    F32(Arc<[f32]>),
+    I32(Arc<[i32]>),
+    Bool(Arc<[bool]>),
+}
+
+impl HostData {
+    pub fn len(&self) -> usize {
+        match self {
+            HostData::F32(v) => v.len(),
+            HostData::I32(v) => v.len(),
+            HostData::Bool(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self {
+            HostData::F32(_) => DType::F32,
+            HostData::I32(_) => DType::I32,
+            HostData::Bool(_) => DType::Bool,
+        }
+    }
+}
+
+/// A dense row-major array: `data.len()` equals the product of `shape` (1 for a scalar), every
+/// dimension is at least 1 and the rank is at most [`MAX_RANK`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostArray {
+    shape: Vec<usize>,
+    data: HostData,
+}
+
+impl HostArray {
+    pub fn new(shape: &[usize], data: HostData) -> Result<HostArray, GraphError> {
+        check_shape("constant", shape)?;
+        let expected = shape.iter().product::<usize>();
+        if data.len() != expected {
+            return Err(GraphError::DataLength {
+                shape: shape.to_vec(),
+                len: data.len(),
+                expected,
+            });
+        }
+        Ok(HostArray {
+            shape: shape.to_vec(),
+            data,
+        })
+    }
+
+    pub fn from_f32(shape: &[usize], data: impl Into<Arc<[f32]>>) -> Result<HostArray, GraphError> {
+        HostArray::new(shape, HostData::F32(data.into()))
+    }
+
+    pub fn from_i32(shape: &[usize], data: impl Into<Arc<[i32]>>) -> Result<HostArray, GraphError> {
+        HostArray::new(shape, HostData::I32(data.into()))
+    }
+
+    pub fn from_bool(
+        shape: &[usize],
+        data: impl Into<Arc<[bool]>>,
+    ) -> Result<HostArray, GraphError> {
+        HostArray::new(shape, HostData::Bool(data.into()))
+    }
+
+    pub fn scalar_f32(v: f32) -> HostArray {
+        HostArray {
+            shape: Vec::new(),
+            data: HostData::F32(Arc::from([v])),
+        }
+    }
+
+    pub fn scalar_i32(v: i32) -> HostArray {
+        HostArray {
+            shape: Vec::new(),
+            data: HostData::I32(Arc::from([v])),
+        }
+    }
+
+    /// Every element equal to `value`.
+    pub fn full(shape: &[usize], value: f32) -> Result<HostArray, GraphError> {
+        let n = checked_elements("constant", shape)?;
+        HostArray::from_f32(shape, vec![value; n])
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn data(&self) -> &HostData {
+        &self.data
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            HostData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn as_i32(&self) -> Option<&[i32]> {
+        match &self.data {
+            HostData::I32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<&[bool]> {
+        match &self.data {
+            HostData::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The only element of a one-element array, widened.
+    pub fn single_value(&self) -> Option<f64> {
+        if self.len() != 1 {
+            return None;
+        }
+        Some(match &self.data {
+            HostData::F32(v) => f64::from(v[0]),
+            HostData::I32(v) => f64::from(v[0]),
+            HostData::Bool(v) => f64::from(u8::from(v[0])),
+        })
+    }
+}
+
+/// Rank at most [`MAX_RANK`], no zero-size dimension, element count fits `usize`.
+pub(crate) fn check_shape(op: &'static str, shape: &[usize]) -> Result<(), GraphError> {
+    checked_elements(op, shape).map(|_| ())
+}
+
+pub(crate) fn checked_elements(op: &'static str, shape: &[usize]) -> Result<usize, GraphError> {
+    if shape.len() > MAX_RANK {
+        return Err(GraphError::shape(
+            op,
+            &[shape],
+            format!("rank {} exceeds the maximum rank {MAX_RANK}", shape.len()),
+        ));
+    }
+    if shape.contains(&0) {
+        return Err(GraphError::shape(
+            op,
+            &[shape],
+            "zero-size dimensions are not supported",
+        ));
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| GraphError::shape(op, &[shape], "element count overflows"))
+}

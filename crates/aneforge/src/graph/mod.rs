@@ -1,0 +1,31 @@
+//! The lazy tensor graph: immutable nodes behind cheap [`Tensor`] handles, one [`Op`] enum with a
+//! shape rule per variant, builders for single ops and compositions for higher-level layers.
+
+mod builders;
+mod dtype;
+mod einsum;
+mod error;
+mod host;
+pub mod nn;
+pub mod op;
+pub mod shape;
+mod tensor;
+
+pub use builders::{concat, select};
+pub use dtype::DType;
+pub use einsum::einsum;
+pub use error::GraphError;
+pub use host::{HostArray, HostData};
+pub use nn::{
+    causal_additive_mask, mha, sdpa, AttentionWeights, Conv1dParams, Conv2dParams,
+    ConvTranspose2dParams, Pool2dParams,
+};
+pub use op::{
+    BinaryOp, CompareOp, ConvAttrs, Op, PadMode, PoolAttrs, PoolKind, ReduceOp, UnaryOp,
+    UpsampleMode,
+};
+pub(crate) use tensor::is_identifier;
+pub use tensor::{constant, full, input, parameter, scalar, NodeId, Tensor};
+
+/// The largest rank a tensor may have (the ANE's dimension model).
+pub const MAX_RANK: usize = 5;

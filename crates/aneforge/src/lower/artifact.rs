@@ -1,0 +1,147 @@
+//! The compiled artifact: a MIL program, its weights blob, its text, its content hash, and the
+//! port list an engine binds.
+
+use super::Target;
+use crate::graph::{DType, HostArray};
+use aneforge_mil as mil;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+pub(crate) fn blob_store(
+    weights: &Arc<Vec<u8>>,
+) -> Result<HashMap<String, mil::BlobFile>, mil::BlobError> {
+    let file = mil::BlobFile::parse(super::BLOB_PATH, weights.clone())?;
+    Ok([(super::BLOB_PATH.to_string(), file)].into_iter().collect())
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum PortKind {
+    /// Fed by the caller.
+    Input,
+    /// A parameter compiled as an input; loaded with this value when instantiated.
+    Parameter(HostArray),
+    Output,
+}
+
+/// One function input or output, with both its graph dtype and the MIL dtype that stores it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PortSpec {
+    pub name: String,
+    pub dtype: DType,
+    pub mil_dtype: mil::DType,
+    pub shape: Vec<usize>,
+    pub kind: PortKind,
+}
+
+impl PortSpec {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+#[derive(Debug)]
+pub struct Artifact {
+    program: mil::Program,
+    weights: Arc<Vec<u8>>,
+    text: String,
+    hash: [u8; 32],
+    target: Target,
+    inputs: Vec<PortSpec>,
+    outputs: Vec<PortSpec>,
+}
+
+impl Artifact {
+    pub(crate) fn new(
+        program: mil::Program,
+        weights: Arc<Vec<u8>>,
+        target: Target,
+        inputs: Vec<PortSpec>,
+        outputs: Vec<PortSpec>,
+    ) -> Artifact {
+        let text = mil::print(&program);
+        let mut h = Sha256::new();
+        h.update((text.len() as u64).to_le_bytes());
+        h.update(text.as_bytes());
+        h.update(weights.as_slice());
+        Artifact {
+            program,
+            weights,
+            text,
+            hash: h.finalize().into(),
+            target,
+            inputs,
+            outputs,
+        }
+    }
+
+    pub fn program(&self) -> &mil::Program {
+        &self.program
+    }
+
+    /// `model.mil` as text.
+    pub fn mil_text(&self) -> &str {
+        &self.text
+    }
+
+    /// `weights/weight.bin` bytes.
+    pub fn weights(&self) -> &Arc<Vec<u8>> {
+        &self.weights
+    }
+
+    /// SHA-256 of the MIL text and the weights: equal programs hash equal.
+    pub fn content_hash(&self) -> [u8; 32] {
+        self.hash
+    }
+
+    pub fn content_hash_hex(&self) -> String {
+        self.hash.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    pub fn inputs(&self) -> &[PortSpec] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[PortSpec] {
+        &self.outputs
+    }
+
+    /// The parsed blob (sharing the weight bytes), keyed by the BLOBFILE path the program uses.
+    pub fn blob_store(&self) -> Result<HashMap<String, mil::BlobFile>, mil::BlobError> {
+        blob_store(&self.weights)
+    }
+
+    /// Writes the program directory (`model.mil`, `weights/weight.bin`), validated, replacing
+    /// `dir` atomically.
+    pub fn save(&self, dir: &Path) -> Result<(), mil::ProgramDirError> {
+        self.program_dir()?.save(dir)
+    }
+
+    /// The program with its blob file (sharing the weight bytes), as a program directory.
+    pub fn program_dir(&self) -> Result<mil::ProgramDir, mil::ProgramDirError> {
+        let file = mil::BlobFile::parse(super::BLOB_PATH, self.weights.clone())?;
+        Ok(mil::ProgramDir {
+            program: self.program.clone(),
+            blobs: [(super::BLOB_PATH.to_string(), file)].into_iter().collect(),
+        })
+    }
+
+    /// Writes the program as a Core ML `.mlpackage` directory.
+    pub fn export_mlpackage(
+        &self,
+        dir: &Path,
+        options: &mil::mlpackage::ExportOptions,
+    ) -> Result<(), mil::mlpackage::ExportError> {
+        let blob = mil::BlobFile::parse(super::BLOB_PATH, self.weights.clone())?;
+        mil::mlpackage::export(&self.program, &[(super::BLOB_PATH, &blob)], dir, options)
+    }
+}

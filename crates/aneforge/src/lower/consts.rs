@@ -1,0 +1,120 @@
+//! Constants: conversion to the program's float type, inline literals for small values, blob
+//! entries for large ones, and deduplication by content.
+
+use super::LowerError;
+use crate::graph::{HostArray, HostData};
+use aneforge_mil as mil;
+use half::f16;
+use mil::{BlobWriter, Literal, TensorType};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+
+/// Float constants with more elements than this go to the weights blob.
+pub const INLINE_MAX_ELEMENTS: usize = 16;
+
+/// Where BLOBFILE literals point, relative to the program directory.
+pub const BLOB_PATH: &str = aneforge_mil::WEIGHTS_PATH;
+
+pub(crate) enum Interned {
+    Existing(String),
+    New { key: [u8; 32], literal: Literal },
+}
+
+pub(crate) struct ConstTable {
+    float: mil::DType,
+    blob: BlobWriter,
+    by_key: HashMap<[u8; 32], String>,
+}
+
+/// fp16 conversion saturates finite values to the largest finite half (±65504) instead of
+/// overflowing to infinity, so large finite constants (mask fills, clip bounds) stay finite.
+pub fn to_f16(v: f32) -> f16 {
+    if v.is_finite() {
+        f16::from_f32(v.clamp(-65504.0, 65504.0))
+    } else {
+        f16::from_f32(v)
+    }
+}
+
+impl ConstTable {
+    pub fn new(float: mil::DType) -> ConstTable {
+        ConstTable {
+            float,
+            blob: BlobWriter::new(),
+            by_key: HashMap::new(),
+        }
+    }
+
+    /// `v` as the program's float type holds it, widened.
+    pub fn float_value(&self, v: f32) -> f64 {
+        match self.float {
+            mil::DType::Fp16 => to_f16(v).to_f64(),
+            _ => f64::from(v),
+        }
+    }
+
+    pub fn intern(&mut self, value: &HostArray) -> Result<Interned, LowerError> {
+        let shape = value.shape();
+        let mut hasher = Sha256::new();
+        for d in shape {
+            hasher.update((*d as u64).to_le_bytes());
+        }
+        hasher.update([shape.len() as u8]);
+        let literal_of = |ty: TensorType, data: mil::TensorData| Literal::Tensor { ty, data };
+        let (key, literal) = match value.data() {
+            HostData::F32(v) => {
+                let ty = TensorType::new(self.float, shape);
+                hasher.update(self.float.name());
+                let bytes: Vec<u8> = match self.float {
+                    mil::DType::Fp16 => v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect(),
+                    _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                };
+                hasher.update(&bytes);
+                let key: [u8; 32] = hasher.finalize().into();
+                if let Some(name) = self.by_key.get(&key) {
+                    return Ok(Interned::Existing(name.clone()));
+                }
+                let literal = if v.len() <= INLINE_MAX_ELEMENTS {
+                    let data = v.iter().map(|&x| self.float_value(x)).collect();
+                    literal_of(ty, mil::TensorData::Float(data))
+                } else {
+                    let offset = self.blob.add(self.float, v.len(), &bytes)?;
+                    Literal::Blob {
+                        ty,
+                        path: BLOB_PATH.to_string(),
+                        offset,
+                    }
+                };
+                (key, literal)
+            }
+            HostData::I32(v) => {
+                hasher.update("int32");
+                v.iter().for_each(|x| hasher.update(x.to_le_bytes()));
+                let ty = TensorType::new(mil::DType::Int32, shape);
+                let data = mil::TensorData::Int(v.iter().map(|&x| i64::from(x)).collect());
+                (hasher.finalize().into(), literal_of(ty, data))
+            }
+            HostData::Bool(v) => {
+                hasher.update("bool");
+                v.iter().for_each(|&x| hasher.update([u8::from(x)]));
+                let ty = TensorType::new(mil::DType::Bool, shape);
+                (
+                    hasher.finalize().into(),
+                    literal_of(ty, mil::TensorData::Bool(v.to_vec())),
+                )
+            }
+        };
+        if let Some(name) = self.by_key.get(&key) {
+            return Ok(Interned::Existing(name.clone()));
+        }
+        Ok(Interned::New { key, literal })
+    }
+
+    pub fn remember(&mut self, key: [u8; 32], name: &str) {
+        self.by_key.insert(key, name.to_string());
+    }
+
+    pub fn finish(self) -> Vec<u8> {
+        self.blob.finish()
+    }
+}

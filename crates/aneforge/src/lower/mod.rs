@@ -1,0 +1,257 @@
+//! Lowering: a graph's outputs to one MIL program (`func main<ios18>`) plus its weights blob.
+//!
+//! Passes: canonicalize (graph rewrites so every node maps onto MIL ops) → topological order with
+//! dead nodes dropped → emit (constants deduplicated, large ones into the blob) → print and hash.
+
+mod artifact;
+mod canonicalize;
+mod consts;
+mod emit;
+mod order;
+mod rewrite;
+
+pub use artifact::{Artifact, PortKind, PortSpec};
+pub use consts::{to_f16, BLOB_PATH, INLINE_MAX_ELEMENTS};
+pub use order::topo_order;
+pub use rewrite::rewrite_graph;
+
+use crate::graph::{GraphError, Tensor};
+use aneforge_mil as mil;
+use std::fmt;
+
+/// An ANE architecture (`h16`, `h15g`, ...). The target work fills in the 28 architectures, their
+/// families and limits; today the name is carried and validated for shape only.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct AneArch {
+    name: String,
+}
+
+impl AneArch {
+    pub fn new(name: &str) -> Result<AneArch, LowerError> {
+        let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric());
+        if !ok {
+            return Err(LowerError::BadArch {
+                name: name.to_string(),
+            });
+        }
+        Ok(AneArch {
+            name: name.to_ascii_lowercase(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Default for AneArch {
+    fn default() -> Self {
+        AneArch { name: "h16".into() }
+    }
+}
+
+/// What a program is compiled for. The CPU target is fp32 and may use any op the CPU engine runs;
+/// the ANE target is fp16 (inputs, outputs, weights and compute).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Target {
+    #[default]
+    Cpu,
+    Ane(AneArch),
+}
+
+impl Target {
+    pub fn is_ane(&self) -> bool {
+        matches!(self, Target::Ane(_))
+    }
+
+    /// The MIL type graph-level f32 values take.
+    pub fn float_dtype(&self) -> mil::DType {
+        match self {
+            Target::Cpu => mil::DType::Fp32,
+            Target::Ane(_) => mil::DType::Fp16,
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Cpu => f.write_str("cpu"),
+            Target::Ane(a) => write!(f, "ane({})", a.name),
+        }
+    }
+}
+
+/// Weight storage. `None` stores weights at the program's float precision (fp32 on the CPU
+/// target, fp16 on the ANE target); quantised modes are added by the compression work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Compress {
+    #[default]
+    None,
+}
+
+/// How `parameter` leaves are compiled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ParameterMode {
+    /// Program inputs, loaded with their initial values when the model is instantiated, so they
+    /// can be fed, shared with an output (resident training state) or left as they are.
+    #[default]
+    Input,
+    /// Frozen into constants (inference).
+    Constant,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LowerError {
+    #[error("compile: no outputs given")]
+    NoOutputs,
+    #[error("compile: {name:?} names more than one input, parameter or output")]
+    DuplicateName { name: String },
+    #[error("compile: output name {name:?} must match [A-Za-z_][A-Za-z0-9_]*")]
+    BadOutputName { name: String },
+    #[error("compile: ANE architecture {name:?} must be ASCII letters and digits, e.g. \"h16\"")]
+    BadArch { name: String },
+    #[error("{op} with operand shapes {shapes:?} cannot be lowered for target {target}: {reason}")]
+    Unsupported {
+        target: String,
+        op: &'static str,
+        shapes: Vec<Vec<usize>>,
+        reason: String,
+    },
+    #[error("rewriting {op} for lowering: {source}")]
+    Rewrite {
+        op: &'static str,
+        #[source]
+        source: GraphError,
+    },
+    #[error("weights blob: {0}")]
+    Blob(#[from] mil::BlobError),
+    #[error("the lowered program fails MIL validation (a lowering bug): {0}")]
+    Invalid(mil::ValidationErrors),
+}
+
+/// Lowers named outputs to a program for `target`.
+pub fn lower(
+    outputs: &[(&str, &Tensor)],
+    target: &Target,
+    parameters: ParameterMode,
+) -> Result<Artifact, LowerError> {
+    if outputs.is_empty() {
+        return Err(LowerError::NoOutputs);
+    }
+    let mut reserved = std::collections::HashSet::new();
+    for (name, _) in outputs {
+        if !crate::graph::is_identifier(name) {
+            return Err(LowerError::BadOutputName {
+                name: name.to_string(),
+            });
+        }
+        if !reserved.insert(name.to_string()) {
+            return Err(LowerError::DuplicateName {
+                name: name.to_string(),
+            });
+        }
+    }
+    let roots: Vec<Tensor> = outputs.iter().map(|(_, t)| (*t).clone()).collect();
+    let canonical = canonicalize::canonicalize(&roots, parameters)?;
+    let order = topo_order(&canonical);
+
+    let mut leaves: Vec<&Tensor> = order
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.op(),
+                crate::graph::Op::Input { .. } | crate::graph::Op::Parameter { .. }
+            )
+        })
+        .collect();
+    leaves.sort_by_key(|t| t.id());
+    let mut leaf_names = std::collections::HashSet::new();
+    for leaf in &leaves {
+        let name = match leaf.op() {
+            crate::graph::Op::Input { name } | crate::graph::Op::Parameter { name, .. } => name,
+            _ => continue,
+        };
+        if !leaf_names.insert(name.clone()) || reserved.contains(name) {
+            return Err(LowerError::DuplicateName { name: name.clone() });
+        }
+    }
+    reserved.extend(leaf_names);
+
+    let mut emitter = emit::Emitter::new(target, reserved);
+    let mut needs_alias = Vec::new();
+    for ((name, _), t) in outputs.iter().zip(&canonical) {
+        let aliased = t.op().is_leaf()
+            || emitter.name_of(t).is_some()
+            || t.dtype() == crate::graph::DType::Bool;
+        if aliased {
+            needs_alias.push((*name, t));
+        } else {
+            emitter.assign(t, name);
+        }
+    }
+    for leaf in &leaves {
+        emitter.emit(leaf)?;
+    }
+    for node in &order {
+        if !matches!(
+            node.op(),
+            crate::graph::Op::Input { .. } | crate::graph::Op::Parameter { .. }
+        ) {
+            emitter.emit(node)?;
+        }
+    }
+    for (name, t) in needs_alias {
+        emitter.output_alias(t, name);
+    }
+    let output_ports = outputs
+        .iter()
+        .zip(&canonical)
+        .map(|((name, _), t)| PortSpec {
+            name: name.to_string(),
+            dtype: t.dtype(),
+            mil_dtype: emitter.port_dtype(t.dtype()),
+            shape: t.shape().to_vec(),
+            kind: PortKind::Output,
+        })
+        .collect();
+    let function = mil::Function {
+        name: "main".into(),
+        opset: "ios18".into(),
+        inputs: std::mem::take(&mut emitter.inputs),
+        attributes: Vec::new(),
+        body: mil::Block {
+            inputs: Vec::new(),
+            operations: std::mem::take(&mut emitter.ops),
+            outputs: outputs.iter().map(|(n, _)| n.to_string()).collect(),
+        },
+    };
+    let program = mil::Program {
+        version: "1.3".into(),
+        attributes: vec![("buildInfo".into(), build_info())],
+        functions: vec![function],
+    };
+    let input_ports = std::mem::take(&mut emitter.ports);
+    let weights = std::sync::Arc::new(emitter.consts.finish());
+    let blobs = artifact::blob_store(&weights)?;
+    mil::validate_with_blobs(&program, &blobs).map_err(LowerError::Invalid)?;
+    Ok(Artifact::new(
+        program,
+        weights,
+        target.clone(),
+        input_ports,
+        output_ports,
+    ))
+}
+
+fn build_info() -> mil::Literal {
+    mil::Literal::Dict {
+        key: mil::DType::String,
+        value: mil::DType::String,
+        entries: vec![(
+            mil::Literal::string("aneforge-version"),
+            mil::Literal::string(env!("CARGO_PKG_VERSION")),
+        )],
+    }
+}

@@ -1,0 +1,31 @@
+//! Lowering output: program structure, naming, constants, round trip through the MIL parser.
+
+use aneforge::graph::{constant, input, DType, HostArray};
+use aneforge::lower::{lower, ParameterMode};
+use aneforge::{AneArch, Target};
+
+#[test]
+fn small_program_prints_and_parses() {
+    let x = input("x", &[2, 3], DType::F32).unwrap();
+    let w = constant(
+        HostArray::from_f32(&[4, 3], (0..12).map(|i| i as f32 * 0.5).collect::<Vec<_>>()).unwrap(),
+    );
+    let y = x
+        .linear(&w, None)
+        .unwrap()
+        .relu()
+        .unwrap()
+        .add_scalar(1.0)
+        .unwrap();
+    let a = lower(&[("y", &y)], &Target::Cpu, ParameterMode::Input).unwrap();
+    println!("{}", a.mil_text());
+    let parsed = aneforge_mil::parse(a.mil_text()).unwrap();
+    assert_eq!(&parsed, a.program());
+    let h = lower(
+        &[("y", &y)],
+        &Target::Ane(AneArch::default()),
+        ParameterMode::Input,
+    )
+    .unwrap();
+    println!("{}", h.mil_text());
+}
