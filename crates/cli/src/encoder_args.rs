@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use aneforge::engine::EngineKind;
 use aneforge::lower::AneArch;
 use aneforge::{Compress, Engine, Target};
 use aneforge_models::encoders::EncoderOptions;
@@ -14,13 +15,15 @@ pub struct EncoderArgs {
     /// Model id (ORG/NAME in the Hugging Face cache) or directory.
     #[arg(short = 'm', long = "model")]
     pub model: String,
-    /// Engine that runs the program: cpu, or ane (Apple Neural Engine).
+    /// Engine that runs the program: cpu, ane (Apple Neural Engine) or auto (ane where its
+    /// runtime loads, else cpu).
     #[arg(long, default_value = "cpu")]
     pub engine: String,
     /// Compile for: cpu (fp32), ane (fp16, default architecture), or an ANE architecture (h16, ...).
     #[arg(long, default_value = "cpu")]
     pub target: String,
-    /// Weight compression: none, int8 or int4.
+    /// Weight compression of ANE-target programs: none, int8, int4 or auto (the family's native
+    /// formats), each behind an accuracy gate.
     #[arg(long, default_value = "none")]
     pub compress: String,
     /// Texts per program execution.
@@ -36,10 +39,11 @@ pub struct EncoderArgs {
 
 impl EncoderArgs {
     pub fn options(&self) -> anyhow::Result<EncoderOptions> {
+        let target = parse_target(&self.target)?;
         Ok(EncoderOptions {
-            target: parse_target(&self.target)?,
+            compress: parse_compress(&self.compress, &target)?,
+            target,
             engine: parse_engine(&self.engine)?,
-            compress: parse_compress(&self.compress)?,
             batch_size: self.batch_size,
             max_length: self.max_length,
             ..EncoderOptions::default()
@@ -59,24 +63,23 @@ pub fn parse_target(s: &str) -> anyhow::Result<Target> {
 }
 
 pub fn parse_engine(s: &str) -> anyhow::Result<Engine> {
-    match s {
-        "cpu" => Ok(Engine::Cpu),
-        "ane" => bail!(
-            "--engine ane: this build has no ANE engine; use --engine cpu (with --target ane the \
-             CPU engine runs the fp16 ANE program)"
-        ),
-        other => bail!("--engine {other}: expected cpu or ane"),
-    }
+    let kind: EngineKind = s.parse()?;
+    kind.select()
+        .with_context(|| format!("--engine {s}: the ANE engine is not available here"))
 }
 
-pub fn parse_compress(s: &str) -> anyhow::Result<Compress> {
-    match s {
-        "none" => Ok(Compress::None),
-        "int8" | "int4" => {
-            bail!("--compress {s}: weight compression is not available in this build's lowering")
-        }
-        other => bail!("--compress {other}: expected none, int8 or int4"),
+pub fn parse_compress(s: &str, target: &Target) -> anyhow::Result<Compress> {
+    let mode = match s {
+        "none" => return Ok(Compress::None),
+        "int8" => Compress::Int8,
+        "int4" => Compress::Int4,
+        "auto" => Compress::Auto,
+        other => bail!("--compress {other}: expected none, int8, int4 or auto"),
+    };
+    if !target.is_ane() {
+        bail!("--compress {s} re-encodes the weights of ANE programs: add --target ane (or an ANE architecture)");
     }
+    Ok(mode)
 }
 
 /// One text per line: every line is a text (empty lines are empty texts), a final newline does

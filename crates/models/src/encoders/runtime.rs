@@ -381,6 +381,14 @@ impl Runtime {
         Ok(model.read_output_f32(OUTPUT)?)
     }
 
+    /// Bytes of weights (`weights/weight.bin`) of the compiled programs held.
+    pub fn program_weight_bytes(&self) -> usize {
+        self.programs
+            .lock()
+            .map(|p| p.entries.iter().map(|(_, m)| m.weights().len()).sum())
+            .unwrap_or_default()
+    }
+
     /// How many bucket programs are compiled and held.
     pub fn cached_programs(&self) -> usize {
         self.programs

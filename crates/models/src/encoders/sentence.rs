@@ -168,6 +168,11 @@ impl SentenceEncoder {
         self.loaded.runtime.cached_programs()
     }
 
+    /// Bytes of weights of the compiled programs held (shows the effect of compression).
+    pub fn program_weight_bytes(&self) -> usize {
+        self.loaded.runtime.program_weight_bytes()
+    }
+
     pub fn encode(&self, texts: &[&str]) -> Result<Embeddings, EncoderError> {
         self.encode_with(texts, &EncodeOptions::default(), &mut |_| {})
     }
