@@ -3,8 +3,12 @@
 //! Build a graph with [`graph`], compile it with [`compile`] for a [`Target`], run the resulting
 //! [`Model`] on an [`Engine`].
 
+pub mod engine;
 pub mod graph;
 pub mod lower;
+mod model;
 
+pub use engine::Engine;
 pub use graph::{DType, GraphError, HostArray, Tensor};
 pub use lower::{AneArch, Artifact, Compress, LowerError, ParameterMode, Target};
+pub use model::{compile, compile_named, CompileOptions, Error, Model};

@@ -175,3 +175,86 @@ fn deep_chains_drop_without_recursion() {
     }
     drop(t);
 }
+
+mod never_panics {
+    use super::*;
+    use aneforge::graph::{ConvAttrs, PadMode, PoolAttrs, PoolKind};
+    use proptest::prelude::*;
+
+    fn dim() -> impl Strategy<Value = usize> {
+        prop_oneof![16 => 1usize..5, 1 => Just(0), 1 => Just(usize::MAX / 3)]
+    }
+
+    fn shape() -> impl Strategy<Value = Vec<usize>> {
+        proptest::collection::vec(dim(), 0..7)
+    }
+
+    fn attr() -> impl Strategy<Value = usize> {
+        prop_oneof![8 => 0usize..4, 1 => Just(usize::MAX / 2), 1 => Just(usize::MAX)]
+    }
+
+    fn axis() -> impl Strategy<Value = isize> {
+        prop_oneof![8 => -6isize..6, 1 => Just(isize::MIN), 1 => Just(isize::MAX)]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        /// Whatever shapes and attributes arrive from data, construction returns `Ok` or `Err`.
+        #[test]
+        fn builders_return_errors_not_panics(
+            sa in shape(), sb in shape(), sc in shape(),
+            a1 in attr(), a2 in attr(), a3 in attr(), a4 in attr(),
+            ax in axis(), ay in axis(),
+            eq in prop_oneof![Just("ij,jk->ik"), Just("bhqd,bhkd->bhqk"), Just("ij->ji"), Just("i,i->"), Just("a..b->b"), Just("ii->i")],
+        ) {
+            let (Ok(x), Ok(y), Ok(z)) = (
+                input("x", &sa, DType::F32),
+                input("y", &sb, DType::F32),
+                input("z", &sc, DType::F32),
+            ) else {
+                return Ok(());
+            };
+            let _ = x.add(&y);
+            let _ = x.matmul_t(&y, a1 % 2 == 0, a2 % 2 == 0);
+            let _ = x.linear(&y, Some(&z));
+            let _ = x.reshape(&[a1 as isize, -1]);
+            let _ = x.reshape(&[-1, ax]);
+            let _ = x.transpose(&[a1, a2, a3]);
+            let _ = x.sum(&[ax, ay], a1 % 2 == 0);
+            let _ = x.argmax(ax, true);
+            let _ = x.softmax(ay);
+            let _ = x.squeeze(&[ax]);
+            let _ = x.expand_dims(&[ax, ay]);
+            let _ = x.flatten(ax, ay);
+            let _ = x.broadcast_to(&sb);
+            let _ = x.narrow(ax, a1, a2);
+            let _ = x.split(&[a1, a2], ax);
+            let _ = x.chunk(a1, ay);
+            let _ = x.slice(&[a1, a2], &[a3, a4], &[a2, a1]);
+            let _ = x.slice_update(&y, &[a1, a2, a3]);
+            let _ = x.pad(&[(a1, a2), (a3, a4)], PadMode::Reflect, 0.0);
+            let _ = x.tile(&[a1, a2]);
+            let _ = x.space_to_depth(a1);
+            let _ = x.depth_to_space(a2);
+            let _ = x.cumsum(ax, true, false);
+            let _ = x.layer_norm(&[ax], Some(&y), None, 1e-5);
+            let _ = x.group_norm(a1, Some(&y), Some(&z), 1e-5);
+            let _ = x.batch_norm(&y, &y, None, Some(&z), 1e-5);
+            let _ = x.l2_normalize(ax, 1e-12);
+            let _ = x.log_softmax(ay);
+            let _ = x.upsample_nearest2d(a1, a2);
+            let _ = x.upsample_bilinear2d(a1, a2, true);
+            let attrs = ConvAttrs { strides: vec![a1, a2], pads: vec![(a3, a4), (a1, a2)], dilations: vec![a4, a3], groups: a2 };
+            let _ = x.conv(&y, Some(&z), attrs.clone());
+            let _ = x.conv_transpose2d(&y, None, graph::ConvTranspose2dParams {
+                stride: [a1, a2], padding: [a3, a4], output_padding: [a2, a1], dilation: [a4, a1], groups: a3,
+            });
+            let _ = x.pool(PoolAttrs { kind: PoolKind::Avg { count_pad: true }, kernel: vec![a1, a2], strides: vec![a3, a4], pads: vec![(a1, a1), (a2, a2)], ceil_mode: a1 % 2 == 0 });
+            let _ = sdpa(&x, &y, &z, None, a1 % 2 == 0, Some(0.5));
+            let _ = einsum(eq, &[&x, &y]);
+            let _ = einsum(eq, &[&x]);
+            let _ = concat(&[x.clone(), y.clone(), z.clone()], ax);
+        }
+    }
+}

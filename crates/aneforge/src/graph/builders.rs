@@ -387,7 +387,8 @@ impl Tensor {
     /// Splits `axis` into consecutive pieces of the given sizes.
     pub fn split(&self, sizes: &[usize], axis: isize) -> Result<Vec<Tensor>, GraphError> {
         let a = normalize_axis("split", axis, self.rank())?;
-        if sizes.iter().sum::<usize>() != self.shape()[a] || sizes.contains(&0) {
+        let total = sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(n));
+        if total != Some(self.shape()[a]) || sizes.contains(&0) {
             return Err(GraphError::shape(
                 "split",
                 &[self.shape()],

@@ -3,7 +3,7 @@
 
 use super::op::{ConvAttrs, PoolAttrs, PoolKind, UpsampleMode};
 use super::shape::{normalize_axes, normalize_axis};
-use super::tensor::{constant, full};
+use super::tensor::constant;
 use super::{GraphError, HostArray, Op, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -337,18 +337,16 @@ impl Tensor {
         beta: Option<&Tensor>,
         eps: f32,
     ) -> Result<Tensor, GraphError> {
-        let c = [*self.shape().get(1).unwrap_or(&1)];
-        let gamma = match gamma {
-            Some(g) => g.clone(),
-            None => full(&c, 1.0)?,
-        };
-        let beta = match beta {
-            Some(b) => b.clone(),
-            None => full(&c, 0.0)?,
-        };
+        let mut srcs = vec![self.clone(), mean.clone(), var.clone()];
+        srcs.extend(gamma.cloned());
+        srcs.extend(beta.cloned());
         Tensor::from_op(
-            Op::BatchNorm { eps },
-            vec![self.clone(), mean.clone(), var.clone(), gamma, beta],
+            Op::BatchNorm {
+                eps,
+                has_gamma: gamma.is_some(),
+                has_beta: beta.is_some(),
+            },
+            srcs,
         )
     }
 

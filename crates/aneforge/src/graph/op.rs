@@ -291,8 +291,12 @@ pub enum Op {
         has_gamma: bool,
         has_beta: bool,
     },
-    /// `[x[N, C, *S], mean[C], var[C], gamma[C], beta[C]]`, inference statistics.
-    BatchNorm { eps: f32 },
+    /// `[x[N, C, *S], mean[C], var[C], gamma[C]?, beta[C]?]`, inference statistics.
+    BatchNorm {
+        eps: f32,
+        has_gamma: bool,
+        has_beta: bool,
+    },
     /// `[x]`; same element count.
     Reshape { shape: Vec<usize> },
     /// `[x]`; output axis `i` is input axis `perm[i]`.

@@ -222,8 +222,16 @@ pub fn infer(op: &Op, srcs: &[Tensor]) -> Result<(Vec<usize>, DType), GraphError
             }
             Ok(same(&srcs[0]))
         }
-        Op::BatchNorm { eps } => {
-            arity(name, srcs, 5)?;
+        Op::BatchNorm {
+            eps,
+            has_gamma,
+            has_beta,
+        } => {
+            arity(
+                name,
+                srcs,
+                3 + usize::from(*has_gamma) + usize::from(*has_beta),
+            )?;
             float_only(name, srcs)?;
             check_eps(name, *eps)?;
             let x = srcs[0].shape();
@@ -349,7 +357,7 @@ pub fn infer(op: &Op, srcs: &[Tensor]) -> Result<(Vec<usize>, DType), GraphError
             same_dtype(name, &srcs[..2])?;
             let fits = u.len() == x.len()
                 && begin.len() == x.len()
-                && (0..x.len()).all(|i| begin[i] + u[i] <= x[i]);
+                && (0..x.len()).all(|i| begin[i].checked_add(u[i]).is_some_and(|e| e <= x[i]));
             if !fits {
                 return Err(GraphError::shape(
                     name,
@@ -468,18 +476,20 @@ pub fn infer(op: &Op, srcs: &[Tensor]) -> Result<(Vec<usize>, DType), GraphError
                         format!("H and W must be multiples of {b}"),
                     ));
                 }
-                vec![x[0], mul(name, x[1], b * b, x)?, x[2] / b, x[3] / b]
+                let bb = mul(name, b, b, x)?;
+                vec![x[0], mul(name, x[1], bb, x)?, x[2] / b, x[3] / b]
             } else {
-                if !x[1].is_multiple_of(b * b) {
+                let bb = mul(name, b, b, x)?;
+                if !x[1].is_multiple_of(bb) {
                     return Err(GraphError::shape(
                         name,
                         &[x],
-                        format!("C must be a multiple of {}", b * b),
+                        format!("C must be a multiple of {bb}"),
                     ));
                 }
                 vec![
                     x[0],
-                    x[1] / (b * b),
+                    x[1] / bb,
                     mul(name, x[2], b, x)?,
                     mul(name, x[3], b, x)?,
                 ]
@@ -648,6 +658,14 @@ fn mul(op: &'static str, a: usize, b: usize, x: &[usize]) -> Result<usize, Graph
         .ok_or_else(|| GraphError::shape(op, &[x], "size overflows"))
 }
 
+fn add3(a: usize, b: usize, c: usize) -> Option<usize> {
+    a.checked_add(b)?.checked_add(c)
+}
+
+fn ck(op: &'static str, shapes: &[&[usize]], v: Option<usize>) -> Result<usize, GraphError> {
+    v.ok_or_else(|| GraphError::shape(op, shapes, "size arithmetic overflows"))
+}
+
 fn last_two(s: &[usize], transpose: bool) -> (usize, usize) {
     let (r, c) = (s[s.len() - 2], s[s.len() - 1]);
     if transpose {
@@ -710,7 +728,7 @@ fn conv_shape(
     )?;
     check_conv_attrs(op, a)?;
     let g = a.groups;
-    if w.len() != x.len() || x[1] % g != 0 || w[1] * g != x[1] || w[0] % g != 0 {
+    if w.len() != x.len() || w[1].checked_mul(g) != Some(x[1]) || !w[0].is_multiple_of(g) {
         return Err(GraphError::shape(
             op,
             &[x, w],
@@ -726,8 +744,8 @@ fn conv_shape(
     }
     let mut out = vec![x[0], w[0]];
     for i in 0..s {
-        let padded = x[2 + i] + a.pads[i].0 + a.pads[i].1;
-        let span = a.dilations[i] * (w[2 + i] - 1) + 1;
+        let padded = ck(op, &[x, w], add3(x[2 + i], a.pads[i].0, a.pads[i].1))?;
+        let span = ck(op, &[x, w], a.dilations[i].checked_mul(w[2 + i] - 1))? + 1;
         if span > padded {
             return Err(GraphError::shape(
                 op,
@@ -777,7 +795,7 @@ fn conv_transpose_shape(
             format!("expected weight [C, O/groups, *kernel] with groups {g} dividing C"),
         ));
     }
-    let out_channels = w[1] * g;
+    let out_channels = ck(op, &[x, w], w[1].checked_mul(g))?;
     if has_bias && srcs[2].shape() != [out_channels] {
         return Err(GraphError::shape(
             op,
@@ -798,7 +816,11 @@ fn conv_transpose_shape(
                 ),
             ));
         }
-        let full = (x[2 + i] - 1) * a.strides[i] + a.dilations[i] * (w[2 + i] - 1) + 1 + op_i;
+        let full = (x[2 + i] - 1)
+            .checked_mul(a.strides[i])
+            .zip(a.dilations[i].checked_mul(w[2 + i] - 1))
+            .and_then(|(p, q)| add3(p, q, 1 + op_i));
+        let full = ck(op, &[x, w], full)?;
         if pb + pa >= full {
             return Err(GraphError::shape(
                 op,
@@ -844,7 +866,7 @@ fn pool_shape(
                 "ceil mode needs symmetric padding and a stride no larger than the kernel",
             ));
         }
-        let padded = x[2 + i] + pb + pa;
+        let padded = ck(op, &[x], add3(x[2 + i], pb, pa))?;
         if k > padded {
             return Err(GraphError::shape(
                 op,

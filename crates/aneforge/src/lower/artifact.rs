@@ -115,23 +115,24 @@ impl Artifact {
         Ok([(super::BLOB_PATH.to_string(), file)].into_iter().collect())
     }
 
-    /// Writes the program directory (`model.mil`, `weights/weight.bin`); each file is written to a
-    /// temporary name and renamed into place.
-    pub fn save(&self, dir: &Path) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir.join("weights"))?;
-        write_atomic(&dir.join("weights").join("weight.bin"), &self.weights)?;
-        write_atomic(&dir.join("model.mil"), self.text.as_bytes())
+    /// Writes the program directory (`model.mil`, `weights/weight.bin`), validated, replacing
+    /// `dir` atomically.
+    pub fn save(&self, dir: &Path) -> Result<(), mil::ProgramDirError> {
+        self.program_dir()?.save(dir)
     }
-}
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!(
-        "{}.tmp{}",
-        path.extension().and_then(|e| e.to_str()).unwrap_or(""),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    /// The program with its blob file, as a program directory in memory.
+    pub fn program_dir(&self) -> Result<mil::ProgramDir, mil::ProgramDirError> {
+        mil::ProgramDir::with_weights(self.program.clone(), self.weights.to_vec())
+    }
+
+    /// Writes the program as a Core ML `.mlpackage` directory.
+    pub fn export_mlpackage(
+        &self,
+        dir: &Path,
+        options: &mil::mlpackage::ExportOptions,
+    ) -> Result<(), mil::mlpackage::ExportError> {
+        let blob = mil::BlobFile::parse(super::BLOB_PATH, self.weights.clone())?;
+        mil::mlpackage::export(&self.program, &[(super::BLOB_PATH, &blob)], dir, options)
+    }
 }

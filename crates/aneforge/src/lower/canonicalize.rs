@@ -1,50 +1,43 @@
 //! Graph-to-graph rewrites run before emission: every node left afterwards maps onto MIL ops
-//! one-to-one. MIL requires some operands to be compile-time constants (`linear` weights,
+//! one-to-one. The pass is single: nodes a rule builds must already be canonical. MIL requires some operands to be compile-time constants (`linear` weights,
 //! `layer_norm` gamma/beta, `batch_norm` statistics); where they are not, the op is expanded into
 //! elementwise arithmetic. Target legalisation (ANE walls) adds its own rewrites the same way.
 
-use super::order::topo_order;
+use super::rewrite::rewrite_graph;
 use super::{LowerError, ParameterMode};
 use crate::graph::nn::causal_additive_mask;
-use crate::graph::{self, constant, GraphError, NodeId, Op, Tensor, MAX_RANK};
-use std::collections::HashMap;
+use crate::graph::{self, constant, GraphError, Op, Tensor, MAX_RANK};
 
 /// Rewrites the graph reachable from `outputs`; returns the new outputs, in order.
 pub fn canonicalize(
     outputs: &[Tensor],
     parameters: ParameterMode,
 ) -> Result<Vec<Tensor>, LowerError> {
-    let mut map: HashMap<NodeId, Tensor> = HashMap::new();
-    for node in topo_order(outputs) {
-        let srcs: Vec<Tensor> = node
-            .srcs()
-            .iter()
-            .map(|s| map.get(&s.id()).cloned().unwrap_or_else(|| s.clone()))
-            .collect();
-        let rewritten = rewrite(&node, srcs, parameters).map_err(|e| LowerError::Rewrite {
-            op: node.op().name(),
-            source: e,
-        })?;
-        map.insert(node.id(), rewritten);
-    }
-    Ok(outputs
-        .iter()
-        .map(|o| map.get(&o.id()).cloned().unwrap_or_else(|| o.clone()))
-        .collect())
+    rewrite_graph(outputs, |node, srcs| rewrite(node, srcs, parameters))
 }
 
 fn is_const(t: &Tensor) -> bool {
     matches!(t.op(), Op::Constant(_))
 }
 
-fn rewrite(node: &Tensor, srcs: Vec<Tensor>, params: ParameterMode) -> Result<Tensor, GraphError> {
-    let unchanged = srcs.iter().zip(node.srcs()).all(|(a, b)| a == b);
-    match node.op() {
-        Op::Parameter { init, .. } if params == ParameterMode::Constant => {
-            Ok(constant(init.clone()))
+fn rewrite(
+    node: &Tensor,
+    srcs: &[Tensor],
+    params: ParameterMode,
+) -> Result<Option<Tensor>, GraphError> {
+    let out = match node.op() {
+        Op::Parameter { init, .. } if params == ParameterMode::Constant => constant(init.clone()),
+        Op::StopGradient => srcs[0].clone(),
+        // MIL `select` takes its output shape from `a` and `b` alone (coremltools' type
+        // inference ignores `cond`), so widen `a` when only `cond` carries the full shape.
+        Op::Select
+            if graph::shape::broadcast("select", srcs[1].shape(), srcs[2].shape())?
+                != node.shape() =>
+        {
+            let a = srcs[1].broadcast_to(node.shape())?;
+            srcs[0].select(&a, &srcs[2])?
         }
-        Op::StopGradient => Ok(srcs[0].clone()),
-        Op::Linear { has_bias } => linear(&srcs, *has_bias),
+        Op::Linear { has_bias } => linear(srcs, *has_bias)?,
         Op::LayerNorm {
             axes,
             eps,
@@ -82,27 +75,40 @@ fn rewrite(node: &Tensor, srcs: Vec<Tensor>, params: ParameterMode) -> Result<Te
                     out = out.add(&b.reshape(&full)?)?;
                 }
             }
-            Ok(out)
+            out
         }
-        Op::BatchNorm { eps } if !srcs[1..].iter().all(is_const) => {
+        Op::BatchNorm {
+            eps,
+            has_gamma,
+            has_beta,
+        } if !srcs[1..].iter().all(is_const) => {
             let x = &srcs[0];
             let mut per_channel = vec![x.shape()[1] as isize];
             per_channel.extend(std::iter::repeat_n(1, x.rank() - 2));
             let c = |t: &Tensor| t.reshape(&per_channel);
             let inv = c(&srcs[2])?.add_scalar(*eps)?.rsqrt()?;
-            x.sub(&c(&srcs[1])?)?
-                .mul(&inv)?
-                .mul(&c(&srcs[3])?)?
-                .add(&c(&srcs[4])?)
+            let mut out = x.sub(&c(&srcs[1])?)?.mul(&inv)?;
+            let mut rest = srcs[3..].iter();
+            if *has_gamma {
+                if let Some(g) = rest.next() {
+                    out = out.mul(&c(g)?)?;
+                }
+            }
+            if *has_beta {
+                if let Some(b) = rest.next() {
+                    out = out.add(&c(b)?)?;
+                }
+            }
+            out
         }
         Op::Sdpa {
             scale,
             causal,
             has_mask,
-        } if *causal || scale.is_some() => sdpa(&srcs, *scale, *causal, *has_mask),
-        _ if unchanged => Ok(node.clone()),
-        op => Tensor::from_op(op.clone(), srcs),
-    }
+        } if *causal || scale.is_some() => sdpa(srcs, *scale, *causal, *has_mask)?,
+        _ => return Ok(None),
+    };
+    Ok(Some(out))
 }
 
 /// MIL `linear` takes constant weights and an input of rank 1 to 3.
@@ -165,11 +171,11 @@ fn sdpa(
         let c = causal_additive_mask(l, s)?;
         mask = Some(match mask {
             None => c,
-            Some(m) if m.dtype() == graph::DType::Bool => {
-                let zero = graph::scalar(0.0);
-                let masked = graph::scalar(graph::nn::MASKED);
-                m.select(&zero, &masked)?.add(&c)?
-            }
+            Some(m) if m.dtype() == graph::DType::Bool => m
+                .cast(graph::DType::F32)?
+                .sub_scalar(1.0)?
+                .mul_scalar(-graph::nn::MASKED)?
+                .add(&c)?,
             Some(m) => m.add(&c)?,
         });
     }

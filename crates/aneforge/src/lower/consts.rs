@@ -13,7 +13,7 @@ use std::collections::HashMap;
 pub const INLINE_MAX_ELEMENTS: usize = 16;
 
 /// Where BLOBFILE literals point, relative to the program directory.
-pub const BLOB_PATH: &str = "@model_path/weights/weight.bin";
+pub const BLOB_PATH: &str = aneforge_mil::WEIGHTS_PATH;
 
 pub(crate) enum Interned {
     Existing(String),

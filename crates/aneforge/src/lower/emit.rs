@@ -104,11 +104,17 @@ impl<'t> Emitter<'t> {
         self.ops.push(op);
     }
 
-    /// `identity(x)` named `name`: for outputs that are leaves or repeat another output.
-    pub fn identity(&mut self, node: &Tensor, name: &str) {
-        let ty = self.ty(node);
+    /// The output `name` for `node` when `node`'s own value cannot carry that name: an identity
+    /// (leaves, repeated outputs) or, for bool values, a cast to the port's float type.
+    pub fn output_alias(&mut self, node: &Tensor, name: &str) {
         let x = self.arg(node);
-        self.push_value(name, ty, "identity", vec![("x", x)]);
+        let ty = TensorType::new(self.port_dtype(node.dtype()), node.shape());
+        if node.dtype() == DType::Bool {
+            let args = vec![("x", x), ("dtype", string(ty.dtype.name()))];
+            self.push_value(name, ty, "cast", args);
+        } else {
+            self.push_value(name, ty, "identity", vec![("x", x)]);
+        }
     }
 
     fn float_lit(&self, v: f32) -> Argument {
@@ -321,15 +327,24 @@ impl<'t> Emitter<'t> {
                 args.push(("epsilon", self.float_lit(*eps)));
                 self.push(node, "layer_norm", args)
             }
-            Op::BatchNorm { eps } => {
-                let args = vec![
+            Op::BatchNorm {
+                eps,
+                has_gamma,
+                has_beta,
+            } => {
+                let mut args = vec![
                     ("x", x()),
                     ("mean", self.arg(&s[1])),
                     ("variance", self.arg(&s[2])),
-                    ("gamma", self.arg(&s[3])),
-                    ("beta", self.arg(&s[4])),
-                    ("epsilon", self.float_lit(*eps)),
                 ];
+                let mut rest = s[3..].iter();
+                if *has_gamma {
+                    args.extend(rest.next().map(|g| ("gamma", self.arg(g))));
+                }
+                if *has_beta {
+                    args.extend(rest.next().map(|b| ("beta", self.arg(b))));
+                }
+                args.push(("epsilon", self.float_lit(*eps)));
                 self.push(node, "batch_norm", args)
             }
             Op::Reshape { shape } => {
@@ -475,17 +490,34 @@ impl<'t> Emitter<'t> {
         Ok(())
     }
 
+    /// The MIL dtype of a port carrying graph dtype `d`: Core ML features are fp32, fp16 or
+    /// int32 tensors, so bool ports travel as the program's float type (nonzero is true).
+    pub fn port_dtype(&self, d: DType) -> mil::DType {
+        match d {
+            DType::Bool => self.float,
+            d => self.mil_dtype(d),
+        }
+    }
+
     fn leaf_input(&mut self, node: &Tensor, name: &str, kind: PortKind) {
-        self.names.insert(node.id(), name.to_string());
-        let ty = self.ty(node);
-        self.inputs.push(mil::NamedValue::new(name, ty.clone()));
+        let port_ty = TensorType::new(self.port_dtype(node.dtype()), node.shape());
+        self.inputs
+            .push(mil::NamedValue::new(name, port_ty.clone()));
         self.ports.push(PortSpec {
             name: name.to_string(),
             dtype: node.dtype(),
-            mil_dtype: ty.dtype,
+            mil_dtype: port_ty.dtype,
             shape: node.shape().to_vec(),
             kind,
         });
+        if node.dtype() == DType::Bool {
+            let value = self.fresh(&format!("{name}_bool"));
+            let args = vec![("x", Argument::name(name)), ("dtype", string("bool"))];
+            self.push_value(&value, self.ty(node), "cast", args);
+            self.names.insert(node.id(), value);
+        } else {
+            self.names.insert(node.id(), name.to_string());
+        }
     }
 
     fn constant(&mut self, node: &Tensor, value: &HostArray) -> Result<(), LowerError> {

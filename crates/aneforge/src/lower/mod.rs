@@ -8,10 +8,12 @@ mod canonicalize;
 mod consts;
 mod emit;
 mod order;
+mod rewrite;
 
 pub use artifact::{Artifact, PortKind, PortSpec};
 pub use consts::{to_f16, BLOB_PATH, INLINE_MAX_ELEMENTS};
 pub use order::topo_order;
+pub use rewrite::rewrite_graph;
 
 use crate::graph::{GraphError, Tensor};
 use aneforge_mil as mil;
@@ -125,6 +127,8 @@ pub enum LowerError {
     },
     #[error("weights blob: {0}")]
     Blob(#[from] mil::BlobError),
+    #[error("the lowered program fails MIL validation (a lowering bug): {0}")]
+    Invalid(mil::ValidationErrors),
 }
 
 /// Lowers named outputs to a program for `target`.
@@ -176,10 +180,13 @@ pub fn lower(
     reserved.extend(leaf_names);
 
     let mut emitter = emit::Emitter::new(target, reserved);
-    let mut needs_identity = Vec::new();
+    let mut needs_alias = Vec::new();
     for ((name, _), t) in outputs.iter().zip(&canonical) {
-        if t.op().is_leaf() || emitter.name_of(t).is_some() {
-            needs_identity.push((*name, t));
+        let aliased = t.op().is_leaf()
+            || emitter.name_of(t).is_some()
+            || t.dtype() == crate::graph::DType::Bool;
+        if aliased {
+            needs_alias.push((*name, t));
         } else {
             emitter.assign(t, name);
         }
@@ -195,8 +202,8 @@ pub fn lower(
             emitter.emit(node)?;
         }
     }
-    for (name, t) in needs_identity {
-        emitter.identity(t, name);
+    for (name, t) in needs_alias {
+        emitter.output_alias(t, name);
     }
     let output_ports = outputs
         .iter()
@@ -204,7 +211,7 @@ pub fn lower(
         .map(|((name, _), t)| PortSpec {
             name: name.to_string(),
             dtype: t.dtype(),
-            mil_dtype: emitter.mil_dtype(t.dtype()),
+            mil_dtype: emitter.port_dtype(t.dtype()),
             shape: t.shape().to_vec(),
             kind: PortKind::Output,
         })
@@ -227,6 +234,10 @@ pub fn lower(
     };
     let input_ports = std::mem::take(&mut emitter.ports);
     let weights = emitter.consts.finish();
+    let blob = mil::BlobFile::from_vec(BLOB_PATH, weights.clone())?;
+    let blobs: std::collections::HashMap<String, mil::BlobFile> =
+        [(BLOB_PATH.to_string(), blob)].into_iter().collect();
+    mil::validate_with_blobs(&program, &blobs).map_err(LowerError::Invalid)?;
     Ok(Artifact::new(
         program,
         weights,

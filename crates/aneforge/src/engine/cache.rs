@@ -1,0 +1,79 @@
+//! In-process cache of CPU plans by program content hash: the same program compiles once.
+
+use super::EngineError;
+use crate::lower::Artifact;
+use aneforge_cpu::Plan;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+
+const CAPACITY: usize = 64;
+
+#[derive(Default)]
+struct Cache {
+    plans: HashMap<[u8; 32], Arc<Plan>>,
+    order: VecDeque<[u8; 32]>,
+    compiles: HashMap<[u8; 32], usize>,
+    hits: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheStats {
+    pub entries: usize,
+    pub hits: u64,
+}
+
+fn cache() -> &'static Mutex<Cache> {
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(Cache::default()))
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Cache> {
+    cache()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// How many times the CPU engine has compiled the program with this content hash.
+pub fn compile_count(hash: &[u8; 32]) -> usize {
+    lock().compiles.get(hash).copied().unwrap_or(0)
+}
+
+pub fn stats() -> CacheStats {
+    let c = lock();
+    CacheStats {
+        entries: c.plans.len(),
+        hits: c.hits,
+    }
+}
+
+/// The plan for `artifact`, compiled on first use.
+pub(crate) fn cpu_plan(artifact: &Artifact) -> Result<Arc<Plan>, EngineError> {
+    let key = artifact.content_hash();
+    {
+        let mut c = lock();
+        if let Some(plan) = c.plans.get(&key).cloned() {
+            c.hits += 1;
+            return Ok(plan);
+        }
+    }
+    let blobs = artifact.blob_store()?;
+    let plan = aneforge_cpu::compile(
+        artifact.program(),
+        "main",
+        &blobs,
+        &aneforge_cpu::CompileOptions::default(),
+    )?;
+    let mut c = lock();
+    *c.compiles.entry(key).or_insert(0) += 1;
+    if let Some(existing) = c.plans.get(&key).cloned() {
+        return Ok(existing);
+    }
+    if c.order.len() >= CAPACITY {
+        if let Some(old) = c.order.pop_front() {
+            c.plans.remove(&old);
+        }
+    }
+    c.order.push_back(key);
+    c.plans.insert(key, plan.clone());
+    Ok(plan)
+}

@@ -1,0 +1,294 @@
+//! The public entry points: [`compile`] a graph into a [`Model`], then run it.
+
+use crate::engine::{
+    self, slice_kind, BufferMut, BufferRef, Engine, EngineError, Executable, HostSlice, HostTensor,
+};
+use crate::graph::{GraphError, HostData, Tensor};
+use crate::lower::{
+    self, Artifact, Compress, LowerError, ParameterMode, PortKind, PortSpec, Target,
+};
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    pub target: Target,
+    pub compress: Compress,
+    pub parameters: ParameterMode,
+    pub engine: Engine,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error(transparent)]
+    Lower(#[from] LowerError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    ProgramDir(#[from] aneforge_mil::ProgramDirError),
+}
+
+/// Compiles `outputs` (named `output_0`, `output_1`, ...) into a loaded model.
+pub fn compile(outputs: &[&Tensor], options: &CompileOptions) -> Result<Model, Error> {
+    let names: Vec<String> = (0..outputs.len()).map(|i| format!("output_{i}")).collect();
+    let named: Vec<(&str, &Tensor)> = names
+        .iter()
+        .map(|n| n.as_str())
+        .zip(outputs.iter().copied())
+        .collect();
+    compile_named(&named, options)
+}
+
+/// Compiles named outputs into a loaded model. The same program (MIL text and weights) compiles
+/// in the engine once per process; later compiles reuse the plan.
+pub fn compile_named(
+    outputs: &[(&str, &Tensor)],
+    options: &CompileOptions,
+) -> Result<Model, Error> {
+    let artifact = lower::lower(outputs, &options.target, options.parameters)?;
+    Model::load(Arc::new(artifact), options.engine)
+}
+
+/// A compiled program loaded into an engine, with its artifact.
+pub struct Model {
+    artifact: Arc<Artifact>,
+    exec: Box<dyn Executable>,
+    provided: HashSet<String>,
+    executed: bool,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("hash", &self.artifact.content_hash_hex())
+            .field("inputs", &self.artifact.inputs())
+            .field("outputs", &self.artifact.outputs())
+            .finish()
+    }
+}
+
+impl Model {
+    /// Loads an artifact into `engine`; parameter inputs start at their initial values.
+    pub fn load(artifact: Arc<Artifact>, engine: Engine) -> Result<Model, Error> {
+        let exec = engine::load(&artifact, engine)?;
+        let mut model = Model {
+            artifact,
+            exec,
+            provided: HashSet::new(),
+            executed: false,
+        };
+        let params: Vec<(String, crate::HostArray)> = model
+            .artifact
+            .inputs()
+            .iter()
+            .filter_map(|p| match &p.kind {
+                PortKind::Parameter(init) => Some((p.name.clone(), init.clone())),
+                _ => None,
+            })
+            .collect();
+        for (name, init) in params {
+            let data = match init.data() {
+                HostData::F32(v) => HostSlice::F32(v),
+                HostData::I32(v) => HostSlice::I32(v),
+                HostData::Bool(v) => HostSlice::Bool(v),
+            };
+            model.set_input(&name, data)?;
+        }
+        Ok(model)
+    }
+
+    pub fn artifact(&self) -> &Arc<Artifact> {
+        &self.artifact
+    }
+
+    pub fn program(&self) -> &aneforge_mil::Program {
+        self.artifact.program()
+    }
+
+    pub fn mil_text(&self) -> &str {
+        self.artifact.mil_text()
+    }
+
+    pub fn weights(&self) -> &[u8] {
+        self.artifact.weights()
+    }
+
+    /// Writes the program directory (`model.mil`, `weights/weight.bin`).
+    pub fn save(&self, dir: &Path) -> Result<(), Error> {
+        Ok(self.artifact.save(dir)?)
+    }
+
+    pub fn inputs(&self) -> &[PortSpec] {
+        self.artifact.inputs()
+    }
+
+    pub fn outputs(&self) -> &[PortSpec] {
+        self.artifact.outputs()
+    }
+
+    pub fn input_names(&self) -> Vec<&str> {
+        self.inputs().iter().map(|p| p.name.as_str()).collect()
+    }
+
+    pub fn output_names(&self) -> Vec<&str> {
+        self.outputs().iter().map(|p| p.name.as_str()).collect()
+    }
+
+    fn input_port(&self, name: &str) -> Result<&PortSpec, EngineError> {
+        self.inputs()
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| EngineError::UnknownInput {
+                name: name.to_string(),
+                available: self.input_names().iter().map(|s| s.to_string()).collect(),
+            })
+    }
+
+    fn output_port(&self, name: &str) -> Result<&PortSpec, EngineError> {
+        self.outputs()
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| EngineError::UnknownOutput {
+                name: name.to_string(),
+                available: self.output_names().iter().map(|s| s.to_string()).collect(),
+            })
+    }
+
+    /// Copies host data into an input; f32 or f16 data feeds float ports (converted to the port's
+    /// precision), i32 feeds i32 ports, bool feeds bool inputs (whose ports carry 0 and 1 in the
+    /// program's float type).
+    pub fn set_input(&mut self, name: &str, data: HostSlice<'_>) -> Result<(), Error> {
+        let port = self.input_port(name)?;
+        let (given, len) = slice_kind(&data);
+        let bool_port = port.dtype == crate::DType::Bool;
+        let ok = engine::accepts(port.mil_dtype, given) || (bool_port && given == "bool");
+        if !ok {
+            return Err(EngineError::DType {
+                name: name.to_string(),
+                port: port.mil_dtype,
+                given,
+            }
+            .into());
+        }
+        if len != port.len() {
+            return Err(EngineError::Length {
+                name: name.to_string(),
+                shape: port.shape.clone(),
+                expected: port.len(),
+                got: len,
+            }
+            .into());
+        }
+        match data {
+            HostSlice::Bool(v) if bool_port => {
+                let as_float: Vec<f32> = v.iter().map(|&b| f32::from(u8::from(b))).collect();
+                self.exec.set_input(name, HostSlice::F32(&as_float))?;
+            }
+            data => self.exec.set_input(name, data)?,
+        }
+        self.provided.insert(name.to_string());
+        Ok(())
+    }
+
+    pub fn execute(&mut self) -> Result<(), Error> {
+        if let Some(p) = self
+            .inputs()
+            .iter()
+            .find(|p| !self.provided.contains(&p.name))
+        {
+            return Err(EngineError::Unset {
+                name: p.name.clone(),
+            }
+            .into());
+        }
+        self.exec.execute()?;
+        self.executed = true;
+        Ok(())
+    }
+
+    /// An owned copy of an output: bool outputs as bool, others in the port's dtype.
+    pub fn read_output(&self, name: &str) -> Result<HostTensor, Error> {
+        if self.output_port(name)?.dtype == crate::DType::Bool {
+            let v = self.exec.read_output_f32(name)?;
+            return Ok(HostTensor::Bool(v.iter().map(|&x| x != 0.0).collect()));
+        }
+        Ok(self.exec.read_output(name)?)
+    }
+
+    pub fn read_output_f32(&self, name: &str) -> Result<Vec<f32>, Error> {
+        self.output_port(name)?;
+        Ok(self.exec.read_output_f32(name)?)
+    }
+
+    /// The input's buffer for writing in place; counts as setting the input.
+    pub fn input_view_mut(&mut self, name: &str) -> Result<BufferMut<'_>, Error> {
+        self.input_port(name)?;
+        self.provided.insert(name.to_string());
+        Ok(self.exec.input_view_mut(name)?)
+    }
+
+    pub fn output_view(&self, name: &str) -> Result<BufferRef<'_>, Error> {
+        self.output_port(name)?;
+        Ok(self.exec.output_view(name)?)
+    }
+
+    /// Before the first execute: `input` reads what `output` wrote in the previous execute; its
+    /// initial value is whatever was set (a parameter's initial value, or `set_input`).
+    pub fn share_buffer(&mut self, output: &str, input: &str) -> Result<(), Error> {
+        let share_err = |reason: String| EngineError::Share {
+            output: output.to_string(),
+            input: input.to_string(),
+            reason,
+        };
+        if self.executed {
+            return Err(share_err("only allowed before the first execute".into()).into());
+        }
+        let (i, o) = (self.input_port(input)?, self.output_port(output)?);
+        if i.mil_dtype != o.mil_dtype || i.shape != o.shape {
+            return Err(share_err(format!(
+                "input is {} {:?} but output is {} {:?}",
+                i.mil_dtype, i.shape, o.mil_dtype, o.shape
+            ))
+            .into());
+        }
+        self.exec.share_buffer(output, input)?;
+        self.provided.insert(input.to_string());
+        Ok(())
+    }
+
+    fn feed_and_execute(&mut self, inputs: &[(&str, HostSlice<'_>)]) -> Result<(), Error> {
+        let mut seen = HashSet::new();
+        for (name, data) in inputs {
+            if !seen.insert(*name) {
+                return Err(EngineError::Repeated {
+                    name: name.to_string(),
+                }
+                .into());
+            }
+            self.set_input(name, *data)?;
+        }
+        self.execute()
+    }
+
+    /// Sets the given inputs, executes, and returns every output in order.
+    pub fn run(&mut self, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<HostTensor>, Error> {
+        self.feed_and_execute(inputs)?;
+        let names: Vec<String> = self.outputs().iter().map(|p| p.name.clone()).collect();
+        names.iter().map(|n| self.read_output(n)).collect()
+    }
+
+    /// As [`Model::run`], with every output converted to f32.
+    pub fn run_f32(&mut self, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Vec<f32>>, Error> {
+        self.feed_and_execute(inputs)?;
+        let names: Vec<String> = self.outputs().iter().map(|p| p.name.clone()).collect();
+        names.iter().map(|n| self.read_output_f32(n)).collect()
+    }
+
+    /// Frees the engine's resources now.
+    pub fn release(self) {
+        self.exec.release();
+    }
+}
