@@ -37,6 +37,14 @@ impl PortSpec {
     }
 }
 
+/// The ports of one function of the program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionPorts {
+    pub name: String,
+    pub inputs: Vec<PortSpec>,
+    pub outputs: Vec<PortSpec>,
+}
+
 #[derive(Debug)]
 pub struct Artifact {
     program: mil::Program,
@@ -44,8 +52,8 @@ pub struct Artifact {
     text: String,
     hash: [u8; 32],
     target: Target,
-    inputs: Vec<PortSpec>,
-    outputs: Vec<PortSpec>,
+    /// At least one; the first is the default function.
+    functions: Vec<FunctionPorts>,
 }
 
 impl Artifact {
@@ -53,8 +61,7 @@ impl Artifact {
         program: mil::Program,
         weights: Vec<u8>,
         target: Target,
-        inputs: Vec<PortSpec>,
-        outputs: Vec<PortSpec>,
+        functions: Vec<FunctionPorts>,
     ) -> Artifact {
         let text = mil::print(&program);
         let mut h = Sha256::new();
@@ -67,8 +74,7 @@ impl Artifact {
             text,
             hash: h.finalize().into(),
             target,
-            inputs,
-            outputs,
+            functions,
         }
     }
 
@@ -99,12 +105,23 @@ impl Artifact {
         &self.target
     }
 
+    /// The default (first) function's inputs.
     pub fn inputs(&self) -> &[PortSpec] {
-        &self.inputs
+        &self.functions[0].inputs
     }
 
+    /// The default (first) function's outputs.
     pub fn outputs(&self) -> &[PortSpec] {
-        &self.outputs
+        &self.functions[0].outputs
+    }
+
+    /// Every function, the default one first.
+    pub fn functions(&self) -> &[FunctionPorts] {
+        &self.functions
+    }
+
+    pub fn function(&self, name: &str) -> Option<&FunctionPorts> {
+        self.functions.iter().find(|f| f.name == name)
     }
 
     /// The parsed blob, keyed by the BLOBFILE path the program uses.

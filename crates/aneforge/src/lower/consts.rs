@@ -23,7 +23,10 @@ pub(crate) enum Interned {
 pub(crate) struct ConstTable {
     float: mil::DType,
     blob: BlobWriter,
+    /// Value names of the constants of the function being emitted.
     by_key: HashMap<[u8; 32], String>,
+    /// Blob offsets by content, shared by every function of the program.
+    blob_offsets: HashMap<[u8; 32], u64>,
 }
 
 /// fp16 conversion saturates finite values to the largest finite half (±65504) instead of
@@ -42,7 +45,14 @@ impl ConstTable {
             float,
             blob: BlobWriter::new(),
             by_key: HashMap::new(),
+            blob_offsets: HashMap::new(),
         }
+    }
+
+    /// Starts the constants of another function: value names are per function, blob entries are
+    /// shared.
+    pub fn begin_function(&mut self) {
+        self.by_key.clear();
     }
 
     /// `v` as the program's float type holds it, widened.
@@ -78,7 +88,14 @@ impl ConstTable {
                     let data = v.iter().map(|&x| self.float_value(x)).collect();
                     literal_of(ty, mil::TensorData::Float(data))
                 } else {
-                    let offset = self.blob.add(self.float, v.len(), &bytes)?;
+                    let offset = match self.blob_offsets.get(&key) {
+                        Some(&offset) => offset,
+                        None => {
+                            let offset = self.blob.add(self.float, v.len(), &bytes)?;
+                            self.blob_offsets.insert(key, offset);
+                            offset
+                        }
+                    };
                     Literal::Blob {
                         ty,
                         path: BLOB_PATH.to_string(),

@@ -23,7 +23,11 @@ pub(crate) struct Emitter<'t> {
 }
 
 impl<'t> Emitter<'t> {
-    pub fn new(target: &'t Target, reserved: impl IntoIterator<Item = String>) -> Emitter<'t> {
+    pub fn new(
+        target: &'t Target,
+        reserved: impl IntoIterator<Item = String>,
+        consts: ConstTable,
+    ) -> Emitter<'t> {
         let float = target.float_dtype();
         Emitter {
             target,
@@ -34,7 +38,7 @@ impl<'t> Emitter<'t> {
             ops: Vec::new(),
             inputs: Vec::new(),
             ports: Vec::new(),
-            consts: ConstTable::new(float),
+            consts,
         }
     }
 

@@ -10,7 +10,7 @@ mod emit;
 mod order;
 mod rewrite;
 
-pub use artifact::{Artifact, PortKind, PortSpec};
+pub use artifact::{Artifact, FunctionPorts, PortKind, PortSpec};
 pub use consts::{to_f16, BLOB_PATH, INLINE_MAX_ELEMENTS};
 pub use order::topo_order;
 pub use rewrite::rewrite_graph;
@@ -108,6 +108,8 @@ pub enum LowerError {
     NoOutputs,
     #[error("compile: {name:?} names more than one input, parameter or output")]
     DuplicateName { name: String },
+    #[error("compile: function name {name:?} must match [A-Za-z_][A-Za-z0-9_]* and be unique")]
+    BadFunctionName { name: String },
     #[error("compile: output name {name:?} must match [A-Za-z_][A-Za-z0-9_]*")]
     BadOutputName { name: String },
     #[error("compile: ANE architecture {name:?} must be ASCII letters and digits, e.g. \"h16\"")]
@@ -131,12 +133,82 @@ pub enum LowerError {
     Invalid(mil::ValidationErrors),
 }
 
-/// Lowers named outputs to a program for `target`.
+/// Lowers named outputs to a program for `target` with one function, `main`.
 pub fn lower(
     outputs: &[(&str, &Tensor)],
     target: &Target,
     parameters: ParameterMode,
 ) -> Result<Artifact, LowerError> {
+    lower_functions(
+        &[FunctionSpec {
+            name: "main",
+            outputs,
+        }],
+        target,
+        parameters,
+    )
+}
+
+/// One function of a multi-function program: its name and its named outputs.
+#[derive(Clone, Copy, Debug)]
+pub struct FunctionSpec<'a> {
+    pub name: &'a str,
+    pub outputs: &'a [(&'a str, &'a Tensor)],
+}
+
+/// Lowers several functions into one program whose weights blob they share: a constant used by
+/// more than one function (the same data) is stored once. Prefill and decode programs of one model
+/// are the typical case; the first function is the default one.
+pub fn lower_functions(
+    functions: &[FunctionSpec<'_>],
+    target: &Target,
+    parameters: ParameterMode,
+) -> Result<Artifact, LowerError> {
+    if functions.is_empty() {
+        return Err(LowerError::NoOutputs);
+    }
+    let mut names = std::collections::HashSet::new();
+    for f in functions {
+        if !crate::graph::is_identifier(f.name) || !names.insert(f.name) {
+            return Err(LowerError::BadFunctionName {
+                name: f.name.to_string(),
+            });
+        }
+    }
+    let mut consts = consts::ConstTable::new(target.float_dtype());
+    let mut mil_functions = Vec::with_capacity(functions.len());
+    let mut ports = Vec::with_capacity(functions.len());
+    for f in functions {
+        let (function, inputs, outputs) = lower_function(f, target, parameters, &mut consts)?;
+        mil_functions.push(function);
+        ports.push(FunctionPorts {
+            name: f.name.to_string(),
+            inputs,
+            outputs,
+        });
+    }
+    let program = mil::Program {
+        version: "1.3".into(),
+        attributes: vec![("buildInfo".into(), build_info())],
+        functions: mil_functions,
+    };
+    let weights = consts.finish();
+    let blob = mil::BlobFile::from_vec(BLOB_PATH, weights.clone())?;
+    let blobs: std::collections::HashMap<String, mil::BlobFile> =
+        [(BLOB_PATH.to_string(), blob)].into_iter().collect();
+    mil::validate_with_blobs(&program, &blobs).map_err(LowerError::Invalid)?;
+    Ok(Artifact::new(program, weights, target.clone(), ports))
+}
+
+type LoweredFunction = (mil::Function, Vec<PortSpec>, Vec<PortSpec>);
+
+fn lower_function(
+    spec: &FunctionSpec<'_>,
+    target: &Target,
+    parameters: ParameterMode,
+    consts: &mut consts::ConstTable,
+) -> Result<LoweredFunction, LowerError> {
+    let outputs = spec.outputs;
     if outputs.is_empty() {
         return Err(LowerError::NoOutputs);
     }
@@ -179,32 +251,15 @@ pub fn lower(
     }
     reserved.extend(leaf_names);
 
-    let mut emitter = emit::Emitter::new(target, reserved);
-    let mut needs_alias = Vec::new();
-    for ((name, _), t) in outputs.iter().zip(&canonical) {
-        let aliased = t.op().is_leaf()
-            || emitter.name_of(t).is_some()
-            || t.dtype() == crate::graph::DType::Bool;
-        if aliased {
-            needs_alias.push((*name, t));
-        } else {
-            emitter.assign(t, name);
-        }
-    }
-    for leaf in &leaves {
-        emitter.emit(leaf)?;
-    }
-    for node in &order {
-        if !matches!(
-            node.op(),
-            crate::graph::Op::Input { .. } | crate::graph::Op::Parameter { .. }
-        ) {
-            emitter.emit(node)?;
-        }
-    }
-    for (name, t) in needs_alias {
-        emitter.output_alias(t, name);
-    }
+    consts.begin_function();
+    let table = std::mem::replace(consts, consts::ConstTable::new(target.float_dtype()));
+    let mut emitter = emit::Emitter::new(target, reserved, table);
+    let emitted = emit_nodes(&mut emitter, outputs, &canonical, &leaves, &order);
+    *consts = std::mem::replace(
+        &mut emitter.consts,
+        consts::ConstTable::new(target.float_dtype()),
+    );
+    emitted?;
     let output_ports = outputs
         .iter()
         .zip(&canonical)
@@ -217,7 +272,7 @@ pub fn lower(
         })
         .collect();
     let function = mil::Function {
-        name: "main".into(),
+        name: spec.name.into(),
         opset: "ios18".into(),
         inputs: std::mem::take(&mut emitter.inputs),
         attributes: Vec::new(),
@@ -227,24 +282,43 @@ pub fn lower(
             outputs: outputs.iter().map(|(n, _)| n.to_string()).collect(),
         },
     };
-    let program = mil::Program {
-        version: "1.3".into(),
-        attributes: vec![("buildInfo".into(), build_info())],
-        functions: vec![function],
-    };
     let input_ports = std::mem::take(&mut emitter.ports);
-    let weights = emitter.consts.finish();
-    let blob = mil::BlobFile::from_vec(BLOB_PATH, weights.clone())?;
-    let blobs: std::collections::HashMap<String, mil::BlobFile> =
-        [(BLOB_PATH.to_string(), blob)].into_iter().collect();
-    mil::validate_with_blobs(&program, &blobs).map_err(LowerError::Invalid)?;
-    Ok(Artifact::new(
-        program,
-        weights,
-        target.clone(),
-        input_ports,
-        output_ports,
-    ))
+    Ok((function, input_ports, output_ports))
+}
+
+fn emit_nodes(
+    emitter: &mut emit::Emitter<'_>,
+    outputs: &[(&str, &Tensor)],
+    canonical: &[Tensor],
+    leaves: &[&Tensor],
+    order: &[Tensor],
+) -> Result<(), LowerError> {
+    let mut needs_alias = Vec::new();
+    for ((name, _), t) in outputs.iter().zip(canonical) {
+        let aliased = t.op().is_leaf()
+            || emitter.name_of(t).is_some()
+            || t.dtype() == crate::graph::DType::Bool;
+        if aliased {
+            needs_alias.push((*name, t));
+        } else {
+            emitter.assign(t, name);
+        }
+    }
+    for leaf in leaves {
+        emitter.emit(leaf)?;
+    }
+    for node in order {
+        if !matches!(
+            node.op(),
+            crate::graph::Op::Input { .. } | crate::graph::Op::Parameter { .. }
+        ) {
+            emitter.emit(node)?;
+        }
+    }
+    for (name, t) in needs_alias {
+        emitter.output_alias(t, name);
+    }
+    Ok(())
 }
 
 fn build_info() -> mil::Literal {
