@@ -9,6 +9,7 @@ pub mod math;
 pub mod matmul;
 pub mod rows;
 pub mod spatial;
+pub mod window;
 
 use crate::plan::{Plan, Value, Vid};
 use crate::tensor::SendPtr;
@@ -71,6 +72,7 @@ pub enum Kernel {
     Conv(conv::Conv),
     Spatial(spatial::Spatial),
     Attention(attention::Attention),
+    Window(window::Window),
 }
 
 impl Kernel {
@@ -92,6 +94,10 @@ impl Kernel {
                 }
             ),
             Kernel::Copy(_) => "copy".into(),
+            Kernel::Window(w) => match w.side {
+                window::Side::Read { .. } => "window-read".into(),
+                window::Side::Write { .. } => "window-write".into(),
+            },
             Kernel::Gather(_) => "gather".into(),
             Kernel::Attention(_) => "attention-flash".into(),
             Kernel::Conv(c) => format!(
@@ -132,6 +138,7 @@ impl Kernel {
             Kernel::Conv(c) => c.run(cx),
             Kernel::Spatial(s) => s.run(cx),
             Kernel::Gather(g) => return g.run(cx),
+            Kernel::Window(w) => return w.run(cx),
         }
         Ok(())
     }
@@ -154,7 +161,7 @@ impl Kernel {
             Kernel::Chain(c) => c.len() >= 1 << 15,
             Kernel::Matmul(m) => m.flops() >= 1 << 20,
             Kernel::Copy(c) => c.elements(values) >= 1 << 18,
-            Kernel::IntEw(_) | Kernel::Gather(_) => false,
+            Kernel::IntEw(_) | Kernel::Gather(_) | Kernel::Window(_) => false,
             Kernel::Rows(r) => r.elements() >= 1 << 15,
             Kernel::Conv(c) => c.flops() >= 1 << 20,
             Kernel::Attention(a) => a.flops() >= 1 << 20,
@@ -188,6 +195,7 @@ impl Kernel {
     pub fn inplace_source(&self) -> Option<Vid> {
         match self {
             Kernel::Copy(c) => c.inplace_src,
+            Kernel::Window(w) => w.inplace_source(),
             _ => None,
         }
     }

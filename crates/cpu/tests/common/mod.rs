@@ -142,6 +142,7 @@ impl Prog {
                 name: "main".into(),
                 opset: "ios18".into(),
                 inputs: self.inputs.clone(),
+                attributes: vec![],
                 body: Block {
                     inputs: vec![],
                     operations: self.ops.clone(),
