@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod gguf;
+pub mod llm;
 pub mod resolve;
 pub mod sentence_transformers;
 pub mod testing;
