@@ -26,6 +26,8 @@ pub enum Rhs {
         batch_strides: Vec<usize>,
     },
     Prepared(Prepared),
+    /// A block-quantized constant `[n, k]` (the weight of a `linear`), computed on directly.
+    Quant(std::sync::Arc<super::quant::QuantTensor>),
 }
 
 #[derive(Debug)]
@@ -70,6 +72,13 @@ impl Matmul {
     }
 
     pub fn scratch_floats(&self, values: &[Value], threads: usize) -> usize {
+        if let Rhs::Quant(q) = &self.rhs {
+            let e = self
+                .epilogue
+                .as_ref()
+                .map_or(0, |e| e.scratch_floats(threads));
+            return super::quant::scratch_floats(self.nbatch() * self.m, q, threads).max(e);
+        }
         let mut s = 0;
         if self.a_elem != Elem::F32 {
             s += self.a_len(values);
@@ -87,6 +96,13 @@ impl Matmul {
     }
 
     pub fn run(&self, cx: &Cx) {
+        if let Rhs::Quant(q) = &self.rhs {
+            super::quant::run(self, q, cx);
+            if let Some(e) = &self.epilogue {
+                e.run(cx);
+            }
+            return;
+        }
         let a_len = cx.len(self.a);
         let mut used = 0;
         // f32 views of the operands (converted into scratch when stored as f16/ints)
@@ -100,6 +116,7 @@ impl Matmul {
         };
         let (b, b_rs, b_cs, b_bs): (*const f32, usize, usize, &[usize]) = match &self.rhs {
             Rhs::Prepared(p) => (p.wt.as_ptr(), 1, p.k, &[]),
+            Rhs::Quant(_) => return,
             Rhs::Value {
                 v,
                 elem,

@@ -7,6 +7,7 @@ pub mod gather;
 pub mod layout;
 pub mod math;
 pub mod matmul;
+pub mod quant;
 pub mod rows;
 pub mod spatial;
 pub mod window;
@@ -73,6 +74,7 @@ pub enum Kernel {
     Spatial(spatial::Spatial),
     Attention(attention::Attention),
     Window(window::Window),
+    QuantGather(quant::QuantGather),
 }
 
 impl Kernel {
@@ -82,7 +84,13 @@ impl Kernel {
             Kernel::IntEw(_) => "elementwise-int".into(),
             Kernel::Matmul(m) => format!(
                 "matmul{}{}",
-                if m.m <= 2 && matches!(m.rhs, matmul::Rhs::Prepared(_)) {
+                if matches!(m.rhs, matmul::Rhs::Quant(_)) {
+                    if m.m <= quant::GEMV_MAX_ROWS {
+                        "-quant-gemv"
+                    } else {
+                        "-quant"
+                    }
+                } else if m.m <= 2 && matches!(m.rhs, matmul::Rhs::Prepared(_)) {
                     "-gemv"
                 } else {
                     ""
@@ -94,6 +102,7 @@ impl Kernel {
                 }
             ),
             Kernel::Copy(_) => "copy".into(),
+            Kernel::QuantGather(_) => "gather-quant".into(),
             Kernel::Window(w) => match w.side {
                 window::Side::Read { .. } => "window-read".into(),
                 window::Side::Write { .. } => "window-write".into(),
@@ -139,6 +148,7 @@ impl Kernel {
             Kernel::Spatial(s) => s.run(cx),
             Kernel::Gather(g) => return g.run(cx),
             Kernel::Window(w) => return w.run(cx),
+            Kernel::QuantGather(g) => return g.run(cx),
         }
         Ok(())
     }
@@ -151,6 +161,7 @@ impl Kernel {
             Kernel::Conv(c) => c.scratch_floats(threads),
             Kernel::Attention(a) => a.scratch_floats(threads),
             Kernel::Spatial(s) => s.scratch_floats(threads),
+            Kernel::QuantGather(g) => g.scratch_floats(),
             _ => 0,
         }
     }
@@ -161,7 +172,9 @@ impl Kernel {
             Kernel::Chain(c) => c.len() >= 1 << 15,
             Kernel::Matmul(m) => m.flops() >= 1 << 20,
             Kernel::Copy(c) => c.elements(values) >= 1 << 18,
-            Kernel::IntEw(_) | Kernel::Gather(_) | Kernel::Window(_) => false,
+            Kernel::IntEw(_) | Kernel::Gather(_) | Kernel::Window(_) | Kernel::QuantGather(_) => {
+                false
+            }
             Kernel::Rows(r) => r.elements() >= 1 << 15,
             Kernel::Conv(c) => c.flops() >= 1 << 20,
             Kernel::Attention(a) => a.flops() >= 1 << 20,

@@ -5,6 +5,7 @@ use crate::error::Result;
 use crate::kernels::ew::{broadcast_shapes, broadcast_strides, BinOp, Chain, Instr, Load};
 use crate::kernels::matmul::{Matmul, Prepared, Rhs};
 use crate::kernels::Kernel;
+use crate::known::Data;
 use crate::plan::Vid;
 use crate::tensor::Elem;
 use aneforge_mil::DType;
@@ -199,7 +200,13 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
     let wk = cx
         .known(w)
         .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
-    let wt = wk.f32s().ok_or_else(|| cx.err("weight is not numeric"))?;
+    let rhs = match &wk.data {
+        Data::Quant(q) => Rhs::Quant(q.clone()),
+        _ => {
+            let wt = wk.f32s().ok_or_else(|| cx.err("weight is not numeric"))?;
+            Rhs::Prepared(Prepared { wt, k: ws[1] })
+        }
+    };
     let (n, k) = (ws[0], ws[1]);
     if let Some(b) = bias {
         if cx.shape(b) != [n] {
@@ -228,7 +235,7 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
             a_rs: k,
             a_cs: 1,
             a_batch_strides: vec![],
-            rhs: Rhs::Prepared(Prepared { wt, k }),
+            rhs,
             batch: vec![],
             m,
             n,
