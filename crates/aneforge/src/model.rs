@@ -110,10 +110,15 @@ impl Model {
             })
             .collect();
         for (name, init) in params {
+            let dequantized;
             let data = match init.data() {
                 HostData::F32(v) => HostSlice::F32(v),
                 HostData::I32(v) => HostSlice::I32(v),
                 HostData::Bool(v) => HostSlice::Bool(v),
+                HostData::BlockQuantized(q) => {
+                    dequantized = q.dequantize();
+                    HostSlice::F32(&dequantized)
+                }
             };
             model.set_input(&name, data)?;
         }

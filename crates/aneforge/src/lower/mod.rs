@@ -178,8 +178,13 @@ pub fn lower_functions(
     let mut consts = consts::ConstTable::new(target.float_dtype());
     let mut mil_functions = Vec::with_capacity(functions.len());
     let mut ports = Vec::with_capacity(functions.len());
+    // Canonical graphs stay alive until every function is emitted: the constant table identifies
+    // constants it has seen by the address of their data.
+    let mut keep_alive = Vec::with_capacity(functions.len());
     for f in functions {
-        let (function, inputs, outputs) = lower_function(f, target, parameters, &mut consts)?;
+        let (function, inputs, outputs, canonical) =
+            lower_function(f, target, parameters, &mut consts)?;
+        keep_alive.push(canonical);
         mil_functions.push(function);
         ports.push(FunctionPorts {
             name: f.name.to_string(),
@@ -193,6 +198,7 @@ pub fn lower_functions(
         functions: mil_functions,
     };
     let weights = consts.finish();
+    drop(keep_alive);
     let blob = mil::BlobFile::from_vec(BLOB_PATH, weights.clone())?;
     let blobs: std::collections::HashMap<String, mil::BlobFile> =
         [(BLOB_PATH.to_string(), blob)].into_iter().collect();
@@ -200,7 +206,7 @@ pub fn lower_functions(
     Ok(Artifact::new(program, weights, target.clone(), ports))
 }
 
-type LoweredFunction = (mil::Function, Vec<PortSpec>, Vec<PortSpec>);
+type LoweredFunction = (mil::Function, Vec<PortSpec>, Vec<PortSpec>, Vec<Tensor>);
 
 fn lower_function(
     spec: &FunctionSpec<'_>,
@@ -283,7 +289,7 @@ fn lower_function(
         },
     };
     let input_ports = std::mem::take(&mut emitter.ports);
-    Ok((function, input_ports, output_ports))
+    Ok((function, input_ports, output_ports, canonical))
 }
 
 fn emit_nodes(
