@@ -42,10 +42,9 @@ fn floats(st: &SafeTensors, n: &str) -> Vec<f32> {
 fn relative_error(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len());
     let scale = want.iter().fold(0f64, |m, &w| m.max(f64::from(w).abs()));
-    let diff = got
-        .iter()
-        .zip(want)
-        .fold(0f64, |m, (&g, &w)| m.max((f64::from(g) - f64::from(w)).abs()));
+    let diff = got.iter().zip(want).fold(0f64, |m, (&g, &w)| {
+        m.max((f64::from(g) - f64::from(w)).abs())
+    });
     diff / scale
 }
 
@@ -73,13 +72,28 @@ fn runner(llm: Arc<Llm>) -> Runner {
 #[test]
 fn dequantized_smollm2_matches_transformers() {
     let model = require_model!(MODEL);
+    check(&model, false);
+}
+
+/// Q4_1/Q8_0 blocks kept quantized (computed on by the CPU engine) against the same reference:
+/// the same values, another summation order.
+#[test]
+fn quantized_smollm2_matches_transformers() {
+    let model = require_model!(MODEL);
+    check(&model, true);
+}
+
+fn check(model: &aneforge_models::ResolvedModel, keep_quantized: bool) {
     let bytes = fixture();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let llm = Arc::new(Llm::from_resolved(&model, LoadOptions { keep_quantized: false }).unwrap());
+    let llm = Arc::new(Llm::from_resolved(model, LoadOptions { keep_quantized }).unwrap());
     let chat_ids = ints(&st, "chat_ids");
     let template = llm.chat().unwrap();
     let text = template
-        .render(&[ChatMessage::new("user", "What is the capital of France?")], true)
+        .render(
+            &[ChatMessage::new("user", "What is the capital of France?")],
+            true,
+        )
         .unwrap();
     assert_eq!(llm.encode_raw(&text).unwrap(), chat_ids);
 
@@ -96,7 +110,10 @@ fn dequantized_smollm2_matches_transformers() {
         .map(|(i, c)| logits[i * v + c as usize])
         .collect();
     let err = relative_error(&picked, &floats(&st, "chat_logits_cols"));
-    assert!(err < 1e-3, "logits at every position: relative error {err:e}");
+    assert!(
+        err < 1e-3,
+        "logits at every position: relative error {err:e}"
+    );
 
     let g = generate(&mut r, &chat_ids, &greedy(64, false), &mut |_| true).unwrap();
     assert_eq!(g.tokens, ints(&st, "chat_greedy_ids"));

@@ -1,27 +1,51 @@
 //! A weight matrix `[rows, cols]` as a model stores it: dense f32, or GGUF blocks kept quantized.
+//! GGUF's Q4_0, Q4_1 and Q8_0 blocks of 32 map exactly onto MIL's blockwise shift-scale form:
+//! Q4_0 `d·(q − 8)` as int4 `q − 8` with scale `d`; Q4_1 `d·q + m` as uint4 `q` with scale `d` and
+//! offset `−m/d` (a block with `d = 0` holds `m` everywhere: `q = 1`, scale `m`, offset 0); Q8_0
+//! `d·q` as int8. Nibbles are re-packed from ggml's order (byte `j` holds elements `j` and
+//! `j + 16`) to MIL's (byte `i` holds elements `2i` and `2i + 1`).
 
 use std::sync::Arc;
 
-use aneforge::graph::{self, HostArray, Tensor};
+use aneforge::graph::{self, BlockQuantized, HostArray, QuantFormat, Tensor};
 
 use super::LlmError;
-use crate::gguf::GgufFile;
+use crate::gguf::{BlockQ4_0, BlockQ4_1, BlockQ8_0, GgmlType, GgufFile};
 
 #[derive(Clone, Debug)]
 pub enum Matrix {
     Dense(HostArray),
+    Quant(BlockQuantized),
+}
+
+/// Packs 32 values (0..15) of one block in MIL's nibble order.
+fn pack_nibbles(q: impl Fn(usize) -> u8, out: &mut Vec<u8>) {
+    for i in 0..16 {
+        out.push((q(2 * i) & 15) | ((q(2 * i + 1) & 15) << 4));
+    }
+}
+
+/// ggml's nibble for element `e` of a 32-element block.
+fn ggml_nibble(qs: &[u8; 16], e: usize) -> u8 {
+    if e < 16 {
+        qs[e] & 15
+    } else {
+        qs[e - 16] >> 4
+    }
 }
 
 impl Matrix {
     pub fn rows(&self) -> usize {
         match self {
             Matrix::Dense(a) => a.shape().first().copied().unwrap_or(0),
+            Matrix::Quant(q) => q.rows(),
         }
     }
 
     pub fn cols(&self) -> usize {
         match self {
             Matrix::Dense(a) => a.shape().get(1).copied().unwrap_or(0),
+            Matrix::Quant(q) => q.cols(),
         }
     }
 
@@ -29,23 +53,80 @@ impl Matrix {
     pub fn stored_bytes(&self) -> usize {
         match self {
             Matrix::Dense(a) => a.len() * 4,
+            Matrix::Quant(q) => q.stored_bytes(),
         }
     }
 
     /// The quantized form of a GGUF tensor, or `None` when its type is not kept quantized.
     pub fn from_gguf_blocks(
-        _file: &Arc<GgufFile>,
-        _name: &str,
-        _rows: usize,
-        _cols: usize,
+        file: &Arc<GgufFile>,
+        name: &str,
+        rows: usize,
+        cols: usize,
     ) -> Result<Option<Matrix>, LlmError> {
-        Ok(None)
+        let info = file.require_tensor(name)?;
+        if info.shape() != [rows, cols] || !cols.is_multiple_of(32) {
+            return Ok(None);
+        }
+        let nb = rows * cols / 32;
+        let mut data = Vec::with_capacity(rows * cols / 2);
+        let mut scale = Vec::with_capacity(nb);
+        let bad = |e: aneforge::GraphError| {
+            LlmError::Invalid(format!("{}: tensor '{name}': {e}", file.path().display()))
+        };
+        let q = match info.ggml_type {
+            GgmlType::Q4_0 => {
+                for b in file.blocks::<BlockQ4_0>(name)? {
+                    // int4 q − 8, two's complement nibbles
+                    pack_nibbles(|e| ggml_nibble(&b.qs, e).wrapping_sub(8) & 15, &mut data);
+                    scale.push(b.d.to_f32());
+                }
+                BlockQuantized::new(QuantFormat::I4, rows, cols, 32, data, scale, None)
+                    .map_err(bad)?
+            }
+            GgmlType::Q4_1 => {
+                let mut offset = Vec::with_capacity(nb);
+                for b in file.blocks::<BlockQ4_1>(name)? {
+                    let (d, m) = (b.d.to_f32(), b.m.to_f32());
+                    if d == 0.0 || !(m / d).is_finite() {
+                        pack_nibbles(|_| 1, &mut data);
+                        scale.push(m);
+                        offset.push(0.0);
+                    } else {
+                        pack_nibbles(|e| ggml_nibble(&b.qs, e), &mut data);
+                        scale.push(d);
+                        offset.push(-m / d);
+                    }
+                }
+                BlockQuantized::new(
+                    QuantFormat::U4,
+                    rows,
+                    cols,
+                    32,
+                    data,
+                    scale,
+                    Some(offset.into()),
+                )
+                .map_err(bad)?
+            }
+            GgmlType::Q8_0 => {
+                for b in file.blocks::<BlockQ8_0>(name)? {
+                    data.extend(b.qs.iter().map(|&v| v as u8));
+                    scale.push(b.d.to_f32());
+                }
+                BlockQuantized::new(QuantFormat::I8, rows, cols, 32, data, scale, None)
+                    .map_err(bad)?
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(Matrix::Quant(q)))
     }
 
     /// The graph constant holding this matrix.
     pub fn constant(&self) -> Result<Tensor, LlmError> {
         match self {
             Matrix::Dense(a) => Ok(graph::constant(a.clone())),
+            Matrix::Quant(q) => Ok(graph::constant(HostArray::from_block_quantized(q.clone())?)),
         }
     }
 
@@ -58,11 +139,29 @@ impl Matrix {
                 parts.iter().map(Matrix::cols).collect::<Vec<_>>()
             )));
         }
+        let quant: Vec<&BlockQuantized> = parts
+            .iter()
+            .filter_map(|p| match p {
+                Matrix::Quant(q) => Some(q),
+                Matrix::Dense(_) => None,
+            })
+            .collect();
+        let compatible = quant.len() == parts.len()
+            && quant.windows(2).all(|w| {
+                w[0].format() == w[1].format()
+                    && w[0].block() == w[1].block()
+                    && w[0].offset().is_some() == w[1].offset().is_some()
+            });
+        if compatible {
+            return Ok(Matrix::Quant(BlockQuantized::concat_rows(&quant)?));
+        }
+        // mixed storage: everything dense
         let rows: usize = parts.iter().map(Matrix::rows).sum();
         let mut data = Vec::with_capacity(rows * cols);
         for p in parts {
             match p {
                 Matrix::Dense(a) => data.extend_from_slice(a.as_f32().unwrap_or(&[])),
+                Matrix::Quant(q) => data.extend(q.dequantize()),
             }
         }
         Ok(Matrix::Dense(HostArray::from_f32(&[rows, cols], data)?))
@@ -86,6 +185,7 @@ impl Matrix {
                 }
                 Ok(Matrix::Dense(HostArray::from_f32(&[rows, cols], out)?))
             }
+            Matrix::Quant(q) => Ok(Matrix::Quant(q.permute_rows(perm)?)),
         }
     }
 
@@ -102,6 +202,7 @@ impl Matrix {
             Matrix::Dense(a) => {
                 out.copy_from_slice(&a.as_f32().unwrap_or(&[])[r * cols..(r + 1) * cols]);
             }
+            Matrix::Quant(q) => q.dequantize_row(r, out),
         }
         Ok(())
     }
