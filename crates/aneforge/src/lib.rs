@@ -5,8 +5,10 @@
 
 pub mod engine;
 pub mod graph;
+pub mod legalize;
 pub mod lower;
 mod model;
+pub mod target;
 
 pub use engine::Engine;
 pub use graph::{DType, GraphError, HostArray, Tensor};

@@ -123,3 +123,94 @@ fn saved_program_directory_parses_back() {
     let weights = std::fs::read(dir.path().join("weights/weight.bin")).unwrap();
     assert_eq!(&weights, m.weights());
 }
+
+#[test]
+fn zero_copy_views_feed_and_expose_ports() {
+    use aneforge::engine::{BufferMut, BufferRef};
+    for target in [Target::Cpu, Target::Ane(AneArch::default())] {
+        let x = input("x", &[3], DType::F32).unwrap();
+        let y = x.mul_scalar(2.0).unwrap().add_scalar(0.5).unwrap();
+        let options = CompileOptions {
+            target: target.clone(),
+            ..CompileOptions::default()
+        };
+        let mut m = compile_named(&[("y", &y)], &options).unwrap();
+        match m.input_view_mut("x").unwrap() {
+            BufferMut::F32(v) => v.copy_from_slice(&[1.0, -2.0, 0.25]),
+            BufferMut::F16(v) => {
+                for (d, s) in v.iter_mut().zip([1.0f32, -2.0, 0.25]) {
+                    *d = half::f16::from_f32(s);
+                }
+            }
+            other => panic!(
+                "{target}: unexpected input buffer {:?}",
+                std::mem::discriminant(&other)
+            ),
+        }
+        m.execute().unwrap();
+        let got: Vec<f32> = match m.output_view("y").unwrap() {
+            BufferRef::F32(v) => v.to_vec(),
+            BufferRef::F16(v) => v.iter().map(|h| h.to_f32()).collect(),
+            other => panic!(
+                "{target}: unexpected output buffer {:?}",
+                std::mem::discriminant(&other)
+            ),
+        };
+        assert_eq!(got, [2.5, -3.5, 1.0], "{target}");
+        m.release();
+    }
+}
+
+#[test]
+fn parameters_compile_as_preloaded_inputs_or_frozen_constants() {
+    use aneforge::graph::parameter;
+    use aneforge::ParameterMode;
+    let w = parameter("w", HostArray::from_f32(&[2], vec![3.0, -1.0]).unwrap()).unwrap();
+    let x = input("x", &[2], DType::F32).unwrap();
+    let y = x.mul(&w).unwrap();
+    let mut as_input = compile_named(&[("y", &y)], &CompileOptions::default()).unwrap();
+    assert_eq!(as_input.input_names(), ["w", "x"]);
+    let out = as_input
+        .run_f32(&[("x", HostSlice::F32(&[2.0, 5.0]))])
+        .unwrap();
+    assert_eq!(out[0], [6.0, -5.0]);
+    as_input
+        .set_input("w", HostSlice::F32(&[1.0, 1.0]))
+        .unwrap();
+    let out = as_input
+        .run_f32(&[("x", HostSlice::F32(&[2.0, 5.0]))])
+        .unwrap();
+    assert_eq!(out[0], [2.0, 5.0]);
+    let frozen = CompileOptions {
+        parameters: ParameterMode::Constant,
+        ..CompileOptions::default()
+    };
+    let mut as_const = compile_named(&[("y", &y)], &frozen).unwrap();
+    assert_eq!(as_const.input_names(), ["x"]);
+    let out = as_const
+        .run_f32(&[("x", HostSlice::F32(&[2.0, 5.0]))])
+        .unwrap();
+    assert_eq!(out[0], [6.0, -5.0]);
+}
+
+#[test]
+fn bool_ports_take_and_give_bools() {
+    let mask = input("mask", &[4], DType::Bool).unwrap();
+    let x = input("x", &[4], DType::F32).unwrap();
+    let picked = mask.select(&x, &x.neg().unwrap()).unwrap();
+    let positive = x.gt(&aneforge::graph::scalar(0.0)).unwrap();
+    let mut m = compile_named(
+        &[("picked", &picked), ("positive", &positive)],
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(m.inputs()[0].mil_dtype, aneforge_mil::DType::Fp32);
+    let out = m
+        .run(&[
+            ("mask", HostSlice::Bool(&[true, false, true, false])),
+            ("x", HostSlice::F32(&[1.0, 2.0, -3.0, -4.0])),
+        ])
+        .unwrap();
+    assert!(matches!(&out[0], HostTensor::F32(v) if v == &[1.0, -2.0, -3.0, 4.0]));
+    assert!(matches!(&out[1], HostTensor::Bool(v) if v == &[true, true, false, false]));
+}

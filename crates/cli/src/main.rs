@@ -1,6 +1,9 @@
 use clap::Parser;
 
+mod compile;
+mod examples;
 mod mil;
+mod targets;
 
 /// aneforge: compile tensor graphs into Apple Neural Engine programs and run them.
 #[derive(Parser)]
@@ -15,12 +18,28 @@ enum Command {
     /// MIL program directories.
     #[command(subcommand)]
     Mil(mil::MilCommand),
+    /// List the ANE architectures, their families, core counts and chip figures.
+    Targets,
+    /// The per-op status (native / rewritten / walled) on an ANE family.
+    Ops {
+        /// Architecture or alias (h13…h18, m1…m5, a13…a18, …).
+        #[arg(long)]
+        target: String,
+        /// Also list every MIL op of the registry.
+        #[arg(long)]
+        mil: bool,
+    },
+    /// Compile a built-in example graph for an ANE architecture into program directories.
+    Compile(compile::CompileArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Mil(command)) => mil::run(command),
+        Some(Command::Targets) => targets::targets(),
+        Some(Command::Ops { target, mil }) => targets::ops(&target, mil),
+        Some(Command::Compile(args)) => compile::run(args),
         None => Ok(()),
     }
 }

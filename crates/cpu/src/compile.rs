@@ -31,6 +31,8 @@ pub(crate) struct Builder<'p> {
     pub values: Vec<Value>,
     pub by_name: HashMap<String, Vid>,
     pub known: HashMap<Vid, Known>,
+    /// Compressed forms of constexpr-decompressed `[n, k]` weights, for the decode GEMV.
+    pub quant: HashMap<Vid, crate::kernels::quant::QuantWeight>,
     pub nodes: Vec<Node>,
     pub blobs: &'p BlobStore,
 }
@@ -79,6 +81,22 @@ impl OpCx<'_, '_> {
         op_error(&self.name, &self.op.op_type, message)
     }
 
+    /// An argument from the op's inputs, or — as compiled Core ML programs write constexpr
+    /// arguments — from its attributes (`name` excluded).
+    fn arg(&self, arg: &str) -> Option<Argument> {
+        if let Some(a) = self.op.input(arg) {
+            return Some(a.clone());
+        }
+        if arg == "name" {
+            return None;
+        }
+        self.op.attribute(arg).map(|l| Argument::Literal(l.clone()))
+    }
+
+    pub fn has_arg(&self, arg: &str) -> bool {
+        self.arg(arg).is_some()
+    }
+
     fn resolve(&mut self, arg: &str, a: &Argument) -> Result<Vid> {
         match a {
             Argument::Name(n) => self.b.by_name.get(n).copied().ok_or_else(|| {
@@ -101,26 +119,23 @@ impl OpCx<'_, '_> {
     /// A required tensor argument.
     pub fn input(&mut self, arg: &str) -> Result<Vid> {
         let a = self
-            .op
-            .input(arg)
+            .arg(arg)
             .ok_or_else(|| self.err(format!("missing argument `{arg}`")))?;
-        self.resolve(arg, a)
+        self.resolve(arg, &a)
     }
 
     pub fn opt_input(&mut self, arg: &str) -> Result<Option<Vid>> {
-        match self.op.input(arg) {
+        match self.arg(arg) {
             None => Ok(None),
-            Some(a) => self.resolve(arg, a).map(Some),
+            Some(a) => self.resolve(arg, &a).map(Some),
         }
     }
 
     /// A list-valued argument (`values = (a, b, c)`), or a single tensor as a one-element list.
     pub fn input_list(&mut self, arg: &str) -> Result<Vec<Vid>> {
         let a = self
-            .op
-            .input(arg)
-            .ok_or_else(|| self.err(format!("missing argument `{arg}`")))?
-            .clone();
+            .arg(arg)
+            .ok_or_else(|| self.err(format!("missing argument `{arg}`")))?;
         match &a {
             Argument::List(items) => items.iter().map(|it| self.resolve(arg, it)).collect(),
             other => Ok(vec![self.resolve(arg, other)?]),
@@ -383,6 +398,7 @@ pub fn compile(
         values: Vec::new(),
         by_name: HashMap::new(),
         known: HashMap::new(),
+        quant: HashMap::new(),
         nodes: Vec::new(),
         blobs,
     };
@@ -635,6 +651,20 @@ fn finish(
         pool,
         parallel,
     }))
+}
+
+/// [`compile`] for a loaded program directory (`model.mil` + its blob files).
+pub fn compile_dir(
+    dir: &aneforge_mil::ProgramDir,
+    function: &str,
+    options: &CompileOptions,
+) -> Result<Arc<Plan>> {
+    let blobs: BlobStore = dir
+        .blobs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    compile(&dir.program, function, &blobs, options)
 }
 
 /// The literal a `const` op carries in its `val` attribute (or input, as some printers put it).

@@ -18,7 +18,7 @@ pub(crate) enum Data {
     Bool(Vec<bool>),
     Str(Vec<String>),
     /// Block-quantized weights, kept in their storage (`constexpr_blockwise_shift_scale`).
-    Quant(std::sync::Arc<crate::kernels::quant::QuantTensor>),
+    Quant(std::sync::Arc<crate::kernels::quant_blocks::QuantTensor>),
 }
 
 #[derive(Clone, Debug)]

@@ -19,7 +19,7 @@ mod plan;
 pub mod simd;
 mod tensor;
 
-pub use compile::{compile, CompileOptions};
+pub use compile::{compile, compile_dir, CompileOptions};
 pub use error::CpuError;
 pub use instance::Instance;
 pub use known::BlobStore;

@@ -39,7 +39,7 @@ pub fn compile_count(hash: &[u8; 32]) -> usize {
     lock().compiles.get(hash).copied().unwrap_or(0)
 }
 
-pub fn stats() -> CacheStats {
+pub fn cache_stats() -> CacheStats {
     let c = lock();
     CacheStats {
         entries: c.plans.len(),

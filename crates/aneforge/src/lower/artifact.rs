@@ -5,8 +5,16 @@ use super::Target;
 use crate::graph::{DType, HostArray};
 use aneforge_mil as mil;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+
+pub(crate) fn blob_store(
+    weights: &Arc<Vec<u8>>,
+) -> Result<HashMap<String, mil::BlobFile>, mil::BlobError> {
+    let file = mil::BlobFile::parse(super::BLOB_PATH, weights.clone())?;
+    Ok([(super::BLOB_PATH.to_string(), file)].into_iter().collect())
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum PortKind {
@@ -59,7 +67,7 @@ pub struct Artifact {
 impl Artifact {
     pub(crate) fn new(
         program: mil::Program,
-        weights: Vec<u8>,
+        weights: Arc<Vec<u8>>,
         target: Target,
         functions: Vec<FunctionPorts>,
     ) -> Artifact {
@@ -67,10 +75,10 @@ impl Artifact {
         let mut h = Sha256::new();
         h.update((text.len() as u64).to_le_bytes());
         h.update(text.as_bytes());
-        h.update(&weights);
+        h.update(weights.as_slice());
         Artifact {
             program,
-            weights: Arc::new(weights),
+            weights,
             text,
             hash: h.finalize().into(),
             target,
@@ -124,12 +132,39 @@ impl Artifact {
         self.functions.iter().find(|f| f.name == name)
     }
 
-    /// The parsed blob, keyed by the BLOBFILE path the program uses.
-    pub fn blob_store(
-        &self,
-    ) -> Result<std::collections::HashMap<String, mil::BlobFile>, mil::BlobError> {
-        let file = mil::BlobFile::parse(super::BLOB_PATH, self.weights.clone())?;
-        Ok([(super::BLOB_PATH.to_string(), file)].into_iter().collect())
+    /// A one-function artifact whose `main` is function `name` of this one, sharing the weights
+    /// (for runtimes that load function `main` of a program).
+    pub fn function_as_main(&self, name: &str) -> Option<Artifact> {
+        if self.functions.len() == 1 && self.functions[0].name == "main" && name == "main" {
+            return Some(Artifact {
+                program: self.program.clone(),
+                weights: self.weights.clone(),
+                text: self.text.clone(),
+                hash: self.hash,
+                target: self.target.clone(),
+                functions: self.functions.clone(),
+            });
+        }
+        let mut function = self.program.function(name)?.clone();
+        function.name = "main".into();
+        let mut ports = self.function(name)?.clone();
+        ports.name = "main".into();
+        let program = mil::Program {
+            version: self.program.version.clone(),
+            attributes: self.program.attributes.clone(),
+            functions: vec![function],
+        };
+        Some(Artifact::new(
+            program,
+            self.weights.clone(),
+            self.target.clone(),
+            vec![ports],
+        ))
+    }
+
+    /// The parsed blob (sharing the weight bytes), keyed by the BLOBFILE path the program uses.
+    pub fn blob_store(&self) -> Result<HashMap<String, mil::BlobFile>, mil::BlobError> {
+        blob_store(&self.weights)
     }
 
     /// Writes the program directory (`model.mil`, `weights/weight.bin`), validated, replacing
@@ -138,9 +173,13 @@ impl Artifact {
         self.program_dir()?.save(dir)
     }
 
-    /// The program with its blob file, as a program directory in memory.
+    /// The program with its blob file (sharing the weight bytes), as a program directory.
     pub fn program_dir(&self) -> Result<mil::ProgramDir, mil::ProgramDirError> {
-        mil::ProgramDir::with_weights(self.program.clone(), self.weights.to_vec())
+        let file = mil::BlobFile::parse(super::BLOB_PATH, self.weights.clone())?;
+        Ok(mil::ProgramDir {
+            program: self.program.clone(),
+            blobs: [(super::BLOB_PATH.to_string(), file)].into_iter().collect(),
+        })
     }
 
     /// Writes the program as a Core ML `.mlpackage` directory.

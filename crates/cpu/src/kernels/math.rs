@@ -3,10 +3,12 @@
 
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
-    // exp(x) = 2^n * exp(r), r in [-ln2/2, ln2/2]; Cephes-style degree-6 polynomial.
-    let x = x.clamp(-103.972_08, 88.722_84);
-    let n = (x * std::f32::consts::LOG2_E).round();
-    let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
+    // exp(x) = 2^n * exp(r), r in [-ln2/2, ln2/2]; Cephes-style degree-6 polynomial. Every step is
+    // a lane-wise float or u32 op (no saturating float→int conversion), so loops vectorise.
+    // Results below the smallest normal flush to 0 (x < -87.33); above 88.72 give +inf.
+    let xc = x.clamp(-87.33, 88.72);
+    let n = (xc * std::f32::consts::LOG2_E + 0.5).floor();
+    let r = xc - n * 0.693_145_75 - n * 1.428_606_8e-6;
     let p = 1.987_569_1e-4_f32;
     let p = p * r + 1.398_199_9e-3;
     let p = p * r + 8.333_452e-3;
@@ -14,13 +16,18 @@ pub fn exp(x: f32) -> f32 {
     let p = p * r + 1.666_666_5e-1;
     let p = p * r + 0.5;
     let e = p * r * r + r + 1.0;
-    // 2^n split in two factors so that n = -150..128 stays representable (denormals, inf).
-    let n = n as i32;
-    let n1 = n >> 1;
-    let n2 = n - n1;
-    let s1 = f32::from_bits(((n1 + 127).clamp(0, 255) as u32) << 23);
-    let s2 = f32::from_bits(((n2 + 127).clamp(0, 255) as u32) << 23);
-    e * s1 * s2
+    // n + 127 in [1, 254] sits in the low mantissa bits of (n + 127 + 2^23)
+    let biased = (n + (127.0 + 8_388_608.0))
+        .to_bits()
+        .wrapping_sub(0x4B00_0000);
+    let scaled = e * f32::from_bits(biased << 23);
+    if x < -87.33 {
+        0.0
+    } else if x > 88.72 {
+        f32::INFINITY
+    } else {
+        scaled
+    }
 }
 
 #[inline(always)]

@@ -26,8 +26,11 @@ pub enum Rhs {
         batch_strides: Vec<usize>,
     },
     Prepared(Prepared),
-    /// A block-quantized constant `[n, k]` (the weight of a `linear`), computed on directly.
-    Quant(std::sync::Arc<super::quant::QuantTensor>),
+    /// Compressed weight for m ≤ 2 (decode GEMV without expansion).
+    Quant(super::quant::QuantWeight),
+    /// A block-quantized constant `[n, k]` viewed in the weights blob (the weight of a `linear`),
+    /// computed on directly for any number of rows.
+    Blocks(std::sync::Arc<super::quant_blocks::QuantTensor>),
 }
 
 #[derive(Debug)]
@@ -72,12 +75,12 @@ impl Matmul {
     }
 
     pub fn scratch_floats(&self, values: &[Value], threads: usize) -> usize {
-        if let Rhs::Quant(q) = &self.rhs {
+        if let Rhs::Blocks(q) = &self.rhs {
             let e = self
                 .epilogue
                 .as_ref()
                 .map_or(0, |e| e.scratch_floats(threads));
-            return super::quant::scratch_floats(self.nbatch() * self.m, q, threads).max(e);
+            return super::quant_blocks::scratch_floats(self.nbatch() * self.m, q, threads).max(e);
         }
         let mut s = 0;
         if self.a_elem != Elem::F32 {
@@ -88,6 +91,9 @@ impl Matmul {
                 s += values[*v].len();
             }
         }
+        if let Rhs::Quant(q) = &self.rhs {
+            s += self.nbatch() * self.m * q.blocks();
+        }
         s.max(
             self.epilogue
                 .as_ref()
@@ -96,8 +102,8 @@ impl Matmul {
     }
 
     pub fn run(&self, cx: &Cx) {
-        if let Rhs::Quant(q) = &self.rhs {
-            super::quant::run(self, q, cx);
+        if let Rhs::Blocks(q) = &self.rhs {
+            super::quant_blocks::run(self, q, cx);
             if let Some(e) = &self.epilogue {
                 e.run(cx);
             }
@@ -114,9 +120,17 @@ impl Matmul {
             unsafe { to_f32(cx.ptr(self.a), self.a_elem, s) };
             s.as_ptr()
         };
+        if let Rhs::Quant(q) = &self.rhs {
+            self.run_quant(cx, q, a, a_len);
+            if let Some(e) = &self.epilogue {
+                e.run(cx);
+            }
+            return;
+        }
         let (b, b_rs, b_cs, b_bs): (*const f32, usize, usize, &[usize]) = match &self.rhs {
+            Rhs::Quant(_) => unreachable!("handled above"),
             Rhs::Prepared(p) => (p.wt.as_ptr(), 1, p.k, &[]),
-            Rhs::Quant(_) => return,
+            Rhs::Blocks(_) => return,
             Rhs::Value {
                 v,
                 elem,
@@ -236,6 +250,48 @@ impl Matmul {
     }
 }
 
+impl Matmul {
+    /// Decode GEMV against a compressed weight: rows of A must be contiguous (linear).
+    fn run_quant(&self, cx: &Cx, q: &super::quant::QuantWeight, a: *const f32, a_len: usize) {
+        let rows = self.nbatch() * self.m;
+        let nb = q.blocks();
+        let used = if self.a_elem == Elem::F32 { 0 } else { a_len };
+        let xsum = cx.scratch_at(used, rows * nb);
+        // SAFETY: A holds rows×k contiguous floats (linear operands are dense).
+        let x = unsafe { std::slice::from_raw_parts(a, rows * self.k) };
+        for r in 0..rows {
+            for b in 0..nb {
+                xsum[r * nb + b] = x[r * self.k + b * q.block..r * self.k + (b + 1) * q.block]
+                    .iter()
+                    .sum();
+            }
+        }
+        let xsum: &[f32] = xsum;
+        let out = SendPtr(cx.ptr(self.raw) as *mut f32);
+        let n = self.n;
+        let chunks = if cx.threads > 1 && n * self.k >= 1 << 16 {
+            (cx.threads * 4).min(n.div_ceil(16))
+        } else {
+            1
+        };
+        let per = n.div_ceil(chunks);
+        cx.par_for(chunks, &|c| {
+            let (j0, j1) = (c * per, ((c + 1) * per).min(n));
+            for r in 0..rows {
+                // SAFETY: chunks write disjoint column ranges of each output row.
+                let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(r * n), n) };
+                q.rows(
+                    &x[r * self.k..(r + 1) * self.k],
+                    &xsum[r * nb..(r + 1) * nb],
+                    y,
+                    j0,
+                    j1,
+                );
+            }
+        });
+    }
+}
+
 /// Converts a whole runtime buffer of `elem` to f32.
 ///
 /// # Safety
@@ -252,18 +308,20 @@ pub unsafe fn to_f32(src: *const u8, elem: Elem, dst: &mut [f32]) {
 crate::simd_dispatch! {
     pub fn dot(x: &[f32], w: &[f32]) -> f32 {
         let n = x.len().min(w.len());
-        let mut acc = [0f32; 16];
-        let chunks = n / 16;
-        for c in 0..chunks {
-            let xs = &x[c * 16..c * 16 + 16];
-            let ws = &w[c * 16..c * 16 + 16];
-            for i in 0..16 {
+        let (x, w) = (&x[..n], &w[..n]);
+        let mut acc = [0f32; 32];
+        let mut xi = x.chunks_exact(32);
+        let mut wi = w.chunks_exact(32);
+        for (xs, ws) in (&mut xi).zip(&mut wi) {
+            let xs: &[f32; 32] = xs.try_into().unwrap_or(&[0.0; 32]);
+            let ws: &[f32; 32] = ws.try_into().unwrap_or(&[0.0; 32]);
+            for i in 0..32 {
                 acc[i] = xs[i].mul_add(ws[i], acc[i]);
             }
         }
         let mut s = 0.0;
-        for i in chunks * 16..n {
-            s = x[i].mul_add(w[i], s);
+        for (a, b) in xi.remainder().iter().zip(wi.remainder()) {
+            s = a.mul_add(*b, s);
         }
         let mut t = 0.0;
         for a in acc {

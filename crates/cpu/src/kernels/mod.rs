@@ -7,7 +7,9 @@ pub mod gather;
 pub mod layout;
 pub mod math;
 pub mod matmul;
+pub mod micro;
 pub mod quant;
+pub mod quant_blocks;
 pub mod rows;
 pub mod spatial;
 pub mod window;
@@ -74,7 +76,7 @@ pub enum Kernel {
     Spatial(spatial::Spatial),
     Attention(attention::Attention),
     Window(window::Window),
-    QuantGather(quant::QuantGather),
+    QuantGather(quant_blocks::QuantGather),
 }
 
 impl Kernel {
@@ -84,16 +86,13 @@ impl Kernel {
             Kernel::IntEw(_) => "elementwise-int".into(),
             Kernel::Matmul(m) => format!(
                 "matmul{}{}",
-                if matches!(m.rhs, matmul::Rhs::Quant(_)) {
-                    if m.m <= quant::GEMV_MAX_ROWS {
-                        "-quant-gemv"
-                    } else {
-                        "-quant"
-                    }
-                } else if m.m <= 2 && matches!(m.rhs, matmul::Rhs::Prepared(_)) {
-                    "-gemv"
-                } else {
-                    ""
+                match &m.rhs {
+                    matmul::Rhs::Prepared(_) if m.m <= 2 => "-gemv".to_string(),
+                    matmul::Rhs::Quant(q) => format!("-gemv-q{}", q.bits),
+                    matmul::Rhs::Blocks(_) if m.m <= quant_blocks::GEMV_MAX_ROWS =>
+                        "-quant-gemv".into(),
+                    matmul::Rhs::Blocks(_) => "-quant".into(),
+                    _ => String::new(),
                 },
                 if m.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1) {
                     "+epilogue"
@@ -218,6 +217,7 @@ impl Kernel {
         match self {
             Kernel::Matmul(m) => match &m.rhs {
                 matmul::Rhs::Prepared(p) => p.wt.len() * 4,
+                matmul::Rhs::Quant(q) => q.bytes(),
                 _ => 0,
             },
             Kernel::Conv(c) => c.weight.len() * 4,

@@ -155,7 +155,7 @@ impl Rows {
                 return;
             }
             RowKind::Softmax => {
-                let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let m = max_of(x);
                 let s = exp_sub_sum(x, m);
                 let inv = 1.0 / s;
                 x.iter_mut().for_each(|v| *v *= inv);
@@ -303,15 +303,16 @@ fn reduce(op: ReduceOp, x: &[f32]) -> f32 {
 }
 
 crate::simd_dispatch! {
-    fn sum(x: &[f32]) -> f32 {
+    pub fn sum(x: &[f32]) -> f32 {
         let mut acc = [0f32; 16];
-        let chunks = x.len() / 16;
-        for c in 0..chunks {
+        let mut it = x.chunks_exact(16);
+        for ch in &mut it {
+            let ch: &[f32; 16] = ch.try_into().unwrap_or(&[0.0; 16]);
             for i in 0..16 {
-                acc[i] += x[c * 16 + i];
+                acc[i] += ch[i];
             }
         }
-        let mut s: f32 = x[chunks * 16..].iter().sum();
+        let mut s: f32 = it.remainder().iter().sum();
         for a in acc {
             s += a;
         }
@@ -320,14 +321,37 @@ crate::simd_dispatch! {
 }
 
 crate::simd_dispatch! {
-    /// x ← exp(x − m); returns the sum.
-    pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
-        let mut s = 0.0;
+    fn exp_sub(x: &mut [f32], m: f32) {
         for v in x.iter_mut() {
             *v = math::exp(*v - m);
-            s += *v;
         }
-        s
+    }
+}
+
+/// x ← exp(x − m); returns the sum (a map then a lane-parallel sum, so both vectorise).
+pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
+    exp_sub(x, m);
+    sum(x)
+}
+
+crate::simd_dispatch! {
+    pub fn max_of(x: &[f32]) -> f32 {
+        let mut acc = [f32::NEG_INFINITY; 16];
+        let mut it = x.chunks_exact(16);
+        for ch in &mut it {
+            let ch: &[f32; 16] = ch.try_into().unwrap_or(&[f32::NEG_INFINITY; 16]);
+            for i in 0..16 {
+                acc[i] = if ch[i] > acc[i] { ch[i] } else { acc[i] };
+            }
+        }
+        let mut m = f32::NEG_INFINITY;
+        for &v in it.remainder() {
+            m = m.max(v);
+        }
+        for a in acc {
+            m = m.max(a);
+        }
+        m
     }
 }
 

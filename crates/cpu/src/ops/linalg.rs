@@ -197,17 +197,23 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
     if cx.dtype(w) != dt {
         return Err(cx.err(format!("x is {dt} but weight is {}", cx.dtype(w))));
     }
-    let wk = cx
-        .known(w)
-        .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
-    let rhs = match &wk.data {
-        Data::Quant(q) => Rhs::Quant(q.clone()),
+    let (n, k) = (ws[0], ws[1]);
+    let m_rows: usize = xs[..xs.len() - 1].iter().product();
+    let blocks = match cx.known(w).map(|k| &k.data) {
+        Some(Data::Quant(q)) => Some(q.clone()),
+        _ => None,
+    };
+    let rhs = match (blocks, cx.b.quant.get(&w)) {
+        (Some(q), _) => Rhs::Blocks(q),
+        (None, Some(q)) if m_rows <= 2 && q.n == n && q.k == k => Rhs::Quant(q.clone()),
         _ => {
+            let wk = cx
+                .known(w)
+                .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
             let wt = wk.f32s().ok_or_else(|| cx.err("weight is not numeric"))?;
-            Rhs::Prepared(Prepared { wt, k: ws[1] })
+            Rhs::Prepared(Prepared { wt, k })
         }
     };
-    let (n, k) = (ws[0], ws[1]);
     if let Some(b) = bias {
         if cx.shape(b) != [n] {
             return Err(cx.err(format!("bias must be [{n}], found {:?}", cx.shape(b))));
@@ -249,6 +255,224 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
     Ok(())
 }
 
+/// Two-operand einsum without repeated or summed-away single-operand indices: permute both
+/// operands to [batch, free, contracted] / [batch, contracted, free], one batched matmul, permute
+/// the result to the output order. Batch axes broadcast like matmul's.
 pub(crate) fn einsum(cx: &mut OpCx) -> Result<()> {
-    Err(cx.err("einsum is not implemented yet"))
+    let vals = cx.input_list("values")?;
+    let eq = cx.string("equation", None)?;
+    if vals.len() != 2 {
+        return Err(cx.err(format!("einsum needs two values, found {}", vals.len())));
+    }
+    let (x, y) = (vals[0], vals[1]);
+    let dt = float_dtype(cx, x, "values[0]")?;
+    if cx.dtype(y) != dt {
+        return Err(cx.err("both values must share one dtype"));
+    }
+    let bad = |m: &str| cx.err(format!("equation `{eq}`: {m}"));
+    let (lhs, out) = eq
+        .split_once("->")
+        .ok_or_else(|| bad("expected `a,b->c`"))?;
+    let (a, b) = lhs
+        .split_once(',')
+        .ok_or_else(|| bad("expected two operands"))?;
+    let (a, b, out): (Vec<char>, Vec<char>, Vec<char>) = (
+        a.trim().chars().collect(),
+        b.trim().chars().collect(),
+        out.trim().chars().collect(),
+    );
+    let (xs, ys) = (cx.shape(x), cx.shape(y));
+    if a.len() != xs.len() || b.len() != ys.len() {
+        return Err(bad(&format!(
+            "subscripts do not match ranks of {xs:?} and {ys:?}"
+        )));
+    }
+    let uniq = |v: &[char]| v.iter().enumerate().all(|(i, c)| !v[..i].contains(c));
+    if !uniq(&a) || !uniq(&b) || !uniq(&out) {
+        return Err(bad(
+            "repeated subscripts within one operand are not supported",
+        ));
+    }
+    let size = |c: char| -> Option<usize> {
+        let sx = a.iter().position(|&d| d == c).map(|i| xs[i]);
+        let sy = b.iter().position(|&d| d == c).map(|i| ys[i]);
+        match (sx, sy) {
+            (Some(p), Some(q)) if p == q || p == 1 || q == 1 => Some(p.max(q)),
+            (Some(p), None) | (None, Some(p)) => Some(p),
+            _ => None,
+        }
+    };
+    let batch: Vec<char> = out
+        .iter()
+        .copied()
+        .filter(|c| a.contains(c) && b.contains(c))
+        .collect();
+    let left: Vec<char> = out
+        .iter()
+        .copied()
+        .filter(|c| a.contains(c) && !b.contains(c))
+        .collect();
+    let right: Vec<char> = out
+        .iter()
+        .copied()
+        .filter(|c| b.contains(c) && !a.contains(c))
+        .collect();
+    let contr: Vec<char> = a
+        .iter()
+        .copied()
+        .filter(|c| b.contains(c) && !out.contains(c))
+        .collect();
+    if a.iter()
+        .chain(b.iter())
+        .any(|c| !out.contains(c) && !contr.contains(c))
+        || out.iter().any(|c| !a.contains(c) && !b.contains(c))
+    {
+        return Err(bad(
+            "every subscript must appear in the output or in both operands",
+        ));
+    }
+    let mut os = Vec::new();
+    for &c in &out {
+        os.push(size(c).ok_or_else(|| bad(&format!("dimension `{c}` differs between operands")))?);
+    }
+    for &c in &contr {
+        let (p, q) = (
+            xs[a.iter().position(|&d| d == c).unwrap_or(0)],
+            ys[b.iter().position(|&d| d == c).unwrap_or(0)],
+        );
+        if p != q {
+            return Err(bad(&format!("contracted dimension `{c}` is {p} vs {q}")));
+        }
+    }
+    let out_v = cx.output(0, dt, os.clone())?;
+    // permute operands into temporaries
+    let permute = |cx: &mut OpCx,
+                   v: Vid,
+                   subs: &[char],
+                   order: &[char],
+                   tag: &str|
+     -> Result<(Vid, Vec<usize>)> {
+        let shape = cx.shape(v);
+        let perm: Vec<usize> = order
+            .iter()
+            .map(|c| subs.iter().position(|d| d == c).unwrap_or(0))
+            .collect();
+        let ps: Vec<usize> = perm.iter().map(|&i| shape[i]).collect();
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return Ok((v, ps));
+        }
+        let st = crate::kernels::layout::dense_strides(&shape);
+        let tmp = cx.b.add_temp(format!("{}#{tag}", cx.name), dt, ps.clone());
+        let piece = crate::kernels::layout::Piece {
+            src: v,
+            src_off: 0,
+            src_strides: perm.iter().map(|&i| st[i]).collect(),
+            dst: tmp,
+            dst_off: 0,
+            dst_strides: crate::kernels::layout::dense_strides(&ps),
+            shape: ps.clone(),
+        };
+        let es = cx.elem(v)?.size();
+        cx.emit(
+            Kernel::Copy(crate::kernels::layout::Copy::new(
+                es,
+                vec![],
+                vec![piece],
+                None,
+            )),
+            vec![v],
+            vec![tmp],
+        );
+        Ok((tmp, ps))
+    };
+    let xo: Vec<char> = batch.iter().chain(&left).chain(&contr).copied().collect();
+    let yo: Vec<char> = batch.iter().chain(&contr).chain(&right).copied().collect();
+    let (xp, xps) = permute(cx, x, &a, &xo, "lhs")?;
+    let (yp, yps) = permute(cx, y, &b, &yo, "rhs")?;
+    let nb = batch.len();
+    let (m, k, n) = (
+        xps[nb..nb + left.len()].iter().product::<usize>(),
+        contr
+            .iter()
+            .map(|&c| xs[a.iter().position(|&d| d == c).unwrap_or(0)])
+            .product::<usize>(),
+        yps[nb + contr.len()..].iter().product::<usize>(),
+    );
+    let bshape: Vec<usize> = batch.iter().map(|&c| size(c).unwrap_or(1)).collect();
+    let xb: Vec<usize> = xps[..nb].to_vec();
+    let yb: Vec<usize> = yps[..nb].to_vec();
+    let res_order: Vec<char> = batch.iter().chain(&left).chain(&right).copied().collect();
+    let direct = res_order == out;
+    let mut rs = bshape.clone();
+    rs.extend(left.iter().map(|&c| size(c).unwrap_or(1)));
+    rs.extend(right.iter().map(|&c| size(c).unwrap_or(1)));
+    let res = if direct {
+        out_v
+    } else {
+        cx.b.add_temp(format!("{}#product", cx.name), dt, rs.clone())
+    };
+    let (raw, epilogue) = raw_and_epilogue(cx, res, None)?;
+    let a_elem = cx.elem(xp)?;
+    let mut writes = vec![res];
+    if raw != res {
+        writes.push(raw);
+    }
+    cx.emit(
+        Kernel::Matmul(Matmul {
+            a: xp,
+            a_elem,
+            a_rs: k,
+            a_cs: 1,
+            a_batch_strides: broadcast_strides(&xb, &bshape)
+                .iter()
+                .map(|s| s * m * k)
+                .collect(),
+            rhs: Rhs::Value {
+                v: yp,
+                elem: cx.elem(yp)?,
+                rs: n,
+                cs: 1,
+                batch_strides: broadcast_strides(&yb, &bshape)
+                    .iter()
+                    .map(|s| s * k * n)
+                    .collect(),
+            },
+            batch: bshape,
+            m,
+            n,
+            k,
+            raw,
+            epilogue,
+        }),
+        vec![xp, yp],
+        writes,
+    );
+    if !direct {
+        let perm: Vec<usize> = out
+            .iter()
+            .map(|c| res_order.iter().position(|d| d == c).unwrap_or(0))
+            .collect();
+        let st = crate::kernels::layout::dense_strides(&rs);
+        let piece = crate::kernels::layout::Piece {
+            src: res,
+            src_off: 0,
+            src_strides: perm.iter().map(|&i| st[i]).collect(),
+            dst: out_v,
+            dst_off: 0,
+            dst_strides: crate::kernels::layout::dense_strides(&os),
+            shape: os,
+        };
+        let es = cx.elem(res)?.size();
+        cx.emit(
+            Kernel::Copy(crate::kernels::layout::Copy::new(
+                es,
+                vec![],
+                vec![piece],
+                None,
+            )),
+            vec![res],
+            vec![out_v],
+        );
+    }
+    Ok(())
 }

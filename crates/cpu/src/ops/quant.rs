@@ -9,7 +9,7 @@ use aneforge_mil::{Argument, DType, Literal};
 
 use crate::compile::OpCx;
 use crate::error::Result;
-use crate::kernels::quant::{Params, QFormat, QuantGather, QuantTensor, Storage};
+use crate::kernels::quant_blocks::{Params, QFormat, QuantGather, QuantTensor, Storage};
 use crate::kernels::Kernel;
 use crate::known::{Data, Known};
 

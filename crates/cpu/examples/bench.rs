@@ -1,0 +1,42 @@
+//! Prints the CPU engine's benchmark figures. `cargo run --release -p aneforge-cpu --example bench
+//! [gemm|gemv|conv|attention|overhead|all]`.
+
+use aneforge_cpu::bench;
+
+fn main() {
+    let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    let threads_max = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let thread_counts: Vec<usize> = if threads_max > 1 { vec![1, 2] } else { vec![1] };
+    let all = what == "all";
+    if all || what == "overhead" {
+        println!("{}", bench::overhead(50));
+    }
+    if all || what == "gemm" {
+        for &t in &thread_counts {
+            println!("{}", bench::gemm(1024, t, 10));
+            println!("{}", bench::gemm(4096, t, 3));
+        }
+    }
+    if all || what == "gemv" {
+        for &t in &thread_counts {
+            println!("{}", bench::gemv(4096, 4096, t, 50));
+            println!("{}", bench::gemv_quant(4096, 4096, 8, t, 50));
+            println!("{}", bench::gemv_quant(4096, 4096, 4, t, 50));
+        }
+    }
+    if all || what == "conv" {
+        // ResNet-50 3x3 stages at batch 1
+        for &(c, hw) in &[(64usize, 56usize), (128, 28), (256, 14), (512, 7)] {
+            for &t in &thread_counts {
+                println!("{}", bench::conv(1, c, hw, c, t, 10));
+            }
+        }
+    }
+    if all || what == "attention" {
+        for &s in &[128usize, 512] {
+            for &t in &thread_counts {
+                println!("{}", bench::attention(s, 12, 64, t, 20));
+            }
+        }
+    }
+}

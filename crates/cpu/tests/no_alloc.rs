@@ -1,0 +1,171 @@
+//! Steady-state executes must not allocate: a counting global allocator around `execute()`.
+mod common;
+use aneforge_cpu::{compile, BlobStore, CompileOptions, HostSlice};
+use aneforge_mil::DType;
+use common::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.realloc(p, l, n)
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// The counter is process-wide: tests that measure it must not run at the same time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn allocations_per_execute(p: &Prog, threads: usize, n_in: usize) -> usize {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let plan = compile(
+        &p.build(),
+        "main",
+        &BlobStore::new(),
+        &CompileOptions {
+            threads: Some(threads),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut inst = plan.instantiate();
+    inst.set_input("x", HostSlice::F32(&vec![0.5; n_in]))
+        .unwrap();
+    inst.execute().unwrap();
+    inst.execute().unwrap();
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for _ in 0..10 {
+        inst.execute().unwrap();
+    }
+    (ALLOCS.load(Ordering::Relaxed) - before) / 10
+}
+
+/// Everything but the gemm-crate GEMM calls: elementwise chains, norms, reductions, layout copies,
+/// the flash attention kernel and the own GEMV path allocate nothing per execute.
+#[test]
+fn engine_kernels_do_not_allocate_per_execute() {
+    let mut rng = Rng(71);
+    for &d in &[DType::Fp32, DType::Fp16] {
+        let mut p = Prog::new();
+        let x = p.input("x", d, &[1, 24, 32]);
+        let g = p.op("silu", &[("x", v(&x))], d, &[1, 24, 32]);
+        let n = p.op(
+            "layer_norm",
+            &[
+                ("x", v(&g)),
+                ("axes", A::Is(vec![-1])),
+                ("epsilon", A::F(d, 1e-5)),
+            ],
+            d,
+            &[1, 24, 32],
+        );
+        let r = p.op(
+            "reshape",
+            &[("x", v(&n)), ("shape", A::Is(vec![1, 24, 2, 16]))],
+            d,
+            &[1, 24, 2, 16],
+        );
+        let t = p.op(
+            "transpose",
+            &[("x", v(&r)), ("perm", A::Is(vec![0, 2, 1, 3]))],
+            d,
+            &[1, 2, 24, 16],
+        );
+        let a = p.op(
+            "scaled_dot_product_attention",
+            &[("query", v(&t)), ("key", v(&t)), ("value", v(&t))],
+            d,
+            &[1, 2, 24, 16],
+        );
+        let s = p.op(
+            "reduce_sum",
+            &[
+                ("x", v(&a)),
+                ("axes", A::Is(vec![-1])),
+                ("keep_dims", A::B(false)),
+            ],
+            d,
+            &[1, 2, 24],
+        );
+        let last = p.op(
+            "slice_by_index",
+            &[
+                ("x", v(&n)),
+                ("begin", A::Is(vec![0, 23, 0])),
+                ("end", A::Is(vec![1, 24, 32])),
+            ],
+            d,
+            &[1, 1, 32],
+        );
+        let w = p.konst(d, &[64, 32], &quantize(d, &rng.vec(64 * 32, -0.2, 0.2)));
+        let y = p.op(
+            "linear",
+            &[("x", v(&last)), ("weight", v(&w))],
+            d,
+            &[1, 1, 64],
+        );
+        p.output(&s);
+        p.output(&y);
+        for threads in [1, 2] {
+            assert_eq!(
+                allocations_per_execute(&p, threads, 24 * 32),
+                0,
+                "{d} threads={threads}"
+            );
+        }
+    }
+}
+
+/// GEMM and conv go through the gemm crate, which allocates its packing buffers on every call
+/// (gemm-common 0.19 `gemm_basic_generic`): a bounded, documented cost.
+#[test]
+fn gemm_calls_allocate_only_the_gemm_crates_packing_buffers() {
+    let mut rng = Rng(72);
+    let d = DType::Fp32;
+    let mut p = Prog::new();
+    let x = p.input("x", d, &[1, 24, 32]);
+    let w = p.konst(d, &[32, 32], &quantize(d, &rng.vec(1024, -0.2, 0.2)));
+    let h = p.op(
+        "linear",
+        &[("x", v(&x)), ("weight", v(&w))],
+        d,
+        &[1, 24, 32],
+    );
+    let img = p.op(
+        "reshape",
+        &[("x", v(&h)), ("shape", A::Is(vec![1, 24, 4, 8]))],
+        d,
+        &[1, 24, 4, 8],
+    );
+    let cw = p.konst(
+        d,
+        &[8, 24, 3, 3],
+        &quantize(d, &rng.vec(8 * 24 * 9, -0.1, 0.1)),
+    );
+    let c = p.op(
+        "conv",
+        &[
+            ("x", v(&img)),
+            ("weight", v(&cw)),
+            ("pad_type", A::S("same")),
+        ],
+        d,
+        &[1, 8, 4, 8],
+    );
+    p.output(&c);
+    let n = allocations_per_execute(&p, 1, 24 * 32);
+    assert!(n <= 2 * 3, "{n} allocations per execute for two gemm calls");
+}
