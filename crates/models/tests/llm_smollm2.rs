@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use aneforge_models::llm::{
     generate, ChatMessage, FinishReason, GenerateOptions, Llm, LoadOptions, Runner, RunnerOptions,
-    SamplingOptions,
+    SamplingOptions, WeightFormat,
 };
 use aneforge_models::require_model;
 use safetensors::SafeTensors;
@@ -86,7 +86,12 @@ fn quantized_smollm2_matches_transformers() {
 fn check(model: &aneforge_models::ResolvedModel, keep_quantized: bool) {
     let bytes = fixture();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let llm = Arc::new(Llm::from_resolved(model, LoadOptions { keep_quantized }).unwrap());
+    let format = if keep_quantized {
+        WeightFormat::Stored
+    } else {
+        WeightFormat::Dense
+    };
+    let llm = Arc::new(Llm::from_resolved(model, LoadOptions::new(format)).unwrap());
     let chat_ids = ints(&st, "chat_ids");
     let template = llm.chat().unwrap();
     let text = template

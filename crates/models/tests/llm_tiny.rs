@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use aneforge_models::llm::{
     generate, GenerateOptions, Llm, LoadOptions, Runner, RunnerOptions, SamplingOptions,
+    WeightFormat,
 };
 use safetensors::SafeTensors;
 
@@ -52,9 +53,23 @@ fn expected(family: &str) -> Expected {
     }
 }
 
+fn floats_of(family: &str, name: &str) -> Vec<f32> {
+    let bytes = std::fs::read(fixture_dir().join(family).join("expected.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor(name).unwrap();
+    t.data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
 fn load(family: &str) -> Arc<Llm> {
+    load_as(family, WeightFormat::Stored)
+}
+
+fn load_as(family: &str, format: WeightFormat) -> Arc<Llm> {
     let dir = fixture_dir().join(family);
-    Arc::new(Llm::load(dir.to_str().unwrap(), LoadOptions::default()).unwrap())
+    Arc::new(Llm::load(dir.to_str().unwrap(), LoadOptions::new(format)).unwrap())
 }
 
 fn options() -> RunnerOptions {
@@ -156,5 +171,30 @@ fn host_embeddings_and_segments_give_the_same_tokens() {
         assert_eq!(runner.segments(), 2);
         let g = generate(&mut runner, &want.prompt_ids, &greedy(64), &mut |_| true).unwrap();
         assert_eq!(g.tokens, want.greedy_ids, "{family}");
+    }
+}
+
+/// Weights quantized at load time (int8 and int4 blocks of 32) give transformers' logits for the
+/// same quantized values, and the programs compute on the quantized form.
+#[test]
+fn requantized_weights_match_the_reference() {
+    for (format, key) in [
+        (WeightFormat::Int8, "prompt_logits_int8"),
+        (WeightFormat::Int4, "prompt_logits_int4"),
+    ] {
+        for family in FAMILIES {
+            let llm = load_as(family, format);
+            let want = expected(family);
+            let reference = floats_of(family, key);
+            let mut runner = Runner::new(llm, options()).unwrap();
+            let text = runner.artifact(0).unwrap().mil_text().to_string();
+            assert!(
+                text.contains("constexpr_blockwise_shift_scale"),
+                "{family} {format:?}"
+            );
+            let got = runner.feed_all(&want.prompt_ids).unwrap();
+            let err = relative_error(&got, &reference);
+            assert!(err < 1e-4, "{family} {format:?}: relative error {err:e}");
+        }
     }
 }

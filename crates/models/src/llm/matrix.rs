@@ -122,6 +122,58 @@ impl Matrix {
         Ok(Some(Matrix::Quant(q)))
     }
 
+    /// Symmetric block quantization (blocks of 32, one scale each, as ggml's Q8_0 and Q4_0):
+    /// `d = max|x| / 127` for int8; for int4 `d = x_max / −8` with `x_max` the value of largest
+    /// magnitude, `q = round(x / d)` (half to even) clamped to the format's range. Rows that do not split into
+    /// blocks of 32 stay as they are.
+    pub fn quantize(&self, format: QuantFormat) -> Result<Matrix, LlmError> {
+        let (rows, cols) = (self.rows(), self.cols());
+        if !cols.is_multiple_of(32)
+            || format.bits() == 4 && format != QuantFormat::I4
+            || format == QuantFormat::U8
+        {
+            return Ok(self.clone());
+        }
+        let dense = match self {
+            Matrix::Dense(a) => a.as_f32().unwrap_or(&[]).to_vec(),
+            Matrix::Quant(q) => q.dequantize(),
+        };
+        let (lo, hi) = format.range();
+        let mut q = Vec::with_capacity(rows * cols);
+        let mut scale = Vec::with_capacity(rows * cols / 32);
+        for block in dense.chunks_exact(32) {
+            let extreme = block
+                .iter()
+                .copied()
+                .fold(0.0f32, |m, x| if x.abs() > m.abs() { x } else { m });
+            let d = if format == QuantFormat::I8 {
+                extreme.abs() / 127.0
+            } else {
+                extreme / -8.0
+            };
+            let inv = if d != 0.0 { 1.0 / d } else { 0.0 };
+            q.extend(
+                block
+                    .iter()
+                    .map(|&x| ((x * inv).round_ties_even() as i32).clamp(lo, hi)),
+            );
+            scale.push(d);
+        }
+        let data: Vec<u8> = match format {
+            QuantFormat::I4 => q
+                .chunks_exact(2)
+                .map(|p| ((p[0] & 15) | ((p[1] & 15) << 4)) as u8)
+                .collect(),
+            _ => q.iter().map(|&v| v as i8 as u8).collect(),
+        };
+        let bad = |e: aneforge::GraphError| {
+            LlmError::Internal(format!("quantizing a {rows}x{cols} matrix: {e}"))
+        };
+        Ok(Matrix::Quant(
+            BlockQuantized::new(format, rows, cols, 32, data, scale, None).map_err(bad)?,
+        ))
+    }
+
     /// The graph constant holding this matrix.
     pub fn constant(&self) -> Result<Tensor, LlmError> {
         match self {

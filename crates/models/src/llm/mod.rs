@@ -27,7 +27,7 @@ pub use matrix::Matrix;
 pub use runner::{Runner, RunnerOptions, StepTimings};
 pub use sampling::{Sampler, SamplingOptions};
 pub use speculative::{speculative_generate, SpeculativeStats};
-pub use weights::{LoadOptions, ModelWeights};
+pub use weights::{LoadOptions, ModelWeights, WeightFormat};
 
 use crate::gguf::{GgufError, GgufFile, GgufTokenizer};
 use crate::resolve::{ModelSource, ResolveError, ResolvedModel};

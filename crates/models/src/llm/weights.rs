@@ -118,12 +118,48 @@ impl WeightFile {
     }
 }
 
+/// How projection matrices are stored in the programs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    /// As the file stores them: GGUF Q4_0/Q4_1/Q8_0 blocks stay quantized, everything else f32.
+    #[default]
+    Stored,
+    /// Everything expanded to f32.
+    Dense,
+    /// Every matrix quantized to int8 in blocks of 32 with one scale each (Q8_0's scheme).
+    Int8,
+    /// Every matrix quantized to int4 in blocks of 32 with one scale each (Q4_0's scheme).
+    Int4,
+}
+
+impl std::str::FromStr for WeightFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<WeightFormat, String> {
+        Ok(match s {
+            "stored" => WeightFormat::Stored,
+            "none" | "dense" => WeightFormat::Dense,
+            "int8" => WeightFormat::Int8,
+            "int4" => WeightFormat::Int4,
+            other => {
+                return Err(format!(
+                    "unknown weight format {other:?}; valid: stored, none, int8, int4"
+                ))
+            }
+        })
+    }
+}
+
 /// Options for reading weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LoadOptions {
-    /// Keep GGUF block-quantized matrices (Q4_0, Q4_1, Q8_0) quantized instead of expanding
-    /// them to f32.
-    pub keep_quantized: bool,
+    pub weights: WeightFormat,
+}
+
+impl LoadOptions {
+    pub fn new(weights: WeightFormat) -> LoadOptions {
+        LoadOptions { weights }
+    }
 }
 
 fn concat_vectors(parts: &[HostArray]) -> Result<HostArray, LlmError> {
@@ -180,9 +216,18 @@ impl Builder<'_> {
     }
 
     fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix, LlmError> {
-        let m = self
-            .file
-            .matrix(name, rows, cols, self.opts.keep_quantized)?;
+        let keep = self.opts.weights == WeightFormat::Stored;
+        let m = self.file.matrix(name, rows, cols, keep)?;
+        self.stored(m)
+    }
+
+    /// `m` in the requested weight format, counted.
+    fn stored(&mut self, m: Matrix) -> Result<Matrix, LlmError> {
+        let m = match self.opts.weights {
+            WeightFormat::Int8 => m.quantize(aneforge::graph::QuantFormat::I8)?,
+            WeightFormat::Int4 => m.quantize(aneforge::graph::QuantFormat::I4)?,
+            _ => m,
+        };
         self.bytes += m.stored_bytes();
         Ok(m)
     }
@@ -349,7 +394,9 @@ fn load_gpt2_hf(
     };
     let (d, inter) = (cfg.hidden_size, cfg.intermediate_size);
     let n = |s: &str| format!("{prefix}{s}");
-    let embed = Matrix::Dense(b.dense(&n("wte.weight"), &[cfg.vocab_size, d])?);
+    let wte = b.dense(&n("wte.weight"), &[cfg.vocab_size, d])?;
+    b.bytes -= wte.len() * 4;
+    let embed = b.stored(Matrix::Dense(wte))?;
     let max = match cfg.positions {
         super::config::Positions::Learned { max } => max,
         _ => return Err(LlmError::Internal("GPT-2 without learned positions".into())),
@@ -361,27 +408,34 @@ fn load_gpt2_hf(
         let p = |s: &str| format!("{prefix}h.{i}.{s}");
         let before = b.bytes;
         let attn_norm = b.norm(&p("ln_1.weight"), Some(&p("ln_1.bias")))?;
-        let qkv = transpose(&b.dense(&p("attn.c_attn.weight"), &[d, 3 * d])?)?;
+        // Conv1D weights are [in, out]: transposed to [out, in]
+        let conv1d =
+            |b: &mut Builder<'_>, name: &str, shape: [usize; 2]| -> Result<Tensor, LlmError> {
+                let w = transpose(&b.dense(name, &shape)?)?;
+                b.bytes -= w.len() * 4;
+                b.stored(Matrix::Dense(w))?.constant()
+            };
+        let qkv = conv1d(&mut b, &p("attn.c_attn.weight"), [d, 3 * d])?;
         let qkv_bias = b.dense(&p("attn.c_attn.bias"), &[3 * d])?;
-        let o = transpose(&b.dense(&p("attn.c_proj.weight"), &[d, d])?)?;
+        let o = conv1d(&mut b, &p("attn.c_proj.weight"), [d, d])?;
         let o_bias = b.dense(&p("attn.c_proj.bias"), &[d])?;
         let mlp_norm = b.norm(&p("ln_2.weight"), Some(&p("ln_2.bias")))?;
-        let up = transpose(&b.dense(&p("mlp.c_fc.weight"), &[d, inter])?)?;
+        let up = conv1d(&mut b, &p("mlp.c_fc.weight"), [d, inter])?;
         let up_bias = b.dense(&p("mlp.c_fc.bias"), &[inter])?;
-        let down = transpose(&b.dense(&p("mlp.c_proj.weight"), &[inter, d])?)?;
+        let down = conv1d(&mut b, &p("mlp.c_proj.weight"), [inter, d])?;
         let down_bias = b.dense(&p("mlp.c_proj.bias"), &[d])?;
         layers.push(LayerWeights {
             attn_norm,
-            qkv: c(qkv),
+            qkv,
             qkv_bias: Some(c(qkv_bias)),
             q_norm: None,
             k_norm: None,
-            o: c(o),
+            o,
             o_bias: Some(c(o_bias)),
             mlp_norm,
-            up: c(up),
+            up,
             up_bias: Some(c(up_bias)),
-            down: c(down),
+            down,
             down_bias: Some(c(down_bias)),
         });
         layer_bytes.push(b.bytes - before);
