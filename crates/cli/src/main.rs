@@ -2,6 +2,7 @@ use clap::Parser;
 
 mod compile;
 mod examples;
+mod llm;
 mod mil;
 mod targets;
 
@@ -31,6 +32,19 @@ enum Command {
     },
     /// Compile a built-in example graph for an ANE architecture into program directories.
     Compile(compile::CompileArgs),
+    /// Continue a prompt with a decoder LLM; the text streams to stdout, speeds to stderr.
+    Generate(llm::GenerateArgs),
+    /// An interactive conversation with a chat model (its chat template); one line per turn.
+    Chat(llm::ChatArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(clap::Subcommand)]
+enum BenchCommand {
+    /// Prefill and decode speed of an LLM (batch 1), with peak memory.
+    Llm(llm::BenchLlmArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,6 +54,9 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Targets) => targets::targets(),
         Some(Command::Ops { target, mil }) => targets::ops(&target, mil),
         Some(Command::Compile(args)) => compile::run(args),
+        Some(Command::Generate(args)) => llm::generate_cmd(args),
+        Some(Command::Chat(args)) => llm::chat_cmd(args),
+        Some(Command::Bench(BenchCommand::Llm(args))) => llm::bench_llm(args),
         None => Ok(()),
     }
 }
