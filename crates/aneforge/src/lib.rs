@@ -12,5 +12,5 @@ pub mod target;
 
 pub use engine::Engine;
 pub use graph::{DType, GraphError, HostArray, Tensor};
-pub use lower::{AneArch, Artifact, Compress, LowerError, ParameterMode, Target};
+pub use lower::{AneArch, Artifact, Compress, FunctionSpec, LowerError, ParameterMode, Target};
 pub use model::{compile, compile_named, CompileOptions, Error, Model};

@@ -57,6 +57,8 @@ pub fn compile_named(
 /// A compiled program loaded into an engine, with its artifact.
 pub struct Model {
     artifact: Arc<Artifact>,
+    /// Index of the loaded function in `artifact.functions()`.
+    function: usize,
     exec: Box<dyn Executable>,
     provided: HashSet<String>,
     executed: bool,
@@ -66,24 +68,42 @@ impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Model")
             .field("hash", &self.artifact.content_hash_hex())
-            .field("inputs", &self.artifact.inputs())
-            .field("outputs", &self.artifact.outputs())
+            .field("function", &self.function_name())
+            .field("inputs", &self.inputs())
+            .field("outputs", &self.outputs())
             .finish()
     }
 }
 
 impl Model {
-    /// Loads an artifact into `engine`; parameter inputs start at their initial values.
+    /// Loads an artifact's default function into `engine`; parameter inputs start at their
+    /// initial values.
     pub fn load(artifact: Arc<Artifact>, engine: Engine) -> Result<Model, Error> {
-        let exec = engine::load(&artifact, engine)?;
+        let main = artifact.functions()[0].name.clone();
+        Model::load_function(artifact, &main, engine)
+    }
+
+    /// Loads one function of a (multi-function) artifact into `engine`. Functions of one artifact
+    /// share its weights blob.
+    pub fn load_function(
+        artifact: Arc<Artifact>,
+        function: &str,
+        engine: Engine,
+    ) -> Result<Model, Error> {
+        let exec = engine::load_function(&artifact, function, engine)?;
+        let index = artifact
+            .functions()
+            .iter()
+            .position(|f| f.name == function)
+            .unwrap_or(0);
         let mut model = Model {
             artifact,
+            function: index,
             exec,
             provided: HashSet::new(),
             executed: false,
         };
         let params: Vec<(String, crate::HostArray)> = model
-            .artifact
             .inputs()
             .iter()
             .filter_map(|p| match &p.kind {
@@ -92,10 +112,15 @@ impl Model {
             })
             .collect();
         for (name, init) in params {
+            let dequantized;
             let data = match init.data() {
                 HostData::F32(v) => HostSlice::F32(v),
                 HostData::I32(v) => HostSlice::I32(v),
                 HostData::Bool(v) => HostSlice::Bool(v),
+                HostData::BlockQuantized(q) => {
+                    dequantized = q.dequantize();
+                    HostSlice::F32(&dequantized)
+                }
             };
             model.set_input(&name, data)?;
         }
@@ -123,12 +148,17 @@ impl Model {
         Ok(self.artifact.save(dir)?)
     }
 
+    /// The loaded function's name.
+    pub fn function_name(&self) -> &str {
+        &self.artifact.functions()[self.function].name
+    }
+
     pub fn inputs(&self) -> &[PortSpec] {
-        self.artifact.inputs()
+        &self.artifact.functions()[self.function].inputs
     }
 
     pub fn outputs(&self) -> &[PortSpec] {
-        self.artifact.outputs()
+        &self.artifact.functions()[self.function].outputs
     }
 
     pub fn input_names(&self) -> Vec<&str> {

@@ -14,6 +14,8 @@ use crate::encoder_args::{read_lines, EncoderArgs};
 pub enum BenchCommand {
     /// Sentence-embedding throughput over a file of sentences (one per line).
     Embed(BenchEmbedArgs),
+    /// Prefill and decode speed of an LLM (batch 1), with peak memory.
+    Llm(crate::llm::BenchLlmArgs),
 }
 
 #[derive(clap::Args)]
@@ -34,6 +36,7 @@ pub struct BenchEmbedArgs {
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Embed(args) => embed(args),
+        BenchCommand::Llm(args) => crate::llm::bench_llm(args),
     }
 }
 

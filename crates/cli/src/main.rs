@@ -5,6 +5,7 @@ mod compile;
 mod embed;
 mod encoder_args;
 mod examples;
+mod llm;
 mod mil;
 mod rerank;
 mod targets;
@@ -42,6 +43,10 @@ enum Command {
     /// Throughput benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Continue a prompt with a decoder LLM; the text streams to stdout, speeds to stderr.
+    Generate(llm::GenerateArgs),
+    /// An interactive conversation with a chat model (its chat template); one line per turn.
+    Chat(llm::ChatArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,6 +59,8 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Embed(args)) => embed::run(args),
         Some(Command::Rerank(args)) => rerank::run(args),
         Some(Command::Bench(command)) => bench::run(command),
+        Some(Command::Generate(args)) => llm::generate_cmd(args),
+        Some(Command::Chat(args)) => llm::chat_cmd(args),
         None => Ok(()),
     }
 }

@@ -17,6 +17,8 @@ pub(crate) enum Data {
     U8(Vec<u8>),
     Bool(Vec<bool>),
     Str(Vec<String>),
+    /// Block-quantized weights, kept in their storage (`constexpr_blockwise_shift_scale`).
+    Quant(std::sync::Arc<crate::kernels::quant_blocks::QuantTensor>),
 }
 
 #[derive(Clone, Debug)]
@@ -37,6 +39,7 @@ impl Known {
             Data::I8(v) => v.iter().map(|&x| x as f32).collect(),
             Data::U8(v) => v.iter().map(|&x| x as f32).collect(),
             Data::Bool(v) => v.iter().map(|&x| x as u8 as f32).collect(),
+            Data::Quant(q) => q.dequantize(),
             Data::Str(_) => return None,
         })
     }
@@ -79,6 +82,9 @@ impl Known {
     /// Runtime bytes in the storage format of this dtype; `None` if it has no runtime form.
     pub fn to_buffer(&self) -> Option<AlignedBuf> {
         let elem = Elem::from_dtype(self.dtype)?;
+        if let Data::Quant(q) = &self.data {
+            return Known::from_f32(self.dtype, self.shape.clone(), q.dequantize()).to_buffer();
+        }
         Some(match (&self.data, elem) {
             (Data::F32(v), Elem::F32) => AlignedBuf::from_bytes(bytemuck::cast_slice(v)),
             (Data::F16(v), Elem::F16) => AlignedBuf::from_bytes(bytemuck::cast_slice(v)),

@@ -316,6 +316,11 @@ impl BlobFile {
         (*self.bytes).as_ref()
     }
 
+    /// The file's bytes as shared storage, for readers that keep payloads without copying them.
+    pub fn shared_bytes(&self) -> Arc<dyn AsRef<[u8]> + Send + Sync> {
+        self.bytes.clone()
+    }
+
     pub fn entries(&self) -> impl Iterator<Item = &BlobEntry> {
         self.entries.values()
     }

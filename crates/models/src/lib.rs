@@ -4,6 +4,7 @@
 pub mod config;
 pub mod encoders;
 pub mod gguf;
+pub mod llm;
 pub mod npy;
 pub mod resolve;
 pub mod sentence_transformers;

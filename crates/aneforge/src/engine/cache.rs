@@ -1,4 +1,5 @@
-//! In-process cache of CPU plans by program content hash: the same program compiles once.
+//! In-process cache of CPU plans by program content hash and function: the same program compiles
+//! once.
 
 use super::EngineError;
 use crate::lower::Artifact;
@@ -10,8 +11,8 @@ const CAPACITY: usize = 64;
 
 #[derive(Default)]
 struct Cache {
-    plans: HashMap<[u8; 32], Arc<Plan>>,
-    order: VecDeque<[u8; 32]>,
+    plans: HashMap<([u8; 32], String), Arc<Plan>>,
+    order: VecDeque<([u8; 32], String)>,
     compiles: HashMap<[u8; 32], usize>,
     hits: u64,
 }
@@ -46,9 +47,10 @@ pub fn cache_stats() -> CacheStats {
     }
 }
 
-/// The plan for `artifact`, compiled on first use.
-pub(crate) fn cpu_plan(artifact: &Artifact) -> Result<Arc<Plan>, EngineError> {
-    let key = artifact.content_hash();
+/// The plan for one function of `artifact`, compiled on first use.
+pub(crate) fn cpu_plan(artifact: &Artifact, function: &str) -> Result<Arc<Plan>, EngineError> {
+    let hash = artifact.content_hash();
+    let key = (hash, function.to_string());
     {
         let mut c = lock();
         if let Some(plan) = c.plans.get(&key).cloned() {
@@ -59,12 +61,12 @@ pub(crate) fn cpu_plan(artifact: &Artifact) -> Result<Arc<Plan>, EngineError> {
     let blobs = artifact.blob_store()?;
     let plan = aneforge_cpu::compile(
         artifact.program(),
-        "main",
+        function,
         &blobs,
         &aneforge_cpu::CompileOptions::default(),
     )?;
     let mut c = lock();
-    *c.compiles.entry(key).or_insert(0) += 1;
+    *c.compiles.entry(hash).or_insert(0) += 1;
     if let Some(existing) = c.plans.get(&key).cloned() {
         return Ok(existing);
     }
@@ -73,7 +75,7 @@ pub(crate) fn cpu_plan(artifact: &Artifact) -> Result<Arc<Plan>, EngineError> {
             c.plans.remove(&old);
         }
     }
-    c.order.push_back(key);
+    c.order.push_back(key.clone());
     c.plans.insert(key, plan.clone());
     Ok(plan)
 }

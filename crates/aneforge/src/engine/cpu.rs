@@ -21,8 +21,17 @@ fn ports(infos: &[aneforge_cpu::PortInfo]) -> Vec<Port> {
 }
 
 impl CpuExecutable {
+    /// Loads the artifact's default function.
     pub fn load(artifact: &Artifact) -> Result<CpuExecutable, EngineError> {
-        let plan = cache::cpu_plan(artifact)?;
+        let main = artifact.functions()[0].name.clone();
+        Self::load_function(artifact, &main)
+    }
+
+    pub fn load_function(
+        artifact: &Artifact,
+        function: &str,
+    ) -> Result<CpuExecutable, EngineError> {
+        let plan = cache::cpu_plan(artifact, function)?;
         let inputs = ports(plan.inputs());
         let outputs = ports(plan.outputs());
         Ok(CpuExecutable {

@@ -70,6 +70,11 @@ pub enum EngineError {
     Ane(#[from] AneError),
     #[error("weights blob: {0}")]
     Blob(#[from] mil::BlobError),
+    #[error("the program has no function {name:?}; its functions are {available:?}")]
+    UnknownFunction {
+        name: String,
+        available: Vec<String>,
+    },
     #[error("no input port named {name:?}; the inputs are {available:?}")]
     UnknownInput {
         name: String,
@@ -130,14 +135,49 @@ pub trait Executable: Send {
     fn release(self: Box<Self>) {}
 }
 
-/// Loads an artifact into the chosen engine.
+/// Loads an artifact's default function into the chosen engine.
 pub fn load(artifact: &Artifact, engine: Engine) -> Result<Box<dyn Executable>, EngineError> {
+    let main = artifact.functions()[0].name.clone();
+    load_function(artifact, &main, engine)
+}
+
+/// Loads one function of an artifact into the chosen engine.
+pub fn load_function(
+    artifact: &Artifact,
+    function: &str,
+    engine: Engine,
+) -> Result<Box<dyn Executable>, EngineError> {
+    if artifact.function(function).is_none() {
+        return Err(EngineError::UnknownFunction {
+            name: function.to_string(),
+            available: artifact
+                .functions()
+                .iter()
+                .map(|f| f.name.clone())
+                .collect(),
+        });
+    }
     match engine {
-        Engine::Cpu => Ok(Box::new(cpu::CpuExecutable::load(artifact)?)),
-        Engine::Ane => Ok(Box::new(AneExecutable::load(
-            &AneEngine::global()?,
-            artifact,
+        Engine::Cpu => Ok(Box::new(cpu::CpuExecutable::load_function(
+            artifact, function,
         )?)),
+        Engine::Ane => {
+            // the ANE runtime retains function `main`: a one-function view over the same weights
+            let single = artifact.function_as_main(function).ok_or_else(|| {
+                EngineError::UnknownFunction {
+                    name: function.to_string(),
+                    available: artifact
+                        .functions()
+                        .iter()
+                        .map(|f| f.name.clone())
+                        .collect(),
+                }
+            })?;
+            Ok(Box::new(AneExecutable::load(
+                &AneEngine::global()?,
+                &single,
+            )?))
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Host arrays: the data of constants and parameter initial values.
 
-use super::{DType, GraphError, MAX_RANK};
+use super::{BlockQuantized, DType, GraphError, MAX_RANK};
 use std::sync::Arc;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -8,6 +8,8 @@ pub enum HostData {
     F32(Arc<[f32]>),
     I32(Arc<[i32]>),
     Bool(Arc<[bool]>),
+    /// f32 values stored block-quantized (a `[rows, cols]` array).
+    BlockQuantized(Arc<BlockQuantized>),
 }
 
 impl HostData {
@@ -16,6 +18,7 @@ impl HostData {
             HostData::F32(v) => v.len(),
             HostData::I32(v) => v.len(),
             HostData::Bool(v) => v.len(),
+            HostData::BlockQuantized(q) => q.rows() * q.cols(),
         }
     }
 
@@ -28,6 +31,7 @@ impl HostData {
             HostData::F32(_) => DType::F32,
             HostData::I32(_) => DType::I32,
             HostData::Bool(_) => DType::Bool,
+            HostData::BlockQuantized(_) => DType::F32,
         }
     }
 }
@@ -70,6 +74,12 @@ impl HostArray {
         data: impl Into<Arc<[bool]>>,
     ) -> Result<HostArray, GraphError> {
         HostArray::new(shape, HostData::Bool(data.into()))
+    }
+
+    /// A `[rows, cols]` f32 array stored block-quantized.
+    pub fn from_block_quantized(q: BlockQuantized) -> Result<HostArray, GraphError> {
+        let shape = [q.rows(), q.cols()];
+        HostArray::new(&shape, HostData::BlockQuantized(Arc::new(q)))
     }
 
     pub fn scalar_f32(v: f32) -> HostArray {
@@ -119,6 +129,22 @@ impl HostArray {
         }
     }
 
+    pub fn as_block_quantized(&self) -> Option<&BlockQuantized> {
+        match &self.data {
+            HostData::BlockQuantized(q) => Some(q),
+            _ => None,
+        }
+    }
+
+    /// f32 values, dequantized from block-quantized storage (`None` for integer and bool data).
+    pub fn to_f32_vec(&self) -> Option<Vec<f32>> {
+        match &self.data {
+            HostData::F32(v) => Some(v.to_vec()),
+            HostData::BlockQuantized(q) => Some(q.dequantize()),
+            _ => None,
+        }
+    }
+
     pub fn as_i32(&self) -> Option<&[i32]> {
         match &self.data {
             HostData::I32(v) => Some(v),
@@ -142,6 +168,7 @@ impl HostArray {
             HostData::F32(v) => f64::from(v[0]),
             HostData::I32(v) => f64::from(v[0]),
             HostData::Bool(v) => f64::from(u8::from(v[0])),
+            HostData::BlockQuantized(q) => f64::from(q.dequantize()[0]),
         })
     }
 }

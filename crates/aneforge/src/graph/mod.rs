@@ -8,6 +8,7 @@ mod error;
 mod host;
 pub mod nn;
 pub mod op;
+mod quant;
 pub mod shape;
 mod tensor;
 
@@ -24,6 +25,7 @@ pub use op::{
     BinaryOp, CompareOp, ConvAttrs, Op, PadMode, PoolAttrs, PoolKind, ReduceOp, UnaryOp,
     UpsampleMode,
 };
+pub use quant::{BlockQuantized, QuantFormat};
 pub(crate) use tensor::is_identifier;
 pub use tensor::{constant, full, input, parameter, scalar, NodeId, Tensor};
 

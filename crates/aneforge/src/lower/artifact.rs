@@ -45,6 +45,14 @@ impl PortSpec {
     }
 }
 
+/// The ports of one function of the program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionPorts {
+    pub name: String,
+    pub inputs: Vec<PortSpec>,
+    pub outputs: Vec<PortSpec>,
+}
+
 #[derive(Debug)]
 pub struct Artifact {
     program: mil::Program,
@@ -52,8 +60,8 @@ pub struct Artifact {
     text: String,
     hash: [u8; 32],
     target: Target,
-    inputs: Vec<PortSpec>,
-    outputs: Vec<PortSpec>,
+    /// At least one; the first is the default function.
+    functions: Vec<FunctionPorts>,
 }
 
 impl Artifact {
@@ -61,8 +69,7 @@ impl Artifact {
         program: mil::Program,
         weights: Arc<Vec<u8>>,
         target: Target,
-        inputs: Vec<PortSpec>,
-        outputs: Vec<PortSpec>,
+        functions: Vec<FunctionPorts>,
     ) -> Artifact {
         let text = mil::print(&program);
         let mut h = Sha256::new();
@@ -75,8 +82,7 @@ impl Artifact {
             text,
             hash: h.finalize().into(),
             target,
-            inputs,
-            outputs,
+            functions,
         }
     }
 
@@ -107,12 +113,53 @@ impl Artifact {
         &self.target
     }
 
+    /// The default (first) function's inputs.
     pub fn inputs(&self) -> &[PortSpec] {
-        &self.inputs
+        &self.functions[0].inputs
     }
 
+    /// The default (first) function's outputs.
     pub fn outputs(&self) -> &[PortSpec] {
-        &self.outputs
+        &self.functions[0].outputs
+    }
+
+    /// Every function, the default one first.
+    pub fn functions(&self) -> &[FunctionPorts] {
+        &self.functions
+    }
+
+    pub fn function(&self, name: &str) -> Option<&FunctionPorts> {
+        self.functions.iter().find(|f| f.name == name)
+    }
+
+    /// A one-function artifact whose `main` is function `name` of this one, sharing the weights
+    /// (for runtimes that load function `main` of a program).
+    pub fn function_as_main(&self, name: &str) -> Option<Artifact> {
+        if self.functions.len() == 1 && self.functions[0].name == "main" && name == "main" {
+            return Some(Artifact {
+                program: self.program.clone(),
+                weights: self.weights.clone(),
+                text: self.text.clone(),
+                hash: self.hash,
+                target: self.target.clone(),
+                functions: self.functions.clone(),
+            });
+        }
+        let mut function = self.program.function(name)?.clone();
+        function.name = "main".into();
+        let mut ports = self.function(name)?.clone();
+        ports.name = "main".into();
+        let program = mil::Program {
+            version: self.program.version.clone(),
+            attributes: self.program.attributes.clone(),
+            functions: vec![function],
+        };
+        Some(Artifact::new(
+            program,
+            self.weights.clone(),
+            self.target.clone(),
+            vec![ports],
+        ))
     }
 
     /// The parsed blob (sharing the weight bytes), keyed by the BLOBFILE path the program uses.

@@ -23,7 +23,15 @@ pub(crate) enum Interned {
 pub(crate) struct ConstTable {
     float: mil::DType,
     blob: BlobWriter,
+    /// Value names of the constants of the function being emitted.
     by_key: HashMap<[u8; 32], String>,
+    /// Blob offsets by content, shared by every function of the program.
+    blob_offsets: HashMap<[u8; 32], u64>,
+    /// Content keys of constants already hashed, by the address of their data: the same weights
+    /// appear in every function of a program and are hashed once.
+    keys_by_address: HashMap<(usize, usize, mil::DType, Vec<usize>), [u8; 32]>,
+    /// Value names of block-quantized constants of the function being emitted.
+    quant_names: HashMap<[usize; 3], String>,
 }
 
 /// fp16 conversion saturates finite values to the largest finite half (±65504) instead of
@@ -42,7 +50,65 @@ impl ConstTable {
             float,
             blob: BlobWriter::new(),
             by_key: HashMap::new(),
+            blob_offsets: HashMap::new(),
+            keys_by_address: HashMap::new(),
+            quant_names: HashMap::new(),
         }
+    }
+
+    /// Starts the constants of another function: value names are per function, blob entries are
+    /// shared.
+    pub fn begin_function(&mut self) {
+        self.by_key.clear();
+        self.quant_names.clear();
+    }
+
+    /// The value name of a block-quantized constant already emitted in this function, keyed by
+    /// the addresses of its data, scales and offsets.
+    pub fn quant_name(&self, key: &[usize; 3]) -> Option<&str> {
+        self.quant_names.get(key).map(String::as_str)
+    }
+
+    pub fn remember_quant(&mut self, key: [usize; 3], name: &str) {
+        self.quant_names.insert(key, name.to_string());
+    }
+
+    /// A blob entry of `elements` values of `dtype` packed in `payload()`, stored once per
+    /// content. `source` is the address of graph-owned data the payload encodes (alive for the
+    /// whole lowering), so repeated uses skip encoding and hashing.
+    pub fn blob_entry(
+        &mut self,
+        dtype: mil::DType,
+        elements: usize,
+        source: usize,
+        payload: impl Fn() -> Vec<u8>,
+    ) -> Result<u64, LowerError> {
+        let address = (source, elements, dtype, Vec::new());
+        let mut bytes = None;
+        let key = match self.keys_by_address.get(&address) {
+            Some(k) => *k,
+            None => {
+                let p = payload();
+                let mut h = Sha256::new();
+                h.update(dtype.name());
+                h.update((elements as u64).to_le_bytes());
+                h.update(&p);
+                let k: [u8; 32] = h.finalize().into();
+                self.keys_by_address.insert(address, k);
+                bytes = Some(p);
+                k
+            }
+        };
+        if let Some(&offset) = self.blob_offsets.get(&key) {
+            return Ok(offset);
+        }
+        let bytes = match bytes {
+            Some(b) => b,
+            None => payload(),
+        };
+        let offset = self.blob.add(dtype, elements, &bytes)?;
+        self.blob_offsets.insert(key, offset);
+        Ok(offset)
     }
 
     /// `v` as the program's float type holds it, widened.
@@ -61,49 +127,84 @@ impl ConstTable {
         }
         hasher.update([shape.len() as u8]);
         let literal_of = |ty: TensorType, data: mil::TensorData| Literal::Tensor { ty, data };
-        let (key, literal) = match value.data() {
-            HostData::F32(v) => {
-                let ty = TensorType::new(self.float, shape);
-                hasher.update(self.float.name());
-                let bytes: Vec<u8> = match self.float {
-                    mil::DType::Fp16 => v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect(),
-                    _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                };
-                hasher.update(&bytes);
-                let key: [u8; 32] = hasher.finalize().into();
-                if let Some(name) = self.by_key.get(&key) {
-                    return Ok(Interned::Existing(name.clone()));
-                }
-                let literal = if v.len() <= INLINE_MAX_ELEMENTS {
-                    let data = v.iter().map(|&x| self.float_value(x)).collect();
-                    literal_of(ty, mil::TensorData::Float(data))
-                } else {
-                    let offset = self.blob.add(self.float, v.len(), &bytes)?;
-                    Literal::Blob {
-                        ty,
-                        path: BLOB_PATH.to_string(),
-                        offset,
+        let (key, literal) =
+            match value.data() {
+                HostData::F32(v) => {
+                    let ty = TensorType::new(self.float, shape);
+                    let address = (v.as_ptr() as usize, v.len(), self.float, shape.to_vec());
+                    let known = self.keys_by_address.get(&address).copied();
+                    if let Some(name) = known.and_then(|k| self.by_key.get(&k)) {
+                        return Ok(Interned::Existing(name.clone()));
                     }
-                };
-                (key, literal)
-            }
-            HostData::I32(v) => {
-                hasher.update("int32");
-                v.iter().for_each(|x| hasher.update(x.to_le_bytes()));
-                let ty = TensorType::new(mil::DType::Int32, shape);
-                let data = mil::TensorData::Int(v.iter().map(|&x| i64::from(x)).collect());
-                (hasher.finalize().into(), literal_of(ty, data))
-            }
-            HostData::Bool(v) => {
-                hasher.update("bool");
-                v.iter().for_each(|&x| hasher.update([u8::from(x)]));
-                let ty = TensorType::new(mil::DType::Bool, shape);
-                (
-                    hasher.finalize().into(),
-                    literal_of(ty, mil::TensorData::Bool(v.to_vec())),
-                )
-            }
-        };
+                    let encode = || -> Vec<u8> {
+                        match self.float {
+                            mil::DType::Fp16 => {
+                                v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect()
+                            }
+                            _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                        }
+                    };
+                    let (key, bytes) = match known {
+                        // a large constant another function already stored: no need to re-encode it
+                        Some(k) if self.blob_offsets.contains_key(&k) => (k, Vec::new()),
+                        Some(k) => (k, encode()),
+                        None => {
+                            let bytes = encode();
+                            hasher.update(self.float.name());
+                            hasher.update(&bytes);
+                            let k: [u8; 32] = hasher.finalize().into();
+                            self.keys_by_address.insert(address, k);
+                            (k, bytes)
+                        }
+                    };
+                    if let Some(name) = self.by_key.get(&key) {
+                        return Ok(Interned::Existing(name.clone()));
+                    }
+                    let literal = if v.len() <= INLINE_MAX_ELEMENTS {
+                        let data = v.iter().map(|&x| self.float_value(x)).collect();
+                        literal_of(ty, mil::TensorData::Float(data))
+                    } else {
+                        let offset = match self.blob_offsets.get(&key) {
+                            Some(&offset) => offset,
+                            None => {
+                                let offset = self.blob.add(self.float, v.len(), &bytes)?;
+                                self.blob_offsets.insert(key, offset);
+                                offset
+                            }
+                        };
+                        Literal::Blob {
+                            ty,
+                            path: BLOB_PATH.to_string(),
+                            offset,
+                        }
+                    };
+                    (key, literal)
+                }
+                HostData::I32(v) => {
+                    hasher.update("int32");
+                    v.iter().for_each(|x| hasher.update(x.to_le_bytes()));
+                    let ty = TensorType::new(mil::DType::Int32, shape);
+                    let data = mil::TensorData::Int(v.iter().map(|&x| i64::from(x)).collect());
+                    (hasher.finalize().into(), literal_of(ty, data))
+                }
+                HostData::BlockQuantized(_) => return Err(LowerError::Unsupported {
+                    target: self.float.name().to_string(),
+                    op: "constant",
+                    shapes: vec![shape.to_vec()],
+                    reason:
+                        "block-quantized constants are emitted as constexpr_blockwise_shift_scale"
+                            .into(),
+                }),
+                HostData::Bool(v) => {
+                    hasher.update("bool");
+                    v.iter().for_each(|&x| hasher.update([u8::from(x)]));
+                    let ty = TensorType::new(mil::DType::Bool, shape);
+                    (
+                        hasher.finalize().into(),
+                        literal_of(ty, mil::TensorData::Bool(v.to_vec())),
+                    )
+                }
+            };
         if let Some(name) = self.by_key.get(&key) {
             return Ok(Interned::Existing(name.clone()));
         }

@@ -1,14 +1,16 @@
 //! Emission: canonical graph nodes to MIL operations, one function `main`, weights into a blob.
 //! Argument names and order follow coremltools' op definitions (iOS15–iOS18 opsets).
 
-use super::consts::{ConstTable, Interned};
+use super::consts::{to_f16, ConstTable, Interned, BLOB_PATH};
 use super::{LowerError, PortKind, PortSpec, Target};
 use crate::graph::{
-    BinaryOp, CompareOp, DType, HostArray, NodeId, Op, PoolKind, Tensor, UnaryOp, UpsampleMode,
+    BinaryOp, BlockQuantized, CompareOp, DType, HostArray, HostData, NodeId, Op, PoolKind,
+    QuantFormat, Tensor, UnaryOp, UpsampleMode,
 };
 use aneforge_mil as mil;
 use mil::{Argument, Literal, Operation, TensorType};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 pub(crate) struct Emitter<'t> {
     target: &'t Target,
@@ -23,7 +25,11 @@ pub(crate) struct Emitter<'t> {
 }
 
 impl<'t> Emitter<'t> {
-    pub fn new(target: &'t Target, reserved: impl IntoIterator<Item = String>) -> Emitter<'t> {
+    pub fn new(
+        target: &'t Target,
+        reserved: impl IntoIterator<Item = String>,
+        consts: ConstTable,
+    ) -> Emitter<'t> {
         let float = target.float_dtype();
         Emitter {
             target,
@@ -34,7 +40,7 @@ impl<'t> Emitter<'t> {
             ops: Vec::new(),
             inputs: Vec::new(),
             ports: Vec::new(),
-            consts: ConstTable::new(float),
+            consts,
         }
     }
 
@@ -521,6 +527,9 @@ impl<'t> Emitter<'t> {
     }
 
     fn constant(&mut self, node: &Tensor, value: &HostArray) -> Result<(), LowerError> {
+        if let HostData::BlockQuantized(q) = value.data() {
+            return self.block_quantized(node, q);
+        }
         let (key, literal) = match self.consts.intern(value)? {
             Interned::Existing(name) => {
                 self.names.insert(node.id(), name);
@@ -536,6 +545,72 @@ impl<'t> Emitter<'t> {
             .with_attribute("name", Literal::string(&name))
             .with_attribute("val", literal);
         self.ops.push(op);
+        Ok(())
+    }
+
+    /// `constexpr_blockwise_shift_scale(data, scale, offset)` over blob entries: the quantized
+    /// integers as stored, scales and offsets in the program's float type.
+    fn block_quantized(&mut self, node: &Tensor, q: &BlockQuantized) -> Result<(), LowerError> {
+        let key = [
+            Arc::as_ptr(q.data()) as *const u8 as usize,
+            Arc::as_ptr(q.scale()) as *const f32 as usize,
+            q.offset()
+                .map_or(0, |o| Arc::as_ptr(o) as *const f32 as usize),
+        ];
+        if let Some(name) = self.consts.quant_name(&key) {
+            self.names.insert(node.id(), name.to_string());
+            return Ok(());
+        }
+        let data_dtype = match q.format() {
+            QuantFormat::U4 => mil::DType::Uint4,
+            QuantFormat::I4 => mil::DType::Int4,
+            QuantFormat::U8 => mil::DType::Uint8,
+            QuantFormat::I8 => mil::DType::Int8,
+        };
+        let shape = [q.rows(), q.cols()];
+        let pshape = [q.rows(), q.blocks_per_row()];
+        let data = self.consts.blob_entry(
+            data_dtype,
+            q.rows() * q.cols(),
+            Arc::as_ptr(q.data()) as *const u8 as usize,
+            || q.data().to_vec(),
+        )?;
+        let float = self.float;
+        let floats = |v: &[f32]| -> Vec<u8> {
+            match float {
+                mil::DType::Fp16 => v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect(),
+                _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            }
+        };
+        let blob = |ty: TensorType, offset: u64| {
+            Argument::Literal(Literal::Blob {
+                ty,
+                path: BLOB_PATH.to_string(),
+                offset,
+            })
+        };
+        let mut entry = |v: &Arc<[f32]>| {
+            let source = Arc::as_ptr(v) as *const f32 as usize;
+            self.consts.blob_entry(float, v.len(), source, || floats(v))
+        };
+        let scale = entry(q.scale())?;
+        let offset = q.offset().map(&mut entry).transpose()?;
+        let mut args = vec![
+            ("data", blob(TensorType::new(data_dtype, &shape), data)),
+            ("scale", blob(TensorType::new(float, &pshape), scale)),
+        ];
+        if let Some(o) = offset {
+            args.push(("offset", blob(TensorType::new(float, &pshape), o)));
+        }
+        let name = self.fresh("quantized");
+        self.consts.remember_quant(key, &name);
+        self.names.insert(node.id(), name.clone());
+        self.push_value(
+            &name,
+            TensorType::new(float, &shape),
+            "constexpr_blockwise_shift_scale",
+            args,
+        );
         Ok(())
     }
 

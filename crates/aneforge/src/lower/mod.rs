@@ -10,7 +10,7 @@ mod emit;
 mod order;
 mod rewrite;
 
-pub use artifact::{Artifact, PortKind, PortSpec};
+pub use artifact::{Artifact, FunctionPorts, PortKind, PortSpec};
 pub use consts::{to_f16, BLOB_PATH, INLINE_MAX_ELEMENTS};
 pub use order::topo_order;
 pub use rewrite::rewrite_graph;
@@ -89,6 +89,8 @@ pub enum LowerError {
     NoOutputs,
     #[error("compile: {name:?} names more than one input, parameter or output")]
     DuplicateName { name: String },
+    #[error("compile: function name {name:?} must match [A-Za-z_][A-Za-z0-9_]* and be unique")]
+    BadFunctionName { name: String },
     #[error("compile: output name {name:?} must match [A-Za-z_][A-Za-z0-9_]*")]
     BadOutputName { name: String },
     #[error(transparent)]
@@ -112,12 +114,96 @@ pub enum LowerError {
     Invalid(mil::ValidationErrors),
 }
 
-/// Lowers named outputs to a program for `target`.
+/// Lowers named outputs to a program for `target` with one function, `main`.
 pub fn lower(
     outputs: &[(&str, &Tensor)],
     target: &Target,
     parameters: ParameterMode,
 ) -> Result<Artifact, LowerError> {
+    lower_functions(
+        &[FunctionSpec {
+            name: "main",
+            outputs,
+        }],
+        target,
+        parameters,
+    )
+}
+
+/// One function of a multi-function program: its name and its named outputs.
+#[derive(Clone, Copy, Debug)]
+pub struct FunctionSpec<'a> {
+    pub name: &'a str,
+    pub outputs: &'a [(&'a str, &'a Tensor)],
+}
+
+/// Lowers several functions into one program whose weights blob they share: a constant used by
+/// more than one function (the same data) is stored once. Prefill and decode programs of one model
+/// are the typical case; the first function is the default one.
+pub fn lower_functions(
+    functions: &[FunctionSpec<'_>],
+    target: &Target,
+    parameters: ParameterMode,
+) -> Result<Artifact, LowerError> {
+    if functions.is_empty() {
+        return Err(LowerError::NoOutputs);
+    }
+    let mut names = std::collections::HashSet::new();
+    for f in functions {
+        if !crate::graph::is_identifier(f.name) || !names.insert(f.name) {
+            return Err(LowerError::BadFunctionName {
+                name: f.name.to_string(),
+            });
+        }
+    }
+    let mut consts = consts::ConstTable::new(target.float_dtype());
+    let mut mil_functions = Vec::with_capacity(functions.len());
+    let mut ports = Vec::with_capacity(functions.len());
+    // Canonical graphs stay alive until every function is emitted: the constant table identifies
+    // constants it has seen by the address of their data.
+    let mut keep_alive = Vec::with_capacity(functions.len());
+    for f in functions {
+        let (function, inputs, outputs, canonical) =
+            lower_function(f, target, parameters, &mut consts)?;
+        keep_alive.push(canonical);
+        mil_functions.push(function);
+        ports.push(FunctionPorts {
+            name: f.name.to_string(),
+            inputs,
+            outputs,
+        });
+    }
+    let program = mil::Program {
+        version: "1.3".into(),
+        attributes: vec![("buildInfo".into(), build_info())],
+        functions: mil_functions,
+    };
+    let weights = std::sync::Arc::new(consts.finish());
+    drop(keep_alive);
+    let blobs = artifact::blob_store(&weights)?;
+    mil::validate_with_blobs(&program, &blobs).map_err(LowerError::Invalid)?;
+    if let Target::Ane(arch) = target {
+        let violations = crate::target::check_program(&program, *arch);
+        if !violations.is_empty() {
+            return Err(crate::target::TargetError::Check {
+                arch: *arch,
+                violations,
+            }
+            .into());
+        }
+    }
+    Ok(Artifact::new(program, weights, target.clone(), ports))
+}
+
+type LoweredFunction = (mil::Function, Vec<PortSpec>, Vec<PortSpec>, Vec<Tensor>);
+
+fn lower_function(
+    spec: &FunctionSpec<'_>,
+    target: &Target,
+    parameters: ParameterMode,
+    consts: &mut consts::ConstTable,
+) -> Result<LoweredFunction, LowerError> {
+    let outputs = spec.outputs;
     if outputs.is_empty() {
         return Err(LowerError::NoOutputs);
     }
@@ -173,33 +259,16 @@ pub fn lower(
     }
     reserved.extend(leaf_names);
 
-    let mut emitter = emit::Emitter::new(target, reserved);
-    let mut needs_alias = Vec::new();
-    for ((name, _), t) in outputs.iter().zip(&canonical) {
-        let aliased = t.op().is_leaf()
-            || emitter.name_of(t).is_some()
-            || t.dtype() == crate::graph::DType::Bool;
-        if aliased {
-            needs_alias.push((*name, t));
-        } else {
-            emitter.assign(t, name);
-        }
-    }
-    for leaf in &leaves {
-        emitter.emit(leaf)?;
-    }
-    for node in &order {
-        if !matches!(
-            node.op(),
-            crate::graph::Op::Input { .. } | crate::graph::Op::Parameter { .. }
-        ) {
-            emitter.emit(node)?;
-        }
-    }
-    for (name, t) in needs_alias {
-        emitter.output_alias(t, name);
-    }
-    let output_ports: Vec<PortSpec> = outputs
+    consts.begin_function();
+    let table = std::mem::replace(consts, consts::ConstTable::new(target.float_dtype()));
+    let mut emitter = emit::Emitter::new(target, reserved, table);
+    let emitted = emit_nodes(&mut emitter, outputs, &canonical, &leaves, &order);
+    *consts = std::mem::replace(
+        &mut emitter.consts,
+        consts::ConstTable::new(target.float_dtype()),
+    );
+    emitted?;
+    let output_ports = outputs
         .iter()
         .zip(&canonical)
         .map(|((name, _), t)| PortSpec {
@@ -211,7 +280,7 @@ pub fn lower(
         })
         .collect();
     let function = mil::Function {
-        name: "main".into(),
+        name: spec.name.into(),
         opset: "ios18".into(),
         inputs: std::mem::take(&mut emitter.inputs),
         attributes: Vec::new(),
@@ -221,38 +290,49 @@ pub fn lower(
             outputs: outputs.iter().map(|(n, _)| n.to_string()).collect(),
         },
     };
-    let program = mil::Program {
-        version: "1.3".into(),
-        attributes: vec![("buildInfo".into(), build_info())],
-        functions: vec![function],
-    };
     let mut input_ports = std::mem::take(&mut emitter.ports);
-    let mut output_ports = output_ports;
+    let mut output_ports: Vec<PortSpec> = output_ports;
     for port in input_ports.iter_mut().chain(output_ports.iter_mut()) {
         if let Some((_, dtype)) = retyped.iter().find(|(n, _)| *n == port.name) {
             port.dtype = *dtype;
         }
     }
-    let weights = std::sync::Arc::new(emitter.consts.finish());
-    let blobs = artifact::blob_store(&weights)?;
-    mil::validate_with_blobs(&program, &blobs).map_err(LowerError::Invalid)?;
-    if let Target::Ane(arch) = target {
-        let violations = crate::target::check_program(&program, *arch);
-        if !violations.is_empty() {
-            return Err(crate::target::TargetError::Check {
-                arch: *arch,
-                violations,
-            }
-            .into());
+    Ok((function, input_ports, output_ports, canonical))
+}
+
+fn emit_nodes(
+    emitter: &mut emit::Emitter<'_>,
+    outputs: &[(&str, &Tensor)],
+    canonical: &[Tensor],
+    leaves: &[&Tensor],
+    order: &[Tensor],
+) -> Result<(), LowerError> {
+    let mut needs_alias = Vec::new();
+    for ((name, _), t) in outputs.iter().zip(canonical) {
+        let aliased = t.op().is_leaf()
+            || emitter.name_of(t).is_some()
+            || t.dtype() == crate::graph::DType::Bool;
+        if aliased {
+            needs_alias.push((*name, t));
+        } else {
+            emitter.assign(t, name);
         }
     }
-    Ok(Artifact::new(
-        program,
-        weights,
-        target.clone(),
-        input_ports,
-        output_ports,
-    ))
+    for leaf in leaves {
+        emitter.emit(leaf)?;
+    }
+    for node in order {
+        if !matches!(
+            node.op(),
+            crate::graph::Op::Input { .. } | crate::graph::Op::Parameter { .. }
+        ) {
+            emitter.emit(node)?;
+        }
+    }
+    for (name, t) in needs_alias {
+        emitter.output_alias(t, name);
+    }
+    Ok(())
 }
 
 fn build_info() -> mil::Literal {

@@ -149,8 +149,7 @@ pub fn compress(
         program,
         std::sync::Arc::new(writer.finish()),
         artifact.target().clone(),
-        artifact.inputs().to_vec(),
-        artifact.outputs().to_vec(),
+        artifact.functions().to_vec(),
     );
     let blobs = compressed.blob_store()?;
     mil::validate_with_blobs(compressed.program(), &blobs).map_err(TargetError::Invalid)?;

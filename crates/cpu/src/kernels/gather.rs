@@ -42,7 +42,7 @@ pub struct Gather {
     pub kind: GatherKind,
 }
 
-unsafe fn index_at(p: *const u8, elem: Elem, i: usize) -> i64 {
+pub(crate) unsafe fn index_at(p: *const u8, elem: Elem, i: usize) -> i64 {
     match elem {
         Elem::I32 => *(p as *const i32).add(i) as i64,
         Elem::I8 => *(p as *const i8).add(i) as i64,
@@ -52,7 +52,7 @@ unsafe fn index_at(p: *const u8, elem: Elem, i: usize) -> i64 {
     }
 }
 
-fn wrap(i: i64, d: usize) -> Result<usize, String> {
+pub(crate) fn wrap(i: i64, d: usize) -> Result<usize, String> {
     let j = if i < 0 { i + d as i64 } else { i };
     if j < 0 || j >= d as i64 {
         return Err(format!(

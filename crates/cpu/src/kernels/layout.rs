@@ -178,7 +178,7 @@ impl Copy {
 
 /// # Safety
 /// Every addressed element must be inside its buffer.
-unsafe fn copy_nd(
+pub(crate) unsafe fn copy_nd(
     src: *const u8,
     ss: &[isize],
     dst: *mut u8,

@@ -28,6 +28,9 @@ pub enum Rhs {
     Prepared(Prepared),
     /// Compressed weight for m ≤ 2 (decode GEMV without expansion).
     Quant(super::quant::QuantWeight),
+    /// A block-quantized constant `[n, k]` viewed in the weights blob (the weight of a `linear`),
+    /// computed on directly for any number of rows.
+    Blocks(std::sync::Arc<super::quant_blocks::QuantTensor>),
 }
 
 #[derive(Debug)]
@@ -72,6 +75,13 @@ impl Matmul {
     }
 
     pub fn scratch_floats(&self, values: &[Value], threads: usize) -> usize {
+        if let Rhs::Blocks(q) = &self.rhs {
+            let e = self
+                .epilogue
+                .as_ref()
+                .map_or(0, |e| e.scratch_floats(threads));
+            return super::quant_blocks::scratch_floats(self.nbatch() * self.m, q, threads).max(e);
+        }
         let mut s = 0;
         if self.a_elem != Elem::F32 {
             s += self.a_len(values);
@@ -92,6 +102,13 @@ impl Matmul {
     }
 
     pub fn run(&self, cx: &Cx) {
+        if let Rhs::Blocks(q) = &self.rhs {
+            super::quant_blocks::run(self, q, cx);
+            if let Some(e) = &self.epilogue {
+                e.run(cx);
+            }
+            return;
+        }
         let a_len = cx.len(self.a);
         let mut used = 0;
         // f32 views of the operands (converted into scratch when stored as f16/ints)
@@ -113,6 +130,7 @@ impl Matmul {
         let (b, b_rs, b_cs, b_bs): (*const f32, usize, usize, &[usize]) = match &self.rhs {
             Rhs::Quant(_) => unreachable!("handled above"),
             Rhs::Prepared(p) => (p.wt.as_ptr(), 1, p.k, &[]),
+            Rhs::Blocks(_) => return,
             Rhs::Value {
                 v,
                 elem,

@@ -9,8 +9,10 @@ pub mod math;
 pub mod matmul;
 pub mod micro;
 pub mod quant;
+pub mod quant_blocks;
 pub mod rows;
 pub mod spatial;
+pub mod window;
 
 use crate::plan::{Plan, Value, Vid};
 use crate::tensor::SendPtr;
@@ -73,6 +75,8 @@ pub enum Kernel {
     Conv(conv::Conv),
     Spatial(spatial::Spatial),
     Attention(attention::Attention),
+    Window(window::Window),
+    QuantGather(quant_blocks::QuantGather),
 }
 
 impl Kernel {
@@ -85,6 +89,9 @@ impl Kernel {
                 match &m.rhs {
                     matmul::Rhs::Prepared(_) if m.m <= 2 => "-gemv".to_string(),
                     matmul::Rhs::Quant(q) => format!("-gemv-q{}", q.bits),
+                    matmul::Rhs::Blocks(_) if m.m <= quant_blocks::GEMV_MAX_ROWS =>
+                        "-quant-gemv".into(),
+                    matmul::Rhs::Blocks(_) => "-quant".into(),
                     _ => String::new(),
                 },
                 if m.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1) {
@@ -94,6 +101,11 @@ impl Kernel {
                 }
             ),
             Kernel::Copy(_) => "copy".into(),
+            Kernel::QuantGather(_) => "gather-quant".into(),
+            Kernel::Window(w) => match w.side {
+                window::Side::Read { .. } => "window-read".into(),
+                window::Side::Write { .. } => "window-write".into(),
+            },
             Kernel::Gather(_) => "gather".into(),
             Kernel::Attention(_) => "attention-flash".into(),
             Kernel::Conv(c) => format!(
@@ -134,6 +146,8 @@ impl Kernel {
             Kernel::Conv(c) => c.run(cx),
             Kernel::Spatial(s) => s.run(cx),
             Kernel::Gather(g) => return g.run(cx),
+            Kernel::Window(w) => return w.run(cx),
+            Kernel::QuantGather(g) => return g.run(cx),
         }
         Ok(())
     }
@@ -146,6 +160,7 @@ impl Kernel {
             Kernel::Conv(c) => c.scratch_floats(threads),
             Kernel::Attention(a) => a.scratch_floats(threads),
             Kernel::Spatial(s) => s.scratch_floats(threads),
+            Kernel::QuantGather(g) => g.scratch_floats(),
             _ => 0,
         }
     }
@@ -156,7 +171,9 @@ impl Kernel {
             Kernel::Chain(c) => c.len() >= 1 << 15,
             Kernel::Matmul(m) => m.flops() >= 1 << 20,
             Kernel::Copy(c) => c.elements(values) >= 1 << 18,
-            Kernel::IntEw(_) | Kernel::Gather(_) => false,
+            Kernel::IntEw(_) | Kernel::Gather(_) | Kernel::Window(_) | Kernel::QuantGather(_) => {
+                false
+            }
             Kernel::Rows(r) => r.elements() >= 1 << 15,
             Kernel::Conv(c) => c.flops() >= 1 << 20,
             Kernel::Attention(a) => a.flops() >= 1 << 20,
@@ -190,6 +207,7 @@ impl Kernel {
     pub fn inplace_source(&self) -> Option<Vid> {
         match self {
             Kernel::Copy(c) => c.inplace_src,
+            Kernel::Window(w) => w.inplace_source(),
             _ => None,
         }
     }

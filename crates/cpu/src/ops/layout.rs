@@ -4,6 +4,7 @@ use crate::compile::OpCx;
 use crate::error::Result;
 use crate::kernels::ew::{Chain, Instr, Load};
 use crate::kernels::layout::{dense_strides, Copy, Piece};
+use crate::kernels::window::{Side, Window};
 use crate::kernels::Kernel;
 use crate::known::{Data, Known};
 use crate::plan::Vid;
@@ -28,6 +29,29 @@ fn emit_copy(
         reads,
         outs,
     );
+    Ok(())
+}
+
+/// Whether the op's `begin` is computed at run time (not a compile-time constant).
+fn runtime_begin(cx: &mut OpCx) -> Result<bool> {
+    match cx.op.input("begin") {
+        Some(aneforge_mil::Argument::Name(_)) => {
+            let b = cx.input("begin")?;
+            Ok(cx.known(b).is_none())
+        }
+        _ => Ok(false),
+    }
+}
+
+/// A runtime position vector: int32 with one entry per axis.
+fn check_begin(cx: &OpCx, v: Vid, rank: usize) -> Result<()> {
+    if cx.dtype(v) != DType::Int32 || cx.shape(v) != [rank] {
+        return Err(cx.err(format!(
+            "a runtime begin/end must be int32 [{rank}], found {} {:?}",
+            cx.dtype(v),
+            cx.shape(v)
+        )));
+    }
     Ok(())
 }
 
@@ -331,6 +355,36 @@ pub(crate) fn build(cx: &mut OpCx, t: &str) -> Result<()> {
             };
             emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
         }
+        "slice_by_size" if runtime_begin(cx)? => {
+            let begin = cx.input("begin")?;
+            check_begin(cx, begin, r)?;
+            let size = cx.req_ints("size")?;
+            if size.len() != r
+                || (0..r).any(|i| size[i] < -1 || size[i] == 0 || size[i] > xs[i] as i64)
+            {
+                return Err(cx.err(format!(
+                    "size {size:?} must have {r} entries in 1..=dim (no -1 with a runtime begin) for {xs:?}"
+                )));
+            }
+            if size.contains(&-1) {
+                return Err(cx.err("size -1 needs a constant begin"));
+            }
+            let shape: Vec<usize> = size.iter().map(|&s| s as usize).collect();
+            let out = cx.output(0, dt, shape.clone())?;
+            let esize = esize(cx, x)?;
+            cx.emit(
+                Kernel::Window(Window {
+                    x,
+                    begin,
+                    x_shape: xs.clone(),
+                    shape,
+                    esize,
+                    side: Side::Read { out },
+                }),
+                vec![x, begin],
+                vec![out],
+            );
+        }
         "slice_by_size" => {
             let begin = cx.req_ints("begin")?;
             let size = cx.req_ints("size")?;
@@ -370,6 +424,56 @@ pub(crate) fn build(cx: &mut OpCx, t: &str) -> Result<()> {
                 shape,
             };
             emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
+        }
+        "slice_update" if runtime_begin(cx)? => {
+            let u = cx.input("update")?;
+            if cx.dtype(u) != dt {
+                return Err(cx.err(format!("update is {} but x is {dt}", cx.dtype(u))));
+            }
+            let begin = cx.input("begin")?;
+            check_begin(cx, begin, r)?;
+            let end = cx.input("end")?;
+            check_begin(cx, end, r)?;
+            let plain_stride = cx.ints("stride")?.is_none_or(|s| s.iter().all(|&v| v == 1));
+            let no_masks = ["begin_mask", "end_mask", "squeeze_mask"]
+                .iter()
+                .all(|m| cx.op.input(m).is_none());
+            if !plain_stride || !no_masks {
+                return Err(
+                    cx.err("a runtime begin is supported with unit strides and without masks")
+                );
+            }
+            let us = cx.shape(u);
+            if us.len() != r || (0..r).any(|i| us[i] > xs[i]) {
+                return Err(cx.err(format!(
+                    "update {us:?} must have x's rank and fit inside x {xs:?}"
+                )));
+            }
+            let end = if cx.known(end).is_some() {
+                None
+            } else {
+                Some(end)
+            };
+            let out = cx.output(0, dt, xs.clone())?;
+            let esize = esize(cx, x)?;
+            let mut reads = vec![x, u, begin];
+            reads.extend(end);
+            cx.emit(
+                Kernel::Window(Window {
+                    x,
+                    begin,
+                    x_shape: xs.clone(),
+                    shape: us,
+                    esize,
+                    side: Side::Write {
+                        update: u,
+                        end,
+                        out,
+                    },
+                }),
+                reads,
+                vec![out],
+            );
         }
         "slice_update" => {
             let u = cx.input("update")?;

@@ -5,6 +5,7 @@ use crate::error::Result;
 use crate::kernels::ew::{broadcast_shapes, broadcast_strides, BinOp, Chain, Instr, Load};
 use crate::kernels::matmul::{Matmul, Prepared, Rhs};
 use crate::kernels::Kernel;
+use crate::known::Data;
 use crate::plan::Vid;
 use crate::tensor::Elem;
 use aneforge_mil::DType;
@@ -198,8 +199,13 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
     }
     let (n, k) = (ws[0], ws[1]);
     let m_rows: usize = xs[..xs.len() - 1].iter().product();
-    let rhs = match cx.b.quant.get(&w) {
-        Some(q) if m_rows <= 2 && q.n == n && q.k == k => Rhs::Quant(q.clone()),
+    let blocks = match cx.known(w).map(|k| &k.data) {
+        Some(Data::Quant(q)) => Some(q.clone()),
+        _ => None,
+    };
+    let rhs = match (blocks, cx.b.quant.get(&w)) {
+        (Some(q), _) => Rhs::Blocks(q),
+        (None, Some(q)) if m_rows <= 2 && q.n == n && q.k == k => Rhs::Quant(q.clone()),
         _ => {
             let wk = cx
                 .known(w)

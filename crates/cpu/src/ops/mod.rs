@@ -8,6 +8,7 @@ mod elementwise;
 mod gather;
 mod layout;
 mod linalg;
+mod quant;
 mod reduce;
 
 use crate::compile::{const_literal, OpCx};
@@ -24,11 +25,12 @@ pub(crate) fn build(cx: &mut OpCx) -> Result<()> {
             cx.known_output(0, k)?;
             Ok(())
         }
+        "constexpr_blockwise_shift_scale" => quant::constexpr(cx, &t),
         "constexpr_affine_dequantize"
         | "constexpr_lut_to_dense"
         | "constexpr_sparse_to_dense"
-        | "constexpr_blockwise_shift_scale"
         | "constexpr_cast" => constexpr::build(cx, &t),
+        "gather" if quant::gather(cx)? => Ok(()),
         "gather" | "gather_along_axis" | "one_hot" => gather::build(cx, &t),
         "conv" => conv::conv(cx, false),
         "conv_transpose" => conv::conv(cx, true),

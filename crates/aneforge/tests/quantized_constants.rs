@@ -1,0 +1,185 @@
+//! Block-quantized constants: lowered to `constexpr_blockwise_shift_scale` over blob entries,
+//! computed on by the CPU engine, and equal to the dequantized values by definition.
+
+use aneforge::engine::HostSlice;
+use aneforge::graph::{constant, input, BlockQuantized, DType, HostArray, QuantFormat};
+use aneforge::lower::lower_functions;
+use aneforge::{
+    compile_named, AneArch, CompileOptions, Engine, FunctionSpec, Model, ParameterMode, Target,
+};
+use std::sync::Arc;
+
+const ROWS: usize = 12;
+const COLS: usize = 64;
+const BLOCK: usize = 32;
+
+fn quantized(seed: u32) -> BlockQuantized {
+    let n = ROWS * COLS;
+    let q: Vec<u8> = (0..n).map(|i| ((i as u32 * 7 + seed) % 16) as u8).collect();
+    let data: Vec<u8> = q.chunks(2).map(|p| p[0] | (p[1] << 4)).collect();
+    let blocks = ROWS * COLS / BLOCK;
+    let scale: Vec<f32> = (0..blocks).map(|b| 0.01 + b as f32 * 0.003).collect();
+    let offset: Vec<f32> = (0..blocks).map(|b| 7.5 - b as f32 * 0.25).collect();
+    BlockQuantized::new(
+        QuantFormat::U4,
+        ROWS,
+        COLS,
+        BLOCK,
+        data,
+        scale,
+        Some(offset.into()),
+    )
+    .unwrap()
+}
+
+fn reference_linear(x: &[f32], w: &[f32], m: usize) -> Vec<f64> {
+    (0..m * ROWS)
+        .map(|i| {
+            let (r, j) = (i / ROWS, i % ROWS);
+            (0..COLS)
+                .map(|c| f64::from(x[r * COLS + c]) * f64::from(w[j * COLS + c]))
+                .sum()
+        })
+        .collect()
+}
+
+#[test]
+fn dequantization_follows_the_definition() {
+    let q = quantized(3);
+    let dense = q.dequantize();
+    for r in 0..ROWS {
+        for c in 0..COLS {
+            let b = r * (COLS / BLOCK) + c / BLOCK;
+            let want = q.scale()[b] * (q.q(r, c) as f32 - q.offset().unwrap()[b]);
+            assert_eq!(dense[r * COLS + c], want);
+        }
+    }
+    let p = q
+        .permute_rows(&(0..ROWS).rev().collect::<Vec<_>>())
+        .unwrap();
+    assert_eq!(p.dequantize()[..COLS], dense[(ROWS - 1) * COLS..]);
+    let both = BlockQuantized::concat_rows(&[&q, &p]).unwrap();
+    assert_eq!(both.rows(), 2 * ROWS);
+    assert_eq!(both.dequantize()[..ROWS * COLS], dense[..]);
+}
+
+#[test]
+fn bad_geometry_is_an_error() {
+    let e = BlockQuantized::new(
+        QuantFormat::U4,
+        2,
+        30,
+        32,
+        vec![0u8; 30],
+        vec![1.0f32; 2],
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("tile"), "{e}");
+    let e = BlockQuantized::new(
+        QuantFormat::I8,
+        2,
+        64,
+        32,
+        vec![0u8; 10],
+        vec![1.0f32; 4],
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("data bytes"), "{e}");
+}
+
+#[test]
+fn linear_and_gather_on_a_quantized_constant() {
+    let q = quantized(5);
+    let dense = q.dequantize();
+    let w = constant(HostArray::from_block_quantized(q).unwrap());
+    let x = input("x", &[3, COLS], DType::F32).unwrap();
+    let ids = input("ids", &[2], DType::I32).unwrap();
+    let y = x.linear(&w, None).unwrap();
+    let rows = w.gather(&ids, 0).unwrap();
+    let mut m = compile_named(&[("y", &y), ("rows", &rows)], &CompileOptions::default()).unwrap();
+    let text = m.mil_text().to_string();
+    assert!(
+        text.contains("constexpr_blockwise_shift_scale(data = tensor<uint4, [12, 64]>(BLOBFILE"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("constexpr_blockwise_shift_scale").count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains("linear("), "{text}");
+    let xv: Vec<f32> = (0..3 * COLS)
+        .map(|i| ((i * 37 % 19) as f32 - 9.0) / 9.0)
+        .collect();
+    let out = m
+        .run_f32(&[
+            ("x", HostSlice::F32(&xv)),
+            ("ids", HostSlice::I32(&[11, 2])),
+        ])
+        .unwrap();
+    for (g, r) in out[0].iter().zip(reference_linear(&xv, &dense, 3)) {
+        assert!(
+            (f64::from(*g) - r).abs() <= 1e-5 * r.abs().max(1.0),
+            "{g} vs {r}"
+        );
+    }
+    assert_eq!(out[1][..COLS], dense[11 * COLS..12 * COLS]);
+    assert_eq!(out[1][COLS..], dense[2 * COLS..3 * COLS]);
+}
+
+#[test]
+fn functions_share_quantized_blob_entries_and_ane_scales_are_fp16() {
+    let q = HostArray::from_block_quantized(quantized(1)).unwrap();
+    let x1 = input("x", &[1, COLS], DType::F32).unwrap();
+    let x4 = input("x", &[4, COLS], DType::F32).unwrap();
+    let y1 = x1.linear(&constant(q.clone()), None).unwrap();
+    let y4 = x4.linear(&constant(q.clone()), None).unwrap();
+    let one = lower_functions(
+        &[FunctionSpec {
+            name: "a",
+            outputs: &[("y", &y1)],
+        }],
+        &Target::Cpu,
+        ParameterMode::Constant,
+    )
+    .unwrap();
+    let two = lower_functions(
+        &[
+            FunctionSpec {
+                name: "a",
+                outputs: &[("y", &y1)],
+            },
+            FunctionSpec {
+                name: "b",
+                outputs: &[("y", &y4)],
+            },
+        ],
+        &Target::Cpu,
+        ParameterMode::Constant,
+    )
+    .unwrap();
+    assert_eq!(one.weights().len(), two.weights().len());
+    let two = Arc::new(two);
+    let mut b = Model::load_function(two, "b", Engine::Cpu).unwrap();
+    let xv = vec![0.5f32; 4 * COLS];
+    let out = b.run_f32(&[("x", HostSlice::F32(&xv))]).unwrap();
+    let want = reference_linear(&xv, &q.to_f32_vec().unwrap(), 4);
+    for (g, r) in out[0].iter().zip(want) {
+        assert!((f64::from(*g) - r).abs() <= 1e-5 * r.abs().max(1.0));
+    }
+    let ane = CompileOptions {
+        target: Target::Ane(AneArch::default()),
+        ..CompileOptions::default()
+    };
+    let m = compile_named(&[("y", &y1)], &ane).unwrap();
+    assert!(
+        m.mil_text()
+            .contains("scale = tensor<fp16, [12, 2]>(BLOBFILE"),
+        "{}",
+        m.mil_text()
+    );
+}

@@ -1,0 +1,415 @@
+//! `aneforge generate`, `aneforge chat` and `aneforge bench llm`: decoder LLMs from a model id, a
+//! directory or a `.gguf` file.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
+use std::time::Instant;
+
+use aneforge::engine::EngineKind;
+use aneforge::target::AneArch;
+use aneforge::{Engine, Target};
+use aneforge_models::llm::{
+    generate, speculative_generate, ChatMessage, FinishReason, GenerateOptions, Generation, Llm,
+    LoadOptions, Runner, RunnerOptions, SamplingOptions, WeightFormat,
+};
+use anyhow::{bail, Context};
+
+#[derive(clap::Args, Clone)]
+pub struct ModelArgs {
+    /// Model: an id (ORG/NAME, from the Hugging Face cache), a model directory or a .gguf file.
+    #[arg(short = 'm', long = "model")]
+    pub model: String,
+    /// Engine: cpu, ane or auto.
+    #[arg(long, default_value = "cpu")]
+    pub engine: String,
+    /// Compile target: cpu, or an ANE architecture (h13…h18, m1…m5, …). Default: cpu on the CPU
+    /// engine, the detected host on the ANE engine.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Weight storage: stored (GGUF Q4_0/Q4_1/Q8_0 blocks as stored, others f32), none (all
+    /// f32), int8 or int4 (every matrix quantized in blocks of 32).
+    #[arg(long, default_value = "stored")]
+    pub compress: String,
+    /// Largest context in tokens (prompt and generated), up to the model's own limit.
+    #[arg(long, default_value_t = 2048)]
+    pub ctx: usize,
+}
+
+#[derive(clap::Args, Clone)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 picks the most likely token (greedy).
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Keep the k most likely tokens (0: off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Nucleus sampling: the smallest set of tokens reaching this probability (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than this fraction of the most likely one (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalty on tokens already in the sequence (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Random seed (default: from the clock; printed with the statistics).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    fn options(&self) -> SamplingOptions {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        SamplingOptions {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repeat_penalty,
+            seed,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt.
+    pub prompt: String,
+    /// Most tokens to generate.
+    #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]
+    pub max_tokens: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Wrap the prompt in the model's chat template (as one user message).
+    #[arg(long)]
+    pub chat: bool,
+    /// A system message (with --chat).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Stop when the output contains this text (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// A draft model for exact speculative decoding (greedy only).
+    #[arg(long)]
+    pub draft: Option<String>,
+    /// Tokens the draft model proposes per target call.
+    #[arg(long, default_value_t = 4)]
+    pub draft_k: usize,
+}
+
+#[derive(clap::Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// A system message.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Most tokens per answer.
+    #[arg(short = 'n', long = "max-tokens", default_value_t = 512)]
+    pub max_tokens: usize,
+}
+
+#[derive(clap::Args)]
+pub struct BenchLlmArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 128)]
+    pub prompt_tokens: usize,
+    /// Tokens decoded after the prompt (greedy, end-of-sequence ignored).
+    #[arg(long, default_value_t = 128)]
+    pub decode_tokens: usize,
+    /// Timed runs; the best is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// A text file the prompt's tokens are taken from (default: a built-in passage).
+    #[arg(long)]
+    pub prompt_file: Option<std::path::PathBuf>,
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+struct Loaded {
+    llm: Arc<Llm>,
+    opts: RunnerOptions,
+    load_seconds: f64,
+}
+
+fn load(args: &ModelArgs, all_logits: Vec<usize>, prefill: Option<Vec<usize>>) -> anyhow::Result<Loaded> {
+    let started = Instant::now();
+    let kind: EngineKind = args.engine.parse()?;
+    let engine = kind.select().with_context(|| format!("engine {kind}"))?;
+    let target = match (args.target.as_deref(), engine) {
+        (Some("cpu"), _) | (None, Engine::Cpu) => Target::Cpu,
+        (Some(name), _) => Target::Ane(AneArch::new(name)?),
+        (None, _) => Target::Ane(aneforge::target::host::detect()?.arch),
+    };
+    let format: WeightFormat = args.compress.parse().map_err(anyhow::Error::msg)?;
+    let llm = Llm::load(&args.model, LoadOptions::new(format)).with_context(|| format!("loading {}", args.model))?;
+    let mut opts = RunnerOptions {
+        target: target.clone(),
+        engine,
+        max_context: args.ctx,
+        all_logits_chunks: all_logits,
+        ..RunnerOptions::default()
+    };
+    if let Some(p) = prefill {
+        opts.prefill_chunks = p;
+    }
+    if target.is_ane() {
+        opts.segment_bytes = Some(aneforge::target::WEIGHT_CEILING as usize);
+    }
+    Ok(Loaded {
+        llm: Arc::new(llm),
+        opts,
+        load_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn runner(loaded: &Loaded) -> anyhow::Result<Runner> {
+    Runner::new(loaded.llm.clone(), loaded.opts.clone()).context("compiling the model's step programs")
+}
+
+fn report(g: &Generation, seed: u64, greedy: bool) {
+    let finish = match &g.finish {
+        FinishReason::Length => "token limit".to_string(),
+        FinishReason::Eos(id) => format!("end of sequence ({id})"),
+        FinishReason::Stop(s) => format!("stop string {s:?}"),
+        FinishReason::ContextFull => "context full".into(),
+        FinishReason::Cancelled => "cancelled".into(),
+    };
+    let sampling = if greedy { "greedy".to_string() } else { format!("seed {seed}") };
+    eprintln!(
+        "\nprefill: {} tokens, {:.1} tok/s | decode: {} tokens, {:.1} tok/s | first token after {:.0} ms | {finish} | {sampling}",
+        g.prefill_tokens,
+        g.prefill_tokens_per_second(),
+        g.timings.decode_tokens,
+        g.decode_tokens_per_second(),
+        g.seconds_to_first_token * 1e3,
+    );
+}
+
+fn stream_to_stdout() -> impl FnMut(&str) -> bool {
+    |text: &str| {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes()).is_ok() && out.flush().is_ok()
+    }
+}
+
+pub fn generate_cmd(args: GenerateArgs) -> anyhow::Result<()> {
+    let all = if args.draft.is_some() { vec![args.draft_k + 1] } else { Vec::new() };
+    let loaded = load(&args.model, all, None)?;
+    let llm = loaded.llm.clone();
+    let prompt = if args.chat {
+        let template = llm.chat()?;
+        let mut messages = Vec::new();
+        if let Some(s) = &args.system {
+            messages.push(ChatMessage::new("system", s));
+        }
+        messages.push(ChatMessage::new("user", &args.prompt));
+        llm.encode_raw(&template.render(&messages, true)?)?
+    } else {
+        if args.system.is_some() {
+            bail!("--system needs --chat");
+        }
+        llm.encode(&args.prompt)?
+    };
+    let mut r = runner(&loaded)?;
+    eprintln!(
+        "{}: {} ({} layers, {}), loaded and compiled in {:.2} s",
+        args.model.model,
+        llm.config.family.name(),
+        llm.config.n_layers,
+        loaded.opts.target,
+        loaded.load_seconds
+    );
+    let sampling = args.sampling.options();
+    let opts = GenerateOptions {
+        max_new_tokens: args.max_tokens,
+        sampling: sampling.clone(),
+        stop: args.stop.clone(),
+        stop_at_eos: !args.ignore_eos,
+    };
+    let mut out = stream_to_stdout();
+    let g = match &args.draft {
+        None => generate(&mut r, &prompt, &opts, &mut out)?,
+        Some(draft) => {
+            let draft_args = ModelArgs {
+                model: draft.clone(),
+                ..args.model.clone()
+            };
+            let draft_loaded = load(&draft_args, Vec::new(), None)?;
+            let mut d = runner(&draft_loaded)?;
+            let (g, stats) = speculative_generate(&mut r, &mut d, &prompt, args.draft_k, &opts, &mut out)?;
+            eprintln!(
+                "\nspeculative: {} target calls, {} of {} drafted tokens accepted ({:.0}%)",
+                stats.target_calls,
+                stats.accepted,
+                stats.drafted,
+                100.0 * stats.acceptance()
+            );
+            g
+        }
+    };
+    println!();
+    report(&g, sampling.seed, sampling.is_greedy());
+    Ok(())
+}
+
+pub fn chat_cmd(args: ChatArgs) -> anyhow::Result<()> {
+    let loaded = load(&args.model, Vec::new(), None)?;
+    let llm = loaded.llm.clone();
+    let template = llm.chat()?;
+    let mut r = runner(&loaded)?;
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!(
+            "{} ready ({:.1} s). /reset clears the conversation, /exit or Ctrl-D quits.",
+            args.model.model, loaded.load_seconds
+        );
+    }
+    let mut messages: Vec<ChatMessage> = Vec::new();
+    if let Some(s) = &args.system {
+        messages.push(ChatMessage::new("system", s));
+    }
+    let base = messages.len();
+    let mut sampling = args.sampling.options();
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    loop {
+        if interactive {
+            eprint!("> ");
+        }
+        line.clear();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            break;
+        }
+        let text = line.trim_end_matches(['\n', '\r']);
+        match text.trim() {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                messages.truncate(base);
+                r.reset();
+                continue;
+            }
+            _ => {}
+        }
+        messages.push(ChatMessage::new("user", text));
+        let prompt = llm.encode_raw(&template.render(&messages, true)?)?;
+        if prompt.len() + 1 > r.max_context() {
+            messages.pop();
+            eprintln!("the conversation no longer fits the context of {} tokens; /reset to start over", r.max_context());
+            continue;
+        }
+        let opts = GenerateOptions {
+            max_new_tokens: args.max_tokens.min(r.max_context() - prompt.len()),
+            sampling: sampling.clone(),
+            stop: Vec::new(),
+            stop_at_eos: true,
+        };
+        let g = generate(&mut r, &prompt, &opts, &mut stream_to_stdout())?;
+        println!();
+        if interactive {
+            report(&g, sampling.seed, sampling.is_greedy());
+        }
+        messages.push(ChatMessage::new("assistant", &g.text));
+        sampling.seed = sampling.seed.wrapping_add(1);
+    }
+    Ok(())
+}
+
+/// Public-domain text the benchmark prompt is cut from (repeated as needed).
+const BENCH_TEXT: &str = "It was the best of times, it was the worst of times, it was the age of wisdom, \
+it was the age of foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the \
+season of Light, it was the season of Darkness, it was the spring of hope, it was the winter of \
+despair, we had everything before us, we had nothing before us, we were all going direct to Heaven, \
+we were all going direct the other way.";
+
+/// Peak resident memory of this process in MiB (Linux `VmHWM`).
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
+    let chunks = vec![args.prompt_tokens.max(2)];
+    let mut margs = args.model.clone();
+    margs.ctx = margs.ctx.max(args.prompt_tokens + args.decode_tokens + 1);
+    let loaded = load(&margs, Vec::new(), Some(chunks))?;
+    let llm = loaded.llm.clone();
+    let text = match &args.prompt_file {
+        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        None => BENCH_TEXT.to_string(),
+    };
+    let mut ids = llm.encode_raw(&text)?;
+    if ids.is_empty() {
+        bail!("the prompt text has no tokens");
+    }
+    while ids.len() < args.prompt_tokens {
+        ids.extend_from_within(..);
+    }
+    ids.truncate(args.prompt_tokens);
+    let compile_start = Instant::now();
+    let mut r = runner(&loaded)?;
+    let opts = GenerateOptions {
+        max_new_tokens: args.decode_tokens,
+        sampling: SamplingOptions::greedy(),
+        stop: Vec::new(),
+        stop_at_eos: false,
+    };
+    // first run: loads (compiles) the programs it uses
+    generate(&mut r, &ids, &opts, &mut |_| true)?;
+    let warmup = compile_start.elapsed().as_secs_f64();
+    let (mut prefill, mut decode) = (0f64, 0f64);
+    for _ in 0..args.repeat.max(1) {
+        r.reset();
+        let g = generate(&mut r, &ids, &opts, &mut |_| true)?;
+        prefill = prefill.max(g.prefill_tokens_per_second());
+        decode = decode.max(g.decode_tokens_per_second());
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let peak = peak_rss_mb();
+    if args.json {
+        println!(
+            "{{\"peer\": \"aneforge\", \"model\": {:?}, \"target\": \"{}\", \"weights\": {:?}, \"threads\": {threads}, \"prompt_tokens\": {}, \"prefill_tok_s\": {prefill:.3}, \"decode_tokens\": {}, \"decode_tok_s\": {decode:.3}, \"peak_rss_mb\": {}, \"load_s\": {:.3}, \"first_run_s\": {warmup:.3}}}",
+            args.model.model,
+            loaded.opts.target,
+            args.model.compress,
+            ids.len(),
+            args.decode_tokens,
+            peak.map_or("null".to_string(), |p| format!("{p:.1}")),
+            loaded.load_seconds,
+        );
+    } else {
+        println!(
+            "{} ({}, {} weights, {} threads): prefill {} tokens {:.1} tok/s, decode {} tokens {:.1} tok/s, peak RSS {}, load {:.2} s, first run {:.2} s",
+            args.model.model,
+            loaded.opts.target,
+            args.model.compress,
+            threads,
+            ids.len(),
+            prefill,
+            args.decode_tokens,
+            decode,
+            peak.map_or("n/a".to_string(), |p| format!("{p:.0} MiB")),
+            loaded.load_seconds,
+            warmup
+        );
+    }
+    Ok(())
+}

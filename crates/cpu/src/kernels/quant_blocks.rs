@@ -1,0 +1,603 @@
+//! Block-quantized weights computed on directly: MIL's `constexpr_blockwise_shift_scale` over a
+//! `[rows, cols]` matrix with blocks along the columns, `w[r, c] = scale[r, b]·(q[r, c] −
+//! offset[r, b])`, `b = c / block`, with 4- or 8-bit `q` (GGUF's Q4_0, Q4_1 and Q8_0 map onto it).
+//!
+//! The weights stay in the program's weights blob (shared by every plan of that blob, never
+//! copied or expanded). Linear layers run as a GEMV for a few activation rows — f32 activations
+//! against weights unpacked in registers, `Σ_b scale_b·(x_b·q_b) − Σ_b scale_b·offset_b·Σx_b` —
+//! and as tiles dequantized into scratch followed by a GEMM for many rows (prefill). Embedding
+//! lookups dequantize only the rows they pick.
+
+use std::sync::Arc;
+
+use half::f16;
+
+use super::matmul::Matmul;
+use super::Cx;
+use crate::tensor::{Elem, SendPtr};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QFormat {
+    U4,
+    I4,
+    U8,
+    I8,
+}
+
+impl QFormat {
+    pub fn bits(self) -> usize {
+        match self {
+            QFormat::U4 | QFormat::I4 => 4,
+            QFormat::U8 | QFormat::I8 => 8,
+        }
+    }
+}
+
+/// Per-block floats (scales or offsets): in the blob as f32 or f16, or owned.
+#[derive(Clone, Debug)]
+pub enum Params {
+    F32 { off: usize },
+    F16 { off: usize },
+    Owned(Arc<[f32]>),
+}
+
+/// Shared storage of weights (a weights blob).
+pub type Storage = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// A block-quantized `[rows, cols]` matrix viewed in its storage.
+#[derive(Clone)]
+pub struct QuantTensor {
+    bytes: Storage,
+    data: usize,
+    pub format: QFormat,
+    pub rows: usize,
+    pub cols: usize,
+    pub block: usize,
+    scale: Params,
+    offset: Option<Params>,
+}
+
+impl std::fmt::Debug for QuantTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuantTensor")
+            .field("format", &self.format)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .field("block", &self.block)
+            .field("offset", &self.offset.is_some())
+            .finish()
+    }
+}
+
+enum ParamSlice<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+impl ParamSlice<'_> {
+    #[inline(always)]
+    fn get(&self, i: usize) -> f32 {
+        match self {
+            ParamSlice::F32(v) => v[i],
+            ParamSlice::F16(v) => v[i].to_f32(),
+        }
+    }
+}
+
+impl QuantTensor {
+    /// Checks that every region lies inside `bytes` with the alignment its type needs; returns
+    /// why not otherwise. `scale`/`offset` regions hold `rows · cols / block` values.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        bytes: Storage,
+        data: usize,
+        format: QFormat,
+        rows: usize,
+        cols: usize,
+        block: usize,
+        scale: Params,
+        offset: Option<Params>,
+    ) -> Result<QuantTensor, String> {
+        if rows == 0 || cols == 0 || block == 0 || !cols.is_multiple_of(block) {
+            return Err(format!("blocks of {block} do not tile {cols} columns"));
+        }
+        if format.bits() == 4 && !cols.is_multiple_of(2) {
+            return Err(format!(
+                "4-bit rows need an even column count, found {cols}"
+            ));
+        }
+        let t = QuantTensor {
+            bytes,
+            data,
+            format,
+            rows,
+            cols,
+            block,
+            scale,
+            offset,
+        };
+        let len = (*t.bytes).as_ref().len();
+        let data_end = data.checked_add(rows * t.row_bytes());
+        if data_end.is_none_or(|e| e > len) {
+            return Err("the quantized data lies outside its storage".into());
+        }
+        let n = t.blocks_per_row() * rows;
+        for p in std::iter::once(&t.scale).chain(t.offset.as_ref()) {
+            let ok = match p {
+                Params::F32 { off } => {
+                    off.checked_add(4 * n).is_some_and(|e| e <= len)
+                        && (t.base() + off).is_multiple_of(4)
+                }
+                Params::F16 { off } => {
+                    off.checked_add(2 * n).is_some_and(|e| e <= len)
+                        && (t.base() + off).is_multiple_of(2)
+                }
+                Params::Owned(v) => v.len() == n,
+            };
+            if !ok {
+                return Err(
+                    "scale or offset values lie outside their storage or are misaligned".into(),
+                );
+            }
+        }
+        Ok(t)
+    }
+
+    fn base(&self) -> usize {
+        (*self.bytes).as_ref().as_ptr() as usize
+    }
+
+    pub fn row_bytes(&self) -> usize {
+        self.cols * self.format.bits() / 8
+    }
+
+    pub fn blocks_per_row(&self) -> usize {
+        self.cols / self.block
+    }
+
+    /// 4-bit data in blocks of whole 32-column chunks: activations are prepared chunk-wise as 16
+    /// even then 16 odd columns, the two nibbles of each byte.
+    fn interleaved(&self) -> bool {
+        self.format.bits() == 4 && self.block.is_multiple_of(32)
+    }
+
+    fn all(&self) -> &[u8] {
+        (*self.bytes).as_ref()
+    }
+
+    fn data_row(&self, r: usize) -> &[u8] {
+        let rb = self.row_bytes();
+        &self.all()[self.data + r * rb..self.data + (r + 1) * rb]
+    }
+
+    fn params<'a>(&'a self, p: &'a Params, r: usize) -> ParamSlice<'a> {
+        let nb = self.blocks_per_row();
+        match p {
+            Params::F32 { off } => {
+                let v: &[f32] =
+                    bytemuck::cast_slice(&self.all()[off + 4 * r * nb..off + 4 * (r + 1) * nb]);
+                ParamSlice::F32(v)
+            }
+            Params::F16 { off } => {
+                let v: &[f16] =
+                    bytemuck::cast_slice(&self.all()[off + 2 * r * nb..off + 2 * (r + 1) * nb]);
+                ParamSlice::F16(v)
+            }
+            Params::Owned(v) => ParamSlice::F32(&v[r * nb..(r + 1) * nb]),
+        }
+    }
+
+    #[inline(always)]
+    fn q(&self, row: &[u8], c: usize) -> f32 {
+        match self.format {
+            QFormat::U4 => ((row[c / 2] >> (4 * (c % 2))) & 15) as f32,
+            QFormat::I4 => ((((row[c / 2] >> (4 * (c % 2))) & 15) << 4) as i8 >> 4) as f32,
+            QFormat::U8 => row[c] as f32,
+            QFormat::I8 => row[c] as i8 as f32,
+        }
+    }
+
+    /// Row `r` as f32 into `out[..cols]`.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let row = self.data_row(r);
+        let scale = self.params(&self.scale, r);
+        let offset = self.offset.as_ref().map(|p| self.params(p, r));
+        let bs = self.block;
+        #[cfg(target_arch = "x86_64")]
+        if self.format == QFormat::U4 && bs.is_multiple_of(32) && avx512() {
+            // SAFETY: AVX-512 was detected; the row holds cols/2 bytes and out cols floats.
+            unsafe {
+                dequantize_u4_avx512(row, &scale, offset.as_ref(), bs, &mut out[..self.cols])
+            };
+            return;
+        }
+        for b in 0..self.blocks_per_row() {
+            let s = scale.get(b);
+            let o = offset.as_ref().map_or(0.0, |p| p.get(b));
+            for c in b * bs..(b + 1) * bs {
+                out[c] = s * (self.q(row, c) - o);
+            }
+        }
+    }
+
+    /// The whole matrix as f32 (for consumers without a quantized kernel).
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0.0; self.rows * self.cols];
+        for (r, chunk) in out.chunks_exact_mut(self.cols).enumerate() {
+            self.dequantize_row(r, chunk);
+        }
+        out
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx512() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("f16c")
+        && std::is_x86_feature_detected!("fma")
+}
+
+/// Largest activation-row count run as GEMV; more rows run as dequantized tiles + GEMM.
+pub const GEMV_MAX_ROWS: usize = 8;
+/// Weight rows dequantized per GEMM tile.
+const TILE: usize = 32;
+
+/// Floats of scratch [`run`] needs.
+pub fn scratch_floats(m: usize, q: &QuantTensor, threads: usize) -> usize {
+    if m <= GEMV_MAX_ROWS {
+        m * (q.cols + q.blocks_per_row()) + q.cols
+    } else {
+        threads.max(1) * TILE * q.cols + m * q.cols
+    }
+}
+
+/// Activation rows prepared for the GEMV: 4-bit formats get each 32-column chunk as 16 even then
+/// 16 odd columns (matching the nibbles of a byte); then the per-block sums.
+fn prepare(x: &[f32], q: &QuantTensor, out: &mut [f32]) {
+    let (k, nb) = (q.cols, q.blocks_per_row());
+    let (xs, sums) = out.split_at_mut(k);
+    if q.interleaved() {
+        for (src, dst) in x.chunks_exact(32).zip(xs.chunks_exact_mut(32)) {
+            for i in 0..16 {
+                dst[i] = src[2 * i];
+                dst[16 + i] = src[2 * i + 1];
+            }
+        }
+    } else {
+        xs.copy_from_slice(&x[..k]);
+    }
+    for (b, s) in sums[..nb].iter_mut().enumerate() {
+        *s = x[b * q.block..(b + 1) * q.block].iter().sum();
+    }
+}
+
+/// `out[m, n] = a[m, k] @ w^T` for a quantized `w[n, k]` (the Matmul's raw product).
+pub fn run(mm: &Matmul, q: &QuantTensor, cx: &Cx) {
+    let (m, n, k) = (mm.m, mm.n, mm.k);
+    let a_ptr = cx.ptr(mm.a);
+    let out = SendPtr(cx.ptr(mm.raw) as *mut f32);
+    let a_row = |i: usize, dst: &mut [f32]| {
+        let off = i * mm.a_rs;
+        // SAFETY: `a` holds m rows of stride a_rs with unit column stride (checked at build).
+        unsafe {
+            match mm.a_elem {
+                Elem::F16 => {
+                    let s = std::slice::from_raw_parts((a_ptr as *const f16).add(off), k);
+                    for (d, v) in dst.iter_mut().zip(s) {
+                        *d = v.to_f32();
+                    }
+                }
+                _ => dst.copy_from_slice(std::slice::from_raw_parts(
+                    (a_ptr as *const f32).add(off),
+                    k,
+                )),
+            }
+        }
+    };
+    if m <= GEMV_MAX_ROWS {
+        let stride = k + q.blocks_per_row();
+        let x = cx.scratch_at(m * stride, k);
+        for i in 0..m {
+            a_row(i, x);
+            prepare(x, q, cx.scratch_at(i * stride, stride));
+        }
+        let prep = &*cx.scratch_at(0, m * stride);
+        let chunks = if cx.threads > 1 && n * k >= 1 << 16 {
+            (cx.threads * 4).min(n.div_ceil(16))
+        } else {
+            1
+        };
+        let per = n.div_ceil(chunks);
+        cx.par_for(chunks, &|c| {
+            let j0 = c * per;
+            let j1 = (j0 + per).min(n);
+            for j in j0..j1 {
+                let mut acc = [0.0f32; GEMV_MAX_ROWS];
+                gemv_row(q, j, prep, stride, m, &mut acc);
+                for (i, v) in acc[..m].iter().enumerate() {
+                    // SAFETY: out is [m, n]; chunks write disjoint columns.
+                    unsafe { *out.get().add(i * n + j) = *v };
+                }
+            }
+        });
+    } else {
+        let x = cx.scratch_at(0, m * k);
+        for i in 0..m {
+            a_row(i, &mut x[i * k..(i + 1) * k]);
+        }
+        let x = SendPtr(x.as_mut_ptr());
+        let tiles = n.div_ceil(TILE);
+        let base = m * k;
+        let threads = cx.threads.max(1);
+        let per = tiles.div_ceil(threads);
+        cx.par_for(threads.min(tiles), &|t| {
+            let tile_buf = cx.scratch_at(base + t * TILE * k, TILE * k);
+            for tile in t * per..((t + 1) * per).min(tiles) {
+                let j0 = tile * TILE;
+                let cols = TILE.min(n - j0);
+                for r in 0..cols {
+                    q.dequantize_row(j0 + r, &mut tile_buf[r * k..(r + 1) * k]);
+                }
+                // SAFETY: x is [m, k]; the tile is [cols, k] read as a k×cols matrix; out columns
+                // j0..j0+cols of the [m, n] output belong to this task alone.
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        cols,
+                        k,
+                        out.get().add(j0),
+                        1,
+                        n as isize,
+                        false,
+                        x.get(),
+                        1,
+                        k as isize,
+                        tile_buf.as_ptr(),
+                        k as isize,
+                        1,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    )
+                };
+            }
+        });
+    }
+}
+
+/// `acc[i] = Σ_c w[j, c]·x_i[c]` for the `m` prepared rows.
+fn gemv_row(
+    q: &QuantTensor,
+    j: usize,
+    prep: &[f32],
+    stride: usize,
+    m: usize,
+    acc: &mut [f32; GEMV_MAX_ROWS],
+) {
+    let row = q.data_row(j);
+    let scale = q.params(&q.scale, j);
+    let offset = q.offset.as_ref().map(|p| q.params(p, j));
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        // SAFETY: AVX-512 was detected; slices are sized by the tensor's geometry.
+        unsafe { gemv_row_avx512(q, row, &scale, offset.as_ref(), prep, stride, m, acc) };
+        return;
+    }
+    let (k, bs) = (q.cols, q.block);
+    let four = q.interleaved();
+    for i in 0..m {
+        let x = &prep[i * stride..i * stride + k];
+        let sums = &prep[i * stride + k..(i + 1) * stride];
+        let mut total = 0.0f32;
+        for b in 0..q.blocks_per_row() {
+            let mut dot = 0.0f32;
+            for c in b * bs..(b + 1) * bs {
+                // prepared 4-bit rows: chunk of 32 as 16 even then 16 odd columns
+                let xc = if four {
+                    let (chunk, w) = (c / 32, c % 32);
+                    x[chunk * 32 + if w % 2 == 0 { w / 2 } else { 16 + w / 2 }]
+                } else {
+                    x[c]
+                };
+                dot += q.q(row, c) * xc;
+            }
+            let s = scale.get(b);
+            total += s * dot;
+            if let Some(o) = &offset {
+                total -= s * o.get(b) * sums[b];
+            }
+        }
+        acc[i] = total;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_row_avx512(
+    q: &QuantTensor,
+    row: &[u8],
+    scale: &ParamSlice<'_>,
+    offset: Option<&ParamSlice<'_>>,
+    prep: &[f32],
+    stride: usize,
+    m: usize,
+    acc: &mut [f32; GEMV_MAX_ROWS],
+) {
+    use std::arch::x86_64::*;
+    let (k, bs, nb) = (q.cols, q.block, q.blocks_per_row());
+    let mut sums = [_mm512_setzero_ps(); GEMV_MAX_ROWS];
+    let mut mins = [0.0f32; GEMV_MAX_ROWS];
+    let p = prep.as_ptr();
+    let rp = row.as_ptr();
+    let fifteen = _mm512_set1_epi32(15);
+    let eight = _mm512_set1_epi32(8);
+    match q.format {
+        QFormat::U4 | QFormat::I4 if q.interleaved() => {
+            let signed = q.format == QFormat::I4;
+            let chunks_per_block = bs / 32;
+            for b in 0..nb {
+                let s = _mm512_set1_ps(scale.get(b));
+                for cb in 0..chunks_per_block {
+                    let c = b * chunks_per_block + cb;
+                    let bytes = _mm_loadu_si128(rp.add(c * 16) as *const __m128i);
+                    let v = _mm512_cvtepu8_epi32(bytes);
+                    let mut lo = _mm512_and_si512(v, fifteen);
+                    let mut hi = _mm512_srli_epi32(v, 4);
+                    if signed {
+                        lo = _mm512_sub_epi32(_mm512_xor_si512(lo, eight), eight);
+                        hi = _mm512_sub_epi32(_mm512_xor_si512(hi, eight), eight);
+                    }
+                    let lo = _mm512_cvtepi32_ps(lo);
+                    let hi = _mm512_cvtepi32_ps(hi);
+                    for i in 0..m {
+                        let xe = _mm512_loadu_ps(p.add(i * stride + c * 32));
+                        let xo = _mm512_loadu_ps(p.add(i * stride + c * 32 + 16));
+                        let t = _mm512_fmadd_ps(hi, xo, _mm512_mul_ps(lo, xe));
+                        sums[i] = _mm512_fmadd_ps(t, s, sums[i]);
+                    }
+                }
+            }
+        }
+        QFormat::U8 | QFormat::I8 if bs % 16 == 0 => {
+            let signed = q.format == QFormat::I8;
+            for b in 0..nb {
+                let s = _mm512_set1_ps(scale.get(b));
+                for c in (b * bs..(b + 1) * bs).step_by(16) {
+                    let bytes = _mm_loadu_si128(rp.add(c) as *const __m128i);
+                    let v = if signed {
+                        _mm512_cvtepi8_epi32(bytes)
+                    } else {
+                        _mm512_cvtepu8_epi32(bytes)
+                    };
+                    let w = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
+                    for i in 0..m {
+                        let x = _mm512_loadu_ps(p.add(i * stride + c));
+                        sums[i] = _mm512_fmadd_ps(w, x, sums[i]);
+                    }
+                }
+            }
+        }
+        _ => {
+            // unusual geometry: the portable path
+            for i in 0..m {
+                let x = &prep[i * stride..i * stride + k];
+                let xs = &prep[i * stride + k..(i + 1) * stride];
+                let mut total = 0.0f32;
+                for b in 0..nb {
+                    let mut dot = 0.0f32;
+                    for c in b * bs..(b + 1) * bs {
+                        dot += q.q(row, c) * x[c];
+                    }
+                    let s = scale.get(b);
+                    total += s * dot;
+                    if let Some(o) = offset {
+                        total -= s * o.get(b) * xs[b];
+                    }
+                }
+                acc[i] = total;
+            }
+            return;
+        }
+    }
+    if let Some(o) = offset {
+        for b in 0..nb {
+            let so = scale.get(b) * o.get(b);
+            for i in 0..m {
+                mins[i] += so * *p.add(i * stride + k + b);
+            }
+        }
+    }
+    for i in 0..m {
+        acc[i] = _mm512_reduce_add_ps(sums[i]) - mins[i];
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
+unsafe fn dequantize_u4_avx512(
+    row: &[u8],
+    scale: &ParamSlice<'_>,
+    offset: Option<&ParamSlice<'_>>,
+    bs: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let fifteen = _mm512_set1_epi32(15);
+    let first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    let second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    let rp = row.as_ptr();
+    let op = out.as_mut_ptr();
+    for b in 0..out.len() / bs {
+        let s = _mm512_set1_ps(scale.get(b));
+        let o = _mm512_set1_ps(offset.map_or(0.0, |p| p.get(b)));
+        for c in (b * bs / 32)..((b + 1) * bs / 32) {
+            let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(rp.add(c * 16) as *const __m128i));
+            let lo = _mm512_mul_ps(
+                _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, fifteen)), o),
+                s,
+            );
+            let hi = _mm512_mul_ps(
+                _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), o),
+                s,
+            );
+            _mm512_storeu_ps(op.add(c * 32), _mm512_permutex2var_ps(lo, first, hi));
+            _mm512_storeu_ps(op.add(c * 32 + 16), _mm512_permutex2var_ps(lo, second, hi));
+        }
+    }
+}
+
+/// `out[i] = w[indices[i]]` (an embedding lookup) for a quantized `w[rows, cols]`.
+#[derive(Debug)]
+pub struct QuantGather {
+    pub q: Arc<QuantTensor>,
+    pub indices: crate::plan::Vid,
+    pub idx_elem: Elem,
+    pub count: usize,
+    pub out: crate::plan::Vid,
+    pub out_elem: Elem,
+}
+
+impl QuantGather {
+    pub fn scratch_floats(&self) -> usize {
+        self.q.cols
+    }
+
+    pub fn run(&self, cx: &Cx) -> Result<(), String> {
+        let cols = self.q.cols;
+        let ip = cx.ptr(self.indices) as *const u8;
+        let out = cx.ptr(self.out);
+        for t in 0..self.count {
+            // SAFETY: `indices` holds `count` values of `idx_elem`.
+            let j = super::gather::wrap(
+                unsafe { super::gather::index_at(ip, self.idx_elem, t) },
+                self.q.rows,
+            )?;
+            match self.out_elem {
+                Elem::F16 => {
+                    let tmp = cx.scratch(cols);
+                    self.q.dequantize_row(j, tmp);
+                    // SAFETY: out is [count, cols] f16.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut((out as *mut f16).add(t * cols), cols)
+                    };
+                    for (d, s) in dst.iter_mut().zip(tmp.iter()) {
+                        *d = f16::from_f32(*s);
+                    }
+                }
+                _ => {
+                    // SAFETY: out is [count, cols] f32.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut((out as *mut f32).add(t * cols), cols)
+                    };
+                    self.q.dequantize_row(j, dst);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,306 @@
+//! Block-quantized weights (`constexpr_blockwise_shift_scale`) computed on directly by `linear`
+//! (GEMV for few rows, dequantized tiles + GEMM for many) and `gather`, against an f64 reference
+//! that dequantizes by the op's definition: `scale · (data − offset)` per block of the last axis.
+
+mod common;
+use aneforge_cpu::{compile, BlobStore, CompileOptions, HostSlice};
+use aneforge_mil::{Argument, BlobFile, BlobWriter, DType, Literal, Operation, TensorType};
+use common::*;
+
+const PATH: &str = "@model_path/weights/weight.bin";
+
+struct QuantCase {
+    data: DType,
+    scale: DType,
+    rows: usize,
+    cols: usize,
+    block: usize,
+    offset: bool,
+}
+
+/// Random quantized values, their packed payload, per-block scales/offsets and the f64 weights.
+struct Built {
+    blobs: BlobStore,
+    data_off: u64,
+    scale_off: u64,
+    offset_off: Option<u64>,
+    weights: Vec<f64>,
+}
+
+fn pack(case: &QuantCase, q: &[i64]) -> Vec<u8> {
+    match case.data {
+        DType::Uint4 | DType::Int4 => q
+            .chunks(2)
+            .map(|p| ((p[0] & 15) as u8) | (((p[1] & 15) as u8) << 4))
+            .collect(),
+        _ => q.iter().map(|&v| v as u8).collect(),
+    }
+}
+
+fn build(case: &QuantCase, rng: &mut Rng) -> Built {
+    let (lo, hi) = match case.data {
+        DType::Uint4 => (0, 15),
+        DType::Int4 => (-8, 7),
+        DType::Uint8 => (0, 255),
+        _ => (-128, 127),
+    };
+    let n = case.rows * case.cols;
+    let q: Vec<i64> = (0..n)
+        .map(|_| lo + rng.below((hi - lo + 1) as usize) as i64)
+        .collect();
+    let nb = case.rows * case.cols / case.block;
+    let round = |d: DType, v: f64| {
+        if d == DType::Fp16 {
+            half::f16::from_f64(v).to_f64()
+        } else {
+            v as f32 as f64
+        }
+    };
+    let scales: Vec<f64> = rng
+        .vec(nb, -0.05, 0.05)
+        .into_iter()
+        .map(|v| round(case.scale, v))
+        .collect();
+    let offsets: Vec<f64> = rng
+        .vec(nb, -3.0, 12.0)
+        .into_iter()
+        .map(|v| round(case.scale, v))
+        .collect();
+    let mut w = BlobWriter::new();
+    let data_off = w.add(case.data, n, &pack(case, &q)).unwrap();
+    let add = |w: &mut BlobWriter, v: &[f64]| match case.scale {
+        DType::Fp16 => w.add_f16(
+            &v.iter()
+                .map(|&x| half::f16::from_f64(x))
+                .collect::<Vec<_>>(),
+        ),
+        _ => w.add_f32(&v.iter().map(|&x| x as f32).collect::<Vec<_>>()),
+    };
+    let scale_off = add(&mut w, &scales);
+    let offset_off = case.offset.then(|| add(&mut w, &offsets));
+    let weights = (0..n)
+        .map(|i| {
+            let (r, c) = (i / case.cols, i % case.cols);
+            let b = r * (case.cols / case.block) + c / case.block;
+            let o = if case.offset { offsets[b] } else { 0.0 };
+            scales[b] * (q[i] as f64 - o)
+        })
+        .collect();
+    let mut blobs = BlobStore::new();
+    blobs.insert(
+        PATH.to_string(),
+        BlobFile::from_vec("weight.bin", w.finish()).unwrap(),
+    );
+    Built {
+        blobs,
+        data_off,
+        scale_off,
+        offset_off,
+        weights,
+    }
+}
+
+fn blob(d: DType, shape: &[usize], offset: u64) -> Argument {
+    Argument::Literal(Literal::Blob {
+        ty: TensorType::new(d, shape),
+        path: PATH.to_string(),
+        offset,
+    })
+}
+
+/// `w = constexpr_blockwise_shift_scale(...)` pushed into `p`; returns its name.
+fn quant_const(p: &mut Prog, case: &QuantCase, b: &Built) -> String {
+    let sshape = [case.rows, case.cols / case.block];
+    let mut op = Operation::new("constexpr_blockwise_shift_scale")
+        .with_input("data", blob(case.data, &[case.rows, case.cols], b.data_off))
+        .with_input("scale", blob(case.scale, &sshape, b.scale_off));
+    if let Some(o) = b.offset_off {
+        op = op.with_input("offset", blob(case.scale, &sshape, o));
+    }
+    let op = op
+        .with_output("w", TensorType::new(case.scale, &[case.rows, case.cols]))
+        .with_attribute("name", Literal::string("w"));
+    p.ops.push(op);
+    "w".to_string()
+}
+
+fn check_linear(case: &QuantCase, m: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let b = build(case, &mut rng);
+    let d = case.scale;
+    let mut p = Prog::new();
+    let x = p.input("x", d, &[m, case.cols]);
+    let w = quant_const(&mut p, case, &b);
+    let y = p.op(
+        "linear",
+        &[("x", v(&x)), ("weight", v(&w))],
+        d,
+        &[m, case.rows],
+    );
+    p.output(&y);
+    let plan = compile(&p.build(), "main", &b.blobs, &CompileOptions::default()).unwrap();
+    let kinds = plan.schedule().join(" ");
+    assert!(kinds.contains("matmul-quant"), "{kinds}");
+    let xv = quantize(d, &rng.vec(m * case.cols, -1.0, 1.0));
+    let mut inst = plan.instantiate();
+    set(&mut inst, "x", d, &xv);
+    inst.execute().unwrap();
+    let got: Vec<f64> = inst
+        .read_output_f32(&y)
+        .unwrap()
+        .iter()
+        .map(|&v| f64::from(v))
+        .collect();
+    let want: Vec<f64> = (0..m * case.rows)
+        .map(|i| {
+            let (r, j) = (i / case.rows, i % case.rows);
+            (0..case.cols)
+                .map(|c| xv[r * case.cols + c] * b.weights[j * case.cols + c])
+                .sum()
+        })
+        .collect();
+    let what = format!(
+        "{:?} x {:?} m={m} block={} offset={}",
+        case.data, case.scale, case.block, case.offset
+    );
+    let rel = if d == DType::Fp16 { 2e-3 } else { 1e-5 };
+    assert_close_rel(&what, &got, &want, rel, 1.0);
+}
+
+#[test]
+fn linear_on_quantized_weights_matches_the_definition() {
+    let cases = [
+        QuantCase {
+            data: DType::Uint4,
+            scale: DType::Fp32,
+            rows: 72,
+            cols: 96,
+            block: 32,
+            offset: true,
+        },
+        QuantCase {
+            data: DType::Int4,
+            scale: DType::Fp32,
+            rows: 40,
+            cols: 128,
+            block: 64,
+            offset: false,
+        },
+        QuantCase {
+            data: DType::Int8,
+            scale: DType::Fp32,
+            rows: 50,
+            cols: 64,
+            block: 32,
+            offset: false,
+        },
+        QuantCase {
+            data: DType::Uint8,
+            scale: DType::Fp32,
+            rows: 33,
+            cols: 48,
+            block: 16,
+            offset: true,
+        },
+        QuantCase {
+            data: DType::Uint4,
+            scale: DType::Fp16,
+            rows: 24,
+            cols: 64,
+            block: 32,
+            offset: true,
+        },
+        // a block of 16 nibbles: the portable path
+        QuantCase {
+            data: DType::Uint4,
+            scale: DType::Fp32,
+            rows: 20,
+            cols: 48,
+            block: 16,
+            offset: true,
+        },
+    ];
+    for (i, case) in cases.iter().enumerate() {
+        for m in [1, 2, 3, 8, 9, 40] {
+            check_linear(case, m, 17 + i as u64 * 31 + m as u64);
+        }
+    }
+}
+
+#[test]
+fn gather_dequantizes_the_picked_rows() {
+    let case = QuantCase {
+        data: DType::Int8,
+        scale: DType::Fp32,
+        rows: 30,
+        cols: 64,
+        block: 32,
+        offset: false,
+    };
+    let mut rng = Rng(5);
+    let b = build(&case, &mut rng);
+    let mut p = Prog::new();
+    let ids = p.input("ids", DType::Int32, &[4]);
+    let w = quant_const(&mut p, &case, &b);
+    let y = p.op(
+        "gather",
+        &[("x", v(&w)), ("indices", v(&ids)), ("axis", A::I(0))],
+        DType::Fp32,
+        &[4, case.cols],
+    );
+    p.output(&y);
+    let plan = compile(&p.build(), "main", &b.blobs, &CompileOptions::default()).unwrap();
+    assert!(
+        plan.schedule().join(" ").contains("gather-quant"),
+        "{:?}",
+        plan.schedule()
+    );
+    let mut inst = plan.instantiate();
+    let pick = [3, 29, 0, -1];
+    inst.set_input("ids", HostSlice::I32(&pick)).unwrap();
+    inst.execute().unwrap();
+    let got = inst.read_output_f32(&y).unwrap();
+    for (t, &r) in pick.iter().enumerate() {
+        let r = if r < 0 { case.rows as i32 + r } else { r } as usize;
+        for c in 0..case.cols {
+            let want = b.weights[r * case.cols + c];
+            assert!(
+                (f64::from(got[t * case.cols + c]) - want).abs() <= 1e-6 * want.abs().max(1e-3)
+            );
+        }
+    }
+    inst.set_input("ids", HostSlice::I32(&[0, 1, 30, 2]))
+        .unwrap();
+    let e = inst.execute().unwrap_err().to_string();
+    assert!(e.contains("out of range"), "{e}");
+}
+
+#[test]
+fn other_consumers_see_dequantized_values() {
+    let case = QuantCase {
+        data: DType::Uint4,
+        scale: DType::Fp32,
+        rows: 4,
+        cols: 32,
+        block: 32,
+        offset: true,
+    };
+    let mut rng = Rng(9);
+    let b = build(&case, &mut rng);
+    let mut p = Prog::new();
+    let x = p.input("x", DType::Fp32, &[4, 32]);
+    let w = quant_const(&mut p, &case, &b);
+    let y = p.op("add", &[("x", v(&x)), ("y", v(&w))], DType::Fp32, &[4, 32]);
+    p.output(&y);
+    let plan = compile(&p.build(), "main", &b.blobs, &CompileOptions::default()).unwrap();
+    let mut inst = plan.instantiate();
+    inst.set_input("x", HostSlice::F32(&[0.0; 128])).unwrap();
+    inst.execute().unwrap();
+    let got = inst.read_output_f32(&y).unwrap();
+    for (g, w) in got.iter().zip(&b.weights) {
+        assert!(
+            (f64::from(*g) - w).abs() <= 1e-6 * w.abs().max(1e-3),
+            "{g} vs {w}"
+        );
+    }
+}

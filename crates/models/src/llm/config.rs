@@ -1,0 +1,751 @@
+//! One hyperparameter set for every decoder family, read from a Hugging Face `config.json` or from
+//! GGUF metadata. Family differences become explicit fields (norm kind, MLP shape, positions,
+//! biases, q/k norms, embedding scale) that the layer plan follows.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{ConfigError, ModelConfig};
+use crate::gguf::{GgufError, GgufFile, MetaValue};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    Llama,
+    Mistral,
+    Qwen2,
+    Qwen3,
+    Gemma,
+    Gpt2,
+}
+
+impl Family {
+    pub const SUPPORTED_HF: [&'static str; 6] =
+        ["llama", "mistral", "qwen2", "qwen3", "gemma", "gpt2"];
+    pub const SUPPORTED_GGUF: [&'static str; 5] = ["llama", "qwen2", "qwen3", "gemma", "gpt2"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Mistral => "mistral",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Gemma => "gemma",
+            Family::Gpt2 => "gpt2",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NormKind {
+    /// `x · rsqrt(mean(x²) + eps) · w`, or `· (1 + w)` when `plus_one` (Gemma's checkpoints).
+    Rms { eps: f32, plus_one: bool },
+    /// LayerNorm with weight and bias.
+    Layer { eps: f32 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// Exact erf GELU.
+    Gelu,
+    /// The tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`).
+    GeluTanh,
+    Relu,
+}
+
+impl Activation {
+    fn parse(name: &str) -> Option<Activation> {
+        Some(match name {
+            "silu" | "swish" => Activation::Silu,
+            "gelu" => Activation::Gelu,
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" | "gelu_tanh" => Activation::GeluTanh,
+            "relu" => Activation::Relu,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MlpKind {
+    /// `down(act(gate(x)) · up(x))`.
+    Gated(Activation),
+    /// `down(act(up(x)))` (GPT-2's `c_fc`, `c_proj`).
+    Plain(Activation),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Positions divided by `factor`.
+    Linear {
+        factor: f64,
+    },
+    /// Llama 3.1's frequency-dependent scaling.
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_positions: f64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rope {
+    pub theta: f64,
+    /// Rotated dimensions per head (the first `dims` of `head_dim`), even.
+    pub dims: usize,
+    pub scaling: RopeScaling,
+}
+
+impl Rope {
+    /// The inverse frequencies of the `dims / 2` rotated pairs, as transformers computes them.
+    pub fn inv_freq(&self) -> Vec<f64> {
+        let half = self.dims / 2;
+        let base: Vec<f64> = (0..half)
+            .map(|i| {
+                // transformers: 1 / theta^(arange(0, dim, 2, int64).float() / dim), in f32
+                let exponent = ((2 * i) as f32 / self.dims as f32) as f64;
+                (1.0 / (self.theta as f32).powf(exponent as f32)) as f64
+            })
+            .collect();
+        match &self.scaling {
+            RopeScaling::None => base,
+            RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_positions,
+            } => {
+                let low_wavelen = original_max_positions / low_freq_factor;
+                let high_wavelen = original_max_positions / high_freq_factor;
+                base.iter()
+                    .map(|&f| {
+                        let wavelen = 2.0 * std::f64::consts::PI / f;
+                        if wavelen < high_wavelen {
+                            f
+                        } else if wavelen > low_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (original_max_positions / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Positions {
+    Rope(Rope),
+    /// A learned table of `max` position embeddings added to the token embeddings (GPT-2).
+    Learned {
+        max: usize,
+    },
+}
+
+/// Where a model's hyperparameters came from, for error messages.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigSource {
+    HfConfig(PathBuf),
+    Gguf(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmConfig {
+    pub family: Family,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub norm: NormKind,
+    pub mlp: MlpKind,
+    pub positions: Positions,
+    /// Biases on the q, k, v projections.
+    pub qkv_bias: bool,
+    /// Bias on the attention output projection.
+    pub o_bias: bool,
+    pub mlp_bias: bool,
+    /// RMSNorm of each query and key head before RoPE (Qwen3).
+    pub qk_norm: bool,
+    /// Token embeddings multiplied by this (Gemma: √hidden_size).
+    pub embed_scale: Option<f32>,
+    /// The output head is the token embedding matrix.
+    pub tied_embeddings: bool,
+    pub max_positions: usize,
+    /// Keys at most this many positions back are visible (Mistral).
+    pub sliding_window: Option<usize>,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+    pub source: ConfigSource,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LlmConfigError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("{}: unsupported architecture '{found}' (supported: {})", path.display(), supported.join(", "))]
+    UnsupportedArchitecture {
+        path: PathBuf,
+        found: String,
+        supported: Vec<String>,
+    },
+    #[error("{}: '{field}': {reason}", path.display())]
+    Invalid {
+        path: PathBuf,
+        field: String,
+        reason: String,
+    },
+}
+
+fn invalid(path: &Path, field: &str, reason: impl Into<String>) -> LlmConfigError {
+    LlmConfigError::Invalid {
+        path: path.to_path_buf(),
+        field: field.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// `eos_token_id` as an integer or a list of integers.
+fn token_ids(c: &ModelConfig, field: &str) -> Result<Vec<u32>, LlmConfigError> {
+    match c.value().get(field) {
+        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+        Some(serde_json::Value::Array(_)) => Ok(c.require::<Vec<u32>>(field)?),
+        Some(_) => Ok(vec![c.require::<u32>(field)?]),
+    }
+}
+
+fn positive(c: &ModelConfig, field: &str) -> Result<usize, LlmConfigError> {
+    let v: usize = c.require(field)?;
+    if v == 0 {
+        return Err(invalid(c.path(), field, "must be positive"));
+    }
+    Ok(v)
+}
+
+fn optional_positive(c: &ModelConfig, field: &str) -> Result<Option<usize>, LlmConfigError> {
+    match c.get::<usize>(field)? {
+        Some(0) => Err(invalid(c.path(), field, "must be positive")),
+        other => Ok(other),
+    }
+}
+
+/// `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling` (older configs).
+fn hf_rope(c: &ModelConfig, head_dim: usize, default_theta: f64) -> Result<Rope, LlmConfigError> {
+    let path = c.path();
+    let params = c
+        .value()
+        .get("rope_parameters")
+        .filter(|v| !v.is_null())
+        .or_else(|| c.value().get("rope_scaling").filter(|v| !v.is_null()));
+    let field = |name: &str| -> Option<&serde_json::Value> { params.and_then(|p| p.get(name)) };
+    let num = |name: &str| -> Result<Option<f64>, LlmConfigError> {
+        match field(name) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+                invalid(
+                    path,
+                    &format!("rope.{name}"),
+                    format!("expected a number, found {v}"),
+                )
+            }),
+        }
+    };
+    let theta = match num("rope_theta")? {
+        Some(t) => t,
+        None => c.get::<f64>("rope_theta")?.unwrap_or(default_theta),
+    };
+    if !(theta.is_finite() && theta > 0.0) {
+        return Err(invalid(
+            path,
+            "rope_theta",
+            format!("must be positive, found {theta}"),
+        ));
+    }
+    let kind = field("rope_type")
+        .or_else(|| field("type"))
+        .and_then(|v| v.as_str())
+        .unwrap_or("default")
+        .to_string();
+    let factor = || -> Result<f64, LlmConfigError> {
+        num("factor")?
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .ok_or_else(|| {
+                invalid(
+                    path,
+                    "rope.factor",
+                    format!("rope type '{kind}' needs a positive factor"),
+                )
+            })
+    };
+    let scaling = match kind.as_str() {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor: factor()? },
+        "llama3" => {
+            let req = |name: &str| -> Result<f64, LlmConfigError> {
+                num(name)?.ok_or_else(|| {
+                    invalid(
+                        path,
+                        &format!("rope.{name}"),
+                        "missing for rope type 'llama3'",
+                    )
+                })
+            };
+            let (low, high) = (req("low_freq_factor")?, req("high_freq_factor")?);
+            if high <= low {
+                return Err(invalid(
+                    path,
+                    "rope.high_freq_factor",
+                    "must exceed low_freq_factor",
+                ));
+            }
+            RopeScaling::Llama3 {
+                factor: factor()?,
+                low_freq_factor: low,
+                high_freq_factor: high,
+                original_max_positions: req("original_max_position_embeddings")?,
+            }
+        }
+        other => {
+            return Err(invalid(
+                path,
+                "rope_type",
+                format!("'{other}' is not supported (default, linear, llama3 are)"),
+            ))
+        }
+    };
+    let partial = c.get::<f64>("partial_rotary_factor")?.unwrap_or(1.0);
+    let dims = ((head_dim as f64) * partial) as usize;
+    if dims == 0 || !dims.is_multiple_of(2) || dims > head_dim {
+        return Err(invalid(
+            path,
+            "partial_rotary_factor",
+            format!("gives {dims} rotary dimensions for head dimension {head_dim}"),
+        ));
+    }
+    Ok(Rope {
+        theta,
+        dims,
+        scaling,
+    })
+}
+
+impl LlmConfig {
+    /// From a Hugging Face `config.json` (a file or a model directory).
+    pub fn from_hf(c: &ModelConfig) -> Result<LlmConfig, LlmConfigError> {
+        let path = c.path().to_path_buf();
+        let model_type = c.model_type().unwrap_or("<missing>");
+        let family = match model_type {
+            "llama" => Family::Llama,
+            "mistral" => Family::Mistral,
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            "gemma" => Family::Gemma,
+            "gpt2" => Family::Gpt2,
+            other => {
+                return Err(LlmConfigError::UnsupportedArchitecture {
+                    path,
+                    found: other.to_string(),
+                    supported: Family::SUPPORTED_HF.iter().map(|s| s.to_string()).collect(),
+                })
+            }
+        };
+        let mut eos = token_ids(c, "eos_token_id")?;
+        eos.dedup();
+        let bos = token_ids(c, "bos_token_id")?.first().copied();
+        let vocab_size = positive(c, "vocab_size")?;
+        if family == Family::Gpt2 {
+            return Self::gpt2_from_hf(c, vocab_size, bos, eos);
+        }
+        let hidden_size = positive(c, "hidden_size")?;
+        let n_heads = positive(c, "num_attention_heads")?;
+        let n_kv_heads = optional_positive(c, "num_key_value_heads")?.unwrap_or(n_heads);
+        if !n_heads.is_multiple_of(n_kv_heads) {
+            return Err(invalid(
+                &path,
+                "num_key_value_heads",
+                format!("{n_heads} heads cannot share {n_kv_heads} key/value heads"),
+            ));
+        }
+        let head_dim = match optional_positive(c, "head_dim")? {
+            Some(d) => d,
+            None if hidden_size.is_multiple_of(n_heads) => hidden_size / n_heads,
+            None => {
+                return Err(invalid(
+                    &path,
+                    "hidden_size",
+                    format!("{hidden_size} is not divisible by {n_heads} heads"),
+                ))
+            }
+        };
+        let act_name: Option<String> = match family {
+            Family::Gemma => c.get("hidden_activation")?.or(c.get("hidden_act")?),
+            _ => c.get("hidden_act")?,
+        };
+        let act_name = act_name.unwrap_or_else(|| "silu".into());
+        let act = match (family, act_name.as_str()) {
+            // legacy Gemma configs say "gelu" and mean the tanh approximation (as transformers)
+            (Family::Gemma, "gelu") => Activation::GeluTanh,
+            (_, name) => Activation::parse(name).ok_or_else(|| {
+                invalid(&path, "hidden_act", format!("'{name}' is not supported"))
+            })?,
+        };
+        let attention_bias: bool = c.get("attention_bias")?.unwrap_or(false);
+        let (qkv_bias, o_bias) = match family {
+            Family::Qwen2 => (true, false),
+            _ => (attention_bias, attention_bias),
+        };
+        let eps: f32 = c.get("rms_norm_eps")?.unwrap_or(1e-6);
+        let default_theta = 10_000.0;
+        let rope = hf_rope(c, head_dim, default_theta)?;
+        let sliding_window = match family {
+            Family::Mistral => optional_positive(c, "sliding_window")?,
+            Family::Qwen2 | Family::Qwen3 => {
+                if c.get::<bool>("use_sliding_window")?.unwrap_or(false) {
+                    return Err(invalid(
+                        &path,
+                        "use_sliding_window",
+                        "per-layer sliding windows are not supported",
+                    ));
+                }
+                None
+            }
+            _ => None,
+        };
+        let tied_default = matches!(family, Family::Gemma);
+        Ok(LlmConfig {
+            family,
+            vocab_size,
+            hidden_size,
+            intermediate_size: positive(c, "intermediate_size")?,
+            n_layers: positive(c, "num_hidden_layers")?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            norm: NormKind::Rms {
+                eps,
+                plus_one: family == Family::Gemma,
+            },
+            mlp: MlpKind::Gated(act),
+            positions: Positions::Rope(rope),
+            qkv_bias,
+            o_bias,
+            mlp_bias: c.get("mlp_bias")?.unwrap_or(false),
+            qk_norm: family == Family::Qwen3,
+            embed_scale: (family == Family::Gemma).then(|| (hidden_size as f32).sqrt()),
+            tied_embeddings: c.get("tie_word_embeddings")?.unwrap_or(tied_default),
+            max_positions: positive(c, "max_position_embeddings")?,
+            sliding_window,
+            bos_token_id: bos,
+            eos_token_ids: eos,
+            source: ConfigSource::HfConfig(path),
+        })
+    }
+
+    fn gpt2_from_hf(
+        c: &ModelConfig,
+        vocab_size: usize,
+        bos: Option<u32>,
+        eos: Vec<u32>,
+    ) -> Result<LlmConfig, LlmConfigError> {
+        let path = c.path().to_path_buf();
+        let hidden_size = positive(c, "n_embd")?;
+        let n_heads = positive(c, "n_head")?;
+        if !hidden_size.is_multiple_of(n_heads) {
+            return Err(invalid(
+                &path,
+                "n_embd",
+                format!("{hidden_size} is not divisible by {n_heads} heads"),
+            ));
+        }
+        if c.get::<bool>("scale_attn_by_inverse_layer_idx")?
+            .unwrap_or(false)
+        {
+            return Err(invalid(
+                &path,
+                "scale_attn_by_inverse_layer_idx",
+                "not supported",
+            ));
+        }
+        if !c.get::<bool>("scale_attn_weights")?.unwrap_or(true) {
+            return Err(invalid(
+                &path,
+                "scale_attn_weights",
+                "unscaled attention is not supported",
+            ));
+        }
+        let act_name: String = c
+            .get("activation_function")?
+            .unwrap_or_else(|| "gelu_new".into());
+        let act = Activation::parse(&act_name).ok_or_else(|| {
+            invalid(
+                &path,
+                "activation_function",
+                format!("'{act_name}' is not supported"),
+            )
+        })?;
+        let max = positive(c, "n_positions")?;
+        Ok(LlmConfig {
+            family: Family::Gpt2,
+            vocab_size,
+            hidden_size,
+            intermediate_size: optional_positive(c, "n_inner")?.unwrap_or(4 * hidden_size),
+            n_layers: positive(c, "n_layer")?,
+            n_heads,
+            n_kv_heads: n_heads,
+            head_dim: hidden_size / n_heads,
+            norm: NormKind::Layer {
+                eps: c.get("layer_norm_epsilon")?.unwrap_or(1e-5),
+            },
+            mlp: MlpKind::Plain(act),
+            positions: Positions::Learned { max },
+            qkv_bias: true,
+            o_bias: true,
+            mlp_bias: true,
+            qk_norm: false,
+            embed_scale: None,
+            tied_embeddings: c.get("tie_word_embeddings")?.unwrap_or(true),
+            max_positions: max,
+            sliding_window: None,
+            bos_token_id: bos,
+            eos_token_ids: eos,
+            source: ConfigSource::HfConfig(path),
+        })
+    }
+
+    /// From GGUF metadata (llama.cpp's key names).
+    pub fn from_gguf(file: &GgufFile) -> Result<LlmConfig, LlmConfigError> {
+        let path = file.path().to_path_buf();
+        let arch = file.architecture()?.to_string();
+        let family = match arch.as_str() {
+            "llama" => Family::Llama,
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            "gemma" => Family::Gemma,
+            "gpt2" => Family::Gpt2,
+            other => {
+                return Err(LlmConfigError::UnsupportedArchitecture {
+                    path,
+                    found: other.to_string(),
+                    supported: Family::SUPPORTED_GGUF
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect(),
+                })
+            }
+        };
+        let key = |k: &str| format!("{arch}.{k}");
+        let size = |k: &str| -> Result<usize, LlmConfigError> {
+            let k = key(k);
+            let v = file.require_u64(&k)?;
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| invalid(&path, &k, format!("must be a positive size, found {v}")))
+        };
+        let opt_size = |k: &str| -> Result<Option<usize>, LlmConfigError> {
+            let k = key(k);
+            match file.get_u64(&k)? {
+                None => Ok(None),
+                Some(v) => usize::try_from(v)
+                    .ok()
+                    .filter(|&v| v > 0)
+                    .map(Some)
+                    .ok_or_else(|| {
+                        invalid(&path, &k, format!("must be a positive size, found {v}"))
+                    }),
+            }
+        };
+        let hidden_size = size("embedding_length")?;
+        let n_layers = size("block_count")?;
+        let n_heads = head_count(file, &key("attention.head_count"))?.ok_or_else(|| {
+            GgufError::MissingKey {
+                path: path.clone(),
+                key: key("attention.head_count"),
+            }
+        })?;
+        let n_kv_heads = head_count(file, &key("attention.head_count_kv"))?.unwrap_or(n_heads);
+        if !n_heads.is_multiple_of(n_kv_heads) {
+            return Err(invalid(
+                &path,
+                &key("attention.head_count_kv"),
+                format!("{n_heads} heads cannot share {n_kv_heads} key/value heads"),
+            ));
+        }
+        let head_dim = match opt_size("attention.key_length")? {
+            Some(d) => d,
+            None if hidden_size.is_multiple_of(n_heads) => hidden_size / n_heads,
+            None => {
+                return Err(invalid(
+                    &path,
+                    &key("attention.head_count"),
+                    format!("embedding length {hidden_size} is not divisible by {n_heads} heads"),
+                ))
+            }
+        };
+        let embd = file
+            .tensor("token_embd.weight")
+            .ok_or_else(|| GgufError::MissingTensor {
+                path: path.clone(),
+                name: "token_embd.weight".into(),
+            })?;
+        let vocab_size = match embd.shape().as_slice() {
+            [v, d] if *d == hidden_size => *v,
+            other => {
+                return Err(invalid(
+                    &path,
+                    "token_embd.weight",
+                    format!("shape {other:?} is not [vocab, {hidden_size}]"),
+                ))
+            }
+        };
+        let max_positions = size("context_length")?;
+        let eos = match file.get("tokenizer.ggml.eos_token_id") {
+            Some(MetaValue::Array(a)) => a.to_i64s().unwrap_or_default(),
+            Some(v) => v.as_i64().into_iter().collect(),
+            None => Vec::new(),
+        };
+        let eos: Vec<u32> = eos
+            .into_iter()
+            .filter_map(|v| u32::try_from(v).ok())
+            .collect();
+        let bos = file
+            .get_u64("tokenizer.ggml.bos_token_id")?
+            .and_then(|v| u32::try_from(v).ok());
+        let tied_embeddings = file.tensor("output.weight").is_none();
+        if family == Family::Gpt2 {
+            let eps = file.require_f64(&key("attention.layer_norm_epsilon"))? as f32;
+            return Ok(LlmConfig {
+                family,
+                vocab_size,
+                hidden_size,
+                intermediate_size: size("feed_forward_length")?,
+                n_layers,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                norm: NormKind::Layer { eps },
+                mlp: MlpKind::Plain(Activation::GeluTanh),
+                positions: Positions::Learned { max: max_positions },
+                qkv_bias: true,
+                o_bias: true,
+                mlp_bias: true,
+                qk_norm: false,
+                embed_scale: None,
+                tied_embeddings,
+                max_positions,
+                sliding_window: None,
+                bos_token_id: bos,
+                eos_token_ids: eos,
+                source: ConfigSource::Gguf(path),
+            });
+        }
+        let eps = file.require_f64(&key("attention.layer_norm_rms_epsilon"))? as f32;
+        let theta = file.get_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+        let dims = opt_size("rope.dimension_count")?.unwrap_or(head_dim);
+        if !dims.is_multiple_of(2) || dims > head_dim {
+            return Err(invalid(
+                &path,
+                &key("rope.dimension_count"),
+                format!("{dims} rotary dimensions for head dimension {head_dim}"),
+            ));
+        }
+        let scaling = match file.get_str(&key("rope.scaling.type"))? {
+            None | Some("none") => match file.get_f64(&key("rope.scale_linear"))? {
+                Some(f) if f != 1.0 => RopeScaling::Linear { factor: f },
+                _ => RopeScaling::None,
+            },
+            Some("linear") => RopeScaling::Linear {
+                factor: file.require_f64(&key("rope.scaling.factor"))?,
+            },
+            Some(other) => {
+                return Err(invalid(
+                    &path,
+                    &key("rope.scaling.type"),
+                    format!("'{other}' is not supported (linear is)"),
+                ))
+            }
+        };
+        let has_qkv_bias = file.tensor("blk.0.attn_q.bias").is_some();
+        let has_o_bias = file.tensor("blk.0.attn_output.bias").is_some();
+        let act = if family == Family::Gemma {
+            Activation::GeluTanh
+        } else {
+            Activation::Silu
+        };
+        Ok(LlmConfig {
+            family,
+            vocab_size,
+            hidden_size,
+            intermediate_size: size("feed_forward_length")?,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            // llama.cpp's converter stores Gemma's norm weights with the 1 already added
+            norm: NormKind::Rms {
+                eps,
+                plus_one: false,
+            },
+            mlp: MlpKind::Gated(act),
+            positions: Positions::Rope(Rope {
+                theta,
+                dims,
+                scaling,
+            }),
+            qkv_bias: has_qkv_bias,
+            o_bias: has_o_bias,
+            mlp_bias: file.tensor("blk.0.ffn_up.bias").is_some(),
+            qk_norm: file.tensor("blk.0.attn_q_norm.weight").is_some(),
+            embed_scale: (family == Family::Gemma).then(|| (hidden_size as f32).sqrt()),
+            tied_embeddings,
+            max_positions,
+            sliding_window: None,
+            bos_token_id: bos,
+            eos_token_ids: eos,
+            source: ConfigSource::Gguf(path),
+        })
+    }
+
+    /// Width of the fused q, k, v projection.
+    pub fn qkv_width(&self) -> usize {
+        (self.n_heads + 2 * self.n_kv_heads) * self.head_dim
+    }
+
+    pub fn describe_source(&self) -> String {
+        match &self.source {
+            ConfigSource::HfConfig(p) | ConfigSource::Gguf(p) => p.display().to_string(),
+        }
+    }
+}
+
+/// A head count stored as one integer, or per layer as equal integers.
+fn head_count(file: &GgufFile, key: &str) -> Result<Option<usize>, LlmConfigError> {
+    let bad = |reason: String| invalid(file.path(), key, reason);
+    let value = match file.get(key) {
+        None => return Ok(None),
+        Some(MetaValue::Array(a)) => {
+            let values = a.to_i64s().ok_or_else(|| bad("expected integers".into()))?;
+            match values.split_first() {
+                Some((&first, rest)) if rest.iter().all(|&v| v == first) => first,
+                Some(_) => return Err(bad("differs between layers (not supported)".into())),
+                None => return Err(bad("empty array".into())),
+            }
+        }
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| bad(format!("expected an integer, found {}", v.value_type())))?,
+    };
+    usize::try_from(value)
+        .ok()
+        .filter(|&v| v > 0)
+        .map(Some)
+        .ok_or_else(|| bad(format!("must be positive, found {value}")))
+}

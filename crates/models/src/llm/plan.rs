@@ -1,0 +1,244 @@
+//! The layer plan: one decoder step as a graph. A step takes `T` new tokens at a runtime position,
+//! writes their keys and values into the resident per-layer caches `[kv_heads, S, head_dim]` (a
+//! `slice_update` at that position; the ANE legalisation turns it into a one-hot write) and attends
+//! over the cache's `S` positions under a host-built additive mask. Prefill (`T` > 1), decode
+//! (`T` = 1) and speculative verification (`T` = K + 1) are the same graph at other sizes.
+//!
+//! Ports (`l` is the global layer index, so segments of one model never clash):
+//! inputs `input_ids` i32 `[T]` (with `positions` i32 `[T]` for learned positions) or `hidden_in`
+//! `[T, D]`; `rope_cos`, `rope_sin` `[T, head_dim]`; `write_pos` i32 `[3]` = `[0, pos, 0]`; `mask`
+//! `[T, S]`; `last_index` i32 `[1]` when only the last row's logits are wanted; `k_cache_l`,
+//! `v_cache_l`. Outputs: `logits` `[T or 1, vocab]` or `hidden_out` `[T, D]`, and `k_cache_l_out`,
+//! `v_cache_l_out` (share them with the inputs).
+
+use std::ops::Range;
+
+use aneforge::graph::{self, DType, HostArray, Tensor};
+
+use super::config::{Activation, LlmConfig, MlpKind, NormKind, Positions};
+use super::weights::{ModelWeights, NormWeights};
+use super::LlmError;
+
+pub const INPUT_IDS: &str = "input_ids";
+pub const POSITIONS: &str = "positions";
+pub const HIDDEN_IN: &str = "hidden_in";
+pub const HIDDEN_OUT: &str = "hidden_out";
+pub const ROPE_COS: &str = "rope_cos";
+pub const ROPE_SIN: &str = "rope_sin";
+pub const WRITE_POS: &str = "write_pos";
+pub const MASK: &str = "mask";
+pub const LAST_INDEX: &str = "last_index";
+pub const LOGITS: &str = "logits";
+
+pub fn k_cache(layer: usize) -> String {
+    format!("k_cache_{layer}")
+}
+pub fn v_cache(layer: usize) -> String {
+    format!("v_cache_{layer}")
+}
+pub fn k_cache_out(layer: usize) -> String {
+    format!("k_cache_{layer}_out")
+}
+pub fn v_cache_out(layer: usize) -> String {
+    format!("v_cache_{layer}_out")
+}
+
+/// Which rows of logits a step computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LogitsRows {
+    /// Every one of the `T` positions (prompt scoring, speculative verification).
+    All,
+    /// Only the row at `last_index` (generation).
+    Last,
+}
+
+/// How the first layer receives its input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EmbedInput {
+    /// Token ids gathered from the embedding table in the program.
+    TokenIds,
+    /// Embeddings computed on the host (the ANE cannot gather at run time).
+    Hidden,
+}
+
+/// One step program: `tokens` new positions attending over a cache of `context` positions, for
+/// the layers of one segment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StepSpec {
+    pub tokens: usize,
+    pub context: usize,
+    pub layers: Range<usize>,
+    pub embed: EmbedInput,
+    pub logits: LogitsRows,
+}
+
+fn norm(cfg: &LlmConfig, x: &Tensor, w: &NormWeights) -> Result<Tensor, LlmError> {
+    Ok(match cfg.norm {
+        NormKind::Rms { eps, .. } => x.rms_norm(Some(&w.weight), eps)?,
+        NormKind::Layer { eps } => x.layer_norm(&[-1], Some(&w.weight), w.bias.as_ref(), eps)?,
+    })
+}
+
+fn activation(a: Activation, x: &Tensor) -> Result<Tensor, LlmError> {
+    Ok(match a {
+        Activation::Silu => x.silu()?,
+        Activation::Gelu => x.gelu()?,
+        Activation::GeluTanh => x.gelu_tanh()?,
+        Activation::Relu => x.relu()?,
+    })
+}
+
+/// The constant `R` with `x @ R = rotate_half(x)` over the first `dims` of `head_dim`:
+/// `(-x[half..dims], x[..half])`, zero elsewhere.
+fn rotate_half_matrix(head_dim: usize, dims: usize) -> Result<Tensor, LlmError> {
+    let half = dims / 2;
+    let mut r = vec![0.0f32; head_dim * head_dim];
+    for j in 0..half {
+        r[(j + half) * head_dim + j] = -1.0;
+        r[j * head_dim + j + half] = 1.0;
+    }
+    Ok(graph::constant(HostArray::from_f32(
+        &[head_dim, head_dim],
+        r,
+    )?))
+}
+
+/// `x[T, heads, hd] · cos + rotate_half(x) · sin` with `cos`, `sin` `[T, 1, hd]`.
+fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, rot: &Tensor) -> Result<Tensor, LlmError> {
+    let s = x.shape().to_vec();
+    let flat = x.reshape(&[(s[0] * s[1]) as isize, s[2] as isize])?;
+    let rotated = flat
+        .matmul(rot)?
+        .reshape(&[s[0] as isize, s[1] as isize, s[2] as isize])?;
+    Ok(x.mul(cos)?.add(&rotated.mul(sin)?)?)
+}
+
+/// `[T, n, hd]` → `[n, T, hd]` (a reshape when `T` = 1).
+fn heads_first(x: &Tensor) -> Result<Tensor, LlmError> {
+    let s = x.shape();
+    if s[0] == 1 {
+        return Ok(x.reshape(&[s[1] as isize, 1, s[2] as isize])?);
+    }
+    Ok(x.transpose(&[1, 0, 2])?)
+}
+
+/// Builds the named outputs of one step.
+pub fn build_step(
+    cfg: &LlmConfig,
+    w: &ModelWeights,
+    spec: &StepSpec,
+) -> Result<Vec<(String, Tensor)>, LlmError> {
+    let (t, s) = (spec.tokens, spec.context);
+    let (d, hd) = (cfg.hidden_size, cfg.head_dim);
+    let (h, kv) = (cfg.n_heads, cfg.n_kv_heads);
+    let group = h / kv;
+    if t == 0 || t > s || spec.layers.end > cfg.n_layers || spec.layers.is_empty() {
+        return Err(LlmError::Internal(format!(
+            "step spec {spec:?} for {} layers",
+            cfg.n_layers
+        )));
+    }
+    let first = spec.layers.start == 0;
+    let last = spec.layers.end == cfg.n_layers;
+    let mut x = if first && spec.embed == EmbedInput::TokenIds {
+        let ids = graph::input(INPUT_IDS, &[t], DType::I32)?;
+        let mut e = w.embed_const.gather(&ids, 0)?;
+        if let Some(scale) = cfg.embed_scale {
+            e = e.mul_scalar(scale)?;
+        }
+        if let Some(pos) = &w.pos_embed {
+            let positions = graph::input(POSITIONS, &[t], DType::I32)?;
+            e = e.add(&graph::constant(pos.clone()).gather(&positions, 0)?)?;
+        }
+        e
+    } else {
+        graph::input(HIDDEN_IN, &[t, d], DType::F32)?
+    };
+    let rope = match &cfg.positions {
+        Positions::Rope(r) => {
+            let cos = graph::input(ROPE_COS, &[t, hd], DType::F32)?.reshape(&[
+                t as isize,
+                1,
+                hd as isize,
+            ])?;
+            let sin = graph::input(ROPE_SIN, &[t, hd], DType::F32)?.reshape(&[
+                t as isize,
+                1,
+                hd as isize,
+            ])?;
+            Some((cos, sin, rotate_half_matrix(hd, r.dims)?))
+        }
+        Positions::Learned { .. } => None,
+    };
+    let write_pos = graph::input(WRITE_POS, &[3], DType::I32)?;
+    let mask = graph::input(MASK, &[t, s], DType::F32)?;
+    // query rows are (group member, token) pairs per kv head: the mask repeats per member
+    let mask = if group > 1 {
+        mask.reshape(&[1, t as isize, s as isize])?
+            .tile(&[group, 1, 1])?
+            .reshape(&[(group * t) as isize, s as isize])?
+    } else {
+        mask
+    };
+    let mut outputs: Vec<(String, Tensor)> = Vec::new();
+    for l in spec.layers.clone() {
+        let lw = &w.layers[l];
+        let hn = norm(cfg, &x, &lw.attn_norm)?;
+        let qkv = hn.linear(&lw.qkv, lw.qkv_bias.as_ref())?;
+        let parts = qkv.split(&[h * hd, kv * hd, kv * hd], -1)?;
+        let mut q = parts[0].reshape(&[t as isize, h as isize, hd as isize])?;
+        let mut k = parts[1].reshape(&[t as isize, kv as isize, hd as isize])?;
+        let v = parts[2].reshape(&[t as isize, kv as isize, hd as isize])?;
+        if let (Some(qn), Some(kn), NormKind::Rms { eps, .. }) = (&lw.q_norm, &lw.k_norm, cfg.norm)
+        {
+            q = q.rms_norm(Some(qn), eps)?;
+            k = k.rms_norm(Some(kn), eps)?;
+        }
+        if let Some((cos, sin, rot)) = &rope {
+            q = self::rope(&q, cos, sin, rot)?;
+            k = self::rope(&k, cos, sin, rot)?;
+        }
+        let k_cache = graph::input(&k_cache(l), &[kv, s, hd], DType::F32)?;
+        let v_cache = graph::input(&v_cache(l), &[kv, s, hd], DType::F32)?;
+        let k_all = k_cache.dynamic_slice_update(&heads_first(&k)?, &write_pos)?;
+        let v_all = v_cache.dynamic_slice_update(&heads_first(&v)?, &write_pos)?;
+        let q = heads_first(&q)?.reshape(&[kv as isize, (group * t) as isize, hd as isize])?;
+        let att = graph::sdpa(&q, &k_all, &v_all, Some(&mask), false, None)?;
+        let att = att.reshape(&[h as isize, t as isize, hd as isize])?;
+        let att = if t == 1 {
+            att.reshape(&[1, (h * hd) as isize])?
+        } else {
+            att.transpose(&[1, 0, 2])?
+                .reshape(&[t as isize, (h * hd) as isize])?
+        };
+        let o = att.linear(&lw.o, lw.o_bias.as_ref())?;
+        x = x.add(&o)?;
+        let hn = norm(cfg, &x, &lw.mlp_norm)?;
+        let up = hn.linear(&lw.up, lw.up_bias.as_ref())?;
+        let act = match cfg.mlp {
+            MlpKind::Gated(a) => {
+                let gu = up.split(&[cfg.intermediate_size, cfg.intermediate_size], -1)?;
+                activation(a, &gu[0])?.mul(&gu[1])?
+            }
+            MlpKind::Plain(a) => activation(a, &up)?,
+        };
+        x = x.add(&act.linear(&lw.down, lw.down_bias.as_ref())?)?;
+        outputs.push((k_cache_out(l), k_all));
+        outputs.push((v_cache_out(l), v_all));
+    }
+    let head_out = if last {
+        let x = match (spec.logits, t) {
+            (LogitsRows::Last, t) if t > 1 => {
+                let at = graph::input(LAST_INDEX, &[1], DType::I32)?;
+                x.gather(&at, 0)?
+            }
+            _ => x,
+        };
+        let x = norm(cfg, &x, &w.final_norm)?;
+        (LOGITS.to_string(), x.linear(&w.head, None)?)
+    } else {
+        (HIDDEN_OUT.to_string(), x)
+    };
+    outputs.insert(0, head_out);
+    Ok(outputs)
+}

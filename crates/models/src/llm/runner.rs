@@ -1,0 +1,742 @@
+//! Compiles a model's step programs and runs one sequence through them with resident KV caches.
+//!
+//! Programs: for each context bucket `S` (powers of two up to the maximum context) a decode
+//! program (`T` = 1) and prefill programs for each chunk size `T` (plus verification programs of
+//! `K + 1` tokens for speculative decoding); all of one segment are functions of one program and
+//! share its weights blob. Each loaded function keeps its caches resident (`share_buffer`); when
+//! the runner moves to another function (prefill → decode, a bigger context bucket) it copies the
+//! filled prefix of every cache into the new function's caches. Decode work therefore grows with
+//! the context bucket in use, not with the maximum.
+//!
+//! Layers are split into segments when a program's weights would exceed `segment_bytes` (the ANE
+//! compiler's practical limit); segments run in order, passing the hidden state.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aneforge::engine::{BufferMut, BufferRef, HostSlice};
+use aneforge::lower::lower_functions;
+use aneforge::{Artifact, Engine, FunctionSpec, Model, ParameterMode, Target};
+
+use super::config::Positions;
+use super::plan::{self, EmbedInput, LogitsRows, StepSpec};
+use super::{Llm, LlmError};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunnerOptions {
+    pub target: Target,
+    pub engine: Engine,
+    /// The largest context (prompt + generated tokens); capped by the model's own limit.
+    pub max_context: usize,
+    /// The smallest context bucket; buckets double up to `max_context`.
+    pub min_context: usize,
+    /// Prefill chunk sizes (tokens per program), ascending.
+    pub prefill_chunks: Vec<usize>,
+    /// Programs that return the logits of every position, for these token counts (speculative
+    /// verification uses `K + 1`; scoring uses the prefill chunks).
+    pub all_logits_chunks: Vec<usize>,
+    /// Split the layers into segments whose weights stay under this many bytes.
+    pub segment_bytes: Option<usize>,
+    /// Embeddings on the host (always for ANE targets, which cannot gather at run time).
+    pub host_embeddings: bool,
+}
+
+impl Default for RunnerOptions {
+    fn default() -> Self {
+        RunnerOptions {
+            target: Target::Cpu,
+            engine: Engine::Cpu,
+            max_context: 2048,
+            min_context: 256,
+            prefill_chunks: vec![16, 32, 64, 128],
+            all_logits_chunks: Vec::new(),
+            segment_bytes: None,
+            host_embeddings: false,
+        }
+    }
+}
+
+/// Time spent in steps, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepTimings {
+    pub prefill_tokens: usize,
+    pub prefill: Duration,
+    pub decode_tokens: usize,
+    pub decode: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct FnKey {
+    tokens: usize,
+    context: usize,
+    all: bool,
+}
+
+impl FnKey {
+    fn name(&self) -> String {
+        format!(
+            "step_t{}_s{}{}",
+            self.tokens,
+            self.context,
+            if self.all { "_all" } else { "" }
+        )
+    }
+}
+
+struct Segment {
+    layers: Range<usize>,
+    artifact: Arc<Artifact>,
+    loaded: HashMap<FnKey, Model>,
+    /// The function whose caches hold the sequence.
+    owner: Option<FnKey>,
+    /// Use order of `loaded`, most recent last.
+    recent: Vec<FnKey>,
+}
+
+/// Loaded functions kept per segment (each holds its own caches).
+const MAX_LOADED: usize = 6;
+
+/// One sequence's state over a model's compiled step programs.
+pub struct Runner {
+    llm: Arc<Llm>,
+    opts: RunnerOptions,
+    contexts: Vec<usize>,
+    segments: Vec<Segment>,
+    functions: Vec<FnKey>,
+    /// Tokens whose keys and values are in the caches.
+    len: usize,
+    history: Vec<u32>,
+    inv_freq: Vec<f32>,
+    rope_dims: usize,
+    timings: StepTimings,
+    hidden: Vec<f32>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("len", &self.len)
+            .field("contexts", &self.contexts)
+            .field("segments", &self.segments.len())
+            .finish()
+    }
+}
+
+/// Splits `0..n_layers` so each segment's layer weights stay under `limit` bytes.
+fn segment_ranges(layer_bytes: &[usize], limit: Option<usize>) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let Some(limit) = limit else {
+        out.push(0..layer_bytes.len());
+        return out;
+    };
+    let (mut start, mut acc) = (0, 0usize);
+    for (i, &b) in layer_bytes.iter().enumerate() {
+        if i > start && acc + b > limit {
+            out.push(start..i);
+            start = i;
+            acc = 0;
+        }
+        acc += b;
+    }
+    out.push(start..layer_bytes.len());
+    out
+}
+
+impl Runner {
+    /// Lowers every step program of `llm` (loading happens lazily, on first use).
+    pub fn new(llm: Arc<Llm>, mut opts: RunnerOptions) -> Result<Runner, LlmError> {
+        let cfg = &llm.config;
+        if opts.target.is_ane() {
+            opts.host_embeddings = true;
+        }
+        let max = opts.max_context.min(cfg.max_positions);
+        if max == 0 || opts.min_context == 0 {
+            return Err(LlmError::Invalid(
+                "the context must hold at least one token".into(),
+            ));
+        }
+        let mut contexts = Vec::new();
+        let mut s = opts.min_context.min(max);
+        loop {
+            contexts.push(s);
+            if s >= max {
+                break;
+            }
+            s = (s * 2).min(max);
+        }
+        opts.max_context = max;
+        opts.prefill_chunks.retain(|&t| t > 1 && t <= max);
+        opts.prefill_chunks.sort_unstable();
+        opts.prefill_chunks.dedup();
+        opts.all_logits_chunks.retain(|&t| t >= 1 && t <= max);
+        opts.all_logits_chunks.sort_unstable();
+        opts.all_logits_chunks.dedup();
+        let mut functions = Vec::new();
+        for &s in &contexts {
+            functions.push(FnKey {
+                tokens: 1,
+                context: s,
+                all: false,
+            });
+            for &t in &opts.prefill_chunks {
+                if t <= s {
+                    functions.push(FnKey {
+                        tokens: t,
+                        context: s,
+                        all: false,
+                    });
+                }
+            }
+            for &t in &opts.all_logits_chunks {
+                if t <= s {
+                    functions.push(FnKey {
+                        tokens: t,
+                        context: s,
+                        all: true,
+                    });
+                }
+            }
+        }
+        let embed = if opts.host_embeddings {
+            EmbedInput::Hidden
+        } else {
+            EmbedInput::TokenIds
+        };
+        let mut segments = Vec::new();
+        for layers in segment_ranges(&llm.weights.layer_bytes, opts.segment_bytes) {
+            let mut graphs = Vec::new();
+            for f in &functions {
+                let spec = StepSpec {
+                    tokens: f.tokens,
+                    context: f.context,
+                    layers: layers.clone(),
+                    embed,
+                    logits: if f.all {
+                        LogitsRows::All
+                    } else {
+                        LogitsRows::Last
+                    },
+                };
+                graphs.push((f.name(), plan::build_step(cfg, &llm.weights, &spec)?));
+            }
+            let named: Vec<Vec<(&str, &aneforge::Tensor)>> = graphs
+                .iter()
+                .map(|(_, outs)| outs.iter().map(|(n, t)| (n.as_str(), t)).collect())
+                .collect();
+            let specs: Vec<FunctionSpec<'_>> = graphs
+                .iter()
+                .zip(&named)
+                .map(|((name, _), outputs)| FunctionSpec { name, outputs })
+                .collect();
+            let artifact = lower_functions(&specs, &opts.target, ParameterMode::Constant)?;
+            segments.push(Segment {
+                layers,
+                artifact: Arc::new(artifact),
+                loaded: HashMap::new(),
+                owner: None,
+                recent: Vec::new(),
+            });
+        }
+        let (inv_freq, rope_dims) = match &cfg.positions {
+            Positions::Rope(r) => (r.inv_freq().iter().map(|&f| f as f32).collect(), r.dims),
+            Positions::Learned { .. } => (Vec::new(), 0),
+        };
+        Ok(Runner {
+            llm,
+            opts,
+            contexts,
+            segments,
+            functions,
+            len: 0,
+            history: Vec::new(),
+            inv_freq,
+            rope_dims,
+            timings: StepTimings::default(),
+            hidden: Vec::new(),
+        })
+    }
+
+    pub fn llm(&self) -> &Arc<Llm> {
+        &self.llm
+    }
+
+    pub fn options(&self) -> &RunnerOptions {
+        &self.opts
+    }
+
+    /// Tokens held in the KV caches.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The largest number of tokens a sequence may hold.
+    pub fn max_context(&self) -> usize {
+        self.opts.max_context
+    }
+
+    /// The context buckets (cache sizes of the compiled programs).
+    pub fn contexts(&self) -> &[usize] {
+        &self.contexts
+    }
+
+    /// Number of layer segments (programs per step).
+    pub fn segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The compiled program of segment `i` (all its functions).
+    pub fn artifact(&self, segment: usize) -> Option<&Arc<Artifact>> {
+        self.segments.get(segment).map(|s| &s.artifact)
+    }
+
+    pub fn timings(&self) -> StepTimings {
+        self.timings
+    }
+
+    pub fn reset_timings(&mut self) {
+        self.timings = StepTimings::default();
+    }
+
+    /// Forgets the sequence (the caches' contents become irrelevant).
+    pub fn reset(&mut self) {
+        self.len = 0;
+        self.history.clear();
+    }
+
+    /// Keeps only the first `len` tokens (positions past it are masked and later overwritten).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+        self.history.truncate(self.len);
+    }
+
+    /// The tokens in the caches, in order.
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<(), LlmError> {
+        let vocab = self.llm.config.vocab_size;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(LlmError::TokenOutOfRange {
+                id: u64::from(bad),
+                vocab,
+            });
+        }
+        let total = self.len + tokens.len();
+        if total > self.opts.max_context {
+            return Err(LlmError::ContextFull {
+                tokens: total,
+                context: self.opts.max_context,
+                hint: " (raise the context with a larger max_context, up to the model's limit)",
+            });
+        }
+        Ok(())
+    }
+
+    /// Appends `tokens` to the sequence and returns the logits of the last one (`[vocab]`).
+    pub fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>, LlmError> {
+        let mut logits = Vec::new();
+        self.feed_into(tokens, false, &mut logits)?;
+        Ok(logits)
+    }
+
+    /// Appends `tokens` and returns the logits of every one (`[tokens.len(), vocab]` row-major).
+    pub fn feed_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>, LlmError> {
+        if self.opts.all_logits_chunks.is_empty() {
+            return Err(LlmError::Invalid(
+                "this runner was built without all-position logits (RunnerOptions::all_logits_chunks)".into(),
+            ));
+        }
+        let mut logits = Vec::new();
+        self.feed_into(tokens, true, &mut logits)?;
+        Ok(logits)
+    }
+
+    fn feed_into(
+        &mut self,
+        tokens: &[u32],
+        all: bool,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), LlmError> {
+        if tokens.is_empty() {
+            return Err(LlmError::EmptyPrompt);
+        }
+        self.check_tokens(tokens)?;
+        let started = Instant::now();
+        logits.clear();
+        let mut done = 0;
+        while done < tokens.len() {
+            let rest = tokens.len() - done;
+            let key = self.pick(rest, all)?;
+            let n = rest.min(key.tokens);
+            self.step(key, &tokens[done..done + n], all, logits)?;
+            done += n;
+        }
+        let spent = started.elapsed();
+        if tokens.len() == 1 && !all {
+            self.timings.decode_tokens += 1;
+            self.timings.decode += spent;
+        } else {
+            self.timings.prefill_tokens += tokens.len();
+            self.timings.prefill += spent;
+        }
+        Ok(())
+    }
+
+    /// The function for the next chunk of (up to) `rest` tokens at the current position.
+    fn pick(&self, rest: usize, all: bool) -> Result<FnKey, LlmError> {
+        let pos = self.len;
+        let fits = |k: &FnKey| pos + k.tokens <= k.context;
+        let candidates = self.functions.iter().filter(|k| k.all == all && fits(k));
+        // the fewest padded tokens, then the smallest context
+        let best = candidates.min_by_key(|k| {
+            let chunk = rest.min(k.tokens);
+            let steps = rest.div_ceil(k.tokens);
+            let waste = k.tokens - chunk;
+            (
+                if k.tokens >= rest { 0 } else { steps },
+                waste,
+                k.context,
+                usize::MAX - k.tokens,
+            )
+        });
+        match best {
+            Some(k) if all || rest == 1 || k.tokens > 1 => Ok(*k),
+            Some(_) | None => self
+                .functions
+                .iter()
+                .filter(|k| k.all == all && fits(k))
+                .min_by_key(|k| (k.context, k.tokens))
+                .copied()
+                .ok_or_else(|| {
+                    LlmError::Internal(format!(
+                        "no step program for {rest} tokens at position {pos} (all logits: {all})"
+                    ))
+                }),
+        }
+    }
+
+    fn ensure_loaded(&mut self, seg: usize, key: FnKey) -> Result<(), LlmError> {
+        let segment = &mut self.segments[seg];
+        if !segment.loaded.contains_key(&key) {
+            if segment.loaded.len() >= MAX_LOADED {
+                if let Some(pos) = segment
+                    .recent
+                    .iter()
+                    .position(|k| Some(*k) != segment.owner)
+                {
+                    let old = segment.recent.remove(pos);
+                    segment.loaded.remove(&old);
+                }
+            }
+            let mut model =
+                Model::load_function(segment.artifact.clone(), &key.name(), self.opts.engine)?;
+            for l in segment.layers.clone() {
+                model.share_buffer(&plan::k_cache_out(l), &plan::k_cache(l))?;
+                model.share_buffer(&plan::v_cache_out(l), &plan::v_cache(l))?;
+            }
+            segment.loaded.insert(key, model);
+        }
+        segment.recent.retain(|k| *k != key);
+        segment.recent.push(key);
+        Ok(())
+    }
+
+    /// Moves the first `len` positions of every cache from the owning function to `key`.
+    fn migrate(&mut self, seg: usize, key: FnKey) -> Result<(), LlmError> {
+        let cfg = &self.llm.config;
+        let (kv, hd) = (cfg.n_kv_heads, cfg.head_dim);
+        let len = self.len;
+        let segment = &mut self.segments[seg];
+        let Some(owner) = segment.owner.filter(|o| *o != key) else {
+            segment.owner = Some(key);
+            return Ok(());
+        };
+        if len > 0 {
+            let from = segment.loaded.remove(&owner).ok_or_else(|| {
+                LlmError::Internal(format!("the cache owner {} is not loaded", owner.name()))
+            })?;
+            let result = (|| -> Result<(), LlmError> {
+                let to = segment
+                    .loaded
+                    .get_mut(&key)
+                    .ok_or_else(|| LlmError::Internal("migration target not loaded".into()))?;
+                for l in segment.layers.clone() {
+                    for (out, inp) in [
+                        (plan::k_cache_out(l), plan::k_cache(l)),
+                        (plan::v_cache_out(l), plan::v_cache(l)),
+                    ] {
+                        copy_prefix(
+                            &from,
+                            &out,
+                            owner.context,
+                            to,
+                            &inp,
+                            key.context,
+                            kv,
+                            len,
+                            hd,
+                        )?;
+                    }
+                }
+                Ok(())
+            })();
+            segment.loaded.insert(owner, from);
+            result?;
+        }
+        segment.owner = Some(key);
+        Ok(())
+    }
+
+    /// One program call per segment for `tokens` (at most `key.tokens`) at the current position.
+    fn step(
+        &mut self,
+        key: FnKey,
+        tokens: &[u32],
+        all: bool,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), LlmError> {
+        let cfg = self.llm.config.clone();
+        let (t, s) = (key.tokens, key.context);
+        let n = tokens.len();
+        let pos = self.len;
+        let d = cfg.hidden_size;
+        if self.opts.host_embeddings {
+            self.host_embed(tokens, t, pos)?;
+        }
+        let nseg = self.segments.len();
+        for seg in 0..nseg {
+            self.ensure_loaded(seg, key)?;
+            self.migrate(seg, key)?;
+            let first = seg == 0;
+            let last = seg + 1 == nseg;
+            let inv_freq = &self.inv_freq;
+            let rope_dims = self.rope_dims;
+            let window = cfg.sliding_window;
+            let host_embeddings = self.opts.host_embeddings;
+            let hidden = &mut self.hidden;
+            let model = self.segments[seg]
+                .loaded
+                .get_mut(&key)
+                .ok_or_else(|| LlmError::Internal("step function not loaded".into()))?;
+            if first && !host_embeddings {
+                let mut ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
+                ids.resize(t, 0);
+                model.set_input(plan::INPUT_IDS, HostSlice::I32(&ids))?;
+                if matches!(cfg.positions, Positions::Learned { .. }) {
+                    let max = match cfg.positions {
+                        Positions::Learned { max } => max,
+                        _ => 0,
+                    };
+                    let p: Vec<i32> = (0..t).map(|i| (pos + i).min(max - 1) as i32).collect();
+                    model.set_input(plan::POSITIONS, HostSlice::I32(&p))?;
+                }
+            } else {
+                model.set_input(plan::HIDDEN_IN, HostSlice::F32(hidden))?;
+            }
+            if rope_dims > 0 {
+                write_rope(model, inv_freq, rope_dims, cfg.head_dim, pos, t)?;
+            }
+            model.set_input(plan::WRITE_POS, HostSlice::I32(&[0, pos as i32, 0]))?;
+            write_mask(model, pos, t, s, window)?;
+            if last && !all && t > 1 {
+                model.set_input(plan::LAST_INDEX, HostSlice::I32(&[(n - 1) as i32]))?;
+            }
+            model.execute()?;
+            if last {
+                let vocab = cfg.vocab_size;
+                if !all {
+                    logits.clear();
+                }
+                match model.output_view(plan::LOGITS)? {
+                    BufferRef::F32(v) => {
+                        let rows = if all { n } else { 1 };
+                        logits.extend_from_slice(&v[..rows * vocab]);
+                    }
+                    BufferRef::F16(v) => {
+                        let rows = if all { n } else { 1 };
+                        logits.extend(v[..rows * vocab].iter().map(|x| x.to_f32()));
+                    }
+                    _ => return Err(LlmError::Internal("logits are not float".into())),
+                }
+            } else {
+                hidden.clear();
+                match model.output_view(plan::HIDDEN_OUT)? {
+                    BufferRef::F32(v) => hidden.extend_from_slice(&v[..t * d]),
+                    BufferRef::F16(v) => hidden.extend(v[..t * d].iter().map(|x| x.to_f32())),
+                    _ => return Err(LlmError::Internal("hidden state is not float".into())),
+                }
+            }
+        }
+        self.len += n;
+        self.history.extend_from_slice(tokens);
+        Ok(())
+    }
+
+    /// Embeddings (and learned positions, scale) of `tokens`, padded to `t` rows, into `hidden`.
+    fn host_embed(&mut self, tokens: &[u32], t: usize, pos: usize) -> Result<(), LlmError> {
+        let cfg = &self.llm.config;
+        let d = cfg.hidden_size;
+        self.hidden.clear();
+        self.hidden.resize(t * d, 0.0);
+        let w = &self.llm.weights;
+        for (i, &tok) in tokens.iter().enumerate() {
+            let row = &mut self.hidden[i * d..(i + 1) * d];
+            w.embed.row_f32(tok as usize, row)?;
+            if let Some(scale) = cfg.embed_scale {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
+            if let Some(p) = &w.pos_embed {
+                let max = p.shape()[0];
+                let at = (pos + i).min(max - 1);
+                let table = p.as_f32().unwrap_or(&[]);
+                for (v, e) in row.iter_mut().zip(&table[at * d..(at + 1) * d]) {
+                    *v += e;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn copy_prefix(
+    from: &Model,
+    out: &str,
+    from_ctx: usize,
+    to: &mut Model,
+    inp: &str,
+    to_ctx: usize,
+    kv: usize,
+    len: usize,
+    hd: usize,
+) -> Result<(), LlmError> {
+    let n = len.min(from_ctx).min(to_ctx) * hd;
+    match (from.output_view(out)?, to.input_view_mut(inp)?) {
+        (BufferRef::F32(a), BufferMut::F32(b)) => {
+            for h in 0..kv {
+                b[h * to_ctx * hd..h * to_ctx * hd + n]
+                    .copy_from_slice(&a[h * from_ctx * hd..h * from_ctx * hd + n]);
+            }
+        }
+        (BufferRef::F16(a), BufferMut::F16(b)) => {
+            for h in 0..kv {
+                b[h * to_ctx * hd..h * to_ctx * hd + n]
+                    .copy_from_slice(&a[h * from_ctx * hd..h * from_ctx * hd + n]);
+            }
+        }
+        _ => {
+            return Err(LlmError::Internal(format!(
+                "cache {out} and {inp} differ in dtype"
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// cos and sin of `(pos + i) · inv_freq` as transformers computes them (f32 angle), duplicated
+/// over both halves of the rotated dimensions; 1 and 0 on dimensions that are not rotated.
+fn write_rope(
+    model: &mut Model,
+    inv_freq: &[f32],
+    dims: usize,
+    hd: usize,
+    pos: usize,
+    t: usize,
+) -> Result<(), LlmError> {
+    let half = dims / 2;
+    let fill = |buf: &mut [f32], cos: bool| {
+        for i in 0..t {
+            let p = (pos + i) as f32;
+            let row = &mut buf[i * hd..(i + 1) * hd];
+            for j in 0..hd {
+                row[j] = if j < dims {
+                    let angle = p * inv_freq[j % half];
+                    if cos {
+                        (angle as f64).cos() as f32
+                    } else {
+                        (angle as f64).sin() as f32
+                    }
+                } else if cos {
+                    1.0
+                } else {
+                    0.0
+                };
+            }
+        }
+    };
+    for (name, cos) in [(plan::ROPE_COS, true), (plan::ROPE_SIN, false)] {
+        match model.input_view_mut(name)? {
+            BufferMut::F32(b) => fill(b, cos),
+            BufferMut::F16(b) => {
+                let mut tmp = vec![0.0f32; b.len()];
+                fill(&mut tmp, cos);
+                for (d, s) in b.iter_mut().zip(&tmp) {
+                    *d = half::f16::from_f32(*s);
+                }
+            }
+            _ => return Err(LlmError::Internal(format!("{name} is not float"))),
+        }
+    }
+    Ok(())
+}
+
+/// Row `i` (position `pos + i`) sees keys `j <= pos + i` (within the sliding window, if any).
+fn write_mask(
+    model: &mut Model,
+    pos: usize,
+    t: usize,
+    s: usize,
+    window: Option<usize>,
+) -> Result<(), LlmError> {
+    let masked = aneforge::graph::nn::MASKED;
+    let fill = |row: usize, j: usize| -> f32 {
+        let q = pos + row;
+        let visible = j <= q && window.is_none_or(|w| q - j < w);
+        if visible {
+            0.0
+        } else {
+            masked
+        }
+    };
+    match model.input_view_mut(plan::MASK)? {
+        BufferMut::F32(b) => {
+            for i in 0..t {
+                for j in 0..s {
+                    b[i * s + j] = fill(i, j);
+                }
+            }
+        }
+        BufferMut::F16(b) => {
+            for i in 0..t {
+                for j in 0..s {
+                    b[i * s + j] = half::f16::from_f32(fill(i, j));
+                }
+            }
+        }
+        _ => return Err(LlmError::Internal("mask is not float".into())),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_respect_the_ceiling() {
+        assert_eq!(segment_ranges(&[10, 10, 10], None), vec![0..3]);
+        assert_eq!(segment_ranges(&[10, 10, 10], Some(20)), vec![0..2, 2..3]);
+        assert_eq!(
+            segment_ranges(&[10, 10, 10], Some(5)),
+            vec![0..1, 1..2, 2..3]
+        );
+        assert_eq!(segment_ranges(&[10, 10, 10], Some(30)), vec![0..3]);
+    }
+}
