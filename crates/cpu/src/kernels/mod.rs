@@ -200,7 +200,7 @@ impl Kernel {
                 matmul::Rhs::Prepared(p) => p.wt.len() * 4,
                 _ => 0,
             },
-            Kernel::Conv(c) => c.weight.len() * 4,
+            Kernel::Conv(c) => c.weight.owned_len() * 4,
             _ => 0,
         }
     }
