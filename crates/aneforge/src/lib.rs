@@ -3,6 +3,7 @@
 //! Build a graph with [`graph`], compile it with [`compile`] for a [`Target`], run the resulting
 //! [`Model`] on an [`Engine`].
 
+pub mod autograd;
 pub mod engine;
 pub mod graph;
 pub mod lower;
