@@ -8,6 +8,7 @@ pub mod engine;
 pub mod graph;
 pub mod lower;
 mod model;
+pub mod train;
 
 pub use engine::Engine;
 pub use graph::{DType, GraphError, HostArray, Tensor};
