@@ -5,7 +5,34 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The ANE engine's tests load the e5rt simulator's cdylib (target/debug/deps/libe5rt_sim.*).
+cargo build -p e5rt-sim
 cargo test --workspace
+
+# The op suite and the state tests a second time, their ANE-target programs run by the ANE engine on
+# the simulator (on a Mac, leave ANEFORGE_E5RT_LIB unset to use the real framework).
+target_dir=${CARGO_TARGET_DIR:-target}
+case $target_dir in /*) ;; *) target_dir="$(pwd)/$target_dir" ;; esac
+deps="$target_dir/debug/deps"
+sim=""
+for candidate in "$deps/libe5rt_sim.so" "$deps/libe5rt_sim.dylib"; do
+    if [ -f "$candidate" ]; then sim=$candidate; fi
+done
+if [ -z "$sim" ]; then
+    echo "the e5rt simulator was not built into $deps" >&2
+    exit 1
+fi
+ANEFORGE_SUITE_ENGINE=ane ANEFORGE_E5RT_LIB="$sim" cargo test -p aneforge --test op_suite --test state
+
+# The macOS-only code paths (the real-framework test group) must at least type-check for Apple
+# Silicon. The target's standard library is fetched once with rustup; without it, say so and skip.
+apple=aarch64-apple-darwin
+if rustup target list --installed 2>/dev/null | grep -qx "$apple" \
+    || rustup target add "$apple" >/dev/null 2>&1; then
+    cargo check --target "$apple" -p aneforge -p e5rt-sim --all-targets
+else
+    echo "SKIPPED: cargo check --target $apple (rustup could not install the target here)"
+fi
 
 # coremltools lives in a local venv, (re)installed when tools/requirements-ci.txt changes.
 venv=.venv-ci

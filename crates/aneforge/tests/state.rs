@@ -18,8 +18,13 @@ fn targets() -> [(Prec, Target); 2] {
 }
 
 fn options(target: Target) -> CompileOptions {
+    let prec = match target {
+        Target::Cpu => Prec::F32,
+        _ => Prec::F16,
+    };
     CompileOptions {
         target,
+        engine: prec.engine(),
         ..CompileOptions::default()
     }
 }

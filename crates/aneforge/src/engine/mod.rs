@@ -3,9 +3,18 @@
 //! state that stays resident across executes. The CPU engine is [`cpu::CpuExecutable`]; the ANE
 //! engine implements the same trait.
 
+pub mod ane;
+mod ane_exec;
+mod ane_ffi;
+pub mod ane_host;
+mod ane_layout;
+pub mod ane_select;
 mod cache;
 pub mod cpu;
 
+pub use ane::{AneEngine, AneError, AneOptions, AneProgram, AneStats};
+pub use ane_exec::AneExecutable;
+pub use ane_select::{EngineKind, UnknownEngine};
 pub use aneforge_cpu::{BufferMut, BufferRef, HostSlice, HostTensor};
 pub use cache::{cache_stats, compile_count, CacheStats};
 
@@ -19,6 +28,20 @@ pub enum Engine {
     /// aneforge's own CPU engine: runs any target's program (fp16 programs with fp16 storage).
     #[default]
     Cpu,
+    /// The Neural Engine through Apple's e5rt runtime ([`AneEngine::global`]); on other machines,
+    /// the e5rt implementation `ANEFORGE_E5RT_LIB` names (such as the simulator).
+    Ane,
+}
+
+impl Engine {
+    /// The ANE where its runtime can be loaded, the CPU otherwise.
+    pub fn auto() -> Engine {
+        if AneEngine::global().is_ok() {
+            Engine::Ane
+        } else {
+            Engine::Cpu
+        }
+    }
 }
 
 /// One input or output port of a loaded program.
@@ -43,6 +66,8 @@ impl Port {
 pub enum EngineError {
     #[error("cpu engine: {0}")]
     Cpu(#[from] aneforge_cpu::CpuError),
+    #[error("ane engine: {0}")]
+    Ane(#[from] AneError),
     #[error("weights blob: {0}")]
     Blob(#[from] mil::BlobError),
     #[error("no input port named {name:?}; the inputs are {available:?}")]
@@ -109,6 +134,10 @@ pub trait Executable: Send {
 pub fn load(artifact: &Artifact, engine: Engine) -> Result<Box<dyn Executable>, EngineError> {
     match engine {
         Engine::Cpu => Ok(Box::new(cpu::CpuExecutable::load(artifact)?)),
+        Engine::Ane => Ok(Box::new(AneExecutable::load(
+            &AneEngine::global()?,
+            artifact,
+        )?)),
     }
 }
 

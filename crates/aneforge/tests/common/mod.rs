@@ -7,7 +7,7 @@ pub mod reference;
 
 pub use reference::*;
 
-use aneforge::engine::{HostSlice, HostTensor};
+use aneforge::engine::{Engine, EngineKind, HostSlice, HostTensor};
 use aneforge::graph::{self, DType, GraphError, HostArray, Tensor};
 use aneforge::{compile_named, AneArch, CompileOptions, Target};
 use rand::rngs::StdRng;
@@ -70,6 +70,19 @@ impl Prec {
             Prec::F32 => "cpu",
             Prec::F16 => "ane",
         }
+    }
+
+    /// The engine that runs this precision's programs: the CPU engine, except that with
+    /// `ANEFORGE_SUITE_ENGINE=ane` (and an e5rt library, e.g. `ANEFORGE_E5RT_LIB` naming the
+    /// simulator) the ANE-target programs run on the ANE engine — the suite's second pass.
+    pub fn engine(self) -> Engine {
+        let wanted = std::env::var("ANEFORGE_SUITE_ENGINE").unwrap_or_default();
+        if self == Prec::F32 || wanted.is_empty() {
+            return Engine::Cpu;
+        }
+        let kind: EngineKind = wanted.parse().unwrap_or_else(|e| panic!("{e}"));
+        kind.select()
+            .unwrap_or_else(|e| panic!("ANEFORGE_SUITE_ENGINE={wanted}: {e}"))
     }
 }
 
@@ -268,6 +281,7 @@ impl Case {
         let named: Vec<(&str, &Tensor)> = names.iter().map(|n| n.as_str()).zip(&outs).collect();
         let options = CompileOptions {
             target: prec.target(),
+            engine: prec.engine(),
             ..CompileOptions::default()
         };
         let mut model =
