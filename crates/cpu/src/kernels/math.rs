@@ -1,5 +1,5 @@
 //! Branch-free f32 transcendental approximations that vectorise inside block loops.
-//! Accuracy: exp within 2 ulp over the finite range; erf within 1.5e-7 absolute.
+//! Accuracy: exp within 2 ulp over the finite range; erf within 2e-7 absolute.
 
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
@@ -48,23 +48,37 @@ pub fn tanh(x: f32) -> f32 {
 
 #[inline(always)]
 pub fn erf(x: f32) -> f32 {
-    // Abramowitz & Stegun 7.1.26 is too coarse (1.5e-7 relative to 1 only); use erfc-based
-    // rational form from W. J. Cody's coefficients in f64 for stable f32 results.
-    let ax = (x as f64).abs();
+    // |x| < 0.5: the Maclaurin series to x¹³ (relative error < 1e-7). Otherwise erf = 1 − erfc,
+    // erfc(|x|) = t·exp(−x² + P(t)), t = 1/(1 + |x|/2) (Numerical Recipes' `erfcc`, fractional
+    // error < 1.2e-7). Both in f32 with the polynomial exp above and selected branch-free, so the
+    // loop vectorises; the absolute error stays below 2e-7.
+    let x2 = x * x;
+    let s = 1.0 / 9360.0;
+    let s = -1.0 / 1320.0 + x2 * s;
+    let s = 1.0 / 216.0 + x2 * s;
+    let s = -1.0 / 42.0 + x2 * s;
+    let s = 0.1 + x2 * s;
+    let s = -1.0 / 3.0 + x2 * s;
+    let s = 1.0 + x2 * s;
+    let series = x * s * std::f32::consts::FRAC_2_SQRT_PI;
+    let ax = x.abs();
     let t = 1.0 / (1.0 + 0.5 * ax);
-    let y = t
-        * (-ax * ax - 1.265_512_23
-            + t * (1.000_023_68
-                + t * (0.374_091_96
-                    + t * (0.096_784_18
-                        + t * (-0.186_288_06
-                            + t * (0.278_868_07
-                                + t * (-1.135_203_98
-                                    + t * (1.488_515_87
-                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
-            .exp();
-    let r = (1.0 - y) as f32;
-    r.copysign(x)
+    let p = -0.822_152_23 + t * 0.170_872_77;
+    let p = 1.488_515_87 + t * p;
+    let p = -1.135_203_98 + t * p;
+    let p = 0.278_868_07 + t * p;
+    let p = -0.186_288_06 + t * p;
+    let p = 0.096_784_18 + t * p;
+    let p = 0.374_091_96 + t * p;
+    let p = 1.000_023_68 + t * p;
+    let p = -1.265_512_23 + t * p;
+    let y = t * exp(-ax * ax + p);
+    let tail = (1.0 - y).copysign(x);
+    if ax < 0.5 {
+        series
+    } else {
+        tail
+    }
 }
 
 #[inline(always)]
@@ -77,4 +91,37 @@ pub fn gelu_tanh(x: f32) -> f32 {
 pub fn softplus(x: f32) -> f32 {
     // log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
     x.max(0.0) + (exp(-x.abs())).ln_1p()
+}
+
+#[cfg(test)]
+mod tests {
+    /// erf by its Maclaurin series in f64 (accurate to ~1e-12 for |x| <= 3.5).
+    fn erf_series(x: f64) -> f64 {
+        let (mut term, mut sum, mut n) = (x, x, 0.0f64);
+        while term.abs() > 1e-17 * sum.abs().max(1e-300) && n < 200.0 {
+            n += 1.0;
+            term *= -x * x / n;
+            sum += term / (2.0 * n + 1.0);
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    #[test]
+    fn erf_is_within_2e7_of_the_series() {
+        let mut worst = 0.0f64;
+        for i in -35_000..=35_000 {
+            let x = i as f64 * 1e-4;
+            let got = f64::from(super::erf(x as f32));
+            worst = worst.max((got - erf_series(f64::from(x as f32))).abs());
+        }
+        assert!(worst < 2e-7, "max abs error {worst:e}");
+        for x in [1e-6f32, -3e-4, 2e-2] {
+            let want = erf_series(f64::from(x));
+            let rel = ((f64::from(super::erf(x)) - want) / want).abs();
+            assert!(rel < 3e-7, "erf({x}): relative error {rel:e}");
+        }
+        assert_eq!(super::erf(10.0), 1.0);
+        assert_eq!(super::erf(-10.0), -1.0);
+        assert_eq!(super::erf(0.0), 0.0);
+    }
 }
