@@ -160,7 +160,12 @@ impl CharLm {
         self.cfg.batch * self.cfg.context
     }
 
-    fn batch(&self, split: Split, stream: u64, index: u64) -> Result<(Vec<i32>, Vec<i32>), DataError> {
+    fn batch(
+        &self,
+        split: Split,
+        stream: u64,
+        index: u64,
+    ) -> Result<(Vec<i32>, Vec<i32>), DataError> {
         let mut rng = batch_rng(self.cfg.seed, stream, index);
         self.data
             .batch(split, self.cfg.batch, self.cfg.context, &mut rng)
@@ -174,7 +179,10 @@ impl CharLm {
             .map_err(|e| TrainError::Invalid(e.to_string()))?;
         let lr = self.cfg.lr_at(next);
         self.trainer.step(
-            &[("tokens", HostSlice::I32(&x)), ("targets", HostSlice::I32(&y))],
+            &[
+                ("tokens", HostSlice::I32(&x)),
+                ("targets", HostSlice::I32(&y)),
+            ],
             lr,
         )
     }
@@ -187,9 +195,10 @@ impl CharLm {
             let (x, y) = self
                 .batch(Split::Validation, VAL_STREAM, i)
                 .map_err(|e| TrainError::Invalid(e.to_string()))?;
-            let out = self
-                .val
-                .run(&[("tokens", HostSlice::I32(&x)), ("targets", HostSlice::I32(&y))])?;
+            let out = self.val.run(&[
+                ("tokens", HostSlice::I32(&x)),
+                ("targets", HostSlice::I32(&y)),
+            ])?;
             total += f64::from(out[0][0]);
         }
         Ok((total / batches.max(1) as f64) as f32)
@@ -205,7 +214,8 @@ impl CharLm {
             "config".into(),
             self.cfg.fingerprint(self.data.vocab_size()),
         );
-        ckpt.metadata.insert("vocab".into(), self.data.vocab().iter().collect());
+        ckpt.metadata
+            .insert("vocab".into(), self.data.vocab().iter().collect());
         ckpt.save(path)?;
         Ok(())
     }
@@ -251,9 +261,10 @@ impl CharLm {
                 self.engine,
             )?);
         }
-        let sampler = self.sampler.as_mut().ok_or_else(|| {
-            TrainError::Invalid("the sampling program is missing".into())
-        })?;
+        let sampler = self
+            .sampler
+            .as_mut()
+            .ok_or_else(|| TrainError::Invalid("the sampling program is missing".into()))?;
         sampler.load_from(&self.trainer)?;
         let mut ids = self
             .data
@@ -280,10 +291,11 @@ impl CharLm {
 }
 
 fn pick(logits: &[f32], temperature: f32, rng: &mut rand::rngs::StdRng) -> usize {
-    let best = logits
-        .iter()
-        .enumerate()
-        .fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
+    let best =
+        logits.iter().enumerate().fold(
+            (0, f32::NEG_INFINITY),
+            |b, (i, &x)| if x > b.1 { (i, x) } else { b },
+        );
     if temperature <= 0.0 {
         return best.0;
     }

@@ -80,7 +80,12 @@ impl DigitsClassifier {
         let mut options = TrainerOptions::new(Optimizer::adamw(cfg.weight_decay));
         options.target = target.clone();
         options.engine = engine;
-        let trainer = Trainer::new(&c.loss, store.params(), &[("accuracy", &c.accuracy)], options)?;
+        let trainer = Trainer::new(
+            &c.loss,
+            store.params(),
+            &[("accuracy", &c.accuracy)],
+            options,
+        )?;
         let mut eval_store = ParamStore::new(cfg.seed);
         let e = image_classifier(
             &mut eval_store,
@@ -117,7 +122,10 @@ impl DigitsClassifier {
         for chunk in order.chunks_exact(self.cfg.batch) {
             let (x, y) = self.train.gather(chunk);
             let s = self.trainer.step(
-                &[("images", HostSlice::F32(&x)), ("labels", HostSlice::I32(&y))],
+                &[
+                    ("images", HostSlice::F32(&x)),
+                    ("labels", HostSlice::I32(&y)),
+                ],
                 self.cfg.lr,
             )?;
             loss += f64::from(s.loss);
@@ -137,9 +145,10 @@ impl DigitsClassifier {
         self.eval.load_from(&self.trainer)?;
         let all: Vec<usize> = (0..self.test.len()).collect();
         let (x, y) = self.test.gather(&all);
-        let out = self
-            .eval
-            .run(&[("images", HostSlice::F32(&x)), ("labels", HostSlice::I32(&y))])?;
+        let out = self.eval.run(&[
+            ("images", HostSlice::F32(&x)),
+            ("labels", HostSlice::I32(&y)),
+        ])?;
         Ok(out[0][0])
     }
 }

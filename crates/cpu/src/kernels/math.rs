@@ -64,14 +64,14 @@ pub fn erf(x: f32) -> f32 {
     let ax = x.abs();
     let t = 1.0 / (1.0 + 0.5 * ax);
     let p = -0.822_152_23 + t * 0.170_872_77;
-    let p = 1.488_515_87 + t * p;
-    let p = -1.135_203_98 + t * p;
+    let p = 1.488_515_9 + t * p;
+    let p = -1.135_204 + t * p;
     let p = 0.278_868_07 + t * p;
     let p = -0.186_288_06 + t * p;
     let p = 0.096_784_18 + t * p;
     let p = 0.374_091_96 + t * p;
-    let p = 1.000_023_68 + t * p;
-    let p = -1.265_512_23 + t * p;
+    let p = 1.000_023_7 + t * p;
+    let p = -1.265_512_2 + t * p;
     let y = t * exp(-ax * ax + p);
     let tail = (1.0 - y).copysign(x);
     if ax < 0.5 {
