@@ -2,8 +2,8 @@
 
 The same model as aneforge's `train::models::gpt` (pre-norm decoder, causal attention, learned
 positions, GELU MLP, untied head), the same batch and optimizer (AdamW lr 3e-4, weight decay 0.1,
-gradient clipping at 1.0), fp32 on the CPU with a fixed thread count. Prints `steps_per_s <x>` and
-`torch <version>`.
+gradient clipping at 1.0), fp32 on the CPU with a fixed thread count. Prints `torch <version>`,
+`steps_per_s <x>` (wall clock) and `cpu_s_per_step <x>` (process CPU time, all threads).
 
     python tools/bench/train_peer.py --threads 2 --steps 20 --warmup 3
 """
@@ -83,12 +83,15 @@ def main():
 
     for _ in range(a.warmup):
         step()
+    cpu_start = time.process_time()
     start = time.perf_counter()
     for _ in range(a.steps):
         step()
     secs = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
     print(f"torch {torch.__version__}")
     print(f"steps_per_s {a.steps / secs:.6f}")
+    print(f"cpu_s_per_step {cpu / a.steps:.6f}")
 
 
 if __name__ == "__main__":

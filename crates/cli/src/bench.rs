@@ -51,11 +51,15 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     for _ in 0..args.warmup {
         lm.step()?;
     }
+    let cpu_start = process_cpu_seconds();
     let start = Instant::now();
     for _ in 0..args.steps {
         lm.step()?;
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds()
+        .zip(cpu_start)
+        .map(|(end, begin)| (end - begin) / args.steps as f64);
     let tokens = lm.tokens_per_step() as f64;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
@@ -71,12 +75,13 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         args.warmup
     );
     println!(
-        "{:<44} {:>9} {:>11} {:>11}",
-        "system", "steps/s", "tokens/s", "ms/step"
+        "{:<44} {:>9} {:>11} {:>11} {:>15}",
+        "system", "steps/s", "tokens/s", "ms/step", "CPU ms/step"
     );
-    let line = |name: &str, steps_per_s: f64| {
+    let line = |name: &str, steps_per_s: f64, cpu: Option<f64>| {
+        let cpu = cpu.map_or("-".to_string(), |c| format!("{:.0}", c * 1e3));
         println!(
-            "{name:<44} {steps_per_s:>9.3} {:>11.0} {:>11.1}",
+            "{name:<44} {steps_per_s:>9.3} {:>11.0} {:>11.1} {cpu:>15}",
             steps_per_s * tokens,
             1000.0 / steps_per_s
         )
@@ -85,6 +90,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     line(
         &format!("aneforge ({engine:?} engine, {target}, {threads} threads)"),
         ours,
+        cpu,
     );
     if args.profile {
         profile(&lm, args.steps.max(1))?;
@@ -119,13 +125,36 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             .unwrap_or("?")
             .trim()
             .to_string();
+        let peer_cpu = text
+            .lines()
+            .find_map(|l| l.strip_prefix("cpu_s_per_step "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
         line(
             &format!("PyTorch {version} (fp32, {} threads)", args.peer_threads),
             steps_per_s,
+            peer_cpu,
         );
-        println!("aneforge / PyTorch: {:.2}x", ours / steps_per_s);
+        println!(
+            "aneforge / PyTorch: {:.2}x steps/s{}",
+            ours / steps_per_s,
+            match (cpu, peer_cpu) {
+                (Some(a), Some(b)) => format!(", {:.2}x less CPU time per step", b / a),
+                _ => String::new(),
+            }
+        );
     }
     Ok(())
+}
+
+/// CPU time of every thread of this process so far (Linux: the sum of
+/// `/proc/self/task/*/schedstat` on-CPU nanoseconds; worker threads are long-lived).
+fn process_cpu_seconds() -> Option<f64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total as f64 * 1e-9)
 }
 
 /// Runs the trainer's step program on a fresh CPU-engine instance with every kernel timed, and

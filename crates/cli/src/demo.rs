@@ -134,10 +134,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         ));
         if args.eval_every > 0 && step % args.eval_every == 0 && step < args.steps {
             let val = lm.val_loss(args.val_batches)?;
-            bar.println(format!(
-                "step {step}: train loss {:.4}, val loss {val:.4}",
-                smoothed.unwrap_or(stats.loss)
-            ));
+            let train = smoothed.unwrap_or(stats.loss);
+            bar.suspend(|| println!("step {step}: train loss {train:.4}, val loss {val:.4}"));
         }
         if args.checkpoint_every > 0 && step % args.checkpoint_every == 0 {
             lm.save(&args.checkpoint)?;
