@@ -48,6 +48,8 @@ trap 'rm -rf "$corpus"' EXIT
 cargo run --quiet -p aneforge-mil --example coreml_corpus -- "$corpus"
 "$venv/bin/python" tools/coreml_check.py "$corpus/ok"
 "$venv/bin/python" tools/coreml_check.py --expect-fail "$corpus/broken"
-# Every program the graph op suite and state tests compile (CPU and ANE targets), through coremltools.
-ANEFORGE_DUMP_CORPUS="$corpus/op-suite" cargo test --quiet -p aneforge --test op_suite --test state
+# Every program the graph op suite and state tests compile (CPU and ANE targets), every ANE rewrite
+# and compression format, through coremltools.
+ANEFORGE_DUMP_CORPUS="$corpus/op-suite" cargo test --quiet -p aneforge --test op_suite --test state \
+    --test legalize_cpu --test targets_compress
 "$venv/bin/python" tools/coreml_check.py "$corpus/op-suite"

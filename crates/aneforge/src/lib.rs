@@ -6,8 +6,10 @@
 pub mod autograd;
 pub mod engine;
 pub mod graph;
+pub mod legalize;
 pub mod lower;
 mod model;
+pub mod target;
 pub mod train;
 
 pub use engine::Engine;

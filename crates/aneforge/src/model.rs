@@ -49,6 +49,8 @@ pub fn compile_named(
     options: &CompileOptions,
 ) -> Result<Model, Error> {
     let artifact = lower::lower(outputs, &options.target, options.parameters)?;
+    let (artifact, _) =
+        crate::target::compress::compress(artifact, options.compress).map_err(LowerError::from)?;
     Model::load(Arc::new(artifact), options.engine)
 }
 
@@ -158,13 +160,17 @@ impl Model {
     }
 
     /// Copies host data into an input; f32 or f16 data feeds float ports (converted to the port's
-    /// precision), i32 feeds i32 ports, bool feeds bool inputs (whose ports carry 0 and 1 in the
-    /// program's float type).
+    /// precision), i32 feeds i32 ports (and i32 inputs an ANE program carries as fp16), bool feeds
+    /// bool inputs (whose ports carry 0 and 1 in the program's float type).
     pub fn set_input(&mut self, name: &str, data: HostSlice<'_>) -> Result<(), Error> {
         let port = self.input_port(name)?;
         let (given, len) = slice_kind(&data);
         let bool_port = port.dtype == crate::DType::Bool;
-        let ok = engine::accepts(port.mil_dtype, given) || (bool_port && given == "bool");
+        // ANE programs carry i32 ports as fp16 (exact for |v| <= 2048).
+        let carried_int = port.dtype == crate::DType::I32 && port.mil_dtype.is_float();
+        let ok = engine::accepts(port.mil_dtype, given)
+            || (bool_port && given == "bool")
+            || (carried_int && given == "i32");
         if !ok {
             return Err(EngineError::DType {
                 name: name.to_string(),
@@ -185,6 +191,10 @@ impl Model {
         match data {
             HostSlice::Bool(v) if bool_port => {
                 let as_float: Vec<f32> = v.iter().map(|&b| f32::from(u8::from(b))).collect();
+                self.exec.set_input(name, HostSlice::F32(&as_float))?;
+            }
+            HostSlice::I32(v) if carried_int => {
+                let as_float: Vec<f32> = v.iter().map(|&x| x as f32).collect();
                 self.exec.set_input(name, HostSlice::F32(&as_float))?;
             }
             data => self.exec.set_input(name, data)?,
@@ -211,9 +221,16 @@ impl Model {
 
     /// An owned copy of an output: bool outputs as bool, others in the port's dtype.
     pub fn read_output(&self, name: &str) -> Result<HostTensor, Error> {
-        if self.output_port(name)?.dtype == crate::DType::Bool {
+        let port = self.output_port(name)?;
+        if port.dtype == crate::DType::Bool {
             let v = self.exec.read_output_f32(name)?;
             return Ok(HostTensor::Bool(v.iter().map(|&x| x != 0.0).collect()));
+        }
+        if port.dtype == crate::DType::I32 && port.mil_dtype.is_float() {
+            let v = self.exec.read_output_f32(name)?;
+            return Ok(HostTensor::I32(
+                v.iter().map(|&x| x.round() as i32).collect(),
+            ));
         }
         Ok(self.exec.read_output(name)?)
     }

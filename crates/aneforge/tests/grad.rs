@@ -594,7 +594,44 @@ fn reductions() {
         let mut c = Check::new(&format!("reduce-min-{i}"), 1130 + i as u64);
         let x = c.param("x", &[3, 4, 5], -1.0, 1.0);
         c.run(&x.min(axes, *keep).unwrap());
+        let mut c = Check::new(&format!("reduce-prod-{i}"), 1140 + i as u64);
+        let x = c.param("x", &[3, 4, 5], 0.5, 1.5);
+        c.run(
+            &x.reduce(aneforge::graph::ReduceOp::Prod, axes, *keep)
+                .unwrap(),
+        );
     }
+}
+
+/// Products with zeros: exactly one zero in a row passes the product of the others to it; two
+/// zeros give zero gradients everywhere in that row.
+#[test]
+fn product_with_zeros() {
+    let mut c = Check::new("reduce-prod-zeros", 1150);
+    let data = vec![
+        0.5, 0.0, 1.5, 2.0, // one zero
+        0.0, 1.0, 0.0, 3.0, // two zeros
+        1.1, 0.9, 1.2, 0.8, // none
+    ];
+    let x = c.param_data("x", &[3, 4], data.clone());
+    let y = x
+        .reduce(aneforge::graph::ReduceOp::Prod, &[1], false)
+        .unwrap();
+    let weights = [0.7f32, -1.3, 0.4];
+    let r = constant(HostArray::from_f32(&[3], weights.to_vec()).unwrap());
+    let loss = y.mul(&r).unwrap().sum(&[0], false).unwrap();
+    let grads = autograd::backward(&loss, &c.params.clone()).unwrap();
+    // d/dx[i][j] = r[i] · Π_{k≠j} x[i][k], by direct products in f64
+    let want = Nd::from_fn(&[3, 4], |ij| {
+        let others: f64 = (0..4)
+            .filter(|&k| k != ij[1])
+            .map(|k| f64::from(data[ij[0] * 4 + k]))
+            .product();
+        f64::from(weights[ij[0]]) * others
+    });
+    let got = eval::eval(&grads, &c.env).remove(0);
+    compare("prod zeros", &got.data, &want, 1e-7, 1e-6, "");
+    c.check_engine(&loss, &grads, &[want], Target::Cpu, (1e-6, 1e-5));
 }
 
 #[test]

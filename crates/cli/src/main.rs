@@ -1,10 +1,13 @@
 use clap::Parser;
 
 mod bench;
+mod compile;
 mod demo;
 mod digits;
 mod engine_args;
+mod examples;
 mod mil;
+mod targets;
 
 /// aneforge: compile tensor graphs into Apple Neural Engine programs and run them.
 #[derive(Parser)]
@@ -27,6 +30,19 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// List the ANE architectures, their families, core counts and chip figures.
+    Targets,
+    /// The per-op status (native / rewritten / walled) on an ANE family.
+    Ops {
+        /// Architecture or alias (h13…h18, m1…m5, a13…a18, …).
+        #[arg(long)]
+        target: String,
+        /// Also list every MIL op of the registry.
+        #[arg(long)]
+        mil: bool,
+    },
+    /// Compile a built-in example graph for an ANE architecture into program directories.
+    Compile(compile::CompileArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,6 +52,9 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Demo(args)) => demo::run(args),
         Some(Command::TrainDigits(args)) => digits::run(args),
         Some(Command::Bench(command)) => bench::run(command),
+        Some(Command::Targets) => targets::targets(),
+        Some(Command::Ops { target, mil }) => targets::ops(&target, mil),
+        Some(Command::Compile(args)) => compile::run(args),
         None => Ok(()),
     }
 }

@@ -20,6 +20,8 @@ fn main() {
     if all || what == "gemv" {
         for &t in &thread_counts {
             println!("{}", bench::gemv(4096, 4096, t, 50));
+            println!("{}", bench::gemv_quant(4096, 4096, 8, t, 50));
+            println!("{}", bench::gemv_quant(4096, 4096, 4, t, 50));
         }
     }
     if all || what == "conv" {

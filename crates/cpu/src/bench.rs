@@ -17,6 +17,15 @@ pub struct Figure {
     /// Floating-point operations per execute (0 when not meaningful).
     pub flops: f64,
     pub threads: usize,
+    /// Mean on-CPU time of the calling thread per execute (Linux schedstat), when available. With
+    /// one thread this is the kernel's cost without time lost to other processes on a busy machine.
+    pub cpu_seconds: Option<f64>,
+}
+
+/// Nanoseconds the calling thread has spent on a CPU (Linux `/proc/thread-self/schedstat`).
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
 }
 
 impl Figure {
@@ -27,6 +36,17 @@ impl Figure {
 
 impl std::fmt::Display for Figure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // mean on-CPU time of the calling thread: with one thread, the kernel's cost net of time
+        // lost to other processes on a busy machine
+        let cpu = match (self.cpu_seconds, self.threads) {
+            (Some(c), 1) if self.flops > 0.0 => format!(
+                "  on-cpu {:>9.3} ms {:>7.1} GFLOP/s",
+                c * 1e3,
+                self.flops / c / 1e9
+            ),
+            (Some(c), 1) => format!("  on-cpu {:>9.3} us", c * 1e6),
+            _ => String::new(),
+        };
         if self.flops > 0.0 {
             write!(
                 f,
@@ -36,7 +56,8 @@ impl std::fmt::Display for Figure {
                 self.seconds * 1e3,
                 self.median_seconds * 1e3,
                 self.gflops()
-            )
+            )?;
+            f.write_str(&cpu)
         } else {
             write!(
                 f,
@@ -45,7 +66,8 @@ impl std::fmt::Display for Figure {
                 self.threads,
                 self.seconds * 1e6,
                 self.median_seconds * 1e6
-            )
+            )?;
+            f.write_str(&cpu)
         }
     }
 }
@@ -139,11 +161,16 @@ fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
 
 /// Compiles `p` with `threads` workers and fills every input with deterministic data.
 pub fn prepare(p: &Program, threads: usize) -> Instance {
+    prepare_with(p, &BlobStore::new(), threads)
+}
+
+/// [`prepare`] for programs with BLOBFILE constants.
+pub fn prepare_with(p: &Program, blobs: &BlobStore, threads: usize) -> Instance {
     let opts = CompileOptions {
         threads: Some(threads),
         ..Default::default()
     };
-    let plan = compile(p, "main", &BlobStore::new(), &opts).expect("benchmark program compiles");
+    let plan = compile(p, "main", blobs, &opts).expect("benchmark program compiles");
     let mut inst = plan.instantiate();
     for (i, port) in plan.inputs().iter().enumerate() {
         let data = pseudo_random(port.len(), 7 + i as u64);
@@ -155,13 +182,20 @@ pub fn prepare(p: &Program, threads: usize) -> Instance {
 
 fn time(name: String, inst: &mut Instance, flops: f64, threads: usize, reps: usize) -> Figure {
     inst.execute().expect("warm-up");
-    let mut times: Vec<f64> = (0..reps.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            inst.execute().expect("execute");
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
+    // at least `reps` samples and at least 0.3 s, so the on-CPU total is long against the
+    // scheduler tick that schedstat advances with
+    let start = Instant::now();
+    let c0 = thread_cpu_ns();
+    let mut times = Vec::new();
+    while times.len() < reps.max(1) || start.elapsed().as_secs_f64() < 0.3 {
+        let t = Instant::now();
+        inst.execute().expect("execute");
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let cpu_seconds = match (c0, thread_cpu_ns()) {
+        (Some(a), Some(b)) => Some((b - a) as f64 * 1e-9 / times.len() as f64),
+        _ => None,
+    };
     times.sort_by(|a, b| a.total_cmp(b));
     Figure {
         name,
@@ -169,6 +203,7 @@ fn time(name: String, inst: &mut Instance, flops: f64, threads: usize, reps: usi
         median_seconds: times[times.len() / 2],
         flops,
         threads,
+        cpu_seconds,
     }
 }
 
@@ -219,6 +254,67 @@ pub fn gemv(k: usize, n: usize, threads: usize, reps: usize) -> Figure {
     let mut inst = prepare(&gemv_program(k, n), threads);
     time(
         format!("gemv linear 1x{k} -> {n}"),
+        &mut inst,
+        2.0 * (k * n) as f64,
+        threads,
+        reps,
+    )
+}
+
+/// Decode GEMV against a `[n, k]` int8 or int4 weight (constexpr_blockwise_shift_scale, blocks of
+/// 32 along k) that the engine keeps compressed.
+pub fn gemv_quant_program(k: usize, n: usize, bits: u8) -> (Program, BlobStore) {
+    let dtype = if bits == 4 { DType::Int4 } else { DType::Int8 };
+    let payload: Vec<u8> = pseudo_random(n * k * bits as usize / 8, 11)
+        .iter()
+        .map(|&v| ((v + 0.5) * 255.0) as u8)
+        .collect();
+    let mut w = aneforge_mil::BlobWriter::new();
+    let off = w.add(dtype, n * k, &payload).expect("int payload");
+    let path = "@model_path/weights/weight.bin".to_string();
+    let mut blobs = BlobStore::new();
+    blobs.insert(
+        path.clone(),
+        aneforge_mil::BlobFile::from_vec("weight.bin", w.finish()).expect("blob"),
+    );
+    let mut p = P::new();
+    let x = p.input("x", DType::Fp32, &[1, k]);
+    p.n += 1;
+    let data = format!("data_{}", p.n);
+    p.ops.push(
+        Operation::new("const")
+            .with_output(data.clone(), TensorType::new(dtype, &[n, k]))
+            .with_attribute("name", Literal::string(data.clone()))
+            .with_attribute(
+                "val",
+                Literal::Blob {
+                    ty: TensorType::new(dtype, &[n, k]),
+                    path,
+                    offset: off,
+                },
+            ),
+    );
+    let scale = p.konst(DType::Fp32, &[n, k / 32], vec![0.01; n * (k / 32)]);
+    let wq = p.op(
+        "constexpr_blockwise_shift_scale",
+        vec![("data", name(&data)), ("scale", name(&scale))],
+        DType::Fp32,
+        &[n, k],
+    );
+    let y = p.op(
+        "linear",
+        vec![("x", name(&x)), ("weight", name(&wq))],
+        DType::Fp32,
+        &[1, n],
+    );
+    (p.program(vec![y]), blobs)
+}
+
+pub fn gemv_quant(k: usize, n: usize, bits: u8, threads: usize, reps: usize) -> Figure {
+    let (p, blobs) = gemv_quant_program(k, n, bits);
+    let mut inst = prepare_with(&p, &blobs, threads);
+    time(
+        format!("gemv int{bits} 1x{k} -> {n} (compressed)"),
         &mut inst,
         2.0 * (k * n) as f64,
         threads,
@@ -323,6 +419,7 @@ pub fn overhead(reps: usize) -> Figure {
     // many executes per sample so timer resolution does not dominate
     const INNER: usize = 1000;
     inst.execute().expect("warm-up");
+    let c0 = thread_cpu_ns();
     let mut times: Vec<f64> = (0..reps.max(1))
         .map(|_| {
             let t = Instant::now();
@@ -332,6 +429,10 @@ pub fn overhead(reps: usize) -> Figure {
             t.elapsed().as_secs_f64() / INNER as f64
         })
         .collect();
+    let cpu_best = match (c0, thread_cpu_ns()) {
+        (Some(a), Some(b)) => Some((b - a) as f64 * 1e-9 / (reps.max(1) * INNER) as f64),
+        _ => None,
+    };
     times.sort_by(|a, b| a.total_cmp(b));
     Figure {
         name: "overhead: tiny program execute".into(),
@@ -339,5 +440,6 @@ pub fn overhead(reps: usize) -> Figure {
         median_seconds: times[times.len() / 2],
         flops: 0.0,
         threads: 1,
+        cpu_seconds: cpu_best,
     }
 }

@@ -31,6 +31,8 @@ pub(crate) struct Builder<'p> {
     pub values: Vec<Value>,
     pub by_name: HashMap<String, Vid>,
     pub known: HashMap<Vid, Known>,
+    /// Compressed forms of constexpr-decompressed `[n, k]` weights, for the decode GEMV.
+    pub quant: HashMap<Vid, crate::kernels::quant::QuantWeight>,
     pub nodes: Vec<Node>,
     pub blobs: &'p BlobStore,
 }
@@ -396,6 +398,7 @@ pub fn compile(
         values: Vec::new(),
         by_name: HashMap::new(),
         known: HashMap::new(),
+        quant: HashMap::new(),
         nodes: Vec::new(),
         blobs,
     };

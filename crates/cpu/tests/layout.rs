@@ -426,3 +426,35 @@ fn band_part_fill_range() {
     assert_eq!(out[&f], vec![1.5; 4]);
     assert_eq!(out[&r], vec![1.0, 4.0, 7.0]);
 }
+
+#[test]
+fn empty_tensors_and_empty_conv_inputs() {
+    let d = DType::Fp32;
+    let mut p = Prog::new();
+    let x = p.input("x", d, &[0, 3]);
+    let y = p.op("relu", &[("x", v(&x))], d, &[0, 3]);
+    let s = p.op(
+        "reduce_sum",
+        &[
+            ("x", v(&x)),
+            ("axes", A::Is(vec![1])),
+            ("keep_dims", A::B(false)),
+        ],
+        d,
+        &[0],
+    );
+    p.output(&y);
+    p.output(&s);
+    let out = run(&p, &[("x", d, vec![])]);
+    assert!(out[&y].is_empty() && out[&s].is_empty());
+
+    let mut p = Prog::new();
+    let x = p.input("x", d, &[1, 2, 0, 4]);
+    let w = p.konst(d, &[1, 2, 1, 1], &[1.0, 1.0]);
+    let y = p.op("conv", &[("x", v(&x)), ("weight", v(&w))], d, &[1, 1, 0, 4]);
+    p.output(&y);
+    let e = aneforge_cpu::compile(&p.build(), "main", &Default::default(), &Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("empty"), "{e}");
+}

@@ -26,7 +26,11 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
+/// The counter is process-wide: tests that measure it must not run at the same time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn allocations_per_execute(p: &Prog, threads: usize, n_in: usize) -> usize {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let plan = compile(
         &p.build(),
         "main",

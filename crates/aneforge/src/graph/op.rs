@@ -156,6 +156,7 @@ pub enum ReduceOp {
     Mean,
     Max,
     Min,
+    Prod,
 }
 
 impl ReduceOp {
@@ -165,6 +166,7 @@ impl ReduceOp {
             ReduceOp::Mean => "reduce_mean",
             ReduceOp::Max => "reduce_max",
             ReduceOp::Min => "reduce_min",
+            ReduceOp::Prod => "reduce_prod",
         }
     }
 }

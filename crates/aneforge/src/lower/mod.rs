@@ -4,7 +4,7 @@
 //! dead nodes dropped → emit (constants deduplicated, large ones into the blob) → print and hash.
 
 mod artifact;
-mod canonicalize;
+pub(crate) mod canonicalize;
 mod consts;
 mod emit;
 mod order;
@@ -16,39 +16,9 @@ pub use order::topo_order;
 pub use rewrite::rewrite_graph;
 
 use crate::graph::{GraphError, Tensor};
+pub use crate::target::AneArch;
 use aneforge_mil as mil;
 use std::fmt;
-
-/// An ANE architecture (`h16`, `h15g`, ...). The target work fills in the 28 architectures, their
-/// families and limits; today the name is carried and validated for shape only.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct AneArch {
-    name: String,
-}
-
-impl AneArch {
-    pub fn new(name: &str) -> Result<AneArch, LowerError> {
-        let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric());
-        if !ok {
-            return Err(LowerError::BadArch {
-                name: name.to_string(),
-            });
-        }
-        Ok(AneArch {
-            name: name.to_ascii_lowercase(),
-        })
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-impl Default for AneArch {
-    fn default() -> Self {
-        AneArch { name: "h16".into() }
-    }
-}
 
 /// What a program is compiled for. The CPU target is fp32 and may use any op the CPU engine runs;
 /// the ANE target is fp16 (inputs, outputs, weights and compute).
@@ -77,18 +47,29 @@ impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::Cpu => f.write_str("cpu"),
-            Target::Ane(a) => write!(f, "ane({})", a.name),
+            Target::Ane(a) => write!(f, "ane({})", a.name()),
         }
     }
 }
 
 /// Weight storage. `None` stores weights at the program's float precision (fp32 on the CPU
-/// target, fp16 on the ANE target); quantised modes are added by the compression work.
+/// target, fp16 on the ANE target); the other modes compress large weights of ANE programs
+/// (`target::compress`): `Auto` picks, per weight, the smallest scheme the family streams
+/// natively that passes the accuracy gate; the explicit modes use their scheme on any family.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Compress {
     #[default]
     None,
+    Auto,
+    /// int8 per output channel (`constexpr_affine_dequantize`).
+    Int8,
+    /// 16-entry LUT (`constexpr_lut_to_dense`).
+    Int4,
+    /// Zero mask + values (`constexpr_sparse_to_dense`), for weights at least half zeros.
+    Sparse,
+    /// int4 with one scale per block of 32 (`constexpr_blockwise_shift_scale`).
+    Blockwise,
 }
 
 /// How `parameter` leaves are compiled.
@@ -110,8 +91,8 @@ pub enum LowerError {
     DuplicateName { name: String },
     #[error("compile: output name {name:?} must match [A-Za-z_][A-Za-z0-9_]*")]
     BadOutputName { name: String },
-    #[error("compile: ANE architecture {name:?} must be ASCII letters and digits, e.g. \"h16\"")]
-    BadArch { name: String },
+    #[error(transparent)]
+    Target(#[from] crate::target::TargetError),
     #[error("{op} with operand shapes {shapes:?} cannot be lowered for target {target}: {reason}")]
     Unsupported {
         target: String,
@@ -154,7 +135,20 @@ pub fn lower(
         }
     }
     let roots: Vec<Tensor> = outputs.iter().map(|(_, t)| (*t).clone()).collect();
-    let canonical = canonicalize::canonicalize(&roots, parameters)?;
+    let mut canonical = canonicalize::canonicalize(&roots, parameters)?;
+    let mut retyped = Vec::new();
+    if let Target::Ane(arch) = target {
+        let named: Vec<(&str, &Tensor)> = outputs.iter().map(|(n, _)| *n).zip(&canonical).collect();
+        let legal = crate::legalize::legalize(&named, *arch);
+        if !legal.report.is_legal() {
+            return Err(crate::target::TargetError::NotLegal {
+                report: Box::new(legal.report),
+            }
+            .into());
+        }
+        canonical = legal.outputs;
+        retyped = legal.retyped;
+    }
     let order = topo_order(&canonical);
 
     let mut leaves: Vec<&Tensor> = order
@@ -205,7 +199,7 @@ pub fn lower(
     for (name, t) in needs_alias {
         emitter.output_alias(t, name);
     }
-    let output_ports = outputs
+    let output_ports: Vec<PortSpec> = outputs
         .iter()
         .zip(&canonical)
         .map(|((name, _), t)| PortSpec {
@@ -232,10 +226,26 @@ pub fn lower(
         attributes: vec![("buildInfo".into(), build_info())],
         functions: vec![function],
     };
-    let input_ports = std::mem::take(&mut emitter.ports);
+    let mut input_ports = std::mem::take(&mut emitter.ports);
+    let mut output_ports = output_ports;
+    for port in input_ports.iter_mut().chain(output_ports.iter_mut()) {
+        if let Some((_, dtype)) = retyped.iter().find(|(n, _)| *n == port.name) {
+            port.dtype = *dtype;
+        }
+    }
     let weights = std::sync::Arc::new(emitter.consts.finish());
     let blobs = artifact::blob_store(&weights)?;
     mil::validate_with_blobs(&program, &blobs).map_err(LowerError::Invalid)?;
+    if let Target::Ane(arch) = target {
+        let violations = crate::target::check_program(&program, *arch);
+        if !violations.is_empty() {
+            return Err(crate::target::TargetError::Check {
+                arch: *arch,
+                violations,
+            }
+            .into());
+        }
+    }
     Ok(Artifact::new(
         program,
         weights,

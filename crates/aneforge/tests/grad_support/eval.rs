@@ -171,12 +171,18 @@ fn eval_node(node: &Tensor, s: &[&Nd], env: &Env) -> Nd {
                 r::upsample_bilinear(s[0], *scale_h, *scale_w, *align_corners)
             }
         },
+        Op::Reduce {
+            op: ReduceOp::Prod,
+            axes,
+            ..
+        } => prod_keep(s[0], axes).reshape(node.shape()),
         Op::Reduce { op, axes, .. } => {
             let kind = match op {
                 ReduceOp::Sum => r::ReduceRef::Sum,
                 ReduceOp::Mean => r::ReduceRef::Mean,
                 ReduceOp::Max => r::ReduceRef::Max,
                 ReduceOp::Min => r::ReduceRef::Min,
+                ReduceOp::Prod => unreachable!("handled above"),
             };
             r::reduce_keep(s[0], axes, &kind).reshape(node.shape())
         }
@@ -286,4 +292,25 @@ fn eval_node(node: &Tensor, s: &[&Nd], env: &Env) -> Nd {
         }
         Op::StopGradient => s[0].clone(),
     }
+}
+
+/// The product over `axes`, keeping them as size-1 axes.
+fn prod_keep(x: &Nd, axes: &[usize]) -> Nd {
+    let shape: Vec<usize> = x
+        .shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+        .collect();
+    let mut out = Nd::new(&shape, vec![1.0; shape.iter().product()]);
+    for (i, &v) in x.data.iter().enumerate() {
+        let mut idx = r::unravel(i, &x.shape);
+        for &a in axes {
+            idx[a] = 0;
+        }
+        let s = r::strides(&shape);
+        let at: usize = idx.iter().zip(&s).map(|(a, b)| a * b).sum();
+        out.data[at] *= v;
+    }
+    out
 }

@@ -50,8 +50,10 @@ fn boff(batch: &[usize], strides: &[usize], b: usize) -> usize {
 }
 
 impl Attention {
+    /// Q block, the head's whole Kᵀ [e, s] and V [s, ev] (loaded once per batch·head and reused
+    /// by every query block the task handles), scores, output accumulator, running max and sum.
     fn per_task(&self) -> usize {
-        BQ * self.e + BK * self.e + BK * self.ev + BQ * BK + BQ * self.ev + 2 * BQ
+        BQ * self.e + self.s * self.e + self.s * self.ev + BQ * BK + BQ * self.ev + 2 * BQ
     }
 
     fn items(&self) -> usize {
@@ -86,8 +88,9 @@ impl Attention {
         cx.par_for(tasks, &|t| {
             // SAFETY: each task has its own scratch and writes disjoint query rows.
             let buf = unsafe { std::slice::from_raw_parts_mut(scratch.get().add(t * pt), pt) };
+            let mut loaded = None;
             for item in t * per..((t + 1) * per).min(items) {
-                unsafe { self.block(item, buf, ptrs, mptr, out) };
+                unsafe { self.block(item, buf, &mut loaded, ptrs, mptr, out) };
             }
         });
     }
@@ -98,6 +101,7 @@ impl Attention {
         &self,
         item: usize,
         buf: &mut [f32],
+        loaded: &mut Option<usize>,
         ptrs: [SendPtr<u8>; 3],
         mptr: SendPtr<u8>,
         out: SendPtr<u8>,
@@ -108,14 +112,36 @@ impl Attention {
         let i0 = qb * BQ;
         let nq = BQ.min(self.l - i0);
         let (qs, rest) = buf.split_at_mut(BQ * e);
-        let (ks, rest) = rest.split_at_mut(BK * e);
-        let (vs, rest) = rest.split_at_mut(BK * ev);
+        let (ks, rest) = rest.split_at_mut(self.s * e);
+        let (vs, rest) = rest.split_at_mut(self.s * ev);
         let (ss, rest) = rest.split_at_mut(BQ * BK);
         let (os, rest) = rest.split_at_mut(BQ * ev);
         let (ms, ls) = rest.split_at_mut(BQ);
         let qoff = boff(&self.batch, &self.q.batch_strides, b);
         let koff = boff(&self.batch, &self.k.batch_strides, b);
         let voff = boff(&self.batch, &self.v.batch_strides, b);
+        if *loaded != Some(b) {
+            // Kᵀ [e, s]: row t holds feature t of every key
+            for t in 0..e {
+                load_row(
+                    ptrs[1].get(),
+                    self.k.elem,
+                    koff + t * self.k.cs,
+                    self.k.rs,
+                    &mut ks[t * self.s..(t + 1) * self.s],
+                );
+            }
+            for j in 0..self.s {
+                load_row(
+                    ptrs[2].get(),
+                    self.v.elem,
+                    voff + j * self.v.rs,
+                    self.v.cs,
+                    &mut vs[j * ev..(j + 1) * ev],
+                );
+            }
+            *loaded = Some(b);
+        }
         for i in 0..nq {
             load_row(
                 ptrs[0].get(),
@@ -134,29 +160,11 @@ impl Attention {
         let mut j0 = 0;
         while j0 < self.s {
             let nk = BK.min(self.s - j0);
-            // Kᵀ block [e, nk]: column j holds key j0 + j
-            for t in 0..e {
-                load_row(
-                    ptrs[1].get(),
-                    self.k.elem,
-                    koff + j0 * self.k.rs + t * self.k.cs,
-                    self.k.rs,
-                    &mut ks[t * nk..(t + 1) * nk],
-                );
-            }
-            for j in 0..nk {
-                load_row(
-                    ptrs[2].get(),
-                    self.v.elem,
-                    voff + (j0 + j) * self.v.rs,
-                    self.v.cs,
-                    &mut vs[j * ev..(j + 1) * ev],
-                );
-            }
             // S = Qs · Kᵀ  [nq, nk]
             gemm_rows(
                 &qs[..nq * e],
-                &ks[..e * nk],
+                &ks[j0..],
+                self.s,
                 &mut ss[..nq * nk],
                 nq,
                 e,
@@ -204,7 +212,8 @@ impl Attention {
             // O += P · V  [nq, ev]
             gemm_rows(
                 &ss[..nq * nk],
-                &vs[..nk * ev],
+                &vs[j0 * ev..(j0 + nk) * ev],
+                ev,
                 &mut os[..nq * ev],
                 nq,
                 nk,

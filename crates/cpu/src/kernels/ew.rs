@@ -230,6 +230,9 @@ impl Chain {
 
     pub fn run(&self, cx: &Cx) {
         let n = self.len();
+        if n == 0 {
+            return;
+        }
         let tasks = self.tasks(cx.threads);
         let scratch = cx.scratch(tasks * self.nregs * BLOCK);
         let base = SendPtr(scratch.as_mut_ptr());

@@ -26,6 +26,8 @@ pub enum Rhs {
         batch_strides: Vec<usize>,
     },
     Prepared(Prepared),
+    /// Compressed weight for m ≤ 2 (decode GEMV without expansion).
+    Quant(super::quant::QuantWeight),
 }
 
 #[derive(Debug)]
@@ -79,6 +81,9 @@ impl Matmul {
                 s += values[*v].len();
             }
         }
+        if let Rhs::Quant(q) = &self.rhs {
+            s += self.nbatch() * self.m * q.blocks();
+        }
         s.max(
             self.epilogue
                 .as_ref()
@@ -98,7 +103,15 @@ impl Matmul {
             unsafe { to_f32(cx.ptr(self.a), self.a_elem, s) };
             s.as_ptr()
         };
+        if let Rhs::Quant(q) = &self.rhs {
+            self.run_quant(cx, q, a, a_len);
+            if let Some(e) = &self.epilogue {
+                e.run(cx);
+            }
+            return;
+        }
         let (b, b_rs, b_cs, b_bs): (*const f32, usize, usize, &[usize]) = match &self.rhs {
+            Rhs::Quant(_) => unreachable!("handled above"),
             Rhs::Prepared(p) => (p.wt.as_ptr(), 1, p.k, &[]),
             Rhs::Value {
                 v,
@@ -216,6 +229,48 @@ impl Matmul {
         if let Some(e) = &self.epilogue {
             e.run(cx);
         }
+    }
+}
+
+impl Matmul {
+    /// Decode GEMV against a compressed weight: rows of A must be contiguous (linear).
+    fn run_quant(&self, cx: &Cx, q: &super::quant::QuantWeight, a: *const f32, a_len: usize) {
+        let rows = self.nbatch() * self.m;
+        let nb = q.blocks();
+        let used = if self.a_elem == Elem::F32 { 0 } else { a_len };
+        let xsum = cx.scratch_at(used, rows * nb);
+        // SAFETY: A holds rows×k contiguous floats (linear operands are dense).
+        let x = unsafe { std::slice::from_raw_parts(a, rows * self.k) };
+        for r in 0..rows {
+            for b in 0..nb {
+                xsum[r * nb + b] = x[r * self.k + b * q.block..r * self.k + (b + 1) * q.block]
+                    .iter()
+                    .sum();
+            }
+        }
+        let xsum: &[f32] = xsum;
+        let out = SendPtr(cx.ptr(self.raw) as *mut f32);
+        let n = self.n;
+        let chunks = if cx.threads > 1 && n * self.k >= 1 << 16 {
+            (cx.threads * 4).min(n.div_ceil(16))
+        } else {
+            1
+        };
+        let per = n.div_ceil(chunks);
+        cx.par_for(chunks, &|c| {
+            let (j0, j1) = (c * per, ((c + 1) * per).min(n));
+            for r in 0..rows {
+                // SAFETY: chunks write disjoint column ranges of each output row.
+                let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(r * n), n) };
+                q.rows(
+                    &x[r * self.k..(r + 1) * self.k],
+                    &xsum[r * nb..(r + 1) * nb],
+                    y,
+                    j0,
+                    j1,
+                );
+            }
+        });
     }
 }
 

@@ -2,9 +2,12 @@
 //! C[rows, n] (+)= A[rows, k] · B[k, n], all row-major and contiguous. With AVX-512 a 4×32 tile
 //! of C lives in eight zmm registers while k runs; other CPUs use a plain loop.
 
+/// B's row `t` starts at `b[t * ldb]`.
+#[allow(clippy::too_many_arguments)]
 pub fn gemm_rows(
     a: &[f32],
     b: &[f32],
+    ldb: usize,
     c: &mut [f32],
     rows: usize,
     k: usize,
@@ -12,7 +15,10 @@ pub fn gemm_rows(
     accumulate: bool,
 ) {
     assert!(
-        a.len() >= rows * k && b.len() >= k * n && c.len() >= rows * n,
+        a.len() >= rows * k
+            && ldb >= n
+            && (k == 0 || b.len() >= (k - 1) * ldb + n)
+            && c.len() >= rows * n,
         "gemm_rows operand sizes"
     );
     #[cfg(target_arch = "x86_64")]
@@ -23,6 +29,7 @@ pub fn gemm_rows(
                 avx512::gemm_rows(
                     a.as_ptr(),
                     b.as_ptr(),
+                    ldb,
                     c.as_mut_ptr(),
                     rows,
                     k,
@@ -40,7 +47,7 @@ pub fn gemm_rows(
         }
         for t in 0..k {
             let av = a[r * k + t];
-            for (cv, &bv) in crow.iter_mut().zip(&b[t * n..(t + 1) * n]) {
+            for (cv, &bv) in crow.iter_mut().zip(&b[t * ldb..t * ldb + n]) {
                 *cv += av * bv;
             }
         }
@@ -59,9 +66,11 @@ mod avx512 {
     /// # Safety
     /// AVX-512F available; `a` holds rows×k, `b` k×n, `c` rows×n floats.
     #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn gemm_rows(
         a: *const f32,
         b: *const f32,
+        ldb: usize,
         c: *mut f32,
         rows: usize,
         k: usize,
@@ -90,7 +99,7 @@ mod avx512 {
                     a.add(r0 * k),
                     k,
                     b.add(j0),
-                    n,
+                    ldb,
                     c.add(r0 * n + j0),
                     n,
                     k,
@@ -175,7 +184,7 @@ mod tests {
                 .collect();
             for acc in [false, true] {
                 let mut c = vec![1.0f32; m * n];
-                super::gemm_rows(&a, &b, &mut c, m, k, n, acc);
+                super::gemm_rows(&a, &b, n, &mut c, m, k, n, acc);
                 for r in 0..m {
                     for j in 0..n {
                         let want: f64 = (0..k)
@@ -201,7 +210,7 @@ mod tests {
         let mut c = vec![0f32; m * n];
         let t = std::time::Instant::now();
         for _ in 0..1000 {
-            super::gemm_rows(&a, &b, &mut c, m, k, n, false);
+            super::gemm_rows(&a, &b, n, &mut c, m, k, n, false);
         }
         let dt = t.elapsed().as_secs_f64() / 1000.0;
         println!(

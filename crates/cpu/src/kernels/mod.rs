@@ -8,6 +8,7 @@ pub mod layout;
 pub mod math;
 pub mod matmul;
 pub mod micro;
+pub mod quant;
 pub mod rows;
 pub mod spatial;
 
@@ -81,10 +82,10 @@ impl Kernel {
             Kernel::IntEw(_) => "elementwise-int".into(),
             Kernel::Matmul(m) => format!(
                 "matmul{}{}",
-                if m.m <= 2 && matches!(m.rhs, matmul::Rhs::Prepared(_)) {
-                    "-gemv"
-                } else {
-                    ""
+                match &m.rhs {
+                    matmul::Rhs::Prepared(_) if m.m <= 2 => "-gemv".to_string(),
+                    matmul::Rhs::Quant(q) => format!("-gemv-q{}", q.bits),
+                    _ => String::new(),
                 },
                 if m.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1) {
                     "+epilogue"
@@ -198,6 +199,7 @@ impl Kernel {
         match self {
             Kernel::Matmul(m) => match &m.rhs {
                 matmul::Rhs::Prepared(p) => p.wt.len() * 4,
+                matmul::Rhs::Quant(q) => q.bytes(),
                 _ => 0,
             },
             Kernel::Conv(c) => c.weight.owned_len() * 4,

@@ -2,6 +2,7 @@
 
 use crate::compile::OpCx;
 use crate::error::Result;
+use crate::kernels::quant::QuantWeight;
 use crate::known::{unpack_bits, Data, Known};
 use aneforge_mil::DType;
 
@@ -64,7 +65,19 @@ fn block_index(idx: usize, dshape: &[usize], pshape: &[usize], pstrides: &[usize
     off
 }
 
+/// Integer payload values of a quantized constant, if it is one.
+fn int_values(k: &Known) -> Option<Vec<i32>> {
+    matches!(
+        k.dtype,
+        DType::Int8 | DType::Uint8 | DType::Int4 | DType::Uint4
+    )
+    .then(|| k.i64s())
+    .flatten()
+    .map(|v| v.into_iter().map(|x| x as i32).collect())
+}
+
 pub(crate) fn build(cx: &mut OpCx, t: &str) -> Result<()> {
+    let mut quant: Option<QuantWeight> = None;
     let k = match t {
         "constexpr_affine_dequantize" => {
             let q = req(cx, "quantized_data")?;
@@ -84,6 +97,16 @@ pub(crate) fn build(cx: &mut OpCx, t: &str) -> Result<()> {
                         "{name} must be a scalar or have {d} elements (the axis size)"
                     )));
                 }
+            }
+            if let (2, 0, Some(vals)) = (r, axis, int_values(&q)) {
+                let n = q.shape[0];
+                let per = |p: &Vec<f32>| -> Vec<f32> {
+                    (0..n)
+                        .map(|j| if p.len() == 1 { p[0] } else { p[j] })
+                        .collect()
+                };
+                quant =
+                    QuantWeight::new(n, q.shape[1], q.shape[1], &vals, per(&sv), per(&zv), false);
             }
             let inner: usize = q.shape[axis + 1..].iter().product();
             let out: Vec<f32> = qv
@@ -273,6 +296,24 @@ pub(crate) fn build(cx: &mut OpCx, t: &str) -> Result<()> {
                 None => None,
             };
             let pst = strides(&ss);
+            if let (2, Some(mut vals)) = (ds.len(), int_values(&data)) {
+                let (n, kk) = (ds[0], ds[1]);
+                let (bn, nb) = (n / ss[0], ss[1]);
+                let mut scale = Vec::with_capacity(n * nb);
+                let mut offset = Vec::with_capacity(n * nb);
+                for j in 0..n {
+                    for b in 0..nb {
+                        scale.push(sv[(j / bn) * nb + b]);
+                        offset.push(ov.as_ref().map_or(0.0, |o| o[(j / bn) * nb + b]));
+                    }
+                }
+                let four = matches!(data.dtype, DType::Int4 | DType::Uint4);
+                if data.dtype == DType::Int4 {
+                    vals.iter_mut().for_each(|v| *v += 8);
+                    offset.iter_mut().for_each(|o| *o += 8.0);
+                }
+                quant = QuantWeight::new(n, kk, kk / nb, &vals, scale, offset, four);
+            }
             let out: Vec<f32> = dv
                 .iter()
                 .enumerate()
@@ -289,6 +330,9 @@ pub(crate) fn build(cx: &mut OpCx, t: &str) -> Result<()> {
         }
         _ => return Err(cx.err(format!("the CPU engine does not implement op type `{t}`"))),
     };
-    cx.known_output(0, k)?;
+    let v = cx.known_output(0, k)?;
+    if let Some(q) = quant {
+        cx.b.quant.insert(v, q);
+    }
     Ok(())
 }

@@ -107,6 +107,11 @@ pub(crate) fn conv(cx: &mut OpCx, transpose: bool) -> Result<()> {
     if ws.len() != xs.len() {
         return Err(cx.err(format!("weight {ws:?} must have the rank of x {xs:?}")));
     }
+    if xs.iter().chain(ws.iter()).any(|&d| d == 0) {
+        return Err(cx.err(format!(
+            "x {xs:?} and weight {ws:?} must not have empty dimensions"
+        )));
+    }
     let groups = cx.int("groups", Some(1))?;
     if groups < 1 {
         return Err(cx.err("groups must be ≥ 1"));
@@ -265,6 +270,9 @@ pub(crate) fn pool(cx: &mut OpCx, is_max: bool) -> Result<()> {
     let x = cx.input("x")?;
     let xs = cx.shape(x);
     let s2 = spatial_of(cx, &xs)?;
+    if xs.contains(&0) {
+        return Err(cx.err(format!("x {xs:?} must not have empty dimensions")));
+    }
     let sp = xs.len() - 2;
     let k = cx.req_ints("kernel_sizes")?;
     if k.len() != sp || k.iter().any(|&v| v < 1) {
@@ -381,6 +389,11 @@ pub(crate) fn upsample(cx: &mut OpCx, bilinear: bool) -> Result<()> {
     let fh = cx.float("scale_factor_height", Some(1.0))?;
     let fw = cx.float("scale_factor_width", Some(1.0))?;
     let (h, w) = (xs[r - 2], xs[r - 1]);
+    if h == 0 || w == 0 || !(fh > 0.0 && fw > 0.0) {
+        return Err(cx.err(format!(
+            "x {xs:?} must have non-empty spatial dimensions and positive scale factors"
+        )));
+    }
     let oh = (h as f64 * fh as f64).floor() as usize;
     let ow = (w as f64 * fw as f64).floor() as usize;
     if oh == 0 || ow == 0 {

@@ -647,6 +647,9 @@ fn pad(cx: &mut OpCx, x: Vid, xs: &[usize]) -> Result<()> {
         }
         "reflect" | "replicate" => {
             for a in 0..r {
+                if xs[a] == 0 && (before[a] > 0 || after[a] > 0) {
+                    return Err(cx.err(format!("{mode} padding of an empty dimension {a}")));
+                }
                 if mode == "reflect"
                     && (before[a] >= xs[a].max(1) || after[a] >= xs[a].max(1))
                     && (before[a] > 0 || after[a] > 0)

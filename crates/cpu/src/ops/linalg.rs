@@ -223,11 +223,18 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
     if cx.dtype(w) != dt {
         return Err(cx.err(format!("x is {dt} but weight is {}", cx.dtype(w))));
     }
-    let wk = cx
-        .known(w)
-        .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
-    let wt = wk.f32s().ok_or_else(|| cx.err("weight is not numeric"))?;
     let (n, k) = (ws[0], ws[1]);
+    let m_rows: usize = xs[..xs.len() - 1].iter().product();
+    let rhs = match cx.b.quant.get(&w) {
+        Some(q) if m_rows <= 2 && q.n == n && q.k == k => Rhs::Quant(q.clone()),
+        _ => {
+            let wk = cx
+                .known(w)
+                .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
+            let wt = wk.f32s().ok_or_else(|| cx.err("weight is not numeric"))?;
+            Rhs::Prepared(Prepared { wt, k })
+        }
+    };
     if let Some(b) = bias {
         if cx.shape(b) != [n] {
             return Err(cx.err(format!("bias must be [{n}], found {:?}", cx.shape(b))));
@@ -255,7 +262,7 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
             a_rs: k,
             a_cs: 1,
             a_batch_strides: vec![],
-            rhs: Rhs::Prepared(Prepared { wt, k }),
+            rhs,
             batch: vec![],
             m,
             n,

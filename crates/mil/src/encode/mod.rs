@@ -8,7 +8,9 @@
 //! - [`Scheme::Int4Lut`]: iOS18 `constexpr_lut_to_dense`, uint4 indices of the weight's shape and
 //!   one 16-entry fp16 LUT of shape `[1, …, 1, 16, 1]` found by deterministic 1-D k-means;
 //! - [`Scheme::Sparse`]: iOS18 `constexpr_sparse_to_dense`, uint1 mask of the weight's shape plus
-//!   fp16 nonzero values, offered only when at least half the weight is exactly zero.
+//!   fp16 nonzero values, offered only when at least half the weight is exactly zero;
+//! - [`Scheme::Blockwise`]: iOS18 `constexpr_blockwise_shift_scale`, symmetric int4 data with one
+//!   fp16 scale per block of 32 along the input axis (see `blockwise.rs`).
 //!
 //! Accuracy gate: the decoded weight `d` is what the op defines, computed from the stored
 //! parameters and rounded to the fp16 output (`fp16(scale·q)`, `lut[i]`, `fp16(w)` or 0). With `w`
@@ -18,6 +20,7 @@
 //! leaves the blob writer untouched.
 
 mod affine;
+mod blockwise;
 mod lut;
 mod sparse;
 
@@ -41,10 +44,17 @@ pub enum Scheme {
     Int8,
     Int4Lut,
     Sparse,
+    Blockwise,
 }
 
 impl Scheme {
-    pub const ALL: [Scheme; 4] = [Scheme::Fp16, Scheme::Int8, Scheme::Int4Lut, Scheme::Sparse];
+    pub const ALL: [Scheme; 5] = [
+        Scheme::Fp16,
+        Scheme::Int8,
+        Scheme::Int4Lut,
+        Scheme::Sparse,
+        Scheme::Blockwise,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -52,6 +62,7 @@ impl Scheme {
             Scheme::Int8 => "int8",
             Scheme::Int4Lut => "int4",
             Scheme::Sparse => "sparse",
+            Scheme::Blockwise => "blockwise",
         }
     }
 
@@ -62,6 +73,7 @@ impl Scheme {
             Scheme::Int8 => "constexpr_affine_dequantize",
             Scheme::Int4Lut => "constexpr_lut_to_dense",
             Scheme::Sparse => "constexpr_sparse_to_dense",
+            Scheme::Blockwise => "constexpr_blockwise_shift_scale",
         }
     }
 }
@@ -221,6 +233,7 @@ pub fn encode(
         Scheme::Int8 => affine::plan(weight),
         Scheme::Int4Lut => lut::plan(weight),
         Scheme::Sparse => sparse::plan(weight),
+        Scheme::Blockwise => blockwise::plan(weight),
     }
     .map_err(|reason| declined(weight, scheme, reason))?;
     let (rel_l2, max_abs) = error_figures(weight.values, &plan.decoded);

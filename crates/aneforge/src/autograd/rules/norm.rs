@@ -4,7 +4,7 @@ use super::Grads;
 use crate::autograd::shape_isize;
 use crate::autograd::util::{keep_shape, sum_to, unreduce};
 use crate::graph::nn::{causal_additive_mask, MASKED};
-use crate::graph::{DType, GraphError, ReduceOp, Tensor};
+use crate::graph::{scalar, CompareOp, DType, GraphError, ReduceOp, Tensor};
 
 pub(super) fn reduce(
     op: ReduceOp,
@@ -17,6 +17,22 @@ pub(super) fn reduce(
     match op {
         ReduceOp::Sum => unreduce(g, x.shape(), axes),
         ReduceOp::Mean => unreduce(&g.mul_scalar(1.0 / count as f32)?, x.shape(), axes),
+        // ∂/∂xᵢ Πⱼxⱼ = Π_{j≠i} xⱼ, without dividing by zero: with no zero in the row it is
+        // prod/xᵢ; with exactly one zero only that position gets the product of the others.
+        ReduceOp::Prod => {
+            let keep = shape_isize(&keep_shape(x.shape(), axes));
+            let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+            let zero = x.compare_scalar(CompareOp::Equal, 0.0)?;
+            let nonzero = zero.select(&scalar(1.0), x)?;
+            let p = nonzero.reduce(ReduceOp::Prod, &ax, true)?;
+            let zeros = zero.cast(DType::F32)?.sum(&ax, true)?;
+            let only_zero = zeros.compare_scalar(CompareOp::Equal, 1.0)?;
+            let no_zero = zeros.compare_scalar(CompareOp::Equal, 0.0)?;
+            let at_zero = only_zero.select(&p, &scalar(0.0))?;
+            let elsewhere = no_zero.select(&p.div(&nonzero)?, &scalar(0.0))?;
+            let others = zero.select(&at_zero, &elsewhere)?;
+            g.reshape(&keep)?.mul(&others)
+        }
         // The gradient is shared equally among tied extrema (PyTorch `amax`/`amin`).
         ReduceOp::Max | ReduceOp::Min => {
             let keep = shape_isize(&keep_shape(x.shape(), axes));

@@ -1,0 +1,106 @@
+//! Wide matmuls at the outputs (vocabulary heads of 50257 or 151936 columns) tiled under the
+//! family's width cap: each tile is its own program output, and the host concatenates them.
+
+use crate::graph::{constant, GraphError, HostArray, Op, Tensor};
+
+/// The pieces of one wide output, concatenated on the host along the last axis.
+pub fn tile_output(t: &Tensor, cap: usize) -> Result<Option<Vec<Tensor>>, GraphError> {
+    let width = t.shape().last().copied().unwrap_or(0);
+    if width <= cap {
+        return Ok(None);
+    }
+    let tiles = width.div_ceil(cap);
+    let chunk = width.div_ceil(tiles);
+    let ranges: Vec<(usize, usize)> = (0..width)
+        .step_by(chunk)
+        .map(|s| (s, chunk.min(width - s)))
+        .collect();
+    let s = t.srcs();
+    match t.op() {
+        Op::Linear { has_bias } => {
+            let Some(w) = s[1].constant_value().and_then(|c| c.as_f32()) else {
+                return Ok(None);
+            };
+            let inner = s[1].shape()[1];
+            let bias = if *has_bias {
+                match s
+                    .get(2)
+                    .and_then(|b| b.constant_value())
+                    .and_then(|c| c.as_f32())
+                {
+                    Some(b) => Some(b),
+                    None => return Ok(None),
+                }
+            } else {
+                None
+            };
+            let mut parts = Vec::new();
+            for &(start, len) in &ranges {
+                let rows = &w[start * inner..(start + len) * inner];
+                let wt = constant(HostArray::from_f32(&[len, inner], rows.to_vec())?);
+                let bt = match bias {
+                    Some(b) => Some(constant(HostArray::from_f32(
+                        &[len],
+                        b[start..start + len].to_vec(),
+                    )?)),
+                    None => None,
+                };
+                parts.push(s[0].linear(&wt, bt.as_ref())?);
+            }
+            Ok(Some(parts))
+        }
+        Op::MatMul {
+            transpose_a,
+            transpose_b,
+        } => {
+            let Some(b) = s[1].constant_value().and_then(|c| c.as_f32()) else {
+                return Ok(None);
+            };
+            let bs = s[1].shape();
+            let r = bs.len();
+            let (rows, cols) = (bs[r - 2], bs[r - 1]);
+            let batch: usize = bs[..r - 2].iter().product();
+            let mut parts = Vec::new();
+            for &(start, len) in &ranges {
+                let mut shape = bs.to_vec();
+                let mut data =
+                    Vec::with_capacity(batch * len * if *transpose_b { cols } else { rows });
+                for bi in 0..batch {
+                    let m = &b[bi * rows * cols..(bi + 1) * rows * cols];
+                    if *transpose_b {
+                        data.extend_from_slice(&m[start * cols..(start + len) * cols]);
+                    } else {
+                        for row in m.chunks_exact(cols) {
+                            data.extend_from_slice(&row[start..start + len]);
+                        }
+                    }
+                }
+                if *transpose_b {
+                    shape[r - 2] = len;
+                } else {
+                    shape[r - 1] = len;
+                }
+                let bt = constant(HostArray::from_f32(&shape, data)?);
+                parts.push(s[0].matmul_t(&bt, *transpose_a, *transpose_b)?);
+            }
+            Ok(Some(parts))
+        }
+        Op::Reshape { shape } if s[0].shape().last() == shape.last() => {
+            let Some(parts) = tile_output(&s[0], cap)? else {
+                return Ok(None);
+            };
+            parts
+                .into_iter()
+                .map(|p| {
+                    let mut target: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+                    if let Some(last) = target.last_mut() {
+                        *last = p.shape().last().copied().unwrap_or(1) as isize;
+                    }
+                    p.reshape(&target)
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some)
+        }
+        _ => Ok(None),
+    }
+}
