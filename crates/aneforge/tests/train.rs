@@ -271,3 +271,52 @@ fn bad_parameters_and_metrics_are_rejected() {
     let err = t.read_param("nope").unwrap_err();
     assert!(err.to_string().contains("\"w\""), "{err}");
 }
+
+/// The transformer's training step lowers for the ANE target (fp16, with the target's
+/// legalisation) and trains there with loss scaling, run on the CPU engine's fp16 semantics.
+#[test]
+fn transformer_trains_on_the_fp16_ane_target() {
+    use aneforge::train::data::{CharDataset, Split};
+    use aneforge::train::models::{gpt_training, GptConfig};
+    let text = "the quick brown fox jumps over the lazy dog. ".repeat(20);
+    let data = CharDataset::new(&text, 0.1).unwrap();
+    let cfg = GptConfig {
+        vocab: data.vocab_size(),
+        context: 16,
+        d_model: 32,
+        heads: 2,
+        layers: 2,
+        mlp: 64,
+    };
+    let mut store = ParamStore::new(8);
+    let model = gpt_training(&mut store, &cfg, 4).unwrap();
+    let mut options = TrainerOptions::new(Optimizer::Adam {
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-4,
+        weight_decay: 0.0,
+    });
+    options.target = Target::Ane(AneArch::default());
+    options.loss_scale = Some(aneforge::train::LossScale {
+        init: 1024.0,
+        growth_interval: 1000,
+    });
+    let mut trainer = Trainer::new(&model.loss, store.params(), &[], options).unwrap();
+    let mut losses = Vec::new();
+    for step in 0..60u64 {
+        let (x, y) = data
+            .batch(Split::Train, 4, 16, &mut batch_rng(3, 0, step))
+            .unwrap();
+        let s = trainer
+            .step(
+                &[("tokens", HostSlice::I32(&x)), ("targets", HostSlice::I32(&y))],
+                3e-3,
+            )
+            .unwrap();
+        assert!(s.loss.is_finite(), "step {step}: loss {}", s.loss);
+        losses.push(s.loss);
+    }
+    let first: f32 = losses[..5].iter().sum::<f32>() / 5.0;
+    let last: f32 = losses[55..].iter().sum::<f32>() / 5.0;
+    assert!(last < 0.6 * first, "fp16 training: loss {first} -> {last}");
+}

@@ -116,10 +116,9 @@ impl CharLm {
         let gcfg = cfg.gpt(data.vocab_size());
         let mut store = ParamStore::new(cfg.seed);
         let model = gpt_training(&mut store, &gcfg, cfg.batch)?;
-        let mut options = TrainerOptions::new(Optimizer::adamw(cfg.weight_decay));
+        let mut options =
+            TrainerOptions::for_target(Optimizer::adamw(cfg.weight_decay), target.clone(), engine);
         options.clip_grad_norm = Some(cfg.clip_grad_norm);
-        options.target = target.clone();
-        options.engine = engine;
         let trainer = Trainer::new(&model.loss, store.params(), &[], options)?;
         let val = Evaluator::new(&[("loss", &model.loss)], target.clone(), engine)?;
         Ok(CharLm {

@@ -77,9 +77,8 @@ impl DigitsClassifier {
             cfg.norm_groups,
             10,
         )?;
-        let mut options = TrainerOptions::new(Optimizer::adamw(cfg.weight_decay));
-        options.target = target.clone();
-        options.engine = engine;
+        let options =
+            TrainerOptions::for_target(Optimizer::adamw(cfg.weight_decay), target.clone(), engine);
         let trainer = Trainer::new(
             &c.loss,
             store.params(),

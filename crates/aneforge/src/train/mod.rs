@@ -83,6 +83,43 @@ pub struct TrainerOptions {
 }
 
 impl TrainerOptions {
+    /// Options for `target`: on an fp16 target (the ANE), Adam's eps is raised to 1e-4 (1e-8 is
+    /// zero in fp16) and dynamic loss scaling is on.
+    pub fn for_target(optimizer: Optimizer, target: Target, engine: Engine) -> TrainerOptions {
+        let half = target.float_dtype() == aneforge_mil::DType::Fp16;
+        let optimizer = match optimizer {
+            Optimizer::Adam {
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            } if half => Optimizer::Adam {
+                beta1,
+                beta2,
+                eps: eps.max(FP16_ADAM_EPS),
+                weight_decay,
+            },
+            Optimizer::AdamW {
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            } if half => Optimizer::AdamW {
+                beta1,
+                beta2,
+                eps: eps.max(FP16_ADAM_EPS),
+                weight_decay,
+            },
+            other => other,
+        };
+        TrainerOptions {
+            loss_scale: half.then(LossScale::default),
+            target,
+            engine,
+            ..TrainerOptions::new(optimizer)
+        }
+    }
+
     pub fn new(optimizer: Optimizer) -> TrainerOptions {
         TrainerOptions {
             optimizer,
@@ -122,6 +159,9 @@ struct HostState {
     /// Per parameter, per optimizer state.
     state: Vec<Vec<Vec<f32>>>,
 }
+
+/// The smallest Adam eps [`TrainerOptions::for_target`] uses on fp16 targets.
+pub const FP16_ADAM_EPS: f32 = 1e-4;
 
 /// Port names of the step program.
 pub const LR: &str = "lr";
