@@ -3,12 +3,14 @@
 //! Build a graph with [`graph`], compile it with [`compile`] for a [`Target`], run the resulting
 //! [`Model`] on an [`Engine`].
 
+pub mod autograd;
 pub mod engine;
 pub mod graph;
 pub mod legalize;
 pub mod lower;
 mod model;
 pub mod target;
+pub mod train;
 
 pub use engine::Engine;
 pub use graph::{DType, GraphError, HostArray, Tensor};

@@ -318,7 +318,6 @@ fn conv_ops() {
 }
 
 #[test]
-#[ignore = "aneforge-cpu requires a constant conv weight (MIL iOS17 conv allows a runtime one); run with --ignored"]
 fn conv_with_runtime_weight() {
     conv_cases(true);
 }

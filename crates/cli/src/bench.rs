@@ -16,6 +16,9 @@ pub enum BenchCommand {
     Embed(BenchEmbedArgs),
     /// Prefill and decode speed of an LLM (batch 1), with peak memory.
     Llm(crate::llm::BenchLlmArgs),
+    /// Training steps of the demo configuration (steps/s, tokens/s), optionally next to PyTorch
+    /// running tools/bench/train_peer.py with the same configuration.
+    Train(crate::bench_train::TrainArgs),
 }
 
 #[derive(clap::Args)]
@@ -37,6 +40,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Embed(args) => embed(args),
         BenchCommand::Llm(args) => crate::llm::bench_llm(args),
+        BenchCommand::Train(args) => crate::bench_train::train(args),
     }
 }
 

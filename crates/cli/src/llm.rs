@@ -147,7 +147,11 @@ struct Loaded {
     load_seconds: f64,
 }
 
-fn load(args: &ModelArgs, all_logits: Vec<usize>, prefill: Option<Vec<usize>>) -> anyhow::Result<Loaded> {
+fn load(
+    args: &ModelArgs,
+    all_logits: Vec<usize>,
+    prefill: Option<Vec<usize>>,
+) -> anyhow::Result<Loaded> {
     let started = Instant::now();
     let kind: EngineKind = args.engine.parse()?;
     let engine = kind.select().with_context(|| format!("engine {kind}"))?;
@@ -157,7 +161,8 @@ fn load(args: &ModelArgs, all_logits: Vec<usize>, prefill: Option<Vec<usize>>) -
         (None, _) => Target::Ane(aneforge::target::host::detect()?.arch),
     };
     let format: WeightFormat = args.compress.parse().map_err(anyhow::Error::msg)?;
-    let llm = Llm::load(&args.model, LoadOptions::new(format)).with_context(|| format!("loading {}", args.model))?;
+    let llm = Llm::load(&args.model, LoadOptions::new(format))
+        .with_context(|| format!("loading {}", args.model))?;
     let mut opts = RunnerOptions {
         target: target.clone(),
         engine,
@@ -179,7 +184,8 @@ fn load(args: &ModelArgs, all_logits: Vec<usize>, prefill: Option<Vec<usize>>) -
 }
 
 fn runner(loaded: &Loaded) -> anyhow::Result<Runner> {
-    Runner::new(loaded.llm.clone(), loaded.opts.clone()).context("compiling the model's step programs")
+    Runner::new(loaded.llm.clone(), loaded.opts.clone())
+        .context("compiling the model's step programs")
 }
 
 fn report(g: &Generation, seed: u64, greedy: bool) {
@@ -190,7 +196,11 @@ fn report(g: &Generation, seed: u64, greedy: bool) {
         FinishReason::ContextFull => "context full".into(),
         FinishReason::Cancelled => "cancelled".into(),
     };
-    let sampling = if greedy { "greedy".to_string() } else { format!("seed {seed}") };
+    let sampling = if greedy {
+        "greedy".to_string()
+    } else {
+        format!("seed {seed}")
+    };
     eprintln!(
         "\nprefill: {} tokens, {:.1} tok/s | decode: {} tokens, {:.1} tok/s | first token after {:.0} ms | {finish} | {sampling}",
         g.prefill_tokens,
@@ -209,7 +219,11 @@ fn stream_to_stdout() -> impl FnMut(&str) -> bool {
 }
 
 pub fn generate_cmd(args: GenerateArgs) -> anyhow::Result<()> {
-    let all = if args.draft.is_some() { vec![args.draft_k + 1] } else { Vec::new() };
+    let all = if args.draft.is_some() {
+        vec![args.draft_k + 1]
+    } else {
+        Vec::new()
+    };
     let loaded = load(&args.model, all, None)?;
     let llm = loaded.llm.clone();
     let prompt = if args.chat {
@@ -252,7 +266,8 @@ pub fn generate_cmd(args: GenerateArgs) -> anyhow::Result<()> {
             };
             let draft_loaded = load(&draft_args, Vec::new(), None)?;
             let mut d = runner(&draft_loaded)?;
-            let (g, stats) = speculative_generate(&mut r, &mut d, &prompt, args.draft_k, &opts, &mut out)?;
+            let (g, stats) =
+                speculative_generate(&mut r, &mut d, &prompt, args.draft_k, &opts, &mut out)?;
             eprintln!(
                 "\nspeculative: {} target calls, {} of {} drafted tokens accepted ({:.0}%)",
                 stats.target_calls,
@@ -311,7 +326,10 @@ pub fn chat_cmd(args: ChatArgs) -> anyhow::Result<()> {
         let prompt = llm.encode_raw(&template.render(&messages, true)?)?;
         if prompt.len() + 1 > r.max_context() {
             messages.pop();
-            eprintln!("the conversation no longer fits the context of {} tokens; /reset to start over", r.max_context());
+            eprintln!(
+                "the conversation no longer fits the context of {} tokens; /reset to start over",
+                r.max_context()
+            );
             continue;
         }
         let opts = GenerateOptions {
@@ -353,7 +371,9 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
     let loaded = load(&margs, Vec::new(), Some(chunks))?;
     let llm = loaded.llm.clone();
     let text = match &args.prompt_file {
-        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+        }
         None => BENCH_TEXT.to_string(),
     };
     let mut ids = llm.encode_raw(&text)?;

@@ -1,9 +1,13 @@
 use clap::Parser;
 
 mod bench;
+mod bench_train;
 mod compile;
+mod demo;
+mod digits;
 mod embed;
 mod encoder_args;
+mod engine_args;
 mod examples;
 mod llm;
 mod mil;
@@ -23,6 +27,14 @@ enum Command {
     /// MIL program directories.
     #[command(subcommand)]
     Mil(mil::MilCommand),
+    /// Train a character-level transformer on Shakespeare from scratch, then sample from it.
+    Demo(demo::DemoArgs),
+    /// Train a small CNN on the 8x8 handwritten digits and report test accuracy.
+    #[command(alias = "train-mnist")]
+    TrainDigits(digits::DigitsArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// List the ANE architectures, their families, core counts and chip figures.
     Targets,
     /// The per-op status (native / rewritten / walled) on an ANE family.
@@ -40,9 +52,6 @@ enum Command {
     Embed(embed::EmbedArgs),
     /// Rank passages for a query with a cross-encoder.
     Rerank(rerank::RerankArgs),
-    /// Throughput benchmarks.
-    #[command(subcommand)]
-    Bench(bench::BenchCommand),
     /// Continue a prompt with a decoder LLM; the text streams to stdout, speeds to stderr.
     Generate(llm::GenerateArgs),
     /// An interactive conversation with a chat model (its chat template); one line per turn.
@@ -53,12 +62,14 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Mil(command)) => mil::run(command),
+        Some(Command::Demo(args)) => demo::run(args),
+        Some(Command::TrainDigits(args)) => digits::run(args),
+        Some(Command::Bench(command)) => bench::run(command),
         Some(Command::Targets) => targets::targets(),
         Some(Command::Ops { target, mil }) => targets::ops(&target, mil),
         Some(Command::Compile(args)) => compile::run(args),
         Some(Command::Embed(args)) => embed::run(args),
         Some(Command::Rerank(args)) => rerank::run(args),
-        Some(Command::Bench(command)) => bench::run(command),
         Some(Command::Generate(args)) => llm::generate_cmd(args),
         Some(Command::Chat(args)) => llm::chat_cmd(args),
         None => Ok(()),

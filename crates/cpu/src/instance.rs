@@ -7,6 +7,17 @@ use crate::tensor::{AlignedBuf, BufferMut, BufferRef, Elem, HostSlice, HostTenso
 use half::f16;
 use std::sync::Arc;
 
+/// The time one scheduled kernel took in [`Instance::execute_profiled`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTime {
+    /// The MIL op that heads the kernel (its `name`).
+    pub name: String,
+    pub op_type: String,
+    /// What runs it (`matmul`, `elementwise[3]`, `copy`, ...), after fusion.
+    pub kernel: String,
+    pub seconds: f64,
+}
+
 /// One executable copy of a plan. Not shared between threads while executing.
 pub struct Instance {
     plan: Arc<Plan>,
@@ -215,6 +226,18 @@ impl Instance {
 
     /// Runs the plan once.
     pub fn execute(&mut self) -> Result<()> {
+        self.run_plan(None)
+    }
+
+    /// Runs the plan once like [`Instance::execute`], timing every scheduled kernel (in schedule
+    /// order). For profiling; the timers cost a clock read per kernel.
+    pub fn execute_profiled(&mut self) -> Result<Vec<KernelTime>> {
+        let mut times = Vec::with_capacity(self.plan.nodes.len());
+        self.run_plan(Some(&mut times))?;
+        Ok(times)
+    }
+
+    fn run_plan(&mut self, mut times: Option<&mut Vec<KernelTime>>) -> Result<()> {
         self.executed = true;
         let plan = self.plan.clone();
         let threads = if plan.parallel { plan.threads } else { 1 };
@@ -225,11 +248,20 @@ impl Instance {
             scratch_len: self.scratch.len(),
             threads,
         };
-        let run = || -> Result<()> {
+        let mut run = || -> Result<()> {
             for n in &plan.nodes {
+                let start = times.as_ref().map(|_| std::time::Instant::now());
                 n.kernel.run(&cx).map_err(|m| {
                     CpuError::Execute(format!("op `{}` ({}): {m}", n.name, n.op_type))
                 })?;
+                if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
+                    t.push(KernelTime {
+                        name: n.name.clone(),
+                        op_type: n.op_type.clone(),
+                        kernel: n.kernel.kind(),
+                        seconds: start.elapsed().as_secs_f64(),
+                    });
+                }
             }
             Ok(())
         };

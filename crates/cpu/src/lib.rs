@@ -21,7 +21,7 @@ mod tensor;
 
 pub use compile::{compile, compile_dir, CompileOptions};
 pub use error::CpuError;
-pub use instance::Instance;
+pub use instance::{Instance, KernelTime};
 pub use known::BlobStore;
 pub use plan::{Plan, PortInfo};
 pub use tensor::{BufferMut, BufferRef, HostSlice, HostTensor};

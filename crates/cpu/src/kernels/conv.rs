@@ -27,13 +27,37 @@ pub struct Geometry {
     pub ow: usize,
 }
 
+/// A conv weight in the MIL layout — conv: `[cout, cin/groups*kh*kw]`; transpose:
+/// `[cin, cout/groups*kh*kw]` — decoded at compile time or read from a value at run time.
+#[derive(Debug)]
+pub enum ConvWeight {
+    Const(Vec<f32>),
+    Runtime { value: Vid, elem: Elem, len: usize },
+}
+
+impl ConvWeight {
+    pub fn owned_len(&self) -> usize {
+        match self {
+            ConvWeight::Const(w) => w.len(),
+            ConvWeight::Runtime { .. } => 0,
+        }
+    }
+
+    /// Scratch floats needed to widen a runtime fp16 weight.
+    fn scratch_floats(&self) -> usize {
+        match self {
+            ConvWeight::Runtime { elem, len, .. } if *elem != Elem::F32 => *len,
+            _ => 0,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Conv {
     pub x: Vid,
     pub x_elem: Elem,
     pub g: Geometry,
-    /// conv: [cout, cin/groups*kh*kw]; transpose: [cin, cout/groups*kh*kw] (the MIL layout).
-    pub weight: Vec<f32>,
+    pub weight: ConvWeight,
     pub transpose: bool,
     /// Added before the epilogue in conv_transpose (col2im accumulates on top of it).
     pub raw: Vid,
@@ -88,7 +112,8 @@ impl Conv {
             self.x_len()
         } else {
             0
-        } + self.col_len();
+        } + self.col_len()
+            + self.weight.scratch_floats();
         conv.max(
             self.epilogue
                 .as_ref()
@@ -108,6 +133,19 @@ impl Conv {
         };
         let off = if self.x_elem == Elem::F32 { 0 } else { xlen };
         let col = cx.scratch_at(off, self.col_len());
+        let weight: *const f32 = match &self.weight {
+            ConvWeight::Const(w) => w.as_ptr(),
+            ConvWeight::Runtime { value, elem, len } => {
+                if *elem == Elem::F32 {
+                    cx.ptr(*value) as *const f32
+                } else {
+                    let s = cx.scratch_at(off + self.col_len(), *len);
+                    // SAFETY: the value holds `len` elements of `elem`.
+                    unsafe { to_f32(cx.ptr(*value), *elem, s) };
+                    s.as_ptr()
+                }
+            }
+        };
         let out = cx.ptr(self.raw) as *mut f32;
         let par = if self.flops() >= 1 << 21 && cx.threads > 1 {
             gemm::Parallelism::Rayon(cx.threads)
@@ -129,7 +167,7 @@ impl Conv {
                     let og = out.add((b * g.cout + gi * cog) * pout);
                     if self.transpose {
                         // col[cog*kk, pin] = W_gᵀ · x_g
-                        let wg = self.weight.as_ptr().add(gi * cig * cog * kk);
+                        let wg = weight.add(gi * cig * cog * kk);
                         gemm::gemm(
                             cog * kk,
                             pin,
@@ -159,7 +197,7 @@ impl Conv {
                             im2col(xg, col, g, cig, cx);
                             col.as_ptr()
                         };
-                        let wg = self.weight.as_ptr().add(gi * cog * cig * kk);
+                        let wg = weight.add(gi * cog * cig * kk);
                         gemm::gemm(
                             cog,
                             pout,

@@ -220,7 +220,7 @@ impl Kernel {
                 matmul::Rhs::Quant(q) => q.bytes(),
                 _ => 0,
             },
-            Kernel::Conv(c) => c.weight.len() * 4,
+            Kernel::Conv(c) => c.weight.owned_len() * 4,
             _ => 0,
         }
     }

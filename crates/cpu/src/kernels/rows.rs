@@ -5,6 +5,9 @@ use super::{math, Cx};
 use crate::plan::Vid;
 use crate::tensor::{Elem, SendPtr};
 
+/// Inner-axis elements one column-reduction job accumulates.
+const COLUMN_CHUNK: usize = 256;
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ReduceOp {
     Sum,
@@ -96,8 +99,84 @@ impl Rows {
     }
 
     pub fn scratch_floats(&self, threads: usize) -> usize {
+        if self.columnwise() {
+            return self.column_tasks(threads) * 2 * COLUMN_CHUNK;
+        }
         // row buffer + (topk) index buffer as floats
         self.tasks(threads) * (2 * self.r + BLOCK)
+    }
+
+    /// Sum/mean/max/min over a strided axis accumulate whole contiguous rows of the inner axes
+    /// instead of gathering one strided row per output.
+    fn columnwise(&self) -> bool {
+        matches!(
+            self.kind,
+            RowKind::Reduce(ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min)
+        ) && self.inner > 1
+    }
+
+    fn column_jobs(&self) -> usize {
+        self.outer * self.inner.div_ceil(COLUMN_CHUNK)
+    }
+
+    fn column_tasks(&self, threads: usize) -> usize {
+        if threads <= 1 || self.elements() < 1 << 15 {
+            1
+        } else {
+            threads.min(self.column_jobs())
+        }
+    }
+
+    fn run_columns(&self, op: ReduceOp, cx: &Cx) {
+        let (r, inner) = (self.r, self.inner);
+        let chunks = inner.div_ceil(COLUMN_CHUNK);
+        let jobs = self.column_jobs();
+        let tasks = self.column_tasks(cx.threads);
+        let scratch = SendPtr(cx.scratch(tasks * 2 * COLUMN_CHUNK).as_mut_ptr());
+        let xp = SendPtr(cx.ptr(self.x));
+        let op_ptr = SendPtr(cx.ptr(self.out));
+        let per = jobs.div_ceil(tasks);
+        let init = match op {
+            ReduceOp::Max => f32::NEG_INFINITY,
+            ReduceOp::Min => f32::INFINITY,
+            _ => 0.0,
+        };
+        cx.par_for(tasks, &|t| {
+            // SAFETY: each task owns its scratch region and a disjoint set of output chunks.
+            let buf = unsafe {
+                std::slice::from_raw_parts_mut(
+                    scratch.get().add(t * 2 * COLUMN_CHUNK),
+                    2 * COLUMN_CHUNK,
+                )
+            };
+            let (acc, row) = buf.split_at_mut(COLUMN_CHUNK);
+            for job in t * per..((t + 1) * per).min(jobs) {
+                let (o, c) = (job / chunks, job % chunks);
+                let i0 = c * COLUMN_CHUNK;
+                let w = COLUMN_CHUNK.min(inner - i0);
+                let (acc, row) = (&mut acc[..w], &mut row[..w]);
+                acc.fill(init);
+                for j in 0..r {
+                    // SAFETY: the row [o, j, i0..i0 + w] lies inside x.
+                    unsafe { load_block(xp.get(), self.x_elem, (o * r + j) * inner + i0, 1, row) };
+                    match op {
+                        ReduceOp::Max => {
+                            acc.iter_mut().zip(&*row).for_each(|(a, &b)| *a = a.max(b))
+                        }
+                        ReduceOp::Min => {
+                            acc.iter_mut().zip(&*row).for_each(|(a, &b)| *a = a.min(b))
+                        }
+                        _ => acc.iter_mut().zip(&*row).for_each(|(a, &b)| *a += b),
+                    }
+                }
+                if op == ReduceOp::Mean {
+                    let inv = 1.0 / r as f32;
+                    acc.iter_mut().for_each(|a| *a *= inv);
+                }
+                // SAFETY: the outputs [o, i0..i0 + w] lie inside out.
+                unsafe { store_block(op_ptr.get(), self.out_elem, o * inner + i0, acc) };
+            }
+        });
     }
 
     pub fn elements(&self) -> usize {
@@ -105,6 +184,9 @@ impl Rows {
     }
 
     pub fn run(&self, cx: &Cx) {
+        if let (true, RowKind::Reduce(op)) = (self.columnwise(), &self.kind) {
+            return self.run_columns(*op, cx);
+        }
         let rows = self.rows();
         let tasks = self.tasks(cx.threads);
         let per_task = 2 * self.r + BLOCK;

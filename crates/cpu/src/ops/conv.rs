@@ -3,7 +3,7 @@
 use super::linalg::raw_and_epilogue;
 use crate::compile::OpCx;
 use crate::error::Result;
-use crate::kernels::conv::{Conv, Geometry};
+use crate::kernels::conv::{Conv, ConvWeight, Geometry};
 use crate::kernels::spatial::{Spatial, SpatialKind};
 use crate::kernels::Kernel;
 use aneforge_mil::DType;
@@ -197,10 +197,14 @@ pub(crate) fn conv(cx: &mut OpCx, transpose: bool) -> Result<()> {
             return Err(cx.err(format!("bias must be [{cout}], found {:?}", cx.shape(b))));
         }
     }
-    let weight = cx
-        .known(wv)
-        .and_then(|kn| kn.f32s())
-        .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
+    let weight = match cx.known(wv).and_then(|kn| kn.f32s()) {
+        Some(w) => ConvWeight::Const(w),
+        None => ConvWeight::Runtime {
+            value: wv,
+            elem: cx.elem(wv)?,
+            len: ws.iter().product(),
+        },
+    };
     // bias broadcast over [cout, 1...]
     let bias_b = match bias {
         Some(b) => {
@@ -237,6 +241,10 @@ pub(crate) fn conv(cx: &mut OpCx, transpose: bool) -> Result<()> {
     };
     let x_elem = cx.elem(x)?;
     let mut reads = vec![x];
+    if let ConvWeight::Runtime { value, .. } = &weight {
+        let value = *value;
+        reads.push(value);
+    }
     reads.extend(bias_b);
     let mut writes = vec![out];
     if raw != out {

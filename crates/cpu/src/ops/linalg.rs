@@ -152,6 +152,33 @@ pub(crate) fn matmul(cx: &mut OpCx) -> Result<()> {
             }
         }
     };
+    // One y for every batch and x's rows contiguous across batches: the batches are one tall
+    // matrix, so run a single [batch·m, k] × [k, n] GEMM instead of one per batch.
+    let (m, batch, a_batch_strides) = if y_batch_one && !tx && !x1 && xb == batch.as_slice() {
+        (m * batch.iter().product::<usize>(), Vec::new(), Vec::new())
+    } else {
+        (m, batch, a_batch_strides)
+    };
+    let rhs = match rhs {
+        Rhs::Value {
+            v,
+            elem,
+            rs,
+            cs,
+            batch_strides,
+        } => Rhs::Value {
+            v,
+            elem,
+            rs,
+            cs,
+            batch_strides: if batch.is_empty() {
+                Vec::new()
+            } else {
+                batch_strides
+            },
+        },
+        prepared => prepared,
+    };
     let (raw, epilogue) = raw_and_epilogue(cx, out, None)?;
     let mut reads = vec![x];
     if matches!(rhs, Rhs::Value { .. }) {

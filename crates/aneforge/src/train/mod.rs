@@ -1,0 +1,717 @@
+//! Training with resident state: one compiled program per step holds forward, backward and the
+//! optimizer update, with every parameter and optimizer moment bound output→input by
+//! `share_buffer`, so a step feeds only the batch and a few scalars (learning rate, bias
+//! corrections, loss scale). Parameters are read back on demand. A host-optimizer mode (the
+//! program returns gradients; the update runs on the host) exists for comparison.
+//!
+//! Program ports of a resident step:
+//! - inputs: the graph's own inputs (the batch), `lr`, `bias_correction1`/`bias_correction2`
+//!   (Adam, AdamW), `loss_scale` (with loss scaling), every parameter `p`, and every optimizer
+//!   state `p__m`, `p__v` (Adam) or `p__momentum` (SGD);
+//! - outputs: `loss`, the metrics, `p__next`, `p__m__next` ... , and `grads_finite` (with loss
+//!   scaling: 1 when every gradient was finite and the update was applied, 0 when it was skipped).
+
+pub mod char_lm;
+mod checkpoint;
+pub mod data;
+pub mod digits;
+mod init;
+pub mod models;
+
+pub use checkpoint::{Checkpoint, CheckpointError, NamedArray, StateTensor};
+pub use init::{fan_in, ParamStore, WeightLayout};
+
+use crate::autograd::optim::StepScalars;
+use crate::autograd::{self, AutogradError, GradOptions, Optimizer};
+use crate::engine::{Engine, HostSlice};
+use crate::graph::{input, DType, GraphError, Op, Tensor};
+use crate::lower::Target;
+use crate::model::{compile_named, CompileOptions, Error as ModelError, Model};
+use std::collections::HashSet;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error(transparent)]
+    Autograd(#[from] AutogradError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("trainer: {0}")]
+    Invalid(String),
+}
+
+/// Where the optimizer update runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UpdateMode {
+    /// Inside the step program, with parameters and moments resident in the engine.
+    #[default]
+    Resident,
+    /// On the host: the program returns gradients, the host keeps parameters and moments.
+    Host,
+}
+
+/// Dynamic loss scaling for fp16 targets (PyTorch `GradScaler` semantics): the loss gradient is
+/// seeded with `scale`; a step whose gradients overflow is skipped and halves the scale, and
+/// `growth_interval` finite steps in a row double it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossScale {
+    pub init: f32,
+    pub growth_interval: u32,
+}
+
+impl Default for LossScale {
+    fn default() -> Self {
+        LossScale {
+            init: 65536.0,
+            growth_interval: 2000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainerOptions {
+    pub optimizer: Optimizer,
+    /// Clip gradients to this global L2 norm.
+    pub clip_grad_norm: Option<f32>,
+    pub loss_scale: Option<LossScale>,
+    pub mode: UpdateMode,
+    pub target: Target,
+    pub engine: Engine,
+}
+
+impl TrainerOptions {
+    /// Options for `target`: on an fp16 target (the ANE), Adam's eps is raised to 1e-4 (1e-8 is
+    /// zero in fp16) and dynamic loss scaling is on.
+    pub fn for_target(optimizer: Optimizer, target: Target, engine: Engine) -> TrainerOptions {
+        let half = target.float_dtype() == aneforge_mil::DType::Fp16;
+        let optimizer = match optimizer {
+            Optimizer::Adam {
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            } if half => Optimizer::Adam {
+                beta1,
+                beta2,
+                eps: eps.max(FP16_ADAM_EPS),
+                weight_decay,
+            },
+            Optimizer::AdamW {
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            } if half => Optimizer::AdamW {
+                beta1,
+                beta2,
+                eps: eps.max(FP16_ADAM_EPS),
+                weight_decay,
+            },
+            other => other,
+        };
+        TrainerOptions {
+            loss_scale: half.then(LossScale::default),
+            target,
+            engine,
+            ..TrainerOptions::new(optimizer)
+        }
+    }
+
+    pub fn new(optimizer: Optimizer) -> TrainerOptions {
+        TrainerOptions {
+            optimizer,
+            clip_grad_norm: None,
+            loss_scale: None,
+            mode: UpdateMode::Resident,
+            target: Target::Cpu,
+            engine: Engine::Cpu,
+        }
+    }
+}
+
+/// What one step reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepStats {
+    pub loss: f32,
+    /// The metrics, in the order given to [`Trainer::new`].
+    pub metrics: Vec<f32>,
+    /// With loss scaling: the gradients overflowed and the update was skipped.
+    pub skipped: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Slot {
+    name: String,
+    shape: Vec<usize>,
+}
+
+#[derive(Clone, Debug)]
+struct ScaleState {
+    scale: f32,
+    good_steps: u32,
+}
+
+struct HostState {
+    params: Vec<Vec<f32>>,
+    /// Per parameter, per optimizer state.
+    state: Vec<Vec<Vec<f32>>>,
+}
+
+/// The smallest Adam eps [`TrainerOptions::for_target`] uses on fp16 targets.
+pub const FP16_ADAM_EPS: f32 = 1e-4;
+
+/// Port names of the step program.
+pub const LR: &str = "lr";
+pub const BIAS_CORRECTION1: &str = "bias_correction1";
+pub const BIAS_CORRECTION2: &str = "bias_correction2";
+pub const LOSS_SCALE: &str = "loss_scale";
+pub const LOSS: &str = "loss";
+pub const GRADS_FINITE: &str = "grads_finite";
+
+fn next_name(name: &str) -> String {
+    format!("{name}__next")
+}
+
+fn state_name(param: &str, state: &str) -> String {
+    format!("{param}__{state}")
+}
+
+fn grad_name(param: &str) -> String {
+    format!("{param}__grad")
+}
+
+pub struct Trainer {
+    model: Model,
+    slots: Vec<Slot>,
+    metric_names: Vec<String>,
+    options: TrainerOptions,
+    step: u64,
+    scale: Option<ScaleState>,
+    host: Option<HostState>,
+}
+
+impl std::fmt::Debug for Trainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer")
+            .field("params", &self.slots.len())
+            .field("step", &self.step)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// The parameter leaves `loss` depends on, in topological order.
+pub fn parameters_of(loss: &Tensor) -> Vec<Tensor> {
+    crate::lower::topo_order(std::slice::from_ref(loss))
+        .into_iter()
+        .filter(|t| matches!(t.op(), Op::Parameter { .. }))
+        .collect()
+}
+
+fn param_name(p: &Tensor) -> Result<String, TrainError> {
+    match p.op() {
+        Op::Parameter { name, .. } if p.dtype() == DType::F32 => Ok(name.clone()),
+        _ => Err(TrainError::Invalid(format!(
+            "{p:?} is not an f32 parameter leaf; only `parameter` tensors can be trained"
+        ))),
+    }
+}
+
+fn scalar_input(name: &str) -> Result<Tensor, GraphError> {
+    input(name, &[], DType::F32)
+}
+
+impl Trainer {
+    /// Compiles the training step for `loss` over the trainable `params` (parameter leaves);
+    /// `metrics` are extra scalar outputs reported each step (e.g. accuracy).
+    pub fn new(
+        loss: &Tensor,
+        params: &[Tensor],
+        metrics: &[(&str, &Tensor)],
+        options: TrainerOptions,
+    ) -> Result<Trainer, TrainError> {
+        if let Optimizer::Adam { eps, .. } | Optimizer::AdamW { eps, .. } = options.optimizer {
+            if options.target.float_dtype() == aneforge_mil::DType::Fp16
+                && eps < half::f16::MIN_POSITIVE.to_f32()
+            {
+                return Err(TrainError::Invalid(format!(
+                    "Adam eps {eps} is below fp16's smallest normal value on target {}, so the \
+                     update divides by zero where the second moment underflows; use eps >= 1e-4",
+                    options.target
+                )));
+            }
+        }
+        let mut seen = HashSet::new();
+        let mut slots = Vec::with_capacity(params.len());
+        for p in params {
+            let name = param_name(p)?;
+            if !seen.insert(name.clone()) {
+                return Err(TrainError::Invalid(format!(
+                    "parameter {name:?} is listed twice"
+                )));
+            }
+            slots.push(Slot {
+                name,
+                shape: p.shape().to_vec(),
+            });
+        }
+        let scale_in = match options.loss_scale {
+            Some(_) => Some(scalar_input(LOSS_SCALE)?),
+            None => None,
+        };
+        let raw = autograd::backward_with(
+            loss,
+            params,
+            &GradOptions {
+                seed: scale_in.clone(),
+                frontier: Vec::new(),
+            },
+        )?;
+        let mut grads = match &scale_in {
+            Some(s) => {
+                let inv = s.recip()?;
+                raw.iter().map(|g| g.mul(&inv)).collect::<Result<_, _>>()?
+            }
+            None => raw,
+        };
+        let finite = match &scale_in {
+            Some(_) => Some(all_finite(&grads)?),
+            None => None,
+        };
+        if let Some(max_norm) = options.clip_grad_norm {
+            grads = autograd::clip_by_global_norm(&grads, max_norm)?.0;
+        }
+        let mut outputs: Vec<(String, Tensor)> = vec![(LOSS.to_string(), loss.clone())];
+        for (name, m) in metrics {
+            if m.len() != 1 {
+                return Err(TrainError::Invalid(format!(
+                    "metric {name:?} must be a single value, found shape {:?}",
+                    m.shape()
+                )));
+            }
+            outputs.push((name.to_string(), (*m).clone()));
+        }
+        if let Some(ok) = &finite {
+            outputs.push((GRADS_FINITE.to_string(), ok.cast(DType::F32)?));
+        }
+        let opt = options.optimizer;
+        match options.mode {
+            UpdateMode::Host => {
+                for (slot, g) in slots.iter().zip(&grads) {
+                    outputs.push((grad_name(&slot.name), g.clone()));
+                }
+            }
+            UpdateMode::Resident => {
+                let scalars = StepScalars {
+                    lr: scalar_input(LR)?,
+                    bias_correction1: opt
+                        .uses_bias_correction()
+                        .then(|| scalar_input(BIAS_CORRECTION1))
+                        .transpose()?,
+                    bias_correction2: opt
+                        .uses_bias_correction()
+                        .then(|| scalar_input(BIAS_CORRECTION2))
+                        .transpose()?,
+                };
+                for ((slot, p), g) in slots.iter().zip(params).zip(&grads) {
+                    let state: Vec<Tensor> = opt
+                        .state_names()
+                        .iter()
+                        .map(|s| input(&state_name(&slot.name, s), &slot.shape, DType::F32))
+                        .collect::<Result<_, _>>()?;
+                    let (mut next, mut next_state) = opt.update(p, g, &state, &scalars)?;
+                    if let Some(ok) = &finite {
+                        next = ok.select(&next, p)?;
+                        next_state = next_state
+                            .iter()
+                            .zip(&state)
+                            .map(|(n, old)| ok.select(n, old))
+                            .collect::<Result<_, _>>()?;
+                    }
+                    outputs.push((next_name(&slot.name), next));
+                    for (s, t) in opt.state_names().iter().zip(next_state) {
+                        outputs.push((next_name(&state_name(&slot.name, s)), t));
+                    }
+                }
+            }
+        }
+        let named: Vec<(&str, &Tensor)> = outputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let compile_options = CompileOptions {
+            target: options.target.clone(),
+            engine: options.engine,
+            ..CompileOptions::default()
+        };
+        let mut model = compile_named(&named, &compile_options)?;
+        let host = match options.mode {
+            UpdateMode::Resident => {
+                for slot in &slots {
+                    let zeros = vec![0.0f32; slot.shape.iter().product()];
+                    for s in opt.state_names() {
+                        let name = state_name(&slot.name, s);
+                        model.set_input(&name, HostSlice::F32(&zeros))?;
+                        model.share_buffer(&next_name(&name), &name)?;
+                    }
+                    model.share_buffer(&next_name(&slot.name), &slot.name)?;
+                }
+                None
+            }
+            UpdateMode::Host => {
+                let values = params
+                    .iter()
+                    .map(|p| match p.op() {
+                        Op::Parameter { init, .. } => init.as_f32().map(<[f32]>::to_vec),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| TrainError::Invalid("parameters must be f32".into()))?;
+                let state = slots
+                    .iter()
+                    .map(|s| {
+                        let n: usize = s.shape.iter().product();
+                        vec![vec![0.0f32; n]; opt.state_names().len()]
+                    })
+                    .collect();
+                Some(HostState {
+                    params: values,
+                    state,
+                })
+            }
+        };
+        Ok(Trainer {
+            model,
+            slots,
+            metric_names: metrics.iter().map(|(n, _)| n.to_string()).collect(),
+            scale: options.loss_scale.map(|s| ScaleState {
+                scale: s.init,
+                good_steps: 0,
+            }),
+            options,
+            step: 0,
+            host,
+        })
+    }
+
+    /// Optimizer steps applied so far (skipped overflow steps do not count).
+    pub fn step_count(&self) -> u64 {
+        self.step
+    }
+
+    pub fn options(&self) -> &TrainerOptions {
+        &self.options
+    }
+
+    /// The current loss scale (with loss scaling).
+    pub fn loss_scale(&self) -> Option<f32> {
+        self.scale.as_ref().map(|s| s.scale)
+    }
+
+    /// The compiled step program.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn param_names(&self) -> Vec<&str> {
+        self.slots.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    fn slot(&self, name: &str) -> Result<usize, TrainError> {
+        self.slots
+            .iter()
+            .position(|s| s.name == name)
+            .ok_or_else(|| {
+                TrainError::Invalid(format!(
+                    "no trainable parameter named {name:?}; the parameters are {:?}",
+                    self.param_names()
+                ))
+            })
+    }
+
+    /// Feeds `batch`, runs one step at learning rate `lr`, and reports the loss and metrics.
+    pub fn step(
+        &mut self,
+        batch: &[(&str, HostSlice<'_>)],
+        lr: f32,
+    ) -> Result<StepStats, TrainError> {
+        let opt = self.options.optimizer;
+        let t = self.step + 1;
+        for (name, data) in batch {
+            self.model.set_input(name, *data)?;
+        }
+        if let Some(s) = &self.scale {
+            self.model
+                .set_input(LOSS_SCALE, HostSlice::F32(&[s.scale]))?;
+        }
+        if let Some(host) = &self.host {
+            for (slot, values) in self.slots.iter().zip(&host.params) {
+                self.model.set_input(&slot.name, HostSlice::F32(values))?;
+            }
+        } else {
+            self.model.set_input(LR, HostSlice::F32(&[lr]))?;
+            if opt.uses_bias_correction() {
+                let (b1, b2) = opt.bias_corrections(t);
+                self.model
+                    .set_input(BIAS_CORRECTION1, HostSlice::F32(&[b1]))?;
+                self.model
+                    .set_input(BIAS_CORRECTION2, HostSlice::F32(&[b2]))?;
+            }
+        }
+        self.model.execute()?;
+        let loss = self.read_scalar(LOSS)?;
+        let metrics = self
+            .metric_names
+            .iter()
+            .map(|m| self.read_scalar(m))
+            .collect::<Result<_, _>>()?;
+        let finite = match self.scale {
+            Some(_) => self.read_scalar(GRADS_FINITE)? != 0.0,
+            None => true,
+        };
+        if finite {
+            if let Some(host) = &mut self.host {
+                for (i, slot) in self.slots.iter().enumerate() {
+                    let g = self.model.read_output_f32(&grad_name(&slot.name))?;
+                    opt.update_host(&mut host.params[i], &g, &mut host.state[i], lr, t);
+                }
+            }
+            self.step = t;
+        }
+        if let (Some(s), Some(cfg)) = (&mut self.scale, self.options.loss_scale) {
+            if finite {
+                s.good_steps += 1;
+                if s.good_steps >= cfg.growth_interval {
+                    s.scale *= 2.0;
+                    s.good_steps = 0;
+                }
+            } else {
+                s.scale *= 0.5;
+                s.good_steps = 0;
+            }
+        }
+        Ok(StepStats {
+            loss,
+            metrics,
+            skipped: !finite,
+        })
+    }
+
+    fn read_scalar(&self, name: &str) -> Result<f32, TrainError> {
+        let v = self.model.read_output_f32(name)?;
+        v.first()
+            .copied()
+            .ok_or_else(|| TrainError::Invalid(format!("output {name:?} is empty")))
+    }
+
+    /// The current value of a parameter.
+    pub fn read_param(&self, name: &str) -> Result<Vec<f32>, TrainError> {
+        let i = self.slot(name)?;
+        match &self.host {
+            Some(h) => Ok(h.params[i].clone()),
+            None => Ok(self.model.read_output_f32(&next_name(name))?),
+        }
+    }
+
+    /// Every parameter as `(name, shape, values)`, in the trainer's order.
+    pub fn read_params(&self) -> Result<Vec<NamedArray>, TrainError> {
+        self.slots
+            .iter()
+            .map(|s| Ok((s.name.clone(), s.shape.clone(), self.read_param(&s.name)?)))
+            .collect()
+    }
+
+    /// Overwrites a parameter.
+    pub fn write_param(&mut self, name: &str, values: &[f32]) -> Result<(), TrainError> {
+        let i = self.slot(name)?;
+        let n: usize = self.slots[i].shape.iter().product();
+        if values.len() != n {
+            return Err(TrainError::Invalid(format!(
+                "parameter {name:?} has shape {:?} ({n} values) but {} were given",
+                self.slots[i].shape,
+                values.len()
+            )));
+        }
+        match &mut self.host {
+            Some(h) => h.params[i] = values.to_vec(),
+            None => self.model.set_input(name, HostSlice::F32(values))?,
+        }
+        Ok(())
+    }
+
+    fn read_state(&self, i: usize, s: usize) -> Result<Vec<f32>, TrainError> {
+        match &self.host {
+            Some(h) => Ok(h.state[i][s].clone()),
+            None => {
+                let state = self.options.optimizer.state_names()[s];
+                Ok(self
+                    .model
+                    .read_output_f32(&next_name(&state_name(&self.slots[i].name, state)))?)
+            }
+        }
+    }
+
+    fn write_state(&mut self, i: usize, s: usize, values: &[f32]) -> Result<(), TrainError> {
+        match &mut self.host {
+            Some(h) => h.state[i][s] = values.to_vec(),
+            None => {
+                let state = self.options.optimizer.state_names()[s];
+                let name = state_name(&self.slots[i].name, state);
+                self.model.set_input(&name, HostSlice::F32(values))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A snapshot of parameters, optimizer state, step and loss scale; `data_position` records
+    /// where the data stream is, for resuming it.
+    pub fn checkpoint(&self, data_position: &str) -> Result<Checkpoint, TrainError> {
+        let mut state = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            for (s, sname) in self.options.optimizer.state_names().iter().enumerate() {
+                state.push(StateTensor {
+                    param: slot.name.clone(),
+                    state: sname.to_string(),
+                    shape: slot.shape.clone(),
+                    data: self.read_state(i, s)?,
+                });
+            }
+        }
+        Ok(Checkpoint {
+            step: self.step,
+            optimizer: self.options.optimizer.name().to_string(),
+            params: self.read_params()?,
+            state,
+            loss_scale: self.scale.as_ref().map(|s| (s.scale, s.good_steps)),
+            data_position: data_position.to_string(),
+            metadata: Default::default(),
+        })
+    }
+
+    /// Loads a checkpoint made for the same model and optimizer kind.
+    pub fn restore(&mut self, ckpt: &Checkpoint) -> Result<(), TrainError> {
+        if ckpt.optimizer != self.options.optimizer.name() {
+            return Err(TrainError::Invalid(format!(
+                "the checkpoint was made with {} but this trainer uses {}",
+                ckpt.optimizer,
+                self.options.optimizer.name()
+            )));
+        }
+        for slot in self.slots.clone() {
+            let (_, shape, values) = ckpt
+                .params
+                .iter()
+                .find(|(n, _, _)| *n == slot.name)
+                .ok_or_else(|| {
+                    TrainError::Invalid(format!("the checkpoint has no parameter {:?}", slot.name))
+                })?;
+            if *shape != slot.shape {
+                return Err(TrainError::Invalid(format!(
+                    "checkpoint parameter {:?} has shape {shape:?}, the model's is {:?}",
+                    slot.name, slot.shape
+                )));
+            }
+            self.write_param(&slot.name, values)?;
+        }
+        for (i, slot) in self.slots.clone().iter().enumerate() {
+            for (s, sname) in self.options.optimizer.state_names().iter().enumerate() {
+                let t = ckpt
+                    .state
+                    .iter()
+                    .find(|t| t.param == slot.name && t.state == *sname)
+                    .ok_or_else(|| {
+                        TrainError::Invalid(format!(
+                            "the checkpoint has no {sname} state for {:?}",
+                            slot.name
+                        ))
+                    })?;
+                if t.shape != slot.shape {
+                    return Err(TrainError::Invalid(format!(
+                        "checkpoint state {sname} of {:?} has shape {:?}, expected {:?}",
+                        slot.name, t.shape, slot.shape
+                    )));
+                }
+                self.write_state(i, s, &t.data)?;
+            }
+        }
+        self.step = ckpt.step;
+        if let (Some(s), Some((scale, good))) = (&mut self.scale, ckpt.loss_scale) {
+            s.scale = scale;
+            s.good_steps = good;
+        }
+        Ok(())
+    }
+}
+
+/// A bool scalar: every element of every gradient is finite (`inf·0` and `nan·0` are NaN).
+fn all_finite(grads: &[Tensor]) -> Result<Tensor, GraphError> {
+    let mut total: Option<Tensor> = None;
+    for g in grads {
+        let axes: Vec<isize> = (0..g.rank() as isize).collect();
+        let z = g.mul_scalar(0.0)?;
+        let s = if axes.is_empty() {
+            z
+        } else {
+            z.sum(&axes, false)?
+        };
+        total = Some(match total {
+            None => s,
+            Some(t) => t.add(&s)?,
+        });
+    }
+    match total {
+        Some(t) => t.compare_scalar(crate::graph::CompareOp::Equal, 0.0),
+        None => crate::graph::scalar(0.0).compare_scalar(crate::graph::CompareOp::Equal, 0.0),
+    }
+}
+
+/// A forward-only program over the same parameters, for validation and sampling: parameters are
+/// inputs, loaded from a trainer with [`Evaluator::load_from`].
+pub struct Evaluator {
+    model: Model,
+    params: Vec<String>,
+}
+
+impl Evaluator {
+    pub fn new(
+        outputs: &[(&str, &Tensor)],
+        target: Target,
+        engine: Engine,
+    ) -> Result<Evaluator, TrainError> {
+        let model = compile_named(
+            outputs,
+            &CompileOptions {
+                target,
+                engine,
+                ..CompileOptions::default()
+            },
+        )?;
+        let params = model
+            .inputs()
+            .iter()
+            .filter(|p| matches!(p.kind, crate::lower::PortKind::Parameter(_)))
+            .map(|p| p.name.clone())
+            .collect();
+        Ok(Evaluator { model, params })
+    }
+
+    /// Copies the trainer's current parameters into this program.
+    pub fn load_from(&mut self, trainer: &Trainer) -> Result<(), TrainError> {
+        for name in &self.params {
+            if trainer.slots.iter().any(|s| s.name == *name) {
+                let v = trainer.read_param(name)?;
+                self.model.set_input(name, HostSlice::F32(&v))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn model(&mut self) -> &mut Model {
+        &mut self.model
+    }
+
+    /// Feeds `inputs`, runs, and returns every output as f32.
+    pub fn run(&mut self, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Vec<f32>>, TrainError> {
+        Ok(self.model.run_f32(inputs)?)
+    }
+}
