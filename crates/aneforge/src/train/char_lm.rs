@@ -186,14 +186,19 @@ impl CharLm {
         )
     }
 
-    /// The mean loss over `batches` fixed held-out batches.
+    /// The `index`-th fixed held-out batch: tokens and next-character targets, each
+    /// `batch × context` ids.
+    pub fn validation_batch(&self, index: u64) -> Result<(Vec<i32>, Vec<i32>), TrainError> {
+        self.batch(Split::Validation, VAL_STREAM, index)
+            .map_err(|e| TrainError::Invalid(e.to_string()))
+    }
+
+    /// The mean loss over the first `batches` fixed held-out batches.
     pub fn val_loss(&mut self, batches: u64) -> Result<f32, TrainError> {
         self.val.load_from(&self.trainer)?;
         let mut total = 0.0f64;
         for i in 0..batches {
-            let (x, y) = self
-                .batch(Split::Validation, VAL_STREAM, i)
-                .map_err(|e| TrainError::Invalid(e.to_string()))?;
+            let (x, y) = self.validation_batch(i)?;
             let out = self.val.run(&[
                 ("tokens", HostSlice::I32(&x)),
                 ("targets", HostSlice::I32(&y)),
