@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use aneforge::engine::{AneEngine, EngineKind, HostSlice, HostTensor};
 use aneforge::Engine;
@@ -83,7 +84,22 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let program_dir =
         ProgramDir::load(&args.dir).with_context(|| format!("loading {}", args.dir.display()))?;
     let function = choose_function(&program_dir, args.function.as_deref(), &args.dir)?;
-    let (inputs, outputs) = ports(&program_dir, &function, &args.dir)?;
+    // the CPU engine's planner checks the whole function and knows every port's type; the CPU
+    // engine runs this plan
+    let plan = aneforge_cpu::compile(
+        &program_dir.program,
+        &function,
+        &blob_store(&program_dir),
+        &aneforge_cpu::CompileOptions::default(),
+    )
+    .with_context(|| format!("checking {} ({function})", args.dir.display()))?;
+    let convert = |p: &aneforge_cpu::PortInfo| Port {
+        name: p.name.clone(),
+        dtype: p.dtype,
+        shape: p.shape.clone(),
+    };
+    let inputs: Vec<Port> = plan.inputs().iter().map(convert).collect();
+    let outputs: Vec<Port> = plan.outputs().iter().map(convert).collect();
     if args.ports {
         println!("function {function}");
         inputs.iter().for_each(|p| println!("input {p}"));
@@ -92,7 +108,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let feeds = read_inputs(&args.inputs, &inputs)?;
     let engine = args.engine.select()?;
-    let mut loaded = load(&program_dir, &function, engine)
+    let mut loaded = load(&program_dir, &function, &plan, engine)
         .with_context(|| format!("loading {} on the {engine:?} engine", args.dir.display()))?;
     for port in &inputs {
         let tensor = &feeds[&port.name];
@@ -110,6 +126,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let tensor = loaded.read_output(&port.name)?;
         match &args.output_dir {
             Some(dir) => {
+                if port.name.contains(['/', '\\']) || port.name.starts_with('.') {
+                    bail!(
+                        "output {:?} cannot name a file in {}",
+                        port.name,
+                        dir.display()
+                    );
+                }
                 let path = dir.join(format!("{}.npy", port.name));
                 npy_io::write(&path, &port.shape, &tensor)?;
                 println!("{port} -> {}", path.display());
@@ -149,30 +172,6 @@ fn choose_function(
     }
 }
 
-fn ports(
-    program_dir: &ProgramDir,
-    function: &str,
-    dir: &Path,
-) -> anyhow::Result<(Vec<Port>, Vec<Port>)> {
-    // the CPU engine's planner checks the whole function and knows every port's type
-    let plan = aneforge_cpu::compile(
-        &program_dir.program,
-        function,
-        &blob_store(program_dir),
-        &aneforge_cpu::CompileOptions::default(),
-    )
-    .with_context(|| format!("checking {} ({function})", dir.display()))?;
-    let convert = |p: &aneforge_cpu::PortInfo| Port {
-        name: p.name.clone(),
-        dtype: p.dtype,
-        shape: p.shape.clone(),
-    };
-    Ok((
-        plan.inputs().iter().map(convert).collect(),
-        plan.outputs().iter().map(convert).collect(),
-    ))
-}
-
 fn blob_store(program_dir: &ProgramDir) -> aneforge_cpu::BlobStore {
     program_dir
         .blobs
@@ -181,7 +180,12 @@ fn blob_store(program_dir: &ProgramDir) -> aneforge_cpu::BlobStore {
         .collect::<HashMap<_, _>>()
 }
 
-fn load(program_dir: &ProgramDir, function: &str, engine: Engine) -> anyhow::Result<Loaded> {
+fn load(
+    program_dir: &ProgramDir,
+    function: &str,
+    plan: &Arc<aneforge_cpu::Plan>,
+    engine: Engine,
+) -> anyhow::Result<Loaded> {
     match engine {
         Engine::Ane => {
             // the runtime retains function `main`: a one-function program whose main is `function`
@@ -192,15 +196,7 @@ fn load(program_dir: &ProgramDir, function: &str, engine: Engine) -> anyhow::Res
             }
             Ok(Loaded::Ane(AneEngine::global()?.load(&single)?))
         }
-        _ => {
-            let plan = aneforge_cpu::compile(
-                &program_dir.program,
-                function,
-                &blob_store(program_dir),
-                &aneforge_cpu::CompileOptions::default(),
-            )?;
-            Ok(Loaded::Cpu(plan.instantiate()))
-        }
+        _ => Ok(Loaded::Cpu(plan.instantiate())),
     }
 }
 
