@@ -81,8 +81,14 @@ impl Loaded {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    let program_dir =
-        ProgramDir::load(&args.dir).with_context(|| format!("loading {}", args.dir.display()))?;
+    if !args.dir.join("model.mil").is_file() && args.dir.join("segment_0").is_dir() {
+        bail!(
+            "{} holds a plan of several programs: run each segment_N directory (plan.txt says \
+             which outputs feed which inputs)",
+            args.dir.display()
+        );
+    }
+    let program_dir = ProgramDir::load(&args.dir)?;
     let function = choose_function(&program_dir, args.function.as_deref(), &args.dir)?;
     // the CPU engine's planner checks the whole function and knows every port's type; the CPU
     // engine runs this plan

@@ -165,6 +165,17 @@ fn run_executes_a_program_directory_and_writes_npy_outputs() {
     );
     let o = aneforge(&["run", dir_s, "--input", "w=a.npy"], &[]);
     assert!(stderr(&o).contains("no input \"w\""), "{}", stderr(&o));
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(empty.join("segment_0")).unwrap();
+    let o = aneforge(&["run", empty.to_str().unwrap()], &[]);
+    assert!(
+        stderr(&o).contains("run each segment_N directory"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::remove_dir(empty.join("segment_0")).unwrap();
+    let o = aneforge(&["run", empty.to_str().unwrap()], &[]);
+    assert!(stderr(&o).contains("model.mil"), "{}", stderr(&o));
     let o = aneforge(&["run", dir_s, "--function", "other"], &[]);
     assert!(
         stderr(&o).contains("no function \"other\""),
