@@ -1,13 +1,20 @@
 """NumPy/OpenBLAS peer for the CPU engine's SGEMM benchmark.
 
-Usage: python peer_numpy.py THREADS
+Usage: python peer_numpy.py THREADS [--sizes 1024,4096] [--json]
 The BLAS thread count must be fixed before numpy is imported, so each thread count runs in its own
-process. Prints one line per figure in the same layout as `cargo run --example bench`.
+process. Prints one line per figure in the same layout as `cargo run --example bench`, or with
+--json one JSON object per figure (read by `aneforge bench gemm --peer-python`).
 """
+import argparse
+import json
 import os
-import sys
 
-threads = sys.argv[1] if len(sys.argv) > 1 else "1"
+parser = argparse.ArgumentParser()
+parser.add_argument("threads", nargs="?", default="1")
+parser.add_argument("--sizes", default="1024,4096")
+parser.add_argument("--json", action="store_true")
+args = parser.parse_args()
+threads = args.threads
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = threads
 
@@ -33,11 +40,17 @@ def best_of(fn, reps):
 
 def main():
     rng = np.random.default_rng(7)
-    for n, reps in ((1024, 10), (4096, 3)):
+    for n in (int(s) for s in args.sizes.split(",")):
+        reps = 3 if n >= 2048 else 10
         a = rng.standard_normal((n, n), dtype=np.float32)
         b = rng.standard_normal((n, n), dtype=np.float32)
         c = np.empty((n, n), dtype=np.float32)
         best, med, cpu = best_of(lambda: np.matmul(a, b, out=c), reps)
+        if args.json:
+            print(json.dumps({"system": f"numpy {np.__version__}", "case": f"sgemm {n}x{n}x{n}",
+                              "threads": int(threads), "best_s": best, "median_s": med,
+                              "cpu_s": cpu, "flops": 2 * n**3}))
+            continue
         gf = 2 * n**3 / best / 1e9
         oncpu = f"  on-cpu {cpu*1e3:9.3f} ms {2 * n**3 / cpu / 1e9:7.1f} GFLOP/s" if threads == "1" else ""
         print(f"numpy {np.__version__} sgemm {n}x{n}x{n}  threads={threads} best {best*1e3:10.3f} ms  median {med*1e3:10.3f} ms  {gf:8.1f} GFLOP/s{oncpu}")

@@ -1,6 +1,6 @@
 //! `aneforge bench ...`: throughput measurements meant to run next to peer scripts
 //! (tools/bench/embed.sh runs `bench embed` beside sentence-transformers on PyTorch and ONNX
-//! Runtime).
+//! Runtime; the CPU engine's kernel benchmarks run their peers themselves, see bench_cpu.rs).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,6 +19,19 @@ pub enum BenchCommand {
     /// Training steps of the demo configuration (steps/s, tokens/s), optionally next to PyTorch
     /// running tools/bench/train_peer.py with the same configuration.
     Train(crate::bench_train::TrainArgs),
+    /// CPU engine SGEMM (n×n×n fp32) with 1 and 2 threads, its ratio to the CPU's fp32 peak,
+    /// optionally next to NumPy/OpenBLAS (--peer-python).
+    Gemm(crate::bench_cpu::GemmArgs),
+    /// CPU engine decode GEMV (1×k against an n×k weight: f32, or int8/int4 kept compressed),
+    /// optionally next to PyTorch's linear.
+    Gemv(crate::bench_cpu::GemvArgs),
+    /// CPU engine 3×3 convolutions on ResNet-50's stage shapes, optionally next to PyTorch.
+    Conv(crate::bench_cpu::ConvArgs),
+    /// CPU engine scaled dot-product attention (S=128 and 512, 12 heads × 64), optionally next
+    /// to PyTorch's SDPA.
+    Attention(crate::bench_cpu::AttentionArgs),
+    /// The CPU engine's fixed cost per execute of a tiny program.
+    Overhead(crate::bench_cpu::OverheadArgs),
 }
 
 #[derive(clap::Args)]
@@ -41,6 +54,11 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Embed(args) => embed(args),
         BenchCommand::Llm(args) => crate::llm::bench_llm(args),
         BenchCommand::Train(args) => crate::bench_train::train(args),
+        BenchCommand::Gemm(args) => crate::bench_cpu::gemm(args),
+        BenchCommand::Gemv(args) => crate::bench_cpu::gemv(args),
+        BenchCommand::Conv(args) => crate::bench_cpu::conv(args),
+        BenchCommand::Attention(args) => crate::bench_cpu::attention(args),
+        BenchCommand::Overhead(args) => crate::bench_cpu::overhead(args),
     }
 }
 
@@ -62,7 +80,9 @@ fn embed(args: BenchEmbedArgs) -> anyhow::Result<()> {
     }
     let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
     let start = Instant::now();
-    let encoder = SentenceEncoder::load(&args.encoder.model, args.encoder.options()?)?;
+    let options = args.encoder.options()?;
+    let target = options.target.to_string();
+    let encoder = SentenceEncoder::load(&args.encoder.model, options)?;
     let load_s = start.elapsed().as_secs_f64();
     let start = Instant::now();
     let first = encoder.encode(&refs)?;
@@ -86,7 +106,7 @@ fn embed(args: BenchEmbedArgs) -> anyhow::Result<()> {
             "system": "aneforge",
             "sentences": sentences.len(),
             "batch_size": args.encoder.batch_size,
-            "target": args.encoder.target,
+            "target": target,
             "compress": args.encoder.compress,
             "load_s": load_s,
             "first_pass_s": cold_s,
@@ -104,7 +124,7 @@ fn embed(args: BenchEmbedArgs) -> anyhow::Result<()> {
              {:.1}); first pass {:.2} s incl. compiling {} programs; load {:.2} s; peak RSS {:.0} MiB",
             sentences.len(),
             args.encoder.batch_size,
-            args.encoder.target,
+            target,
             n / median,
             args.runs,
             n / best,

@@ -1,27 +1,22 @@
-//! Options shared by `embed`, `rerank` and `bench embed`: model, engine, target, compression,
-//! batching; reading texts from a file; the progress bar.
+//! Options shared by `embed`, `rerank` and `bench embed`: model, engine and target (the shared
+//! [`EngineArgs`]), compression, batching; reading texts from a file; the progress bar.
 
 use std::path::Path;
 
-use aneforge::engine::EngineKind;
-use aneforge::lower::AneArch;
-use aneforge::{Compress, Engine, Target};
+use aneforge::{Compress, Target};
 use aneforge_models::encoders::EncoderOptions;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::engine_args::EngineArgs;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct EncoderArgs {
     /// Model id (ORG/NAME in the Hugging Face cache) or directory.
     #[arg(short = 'm', long = "model")]
     pub model: String,
-    /// Engine that runs the program: cpu, ane (Apple Neural Engine) or auto (ane where its
-    /// runtime loads, else cpu).
-    #[arg(long, default_value = "cpu")]
-    pub engine: String,
-    /// Compile for: cpu (fp32), ane (fp16, default architecture), or an ANE architecture (h16, ...).
-    #[arg(long, default_value = "cpu")]
-    pub target: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Weight compression of ANE-target programs: none, int8, int4 or auto (the family's native
     /// formats), each behind an accuracy gate.
     #[arg(long, default_value = "none")]
@@ -39,33 +34,16 @@ pub struct EncoderArgs {
 
 impl EncoderArgs {
     pub fn options(&self) -> anyhow::Result<EncoderOptions> {
-        let target = parse_target(&self.target)?;
+        let (engine, target) = self.engine.select()?;
         Ok(EncoderOptions {
             compress: parse_compress(&self.compress, &target)?,
             target,
-            engine: parse_engine(&self.engine)?,
+            engine,
             batch_size: self.batch_size,
             max_length: self.max_length,
             ..EncoderOptions::default()
         })
     }
-}
-
-pub fn parse_target(s: &str) -> anyhow::Result<Target> {
-    Ok(match s {
-        "cpu" => Target::Cpu,
-        "ane" => Target::Ane(AneArch::default()),
-        arch => Target::Ane(
-            AneArch::new(arch)
-                .with_context(|| format!("--target {arch}: not cpu, ane or an ANE architecture"))?,
-        ),
-    })
-}
-
-pub fn parse_engine(s: &str) -> anyhow::Result<Engine> {
-    let kind: EngineKind = s.parse()?;
-    kind.select()
-        .with_context(|| format!("--engine {s}: the ANE engine is not available here"))
 }
 
 pub fn parse_compress(s: &str, target: &Target) -> anyhow::Result<Compress> {

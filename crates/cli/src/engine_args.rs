@@ -1,34 +1,100 @@
-//! `--engine` and `--target` flags shared by the training commands.
+//! `--engine` and `--target`: how every command that runs a program chooses the engine that runs
+//! it and the target its programs are compiled for.
 
 use aneforge::engine::EngineKind;
+use aneforge::target::host;
 use aneforge::{AneArch, Engine, Target};
+use anyhow::{bail, Context};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct EngineArgs {
-    /// Engine that runs the programs: cpu (aneforge's CPU engine), ane (Apple's runtime, or the
-    /// e5rt library ANEFORGE_E5RT_LIB names) or auto.
+    /// Engine that runs the programs: cpu (aneforge's CPU engine), ane (Apple's e5rt runtime, or
+    /// the e5rt implementation ANEFORGE_E5RT_LIB names) or auto (ane where it loads, else cpu).
     #[arg(long, default_value = "cpu")]
     pub engine: EngineKind,
-    /// Compile target: cpu (fp32), ane (fp16, default architecture) or an ANE architecture such
-    /// as h16. Defaults to cpu on the CPU engine and ane on the ANE engine.
+    /// Compile target: cpu (fp32) or an ANE architecture or alias (h13…h18, m1…m5, a13…a18; ane
+    /// for the detected host). Default: cpu on the CPU engine, the detected host (ANEFORGE_TARGET
+    /// overrides) on the ANE engine. An ANE target on the CPU engine previews the fp16 program.
     #[arg(long)]
     pub target: Option<String>,
 }
 
+impl Default for EngineArgs {
+    fn default() -> Self {
+        EngineArgs {
+            engine: EngineKind::Cpu,
+            target: None,
+        }
+    }
+}
+
 impl EngineArgs {
-    /// The selected engine and the target to compile for.
+    /// The selected engine and the target to compile for. The engine error is returned as the
+    /// engine gives it (no context), so its first line is the reason.
     pub fn select(&self) -> anyhow::Result<(Engine, Target)> {
         let engine = self.engine.select()?;
-        let name = match (&self.target, engine) {
-            (Some(t), _) => t.as_str(),
-            (None, Engine::Ane) => "ane",
-            (None, _) => "cpu",
+        let target = match (self.target.as_deref().map(str::trim), engine) {
+            (Some(name), _) if name.eq_ignore_ascii_case("cpu") => Target::Cpu,
+            (Some(name), _) if name.eq_ignore_ascii_case("ane") => Target::Ane(host_arch()?),
+            (Some(name), _) => Target::Ane(AneArch::new(name).with_context(|| {
+                format!("--target {name}: not cpu, ane or an ANE architecture")
+            })?),
+            (None, Engine::Ane) => Target::Ane(host_arch()?),
+            (None, _) => Target::Cpu,
         };
-        let target = match name {
-            "cpu" => Target::Cpu,
-            "ane" => Target::Ane(AneArch::default()),
-            arch => Target::Ane(AneArch::new(arch)?),
-        };
+        if engine == Engine::Ane && !target.is_ane() {
+            bail!(
+                "--engine ane runs fp16 ANE programs: drop --target cpu (the default on the ANE \
+                 engine is the detected host) or use --engine cpu"
+            );
+        }
         Ok((engine, target))
+    }
+}
+
+/// The host's ANE architecture; a fallback guess is announced on stderr.
+fn host_arch() -> anyhow::Result<AneArch> {
+    let detected = host::detect().context("detecting the host's ANE architecture")?;
+    if let Some(warning) = &detected.warning {
+        eprintln!("warning: {warning}");
+    }
+    Ok(detected.arch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        engine: EngineArgs,
+    }
+
+    fn select(args: &[&str]) -> anyhow::Result<(Engine, Target)> {
+        let cli = Cli::try_parse_from(std::iter::once("t").chain(args.iter().copied()))?;
+        cli.engine.select()
+    }
+
+    #[test]
+    fn cpu_engine_defaults_to_the_cpu_target_and_accepts_ane_architectures() {
+        assert_eq!(select(&[]).unwrap(), (Engine::Cpu, Target::Cpu));
+        assert_eq!(
+            select(&["--engine", "cpu", "--target", "m1"]).unwrap(),
+            (Engine::Cpu, Target::Ane(AneArch::new("h13").unwrap()))
+        );
+        assert_eq!(
+            select(&["--target", "H16"]).unwrap(),
+            (Engine::Cpu, Target::Ane(AneArch::new("h16").unwrap()))
+        );
+    }
+
+    #[test]
+    fn bad_names_are_errors_that_say_what_is_valid() {
+        let err = select(&["--target", "h99"]).unwrap_err().to_string();
+        assert!(err.contains("--target h99"), "{err}");
+        let err = select(&["--engine", "gpu"]).unwrap_err().to_string();
+        assert!(err.contains("expected cpu, ane or auto"), "{err}");
     }
 }

@@ -5,9 +5,6 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
-use aneforge::engine::EngineKind;
-use aneforge::target::AneArch;
-use aneforge::{Engine, Target};
 use aneforge_models::llm::{
     generate, speculative_generate, ChatMessage, FinishReason, GenerateOptions, Generation, Llm,
     LoadOptions, Runner, RunnerOptions, SamplingOptions, WeightFormat,
@@ -19,13 +16,8 @@ pub struct ModelArgs {
     /// Model: an id (ORG/NAME, from the Hugging Face cache), a model directory or a .gguf file.
     #[arg(short = 'm', long = "model")]
     pub model: String,
-    /// Engine: cpu, ane or auto.
-    #[arg(long, default_value = "cpu")]
-    pub engine: String,
-    /// Compile target: cpu, or an ANE architecture (h13…h18, m1…m5, …). Default: cpu on the CPU
-    /// engine, the detected host on the ANE engine.
-    #[arg(long)]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub engine: crate::engine_args::EngineArgs,
     /// Weight storage: stored (GGUF Q4_0/Q4_1/Q8_0 blocks as stored, others f32), none (all
     /// f32), int8 or int4 (every matrix quantized in blocks of 32).
     #[arg(long, default_value = "stored")]
@@ -153,13 +145,7 @@ fn load(
     prefill: Option<Vec<usize>>,
 ) -> anyhow::Result<Loaded> {
     let started = Instant::now();
-    let kind: EngineKind = args.engine.parse()?;
-    let engine = kind.select().with_context(|| format!("engine {kind}"))?;
-    let target = match (args.target.as_deref(), engine) {
-        (Some("cpu"), _) | (None, Engine::Cpu) => Target::Cpu,
-        (Some(name), _) => Target::Ane(AneArch::new(name)?),
-        (None, _) => Target::Ane(aneforge::target::host::detect()?.arch),
-    };
+    let (engine, target) = args.engine.select()?;
     let format: WeightFormat = args.compress.parse().map_err(anyhow::Error::msg)?;
     let llm = Llm::load(&args.model, LoadOptions::new(format))
         .with_context(|| format!("loading {}", args.model))?;

@@ -1,6 +1,7 @@
 use clap::Parser;
 
 mod bench;
+mod bench_cpu;
 mod bench_train;
 mod compile;
 mod demo;
@@ -11,7 +12,9 @@ mod engine_args;
 mod examples;
 mod llm;
 mod mil;
+mod npy_io;
 mod rerank;
+mod run;
 mod targets;
 
 /// aneforge: compile tensor graphs into Apple Neural Engine programs and run them.
@@ -46,6 +49,9 @@ enum Command {
         #[arg(long)]
         mil: bool,
     },
+    /// Run a program directory (model.mil + weights/weight.bin, e.g. from `aneforge compile`) on
+    /// an engine, with .npy inputs and outputs.
+    Run(run::RunArgs),
     /// Compile a built-in example graph for an ANE architecture into program directories.
     Compile(compile::CompileArgs),
     /// Sentence embeddings from a sentence-transformers (or BERT-family) model.
@@ -59,6 +65,9 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // warnings (such as the ANE engine releasing programs to stay under the runtime's limit) are
+    // shown by default; RUST_LOG=info or debug shows more
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Mil(command)) => mil::run(command),
@@ -68,6 +77,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Targets) => targets::targets(),
         Some(Command::Ops { target, mil }) => targets::ops(&target, mil),
         Some(Command::Compile(args)) => compile::run(args),
+        Some(Command::Run(args)) => run::run(args),
         Some(Command::Embed(args)) => embed::run(args),
         Some(Command::Rerank(args)) => rerank::run(args),
         Some(Command::Generate(args)) => llm::generate_cmd(args),

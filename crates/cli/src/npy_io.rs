@@ -1,0 +1,241 @@
+//! `.npy` files in any dtype a program port exchanges with the host (`aneforge run`): float32,
+//! float16, int32 (int64 accepted and range-checked on reading), int8, uint8 and bool, C order,
+//! little-endian. Writes go through a temporary file renamed into place.
+
+use std::io::Write;
+use std::path::Path;
+
+use aneforge::engine::HostTensor;
+use anyhow::{bail, Context};
+use half::f16;
+
+const MAGIC: &[u8] = b"\x93NUMPY";
+
+/// A NumPy dtype code of the header's `descr`.
+fn descr(tensor: &HostTensor) -> &'static str {
+    match tensor {
+        HostTensor::F32(_) => "<f4",
+        HostTensor::F16(_) => "<f2",
+        HostTensor::I32(_) => "<i4",
+        HostTensor::I8(_) => "|i1",
+        HostTensor::U8(_) => "|u1",
+        HostTensor::Bool(_) => "|b1",
+    }
+}
+
+/// The bytes of a version 1.0 `.npy` file holding `tensor` with `shape`.
+pub fn to_bytes(shape: &[usize], tensor: &HostTensor) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    let shape_text = match dims.as_slice() {
+        [one] => format!("({one},)"),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape_text}, }}",
+        descr(tensor)
+    );
+    // magic, version and header length take 10 bytes; the header is padded with spaces so the
+    // data starts at a multiple of 64, and ends with a newline
+    let unpadded = MAGIC.len() + 4 + header.len() + 1;
+    header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    header.push('\n');
+    let mut out = Vec::with_capacity(MAGIC.len() + 4 + header.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    match tensor {
+        HostTensor::F32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        HostTensor::F16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        HostTensor::I32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        HostTensor::I8(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        HostTensor::U8(v) => out.extend_from_slice(v),
+        HostTensor::Bool(v) => v.iter().for_each(|&x| out.push(u8::from(x))),
+    }
+    out
+}
+
+/// Writes `path` atomically: a temporary file in the same directory, synced, renamed into place.
+pub fn write(path: &Path, shape: &[usize], tensor: &HostTensor) -> anyhow::Result<()> {
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let result = (|| -> std::io::Result<()> {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&to_bytes(shape, tensor))?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Reads a C-order `.npy` file: its shape and data.
+pub fn read(path: &Path) -> anyhow::Result<(Vec<usize>, HostTensor)> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    parse(&bytes).with_context(|| format!("{}: not a usable .npy file", path.display()))
+}
+
+fn parse(bytes: &[u8]) -> anyhow::Result<(Vec<usize>, HostTensor)> {
+    if bytes.get(..6) != Some(MAGIC) {
+        bail!("missing the \\x93NUMPY magic");
+    }
+    let (header_len, start) = match bytes.get(6) {
+        Some(1) => match bytes.get(8..10) {
+            Some(&[a, b]) => (u16::from_le_bytes([a, b]) as usize, 10),
+            _ => bail!("truncated header length"),
+        },
+        Some(2 | 3) => match bytes.get(8..12) {
+            Some(&[a, b, c, d]) => (u32::from_le_bytes([a, b, c, d]) as usize, 12),
+            _ => bail!("truncated header length"),
+        },
+        other => bail!("unsupported format version {other:?}"),
+    };
+    let header = bytes
+        .get(start..start + header_len)
+        .context("truncated header")?;
+    let header = std::str::from_utf8(header).context("the header is not UTF-8")?;
+    let field = |key: &str| -> anyhow::Result<&str> {
+        let rest = header
+            .split(&format!("'{key}':"))
+            .nth(1)
+            .with_context(|| format!("no '{key}' in the header {header:?}"))?;
+        Ok(rest.trim_start())
+    };
+    if field("fortran_order")?.starts_with("True") {
+        bail!("Fortran-order arrays are not supported (save a C-order copy)");
+    }
+    let code = field("descr")?
+        .strip_prefix('\'')
+        .and_then(|r| r.split('\'').next())
+        .context("the header's descr is not a quoted string")?;
+    let shape_text = field("shape")?
+        .strip_prefix('(')
+        .and_then(|r| r.split(')').next())
+        .context("the header's shape is not a tuple")?;
+    let shape = shape_text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<usize>()
+                .with_context(|| format!("bad dimension {s:?}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let count = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .context("the element count overflows")?;
+    let data = &bytes[start + header_len..];
+    let width = match code {
+        "<f4" | "<i4" => 4,
+        "<f2" => 2,
+        "<i8" => 8,
+        "|i1" | "|u1" | "|b1" => 1,
+        other => bail!(
+            "dtype {other:?} is not supported: use float32, float16, int32, int64, int8, uint8 or \
+             bool, little-endian"
+        ),
+    };
+    if Some(data.len()) != count.checked_mul(width) {
+        bail!(
+            "shape {shape:?} of {code} needs {} bytes of data, the file holds {}",
+            count.saturating_mul(width),
+            data.len()
+        );
+    }
+    let words = |n: usize| data.chunks_exact(n);
+    let tensor = match code {
+        "<f4" => HostTensor::F32(
+            words(4)
+                .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .collect(),
+        ),
+        "<f2" => HostTensor::F16(words(2).map(|w| f16::from_le_bytes([w[0], w[1]])).collect()),
+        "<i4" => HostTensor::I32(
+            words(4)
+                .map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .collect(),
+        ),
+        "<i8" => HostTensor::I32(
+            words(8)
+                .enumerate()
+                .map(|(i, w)| {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(w);
+                    let v = i64::from_le_bytes(b);
+                    i32::try_from(v)
+                        .with_context(|| format!("int64 element {i} ({v}) does not fit int32"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        ),
+        "|i1" => HostTensor::I8(data.iter().map(|&b| b as i8).collect()),
+        "|u1" => HostTensor::U8(data.to_vec()),
+        _ => HostTensor::Bool(
+            data.iter()
+                .enumerate()
+                .map(|(i, &b)| match b {
+                    0 => Ok(false),
+                    1 => Ok(true),
+                    other => bail!("bool element {i} is the byte {other}, not 0 or 1"),
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        ),
+    };
+    Ok((shape, tensor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dtype_round_trips_with_aligned_data() {
+        let cases = [
+            HostTensor::F32(vec![0.5, -1.25, 3.0, 7.5, -0.0, 1e-3]),
+            HostTensor::F16(
+                [0.5f32, -2.0, 3.0, 65504.0, 0.0, 1.5]
+                    .map(f16::from_f32)
+                    .to_vec(),
+            ),
+            HostTensor::I32(vec![1, -2, 3, i32::MAX, i32::MIN, 0]),
+            HostTensor::I8(vec![1, -2, 3, 127, -128, 0]),
+            HostTensor::U8(vec![1, 2, 3, 255, 0, 9]),
+            HostTensor::Bool(vec![true, false, true, true, false, false]),
+        ];
+        for tensor in cases {
+            for shape in [vec![6], vec![2, 3], vec![1, 2, 3]] {
+                let bytes = to_bytes(&shape, &tensor);
+                let header_end = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+                assert_eq!(header_end % 64, 0);
+                assert_eq!(parse(&bytes).unwrap(), (shape, tensor.clone()));
+            }
+        }
+    }
+
+    #[test]
+    fn scalars_int64_and_bad_files() {
+        let bytes = to_bytes(&[], &HostTensor::F32(vec![2.5]));
+        assert_eq!(parse(&bytes).unwrap(), (vec![], HostTensor::F32(vec![2.5])));
+
+        let mut i64_file = to_bytes(&[2], &HostTensor::F32(vec![0.0; 4]));
+        let at = i64_file.windows(3).position(|w| w == b"<f4").unwrap();
+        i64_file[at..at + 3].copy_from_slice(b"<i8");
+        let n = i64_file.len();
+        i64_file[n - 16..n - 8].copy_from_slice(&7i64.to_le_bytes());
+        i64_file[n - 8..].copy_from_slice(&(-3i64).to_le_bytes());
+        assert_eq!(parse(&i64_file).unwrap().1, HostTensor::I32(vec![7, -3]));
+        i64_file[n - 8..].copy_from_slice(&(1i64 << 40).to_le_bytes());
+        assert!(format!("{:#}", parse(&i64_file).unwrap_err()).contains("does not fit int32"));
+
+        assert!(parse(b"nope").is_err());
+        let mut short = to_bytes(&[2, 3], &HostTensor::F32(vec![0.0; 6]));
+        short.pop();
+        assert!(parse(&short)
+            .unwrap_err()
+            .to_string()
+            .contains("needs 24 bytes"));
+    }
+}

@@ -1,0 +1,320 @@
+//! `aneforge run DIR`: runs one function of a program directory (`model.mil` +
+//! `weights/weight.bin`, as `aneforge compile` writes them) on an engine, with `.npy` inputs and
+//! outputs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use aneforge::engine::{AneEngine, EngineKind, HostSlice, HostTensor};
+use aneforge::Engine;
+use aneforge_mil::{DType, ProgramDir};
+use anyhow::{bail, Context};
+
+use crate::npy_io;
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Program directory (model.mil and weights/weight.bin).
+    pub dir: PathBuf,
+    /// Function to run (default: main, or the program's only function).
+    #[arg(long)]
+    pub function: Option<String>,
+    /// An input port and the .npy file that feeds it, as NAME=FILE.npy (one per input port).
+    #[arg(long = "input", short = 'i', value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+    /// Write every output to DIR/<port>.npy (each file written atomically); without it the
+    /// outputs are summarised on stdout.
+    #[arg(long, short = 'o')]
+    pub output_dir: Option<PathBuf>,
+    /// Engine that runs the program: cpu, ane (Apple's e5rt runtime, or the e5rt implementation
+    /// ANEFORGE_E5RT_LIB names) or auto. The program's own dtypes fix its target.
+    #[arg(long, default_value = "cpu")]
+    pub engine: EngineKind,
+    /// List the function's ports and exit.
+    #[arg(long)]
+    pub ports: bool,
+}
+
+/// One port as the program declares it.
+struct Port {
+    name: String,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+impl std::fmt::Display for Port {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} {:?}", self.name, self.dtype, self.shape)
+    }
+}
+
+/// A loaded program on either engine.
+enum Loaded {
+    Cpu(aneforge_cpu::Instance),
+    Ane(aneforge::engine::AneProgram),
+}
+
+impl Loaded {
+    fn set_input(&mut self, name: &str, data: HostSlice<'_>) -> anyhow::Result<()> {
+        match self {
+            Loaded::Cpu(i) => i.set_input(name, data)?,
+            Loaded::Ane(p) => p.set_input(name, data)?,
+        }
+        Ok(())
+    }
+
+    fn execute(&mut self) -> anyhow::Result<()> {
+        match self {
+            Loaded::Cpu(i) => i.execute()?,
+            Loaded::Ane(p) => p.execute()?,
+        }
+        Ok(())
+    }
+
+    fn read_output(&self, name: &str) -> anyhow::Result<HostTensor> {
+        Ok(match self {
+            Loaded::Cpu(i) => i.read_output(name)?,
+            Loaded::Ane(p) => p.read_output(name)?,
+        })
+    }
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    if !args.dir.join("model.mil").is_file() && args.dir.join("segment_0").is_dir() {
+        bail!(
+            "{} holds a plan of several programs: run each segment_N directory (plan.txt says \
+             which outputs feed which inputs)",
+            args.dir.display()
+        );
+    }
+    let program_dir = ProgramDir::load(&args.dir)?;
+    let function = choose_function(&program_dir, args.function.as_deref(), &args.dir)?;
+    // the CPU engine's planner checks the whole function and knows every port's type; the CPU
+    // engine runs this plan
+    let plan = aneforge_cpu::compile(
+        &program_dir.program,
+        &function,
+        &blob_store(&program_dir),
+        &aneforge_cpu::CompileOptions::default(),
+    )
+    .with_context(|| format!("checking {} ({function})", args.dir.display()))?;
+    let convert = |p: &aneforge_cpu::PortInfo| Port {
+        name: p.name.clone(),
+        dtype: p.dtype,
+        shape: p.shape.clone(),
+    };
+    let inputs: Vec<Port> = plan.inputs().iter().map(convert).collect();
+    let outputs: Vec<Port> = plan.outputs().iter().map(convert).collect();
+    if args.ports {
+        println!("function {function}");
+        inputs.iter().for_each(|p| println!("input {p}"));
+        outputs.iter().for_each(|p| println!("output {p}"));
+        return Ok(());
+    }
+    let feeds = read_inputs(&args.inputs, &inputs)?;
+    let engine = args.engine.select()?;
+    let mut loaded = load(&program_dir, &function, &plan, engine)
+        .with_context(|| format!("loading {} on the {engine:?} engine", args.dir.display()))?;
+    for port in &inputs {
+        let tensor = &feeds[&port.name];
+        loaded
+            .set_input(&port.name, slice(tensor))
+            .with_context(|| format!("input {}", port.name))?;
+    }
+    loaded
+        .execute()
+        .with_context(|| format!("executing {} ({function})", args.dir.display()))?;
+    if let Some(dir) = &args.output_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    for port in &outputs {
+        let tensor = loaded.read_output(&port.name)?;
+        match &args.output_dir {
+            Some(dir) => {
+                if port.name.contains(['/', '\\']) || port.name.starts_with('.') {
+                    bail!(
+                        "output {:?} cannot name a file in {}",
+                        port.name,
+                        dir.display()
+                    );
+                }
+                let path = dir.join(format!("{}.npy", port.name));
+                npy_io::write(&path, &port.shape, &tensor)?;
+                println!("{port} -> {}", path.display());
+            }
+            None => println!("{port}: {}", preview(&tensor)),
+        }
+    }
+    Ok(())
+}
+
+fn choose_function(
+    program_dir: &ProgramDir,
+    wanted: Option<&str>,
+    dir: &Path,
+) -> anyhow::Result<String> {
+    let names: Vec<&str> = program_dir
+        .program
+        .functions
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    match wanted {
+        Some(name) if names.contains(&name) => Ok(name.to_string()),
+        Some(name) => bail!(
+            "{} has no function {name:?}; its functions are {names:?}",
+            dir.display()
+        ),
+        None if names.contains(&"main") => Ok("main".into()),
+        None => match names.as_slice() {
+            [only] => Ok(only.to_string()),
+            _ => bail!(
+                "{} has several functions and none is main: choose one of {names:?} with \
+                 --function",
+                dir.display()
+            ),
+        },
+    }
+}
+
+fn blob_store(program_dir: &ProgramDir) -> aneforge_cpu::BlobStore {
+    program_dir
+        .blobs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect::<HashMap<_, _>>()
+}
+
+fn load(
+    program_dir: &ProgramDir,
+    function: &str,
+    plan: &Arc<aneforge_cpu::Plan>,
+    engine: Engine,
+) -> anyhow::Result<Loaded> {
+    match engine {
+        Engine::Ane => {
+            // the runtime retains function `main`: a one-function program whose main is `function`
+            let mut single = program_dir.clone();
+            single.program.functions.retain(|f| f.name == function);
+            if let Some(f) = single.program.functions.first_mut() {
+                f.name = "main".into();
+            }
+            Ok(Loaded::Ane(AneEngine::global()?.load(&single)?))
+        }
+        _ => Ok(Loaded::Cpu(plan.instantiate())),
+    }
+}
+
+/// Parses `NAME=FILE` pairs and reads every file, checking names, shapes and dtypes against the
+/// ports.
+fn read_inputs(specs: &[String], ports: &[Port]) -> anyhow::Result<BTreeMap<String, HostTensor>> {
+    let listing = || {
+        ports
+            .iter()
+            .map(Port::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut feeds = BTreeMap::new();
+    for spec in specs {
+        let Some((name, file)) = spec.split_once('=') else {
+            bail!("--input {spec}: expected NAME=FILE.npy");
+        };
+        let Some(port) = ports.iter().find(|p| p.name == name) else {
+            bail!(
+                "--input {spec}: the function has no input {name:?}; its inputs are {}",
+                listing()
+            );
+        };
+        let path = Path::new(file);
+        let (shape, tensor) = npy_io::read(path)?;
+        if shape != port.shape {
+            bail!(
+                "{}: shape {shape:?}, but input {} is {:?}",
+                path.display(),
+                port.name,
+                port.shape
+            );
+        }
+        if !accepts(port.dtype, &tensor) {
+            bail!(
+                "{}: {} data, but input {} is {}",
+                path.display(),
+                dtype_name(&tensor),
+                port.name,
+                port.dtype
+            );
+        }
+        if feeds.insert(name.to_string(), tensor).is_some() {
+            bail!("--input {name}=... is given twice");
+        }
+    }
+    let missing: Vec<String> = ports
+        .iter()
+        .filter(|p| !feeds.contains_key(&p.name))
+        .map(Port::to_string)
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "no --input for {}; every input needs NAME=FILE.npy",
+            missing.join(", ")
+        );
+    }
+    Ok(feeds)
+}
+
+fn accepts(port: DType, tensor: &HostTensor) -> bool {
+    match port {
+        DType::Fp32 | DType::Fp16 => matches!(tensor, HostTensor::F32(_) | HostTensor::F16(_)),
+        DType::Int32 => matches!(tensor, HostTensor::I32(_)),
+        DType::Int8 => matches!(tensor, HostTensor::I8(_)),
+        DType::Uint8 => matches!(tensor, HostTensor::U8(_)),
+        DType::Bool => matches!(tensor, HostTensor::Bool(_)),
+        _ => false,
+    }
+}
+
+fn dtype_name(tensor: &HostTensor) -> &'static str {
+    match tensor {
+        HostTensor::F32(_) => "float32",
+        HostTensor::F16(_) => "float16",
+        HostTensor::I32(_) => "int32",
+        HostTensor::I8(_) => "int8",
+        HostTensor::U8(_) => "uint8",
+        HostTensor::Bool(_) => "bool",
+    }
+}
+
+fn slice(tensor: &HostTensor) -> HostSlice<'_> {
+    match tensor {
+        HostTensor::F32(v) => HostSlice::F32(v),
+        HostTensor::F16(v) => HostSlice::F16(v),
+        HostTensor::I32(v) => HostSlice::I32(v),
+        HostTensor::I8(v) => HostSlice::I8(v),
+        HostTensor::U8(v) => HostSlice::U8(v),
+        HostTensor::Bool(v) => HostSlice::Bool(v),
+    }
+}
+
+/// The first few values of an output.
+fn preview(tensor: &HostTensor) -> String {
+    const SHOWN: usize = 8;
+    fn list<T: std::fmt::Display>(v: &[T]) -> String {
+        let items: Vec<String> = v.iter().take(SHOWN).map(|x| x.to_string()).collect();
+        let more = if v.len() > SHOWN {
+            format!(", … ({} values)", v.len())
+        } else {
+            String::new()
+        };
+        format!("[{}{more}]", items.join(", "))
+    }
+    match tensor {
+        HostTensor::F32(v) => list(v),
+        HostTensor::F16(v) => list(v),
+        HostTensor::I32(v) => list(v),
+        HostTensor::I8(v) => list(v),
+        HostTensor::U8(v) => list(v),
+        HostTensor::Bool(v) => list(v),
+    }
+}
