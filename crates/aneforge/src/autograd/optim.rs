@@ -37,6 +37,14 @@ pub struct StepScalars {
     pub bias_correction1: Option<Tensor>,
     /// `1 − β₂ᵗ` (Adam and AdamW only).
     pub bias_correction2: Option<Tensor>,
+    /// Adam's second moment is kept as `K²·v` with this `K` (a power of two, so exact), and
+    /// clamped to `v_max`: in fp16, `(1 − β₂)·g²` underflows to zero for |g| < 7.7e-3 and the
+    /// update degenerates to `m / eps`. 1 keeps PyTorch's representation (fp32 programs).
+    pub second_moment_scale: f32,
+    /// The largest value the stored second moment may take (the float type's finite maximum), so
+    /// a gradient too large for the scaled square saturates instead of freezing the parameter at
+    /// an infinite moment.
+    pub second_moment_max: f32,
 }
 
 impl Optimizer {
@@ -172,11 +180,23 @@ impl Optimizer {
                 let m = state[0]
                     .mul_scalar(beta1)?
                     .add(&g.mul_scalar(1.0 - beta1)?)?;
+                let k = h.second_moment_scale;
+                if k == 1.0 {
+                    let v = state[1]
+                        .mul_scalar(beta2)?
+                        .add(&g.square()?.mul_scalar(1.0 - beta2)?)?;
+                    let step_size = h.lr.div(bc1)?;
+                    let denom = v.sqrt()?.div(&bc2.sqrt()?)?.add_scalar(eps)?;
+                    let next = p.sub(&m.div(&denom)?.mul(&step_size)?)?;
+                    return Ok((next, vec![m, v]));
+                }
+                // v' = K²·v: the update m / (√v̂ + eps) is m·K / (√(v'/bc2) + K·eps)
                 let v = state[1]
                     .mul_scalar(beta2)?
-                    .add(&g.square()?.mul_scalar(1.0 - beta2)?)?;
-                let step_size = h.lr.div(bc1)?;
-                let denom = v.sqrt()?.div(&bc2.sqrt()?)?.add_scalar(eps)?;
+                    .add(&g.mul_scalar(k * (1.0 - beta2).sqrt())?.square()?)?
+                    .clip(0.0, h.second_moment_max)?;
+                let step_size = h.lr.div(bc1)?.mul_scalar(k)?;
+                let denom = v.sqrt()?.div(&bc2.sqrt()?)?.add_scalar(k * eps)?;
                 let next = p.sub(&m.div(&denom)?.mul(&step_size)?)?;
                 Ok((next, vec![m, v]))
             }

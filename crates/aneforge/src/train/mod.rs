@@ -315,6 +315,8 @@ impl Trainer {
                         .uses_bias_correction()
                         .then(|| scalar_input(BIAS_CORRECTION2))
                         .transpose()?,
+                    second_moment_scale: second_moment_scale(&options),
+                    second_moment_max: float_max(&options),
                 };
                 for ((slot, p), g) in slots.iter().zip(params).zip(&grads) {
                     let state: Vec<Tensor> = opt
@@ -539,14 +541,29 @@ impl Trainer {
         Ok(())
     }
 
+    /// The factor between state `s` as stored in the step program and its PyTorch value.
+    fn stored_state_factor(&self, s: usize) -> f32 {
+        let k = second_moment_scale(&self.options);
+        if self.host.is_none() && self.options.optimizer.state_names()[s] == "v" {
+            k * k
+        } else {
+            1.0
+        }
+    }
+
     fn read_state(&self, i: usize, s: usize) -> Result<Vec<f32>, TrainError> {
         match &self.host {
             Some(h) => Ok(h.state[i][s].clone()),
             None => {
                 let state = self.options.optimizer.state_names()[s];
-                Ok(self
+                let mut values = self
                     .model
-                    .read_output_f32(&next_name(&state_name(&self.slots[i].name, state)))?)
+                    .read_output_f32(&next_name(&state_name(&self.slots[i].name, state)))?;
+                let factor = self.stored_state_factor(s);
+                if factor != 1.0 {
+                    values.iter_mut().for_each(|v| *v /= factor);
+                }
+                Ok(values)
             }
         }
     }
@@ -557,7 +574,14 @@ impl Trainer {
             None => {
                 let state = self.options.optimizer.state_names()[s];
                 let name = state_name(&self.slots[i].name, state);
-                self.model.set_input(&name, HostSlice::F32(values))?;
+                let factor = self.stored_state_factor(s);
+                if factor == 1.0 {
+                    self.model.set_input(&name, HostSlice::F32(values))?;
+                } else {
+                    let max = float_max(&self.options);
+                    let stored: Vec<f32> = values.iter().map(|v| (v * factor).min(max)).collect();
+                    self.model.set_input(&name, HostSlice::F32(&stored))?;
+                }
             }
         }
         Ok(())
@@ -640,6 +664,26 @@ impl Trainer {
             s.good_steps = good;
         }
         Ok(())
+    }
+}
+
+/// `K` of [`StepScalars::second_moment_scale`]: 2⁸ in fp16 step programs (with clipping to
+/// norm 1 every |g| ≤ 1, so `K²·v` stays below fp16's maximum; squares stay normal down to
+/// |g| ≈ 1e-3), 1 in fp32.
+fn second_moment_scale(options: &TrainerOptions) -> f32 {
+    if options.target.float_dtype() == aneforge_mil::DType::Fp16 {
+        256.0
+    } else {
+        1.0
+    }
+}
+
+/// The largest finite value of the step program's float type.
+fn float_max(options: &TrainerOptions) -> f32 {
+    if options.target.float_dtype() == aneforge_mil::DType::Fp16 {
+        half::f16::MAX.to_f32()
+    } else {
+        f32::MAX
     }
 }
 
