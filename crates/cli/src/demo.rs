@@ -132,6 +132,10 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
             smoothed.unwrap_or(stats.loss),
             rate
         ));
+        // a step skipped by loss scaling (fp16) leaves the step count where it was
+        if stats.skipped {
+            continue;
+        }
         if args.eval_every > 0 && step % args.eval_every == 0 && step < args.steps {
             let val = lm.val_loss(args.val_batches)?;
             let train = smoothed.unwrap_or(stats.loss);

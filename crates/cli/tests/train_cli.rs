@@ -176,3 +176,30 @@ fn train_digits_reports_a_test_accuracy_above_its_bound() {
     );
     assert!(text.contains("epoch  8:"), "{text}");
 }
+
+/// On an fp16 (ANE) target the first step overflows the initial loss scale and is skipped; the
+/// demo reports only applied steps, and the run still learns.
+#[test]
+fn demo_on_an_fp16_target_reports_only_applied_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("h16.safetensors");
+    let text = stdout(&aneforge(&[
+        "demo",
+        "--target",
+        "h16",
+        "--steps",
+        "2",
+        "--eval-every",
+        "1",
+        "--val-batches",
+        "1",
+        "--sample-chars",
+        "8",
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+    ]));
+    assert!(text.contains("target ane(h16)"), "{text}");
+    assert!(!text.contains("step 0: train loss"), "{text}");
+    assert!(text.contains("step 1: train loss"), "{text}");
+    assert!(val_loss_at(&text, 2) < val_loss_at(&text, 0), "{text}");
+}
