@@ -267,14 +267,19 @@ pub fn generate_cmd(args: GenerateArgs) -> anyhow::Result<()> {
             };
             let draft_loaded = load(&draft_args, Vec::new(), None)?;
             let mut d = runner(&draft_loaded)?;
+            let started = Instant::now();
             let (g, stats) =
                 speculative_generate(&mut r, &mut d, &prompt, args.draft_k, &opts, &mut out)?;
+            let after_prompt = started.elapsed().as_secs_f64() - g.seconds_to_first_token;
             eprintln!(
-                "\nspeculative: {} target calls, {} of {} drafted tokens accepted ({:.0}%)",
+                "\nspeculative: {} target calls, {} of {} drafted tokens accepted ({:.0}%); {} tokens in {:.2} s after the prompt ({:.1} tok/s)",
                 stats.target_calls,
                 stats.accepted,
                 stats.drafted,
-                100.0 * stats.acceptance()
+                100.0 * stats.acceptance(),
+                g.tokens.len(),
+                after_prompt,
+                if after_prompt > 0.0 { g.tokens.len() as f64 / after_prompt } else { 0.0 }
             );
             g
         }
@@ -451,7 +456,12 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
     let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     let prefill_tok_s = rate(ids.len(), prefill.wall);
     let decode_tok_s = rate(args.decode_tokens, decode.wall);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // the CPU engine runs on rayon's global pool, which RAYON_NUM_THREADS sizes
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let peak = peak_rss_mb();
     let opt = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.3}"));
     if args.json {

@@ -434,6 +434,18 @@ unsafe fn gemv_row_avx512(
     let mut mins = [0.0f32; GEMV_MAX_ROWS];
     let p = prep.as_ptr();
     let rp = row.as_ptr();
+    if m == 1 {
+        if let Some(dot) = gemv1_avx512(q, row, scale, p) {
+            let mut total = dot;
+            if let Some(o) = offset {
+                for b in 0..nb {
+                    total -= scale.get(b) * o.get(b) * *p.add(k + b);
+                }
+            }
+            acc[0] = total;
+            return;
+        }
+    }
     let fifteen = _mm512_set1_epi32(15);
     let eight = _mm512_set1_epi32(8);
     match q.format {
@@ -515,6 +527,118 @@ unsafe fn gemv_row_avx512(
     for i in 0..m {
         acc[i] = _mm512_reduce_add_ps(sums[i]) - mins[i];
     }
+}
+
+/// One block's raw dot `Σ q·x` as two partial vectors, for 4-bit rows prepared chunk-wise.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
+#[inline]
+unsafe fn block_dot_u4(
+    rp: *const u8,
+    x: *const f32,
+    first_chunk: usize,
+    chunks: usize,
+    signed: bool,
+) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+    use std::arch::x86_64::*;
+    let fifteen = _mm512_set1_epi32(15);
+    let eight = _mm512_set1_epi32(8);
+    let (mut d0, mut d1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    for c in first_chunk..first_chunk + chunks {
+        let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(rp.add(c * 16) as *const __m128i));
+        let mut lo = _mm512_and_si512(v, fifteen);
+        let mut hi = _mm512_srli_epi32(v, 4);
+        if signed {
+            lo = _mm512_sub_epi32(_mm512_xor_si512(lo, eight), eight);
+            hi = _mm512_sub_epi32(_mm512_xor_si512(hi, eight), eight);
+        }
+        d0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_loadu_ps(x.add(c * 32)), d0);
+        d1 = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(hi),
+            _mm512_loadu_ps(x.add(c * 32 + 16)),
+            d1,
+        );
+    }
+    (d0, d1)
+}
+
+/// One block's raw dot `Σ q·x` as two partial vectors, for 8-bit rows (blocks of 32k columns).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
+#[inline]
+unsafe fn block_dot_u8(
+    rp: *const u8,
+    x: *const f32,
+    start: usize,
+    len: usize,
+    signed: bool,
+) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+    use std::arch::x86_64::*;
+    let widen = |bytes: __m128i| {
+        if signed {
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes))
+        } else {
+            _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes))
+        }
+    };
+    let (mut d0, mut d1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    for c in (start..start + len).step_by(32) {
+        let w0 = widen(_mm_loadu_si128(rp.add(c) as *const __m128i));
+        let w1 = widen(_mm_loadu_si128(rp.add(c + 16) as *const __m128i));
+        d0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x.add(c)), d0);
+        d1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x.add(c + 16)), d1);
+    }
+    (d0, d1)
+}
+
+/// `Σ_b scale_b·Σ_{c∈b} q·x` of one row for a single activation row (decode), or `None` for a
+/// geometry without this path. Two blocks are in flight with their own accumulators: with one,
+/// every block waits a full FMA latency for the previous block's scaled sum.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
+unsafe fn gemv1_avx512(
+    q: &QuantTensor,
+    row: &[u8],
+    scale: &ParamSlice<'_>,
+    x: *const f32,
+) -> Option<f32> {
+    use std::arch::x86_64::*;
+    let (bs, nb) = (q.block, q.blocks_per_row());
+    let rp = row.as_ptr();
+    let four = match q.format {
+        QFormat::U4 | QFormat::I4 if q.interleaved() => true,
+        QFormat::U8 | QFormat::I8 if bs % 32 == 0 => false,
+        _ => return None,
+    };
+    let signed = matches!(q.format, QFormat::I4 | QFormat::I8);
+    let dot = |b: usize| {
+        if four {
+            block_dot_u4(rp, x, b * bs / 32, bs / 32, signed)
+        } else {
+            block_dot_u8(rp, x, b * bs, bs, signed)
+        }
+    };
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut b = 0;
+    while b + 1 < nb {
+        let (d0, d1) = dot(b);
+        let (e0, e1) = dot(b + 1);
+        let s0 = _mm512_set1_ps(scale.get(b));
+        let s1 = _mm512_set1_ps(scale.get(b + 1));
+        acc[0] = _mm512_fmadd_ps(d0, s0, acc[0]);
+        acc[1] = _mm512_fmadd_ps(d1, s0, acc[1]);
+        acc[2] = _mm512_fmadd_ps(e0, s1, acc[2]);
+        acc[3] = _mm512_fmadd_ps(e1, s1, acc[3]);
+        b += 2;
+    }
+    if b < nb {
+        let (d0, d1) = dot(b);
+        let s0 = _mm512_set1_ps(scale.get(b));
+        acc[0] = _mm512_fmadd_ps(d0, s0, acc[0]);
+        acc[1] = _mm512_fmadd_ps(d1, s0, acc[1]);
+    }
+    let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    Some(_mm512_reduce_add_ps(sum))
 }
 
 #[cfg(target_arch = "x86_64")]
