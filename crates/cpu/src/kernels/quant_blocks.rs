@@ -435,13 +435,7 @@ unsafe fn gemv_row_avx512(
     let p = prep.as_ptr();
     let rp = row.as_ptr();
     if m == 1 {
-        if let Some(dot) = gemv1_avx512(q, row, scale, p) {
-            let mut total = dot;
-            if let Some(o) = offset {
-                for b in 0..nb {
-                    total -= scale.get(b) * o.get(b) * *p.add(k + b);
-                }
-            }
+        if let Some(total) = gemv1_avx512(q, row, scale, offset, p, p.add(k)) {
             acc[0] = total;
             return;
         }
@@ -591,16 +585,34 @@ unsafe fn block_dot_u8(
     (d0, d1)
 }
 
-/// `Σ_b scale_b·Σ_{c∈b} q·x` of one row for a single activation row (decode), or `None` for a
-/// geometry without this path. Two blocks are in flight with their own accumulators: with one,
-/// every block waits a full FMA latency for the previous block's scaled sum.
+/// 16 consecutive per-block parameters from `b` as f32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
+#[inline]
+unsafe fn params16(p: &ParamSlice<'_>, b: usize) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    match p {
+        ParamSlice::F32(v) => _mm512_loadu_ps(v[b..b + 16].as_ptr()),
+        ParamSlice::F16(v) => {
+            _mm512_cvtph_ps(_mm256_loadu_si256(v[b..b + 16].as_ptr() as *const __m256i))
+        }
+    }
+}
+
+/// `Σ_b scale_b·(Σ_{c∈b} q·x − offset_b·Σ_{c∈b} x)` of one row for a single activation row
+/// (decode), or `None` for a geometry without this path. `xsums` holds the per-block sums of `x`.
+/// Blocks go in groups of 16 whose scales and offset terms are converted and applied as vectors;
+/// two blocks are in flight on their own accumulators (with one, every block would wait a full
+/// FMA latency for the previous block's scaled sum).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
 unsafe fn gemv1_avx512(
     q: &QuantTensor,
     row: &[u8],
     scale: &ParamSlice<'_>,
+    offset: Option<&ParamSlice<'_>>,
     x: *const f32,
+    xsums: *const f32,
 ) -> Option<f32> {
     use std::arch::x86_64::*;
     let (bs, nb) = (q.block, q.blocks_per_row());
@@ -619,26 +631,49 @@ unsafe fn gemv1_avx512(
         }
     };
     let mut acc = [_mm512_setzero_ps(); 4];
-    let mut b = 0;
-    while b + 1 < nb {
-        let (d0, d1) = dot(b);
-        let (e0, e1) = dot(b + 1);
-        let s0 = _mm512_set1_ps(scale.get(b));
-        let s1 = _mm512_set1_ps(scale.get(b + 1));
-        acc[0] = _mm512_fmadd_ps(d0, s0, acc[0]);
-        acc[1] = _mm512_fmadd_ps(d1, s0, acc[1]);
-        acc[2] = _mm512_fmadd_ps(e0, s1, acc[2]);
-        acc[3] = _mm512_fmadd_ps(e1, s1, acc[3]);
-        b += 2;
-    }
-    if b < nb {
-        let (d0, d1) = dot(b);
-        let s0 = _mm512_set1_ps(scale.get(b));
-        acc[0] = _mm512_fmadd_ps(d0, s0, acc[0]);
-        acc[1] = _mm512_fmadd_ps(d1, s0, acc[1]);
+    let mut correction = _mm512_setzero_ps();
+    let mut tail_correction = 0.0f32;
+    let mut scales = [0.0f32; 16];
+    let mut g = 0;
+    while g < nb {
+        let len = (nb - g).min(16);
+        if len == 16 {
+            let s = params16(scale, g);
+            _mm512_storeu_ps(scales.as_mut_ptr(), s);
+            if let Some(o) = offset {
+                let so = _mm512_mul_ps(s, params16(o, g));
+                correction = _mm512_fmadd_ps(so, _mm512_loadu_ps(xsums.add(g)), correction);
+            }
+        } else {
+            for (j, sj) in scales[..len].iter_mut().enumerate() {
+                *sj = scale.get(g + j);
+                if let Some(o) = offset {
+                    tail_correction += *sj * o.get(g + j) * *xsums.add(g + j);
+                }
+            }
+        }
+        let mut j = 0;
+        while j + 1 < len {
+            let (d0, d1) = dot(g + j);
+            let (e0, e1) = dot(g + j + 1);
+            let s0 = _mm512_set1_ps(scales[j]);
+            let s1 = _mm512_set1_ps(scales[j + 1]);
+            acc[0] = _mm512_fmadd_ps(d0, s0, acc[0]);
+            acc[1] = _mm512_fmadd_ps(d1, s0, acc[1]);
+            acc[2] = _mm512_fmadd_ps(e0, s1, acc[2]);
+            acc[3] = _mm512_fmadd_ps(e1, s1, acc[3]);
+            j += 2;
+        }
+        if j < len {
+            let (d0, d1) = dot(g + j);
+            let s0 = _mm512_set1_ps(scales[j]);
+            acc[0] = _mm512_fmadd_ps(d0, s0, acc[0]);
+            acc[1] = _mm512_fmadd_ps(d1, s0, acc[1]);
+        }
+        g += len;
     }
     let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-    Some(_mm512_reduce_add_ps(sum))
+    Some(_mm512_reduce_add_ps(sum) - _mm512_reduce_add_ps(correction) - tail_correction)
 }
 
 #[cfg(target_arch = "x86_64")]
