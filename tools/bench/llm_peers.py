@@ -4,7 +4,7 @@ same GGUF, KV cache), batch 1, the same 128-token prompt and 128 greedy tokens w
 
 Each peer runs in its own process so its peak resident memory is its own. Prints one JSON line per
 peer: {"peer", "threads", "prompt_tokens", "prefill_tok_s", "decode_tokens", "decode_tok_s",
-"peak_rss_mb", "version"}.
+"peak_rss_mb", "version"} plus the best runs' CPU seconds ("prefill_cpu_s", "decode_cpu_s").
 
 Environments (kept out of the repository):
   llama.cpp:    python3 -m venv /work/venv-llamacpp && /work/venv-llamacpp/bin/pip install llama-cpp-python
@@ -29,6 +29,8 @@ SHAKESPEARE = os.environ.get("ANEFORGE_SHAKESPEARE", "/work/shared/data/text/sha
 
 
 def gguf_path():
+    if os.environ.get("ANEFORGE_BENCH_GGUF"):
+        return os.environ["ANEFORGE_BENCH_GGUF"]
     hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
         os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
     found = glob.glob(os.path.join(hub, "models--HuggingFaceTB--SmolLM2-135M-Instruct", "snapshots", "*", FILE))
@@ -38,9 +40,30 @@ def gguf_path():
 
 
 def prompt_text():
+    """Lines 1000-1200 of the Shakespeare corpus joined by spaces (`prompt` prints it for
+    `aneforge bench llm --prompt-file`)."""
     with open(SHAKESPEARE, encoding="utf-8") as f:
         lines = [l.strip() for l in f][1000:1200]
     return " ".join(lines)
+
+
+class Best:
+    """The fastest (wall time) prefill and decode of the timed runs, with their CPU seconds."""
+
+    def __init__(self):
+        self.prefill = self.decode = None
+
+    def add(self, prefill_wall, prefill_cpu, decode_wall, decode_cpu):
+        if self.prefill is None or prefill_wall < self.prefill[0]:
+            self.prefill = (prefill_wall, prefill_cpu)
+        if self.decode is None or decode_wall < self.decode[0]:
+            self.decode = (decode_wall, decode_cpu)
+
+    def result(self, prompt_tokens, decode_tokens, version):
+        return {"prompt_tokens": prompt_tokens, "prefill_tok_s": prompt_tokens / self.prefill[0],
+                "prefill_cpu_s": self.prefill[1], "decode_tokens": decode_tokens,
+                "decode_tok_s": decode_tokens / self.decode[0], "decode_wall_s": self.decode[0],
+                "decode_cpu_s": self.decode[1], "version": version}
 
 
 def run_llamacpp(args):
@@ -57,22 +80,20 @@ def run_llamacpp(args):
     def last_logits():
         return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))
 
-    best_p, best_d = 0.0, 0.0
-    for _ in range(args.repeat):
+    best = Best()
+    for _ in range(args.repeat + 1):  # the first run warms up
         llm.reset()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         llm.eval(ids)
-        t1 = time.perf_counter()
+        c1, t1 = time.process_time(), time.perf_counter()
         tok = int(np.argmax(last_logits()))
-        t2 = time.perf_counter()
+        c2, t2 = time.process_time(), time.perf_counter()
         for _ in range(args.decode):
             llm.eval([tok])
             tok = int(np.argmax(last_logits()))
-        t3 = time.perf_counter()
-        best_p = max(best_p, len(ids) / (t1 - t0))
-        best_d = max(best_d, args.decode / (t3 - t2))
-    return {"prompt_tokens": len(ids), "prefill_tok_s": best_p, "decode_tokens": args.decode,
-            "decode_tok_s": best_d, "version": llama_cpp.__version__}
+        c3, t3 = time.process_time(), time.perf_counter()
+        best.add(t1 - t0, c1 - c0, t3 - t2, c3 - c2)
+    return best.result(len(ids), args.decode, llama_cpp.__version__)
 
 
 def run_transformers(args):
@@ -82,29 +103,28 @@ def run_transformers(args):
     import transformers
 
     torch.set_num_threads(args.threads)
-    path = os.path.dirname(gguf_path())
-    tok = transformers.AutoTokenizer.from_pretrained(path, gguf_file=FILE)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, gguf_file=FILE, dtype=torch.float32).eval()
+    path, file = os.path.split(gguf_path())
+    tok = transformers.AutoTokenizer.from_pretrained(path, gguf_file=file)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, gguf_file=file, dtype=torch.float32).eval()
     ids = tok(prompt_text(), add_special_tokens=False).input_ids[: args.prompt]
     x = torch.tensor([ids])
-    best_p, best_d = 0.0, 0.0
+    best = Best()
     with torch.inference_mode():
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
+        for _ in range(args.repeat + 1):  # the first run warms up
+            c0, t0 = time.process_time(), time.perf_counter()
             out = model(x, use_cache=True)
-            t1 = time.perf_counter()
+            c1, t1 = time.process_time(), time.perf_counter()
             past = out.past_key_values
             nxt = out.logits[:, -1:].argmax(-1)
-            t2 = time.perf_counter()
+            c2, t2 = time.process_time(), time.perf_counter()
             for _ in range(args.decode):
                 out = model(nxt, past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 nxt = out.logits[:, -1:].argmax(-1)
-            t3 = time.perf_counter()
-            best_p = max(best_p, len(ids) / (t1 - t0))
-            best_d = max(best_d, args.decode / (t3 - t2))
-    return {"prompt_tokens": len(ids), "prefill_tok_s": best_p, "decode_tokens": args.decode,
-            "decode_tok_s": best_d, "version": f"transformers {transformers.__version__}, torch {torch.__version__}"}
+            c3, t3 = time.process_time(), time.perf_counter()
+            best.add(t1 - t0, c1 - c0, t3 - t2, c3 - c2)
+    return best.result(len(ids), args.decode,
+                       f"transformers {transformers.__version__}, torch {torch.__version__}")
 
 
 def child(args):
@@ -123,8 +143,13 @@ def main():
     p.add_argument("--decode", type=int, default=128)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--peers", default="llama.cpp,transformers")
+    p.add_argument("--gguf", help="the GGUF file (default: the Q4_1 file in the hub cache)")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--print-prompt", action="store_true", help="print the prompt text and exit")
     args = p.parse_args()
+    if args.print_prompt:
+        sys.stdout.write(prompt_text())
+        return
     if args.child:
         return child(args)
     for peer in args.peers.split(","):
@@ -135,7 +160,9 @@ def main():
         cmd = [python, os.path.abspath(__file__), "--child", peer, "--threads", str(args.threads),
                "--prompt", str(args.prompt), "--decode", str(args.decode), "--repeat", str(args.repeat)]
         env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS=str(args.threads))
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if args.gguf:
+            env["ANEFORGE_BENCH_GGUF"] = os.path.abspath(args.gguf)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         line = [l for l in r.stdout.splitlines() if l.startswith("{")]
         print(line[-1] if line else json.dumps({"peer": peer, "error": r.stderr[-2000:]}))
 

@@ -5,6 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
+use aneforge_models::llm::sampling::argmax;
 use aneforge_models::llm::{
     generate, speculative_generate, ChatMessage, FinishReason, GenerateOptions, Generation, Llm,
     LoadOptions, Runner, RunnerOptions, SamplingOptions, WeightFormat,
@@ -252,14 +253,19 @@ pub fn generate_cmd(args: GenerateArgs) -> anyhow::Result<()> {
             };
             let draft_loaded = load(&draft_args, Vec::new(), None)?;
             let mut d = runner(&draft_loaded)?;
+            let started = Instant::now();
             let (g, stats) =
                 speculative_generate(&mut r, &mut d, &prompt, args.draft_k, &opts, &mut out)?;
+            let after_prompt = started.elapsed().as_secs_f64() - g.seconds_to_first_token;
             eprintln!(
-                "\nspeculative: {} target calls, {} of {} drafted tokens accepted ({:.0}%)",
+                "\nspeculative: {} target calls, {} of {} drafted tokens accepted ({:.0}%); {} tokens in {:.2} s after the prompt ({:.1} tok/s)",
                 stats.target_calls,
                 stats.accepted,
                 stats.drafted,
-                100.0 * stats.acceptance()
+                100.0 * stats.acceptance(),
+                g.tokens.len(),
+                after_prompt,
+                if after_prompt > 0.0 { g.tokens.len() as f64 / after_prompt } else { 0.0 }
             );
             g
         }
@@ -350,7 +356,53 @@ fn peak_rss_mb() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// CPU time (user + system, all threads) this process has used, in seconds (Linux
+/// `/proc/self/stat`, clock ticks of 1/100 s).
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // the fields after the parenthesised command name; utime and stime are fields 14 and 15
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: f64 = fields.next()?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// Wall and CPU seconds of one timed phase.
+#[derive(Clone, Copy, Default)]
+struct Phase {
+    wall: f64,
+    cpu: Option<f64>,
+}
+
+fn timed<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, Phase)> {
+    let cpu0 = process_cpu_seconds();
+    let t0 = Instant::now();
+    let out = f()?;
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds().zip(cpu0).map(|(b, a)| b - a);
+    Ok((out, Phase { wall, cpu }))
+}
+
+/// Prefill of the prompt, then greedy decode steps (the argmax on the host, end-of-sequence
+/// ignored) — the loop the peers in tools/bench/llm_peers.py time.
+fn bench_run(r: &mut Runner, ids: &[u32], decode: usize) -> anyhow::Result<(Phase, Phase)> {
+    r.reset();
+    let (logits, prefill) = timed(|| Ok(r.feed(ids)?))?;
+    let mut next = argmax(&logits);
+    let ((), decode) = timed(|| {
+        for _ in 0..decode {
+            next = argmax(&r.feed(&[next])?);
+        }
+        Ok(())
+    })?;
+    Ok((prefill, decode))
+}
+
 pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
+    if args.prompt_tokens == 0 {
+        bail!("--prompt-tokens must be at least 1");
+    }
     let chunks = vec![args.prompt_tokens.max(2)];
     let mut margs = args.model.clone();
     margs.ctx = margs.ctx.max(args.prompt_tokens + args.decode_tokens + 1);
@@ -372,46 +424,59 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
     ids.truncate(args.prompt_tokens);
     let compile_start = Instant::now();
     let mut r = runner(&loaded)?;
-    let opts = GenerateOptions {
-        max_new_tokens: args.decode_tokens,
-        sampling: SamplingOptions::greedy(),
-        stop: Vec::new(),
-        stop_at_eos: false,
-    };
     // first run: loads (compiles) the programs it uses
-    generate(&mut r, &ids, &opts, &mut |_| true)?;
+    bench_run(&mut r, &ids, args.decode_tokens)?;
     let warmup = compile_start.elapsed().as_secs_f64();
-    let (mut prefill, mut decode) = (0f64, 0f64);
+    let mut best: Option<(Phase, Phase)> = None;
     for _ in 0..args.repeat.max(1) {
-        r.reset();
-        let g = generate(&mut r, &ids, &opts, &mut |_| true)?;
-        prefill = prefill.max(g.prefill_tokens_per_second());
-        decode = decode.max(g.decode_tokens_per_second());
+        let (p, d) = bench_run(&mut r, &ids, args.decode_tokens)?;
+        best = Some(match best {
+            None => (p, d),
+            Some((bp, bd)) => (
+                if p.wall < bp.wall { p } else { bp },
+                if d.wall < bd.wall { d } else { bd },
+            ),
+        });
     }
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (prefill, decode) = best.unwrap_or_default();
+    let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
+    let prefill_tok_s = rate(ids.len(), prefill.wall);
+    let decode_tok_s = rate(args.decode_tokens, decode.wall);
+    // the CPU engine runs on rayon's global pool, which RAYON_NUM_THREADS sizes
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let peak = peak_rss_mb();
+    let opt = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.3}"));
     if args.json {
         println!(
-            "{{\"peer\": \"aneforge\", \"model\": {:?}, \"target\": \"{}\", \"weights\": {:?}, \"threads\": {threads}, \"prompt_tokens\": {}, \"prefill_tok_s\": {prefill:.3}, \"decode_tokens\": {}, \"decode_tok_s\": {decode:.3}, \"peak_rss_mb\": {}, \"load_s\": {:.3}, \"first_run_s\": {warmup:.3}}}",
+            "{{\"peer\": \"aneforge\", \"model\": {:?}, \"target\": \"{}\", \"weights\": {:?}, \"threads\": {threads}, \"prompt_tokens\": {}, \"prefill_tok_s\": {prefill_tok_s:.3}, \"prefill_cpu_s\": {}, \"decode_tokens\": {}, \"decode_tok_s\": {decode_tok_s:.3}, \"decode_wall_s\": {:.3}, \"decode_cpu_s\": {}, \"peak_rss_mb\": {}, \"load_s\": {:.3}, \"first_run_s\": {warmup:.3}}}",
             args.model.model,
             loaded.opts.target,
             args.model.compress,
             ids.len(),
+            opt(prefill.cpu),
             args.decode_tokens,
-            peak.map_or("null".to_string(), |p| format!("{p:.1}")),
+            decode.wall,
+            opt(decode.cpu),
+            opt(peak),
             loaded.load_seconds,
         );
     } else {
         println!(
-            "{} ({}, {} weights, {} threads): prefill {} tokens {:.1} tok/s, decode {} tokens {:.1} tok/s, peak RSS {}, load {:.2} s, first run {:.2} s",
+            "{} ({}, {} weights, {} threads): prefill {} tokens {:.1} tok/s, decode {} tokens {:.1} tok/s ({} CPU s for {:.2} s), peak RSS {}, load {:.2} s, first run {:.2} s",
             args.model.model,
             loaded.opts.target,
             args.model.compress,
             threads,
             ids.len(),
-            prefill,
+            prefill_tok_s,
             args.decode_tokens,
-            decode,
+            decode_tok_s,
+            opt(decode.cpu),
+            decode.wall,
             peak.map_or("n/a".to_string(), |p| format!("{p:.0} MiB")),
             loaded.load_seconds,
             warmup

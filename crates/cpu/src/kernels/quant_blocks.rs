@@ -434,6 +434,12 @@ unsafe fn gemv_row_avx512(
     let mut mins = [0.0f32; GEMV_MAX_ROWS];
     let p = prep.as_ptr();
     let rp = row.as_ptr();
+    if m == 1 {
+        if let Some(total) = gemv1_avx512(q, row, scale, offset, p, p.add(k)) {
+            acc[0] = total;
+            return;
+        }
+    }
     let fifteen = _mm512_set1_epi32(15);
     let eight = _mm512_set1_epi32(8);
     match q.format {
@@ -515,6 +521,159 @@ unsafe fn gemv_row_avx512(
     for i in 0..m {
         acc[i] = _mm512_reduce_add_ps(sums[i]) - mins[i];
     }
+}
+
+/// One block's raw dot `Σ q·x` as two partial vectors, for 4-bit rows prepared chunk-wise.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
+#[inline]
+unsafe fn block_dot_u4(
+    rp: *const u8,
+    x: *const f32,
+    first_chunk: usize,
+    chunks: usize,
+    signed: bool,
+) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+    use std::arch::x86_64::*;
+    let fifteen = _mm512_set1_epi32(15);
+    let eight = _mm512_set1_epi32(8);
+    let (mut d0, mut d1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    for c in first_chunk..first_chunk + chunks {
+        let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(rp.add(c * 16) as *const __m128i));
+        let mut lo = _mm512_and_si512(v, fifteen);
+        let mut hi = _mm512_srli_epi32(v, 4);
+        if signed {
+            lo = _mm512_sub_epi32(_mm512_xor_si512(lo, eight), eight);
+            hi = _mm512_sub_epi32(_mm512_xor_si512(hi, eight), eight);
+        }
+        d0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_loadu_ps(x.add(c * 32)), d0);
+        d1 = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(hi),
+            _mm512_loadu_ps(x.add(c * 32 + 16)),
+            d1,
+        );
+    }
+    (d0, d1)
+}
+
+/// One block's raw dot `Σ q·x` as two partial vectors, for 8-bit rows (blocks of 32k columns).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
+#[inline]
+unsafe fn block_dot_u8(
+    rp: *const u8,
+    x: *const f32,
+    start: usize,
+    len: usize,
+    signed: bool,
+) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+    use std::arch::x86_64::*;
+    let widen = |bytes: __m128i| {
+        if signed {
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes))
+        } else {
+            _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes))
+        }
+    };
+    let (mut d0, mut d1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    for c in (start..start + len).step_by(32) {
+        let w0 = widen(_mm_loadu_si128(rp.add(c) as *const __m128i));
+        let w1 = widen(_mm_loadu_si128(rp.add(c + 16) as *const __m128i));
+        d0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x.add(c)), d0);
+        d1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x.add(c + 16)), d1);
+    }
+    (d0, d1)
+}
+
+/// 16 consecutive per-block parameters from `b` as f32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
+#[inline]
+unsafe fn params16(p: &ParamSlice<'_>, b: usize) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    match p {
+        ParamSlice::F32(v) => _mm512_loadu_ps(v[b..b + 16].as_ptr()),
+        ParamSlice::F16(v) => {
+            _mm512_cvtph_ps(_mm256_loadu_si256(v[b..b + 16].as_ptr() as *const __m256i))
+        }
+    }
+}
+
+/// `Σ_b scale_b·(Σ_{c∈b} q·x − offset_b·Σ_{c∈b} x)` of one row for a single activation row
+/// (decode), or `None` for a geometry without this path. `xsums` holds the per-block sums of `x`.
+/// Blocks go in groups of 16 whose scales and offset terms are converted and applied as vectors;
+/// two blocks are in flight on their own accumulators (with one, every block would wait a full
+/// FMA latency for the previous block's scaled sum).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
+unsafe fn gemv1_avx512(
+    q: &QuantTensor,
+    row: &[u8],
+    scale: &ParamSlice<'_>,
+    offset: Option<&ParamSlice<'_>>,
+    x: *const f32,
+    xsums: *const f32,
+) -> Option<f32> {
+    use std::arch::x86_64::*;
+    let (bs, nb) = (q.block, q.blocks_per_row());
+    let rp = row.as_ptr();
+    let four = match q.format {
+        QFormat::U4 | QFormat::I4 if q.interleaved() => true,
+        QFormat::U8 | QFormat::I8 if bs % 32 == 0 => false,
+        _ => return None,
+    };
+    let signed = matches!(q.format, QFormat::I4 | QFormat::I8);
+    let dot = |b: usize| {
+        if four {
+            block_dot_u4(rp, x, b * bs / 32, bs / 32, signed)
+        } else {
+            block_dot_u8(rp, x, b * bs, bs, signed)
+        }
+    };
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut correction = _mm512_setzero_ps();
+    let mut tail_correction = 0.0f32;
+    let mut scales = [0.0f32; 16];
+    let mut g = 0;
+    while g < nb {
+        let len = (nb - g).min(16);
+        if len == 16 {
+            let s = params16(scale, g);
+            _mm512_storeu_ps(scales.as_mut_ptr(), s);
+            if let Some(o) = offset {
+                let so = _mm512_mul_ps(s, params16(o, g));
+                correction = _mm512_fmadd_ps(so, _mm512_loadu_ps(xsums.add(g)), correction);
+            }
+        } else {
+            for (j, sj) in scales[..len].iter_mut().enumerate() {
+                *sj = scale.get(g + j);
+                if let Some(o) = offset {
+                    tail_correction += *sj * o.get(g + j) * *xsums.add(g + j);
+                }
+            }
+        }
+        let mut j = 0;
+        while j + 1 < len {
+            let (d0, d1) = dot(g + j);
+            let (e0, e1) = dot(g + j + 1);
+            let s0 = _mm512_set1_ps(scales[j]);
+            let s1 = _mm512_set1_ps(scales[j + 1]);
+            acc[0] = _mm512_fmadd_ps(d0, s0, acc[0]);
+            acc[1] = _mm512_fmadd_ps(d1, s0, acc[1]);
+            acc[2] = _mm512_fmadd_ps(e0, s1, acc[2]);
+            acc[3] = _mm512_fmadd_ps(e1, s1, acc[3]);
+            j += 2;
+        }
+        if j < len {
+            let (d0, d1) = dot(g + j);
+            let s0 = _mm512_set1_ps(scales[j]);
+            acc[0] = _mm512_fmadd_ps(d0, s0, acc[0]);
+            acc[1] = _mm512_fmadd_ps(d1, s0, acc[1]);
+        }
+        g += len;
+    }
+    let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    Some(_mm512_reduce_add_ps(sum) - _mm512_reduce_add_ps(correction) - tail_correction)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -156,6 +156,28 @@ impl<'t> TextStream<'t> {
         Ok(String::new())
     }
 
+    /// Flushes the tokens still held back (an incomplete or invalid UTF-8 tail decodes with
+    /// replacement characters, as a whole-sequence decode would); returns the text it adds.
+    pub fn finish(&mut self) -> Result<String, LlmError> {
+        if self.read_offset >= self.ids.len() {
+            return Ok(String::new());
+        }
+        let prefix = self
+            .tokenizer
+            .decode(&self.ids[self.prefix_offset..self.read_offset], true)?;
+        let full = self
+            .tokenizer
+            .decode(&self.ids[self.prefix_offset..], true)?;
+        self.prefix_offset = self.read_offset;
+        self.read_offset = self.ids.len();
+        let delta = match full.strip_prefix(prefix.as_str()) {
+            Some(rest) => rest.to_string(),
+            None => String::new(),
+        };
+        self.text.push_str(&delta);
+        Ok(delta)
+    }
+
     /// All text so far.
     pub fn text(&self) -> &str {
         &self.text
@@ -163,6 +185,33 @@ impl<'t> TextStream<'t> {
 
     pub fn ids(&self) -> &[u32] {
         &self.ids
+    }
+}
+
+/// The text of a finished generation: a stop string cuts it, cancellation keeps what was decoded,
+/// any other end flushes the held-back tail to `on_text` (where a stop string may still appear).
+pub(crate) fn final_text(
+    stream: &mut TextStream<'_>,
+    stops: &StopStrings,
+    emitted: usize,
+    finish: FinishReason,
+    on_text: &mut dyn FnMut(&str) -> bool,
+) -> Result<(String, FinishReason), LlmError> {
+    match finish {
+        FinishReason::Cancelled => Ok((stream.text().to_string(), finish)),
+        FinishReason::Stop(_) => Ok((stream.text()[..emitted].to_string(), finish)),
+        _ => {
+            stream.finish()?;
+            let text = stream.text();
+            let (end, finish) = match stops.find(text) {
+                Some((at, s)) if at >= emitted => (at, FinishReason::Stop(s.to_string())),
+                _ => (text.len(), finish),
+            };
+            if end > emitted {
+                on_text(&text[emitted..end]);
+            }
+            Ok((text[..end].to_string(), finish))
+        }
     }
 }
 
@@ -240,12 +289,7 @@ pub fn generate(
         }
         logits = runner.feed(&[next])?;
     };
-    let mut text = stream.text().to_string();
-    if let FinishReason::Stop(_) = finish {
-        text.truncate(emitted);
-    } else if text.len() > emitted && finish != FinishReason::Cancelled {
-        on_text(&text[emitted..]);
-    }
+    let (text, finish) = final_text(&mut stream, &stops, emitted, finish, on_text)?;
     Ok(Generation {
         tokens,
         text,

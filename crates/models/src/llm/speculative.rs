@@ -6,7 +6,9 @@
 
 use std::time::Instant;
 
-use super::generate::{FinishReason, GenerateOptions, Generation, StopStrings, TextStream};
+use super::generate::{
+    final_text, FinishReason, GenerateOptions, Generation, StopStrings, TextStream,
+};
 use super::runner::Runner;
 use super::sampling::argmax;
 use super::LlmError;
@@ -170,12 +172,7 @@ pub fn speculative_generate(
         }
         next = argmax(&rows[m * vocab..(m + 1) * vocab]);
     };
-    let mut text = stream.text().to_string();
-    if let FinishReason::Stop(_) = finish {
-        text.truncate(emitted);
-    } else if text.len() > emitted && finish != FinishReason::Cancelled {
-        on_text(&text[emitted..]);
-    }
+    let (text, finish) = final_text(&mut stream, &stops, emitted, finish, on_text)?;
     let generation = Generation {
         tokens,
         text,

@@ -1,0 +1,215 @@
+//! The tiny fixture models compiled for an ANE target (fp16, host embeddings, one-hot cache
+//! writes, the target's legalization) and run on the CPU engine's fp16 semantics, against the fp32
+//! CPU target (itself checked against transformers in llm_tiny.rs); and prefill plus one decode
+//! step through the ANE engine on the e5rt simulator.
+//!
+//! fp16 moves logits, so a greedy token is only required to match where the fp32 run's top-2
+//! margin exceeds twice the fp16 run's largest logit deviation at that step (then no deviation
+//! of that size can reorder the top two). Both runs see the same tokens (teacher forcing), so the
+//! free-running fp16 generation must equal transformers' tokens up to the first step without
+//! that guarantee.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aneforge::engine::{AneEngine, AneOptions};
+use aneforge::{AneArch, Engine, Target};
+use aneforge_models::llm::{
+    generate, GenerateOptions, Llm, LoadOptions, Runner, RunnerOptions, SamplingOptions,
+    WeightFormat,
+};
+use safetensors::SafeTensors;
+
+const FAMILIES: [&str; 7] = [
+    "llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2",
+];
+
+fn tiny(family: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tools/fixtures/llm/out/tiny")
+        .join(family)
+}
+
+fn ints(family: &str, name: &str) -> Vec<u32> {
+    let bytes = std::fs::read(tiny(family).join("expected.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    st.tensor(name)
+        .unwrap()
+        .data()
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
+        .collect()
+}
+
+fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {
+    let opts = RunnerOptions {
+        target,
+        engine,
+        max_context: 128,
+        min_context: 128,
+        prefill_chunks: vec![16],
+        ..RunnerOptions::default()
+    };
+    Runner::new(llm, opts).unwrap()
+}
+
+fn ane() -> Target {
+    Target::Ane(AneArch::default())
+}
+
+fn argmax(v: &[f32]) -> usize {
+    v.iter()
+        .enumerate()
+        .fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
+}
+
+/// Top-1 minus top-2.
+fn margin(v: &[f32]) -> f32 {
+    let top = argmax(v);
+    let second = v
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != top)
+        .fold(f32::NEG_INFINITY, |m, (_, &x)| m.max(x));
+    v[top] - second
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .fold(0f32, |m, (&x, &y)| m.max((x - y).abs()))
+}
+
+/// Largest fp16 logit deviation relative to the largest |logit|: fp16 keeps 11 significant bits
+/// (unit roundoff 4.9e-4) and every op rounds its result, so a two-layer model's logits stay
+/// within a few dozen roundoffs of fp32.
+const FP16_RELATIVE: f32 = 2e-2;
+
+#[test]
+fn ane_target_in_fp16_follows_the_greedy_tokens_where_margins_allow() {
+    for family in FAMILIES {
+        let llm = Arc::new(
+            Llm::load(
+                tiny(family).to_str().unwrap(),
+                LoadOptions::new(WeightFormat::Stored),
+            )
+            .unwrap(),
+        );
+        let prompt = ints(family, "prompt_ids");
+        let want = ints(family, "greedy_ids");
+        let mut fp32 = runner(llm.clone(), Target::Cpu, Engine::Cpu);
+        let mut fp16 = runner(llm.clone(), ane(), Engine::Cpu);
+        let text = fp16.artifact(0).unwrap().mil_text().to_string();
+        assert!(text.contains("fp16"), "{family}: not an fp16 program");
+
+        let mut a = fp32.feed(&prompt).unwrap();
+        let mut b = fp16.feed(&prompt).unwrap();
+        let mut guaranteed = want.len();
+        let (mut checked, mut worst) = (0, 0f32);
+        for (i, &tok) in want.iter().enumerate() {
+            assert_eq!(argmax(&a), tok as usize, "{family} step {i}: fp32 run");
+            let dev = max_abs_diff(&a, &b);
+            let scale = a.iter().fold(0f32, |m, &x| m.max(x.abs()));
+            worst = worst.max(dev / scale);
+            assert!(
+                dev <= FP16_RELATIVE * scale,
+                "{family} step {i}: fp16 logits deviate by {dev} (largest |logit| {scale})"
+            );
+            if margin(&a) > 2.0 * dev {
+                assert_eq!(
+                    argmax(&b),
+                    tok as usize,
+                    "{family} step {i}: margin {} > 2 × {dev}",
+                    margin(&a)
+                );
+                checked += 1;
+            } else {
+                guaranteed = guaranteed.min(i);
+            }
+            a = fp32.feed(&[tok]).unwrap();
+            b = fp16.feed(&[tok]).unwrap();
+        }
+        assert!(
+            checked > want.len() / 2,
+            "{family}: only {checked} steps had a safe margin"
+        );
+
+        let mut free = runner(llm, ane(), Engine::Cpu);
+        let opts = GenerateOptions {
+            max_new_tokens: want.len(),
+            sampling: SamplingOptions::greedy(),
+            stop: Vec::new(),
+            stop_at_eos: false,
+        };
+        let g = generate(&mut free, &prompt, &opts, &mut |_| true).unwrap();
+        assert_eq!(g.tokens[..guaranteed], want[..guaranteed], "{family}");
+        eprintln!(
+            "{family}: largest relative fp16 logit deviation {worst:.2e}; {checked}/{} steps with a safe margin; identical through step {guaranteed}; free run identical: {}",
+            want.len(),
+            g.tokens == want
+        );
+    }
+}
+
+/// `libe5rt_sim` next to the test binary (the e5rt-sim dev-dependency builds it), or
+/// `E5RT_SIM_LIB`.
+fn simulator_library() -> PathBuf {
+    if let Some(path) = std::env::var_os("E5RT_SIM_LIB") {
+        return PathBuf::from(path);
+    }
+    let name = format!(
+        "{}e5rt_sim{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    );
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    [deps.join(&name), deps.join("..").join(&name)]
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} not found next to {}; cargo build -p e5rt-sim",
+                deps.display()
+            )
+        })
+}
+
+#[test]
+fn prefill_and_a_decode_step_through_the_ane_engine_on_the_simulator() {
+    AneEngine::install_global(AneOptions {
+        library: Some(simulator_library()),
+        program_cache: Some(std::env::temp_dir().join("aneforge-llm-test-programs")),
+        ..AneOptions::default()
+    })
+    .unwrap();
+    let family = "llama";
+    let llm = Arc::new(
+        Llm::load(
+            tiny(family).to_str().unwrap(),
+            LoadOptions::new(WeightFormat::Stored),
+        )
+        .unwrap(),
+    );
+    let prompt = ints(family, "prompt_ids");
+    let want = ints(family, "greedy_ids");
+    let mut on_ane = runner(llm.clone(), ane(), Engine::Ane);
+    let mut on_cpu = runner(llm.clone(), ane(), Engine::Cpu);
+    let mut fp32 = runner(llm, Target::Cpu, Engine::Cpu);
+    for (step, tokens) in [&prompt[..], &want[..1]].into_iter().enumerate() {
+        let a = on_ane.feed(tokens).unwrap();
+        let c = on_cpu.feed(tokens).unwrap();
+        let r = fp32.feed(tokens).unwrap();
+        // the simulator executes the same fp16 program with the CPU engine's fp16 semantics
+        let dev = max_abs_diff(&a, &c);
+        assert_eq!(dev, 0.0, "step {step}: ANE engine vs CPU engine");
+        let to_fp32 = max_abs_diff(&a, &r);
+        let want_tok = want[step] as usize;
+        assert_eq!(argmax(&r), want_tok);
+        if margin(&r) > 2.0 * to_fp32 {
+            assert_eq!(argmax(&a), want_tok, "step {step}");
+        }
+    }
+    assert_eq!(on_ane.len(), prompt.len() + 1);
+}

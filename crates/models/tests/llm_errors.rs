@@ -1,0 +1,251 @@
+//! Bad input to the LLM stack is an error naming what is wrong, never a panic: unsupported
+//! architectures (Hugging Face config and GGUF metadata), GGUF files that are truncated or hold an
+//! unknown tensor type, prompts longer than the context, token ids outside the vocabulary, chat
+//! templates that fail to compile or render. The GGUF reader's own cases (every truncation,
+//! impossible fields) are in gguf_reader.rs; these go through `Llm::load` and the runner.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use aneforge_models::llm::{
+    generate, ChatMessage, GenerateOptions, Llm, LlmError, LoadOptions, Runner, RunnerOptions,
+    SamplingOptions, WeightFormat,
+};
+use aneforge_models::require_model;
+
+fn tiny(family: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tools/fixtures/llm/out/tiny")
+        .join(family)
+}
+
+fn load(path: &Path) -> Result<Llm, LlmError> {
+    Llm::load(
+        path.to_str().unwrap(),
+        LoadOptions::new(WeightFormat::Stored),
+    )
+}
+
+/// A copy of a tiny fixture model whose `file` is rewritten by `edit`.
+fn edited_copy(
+    family: &str,
+    file: &str,
+    edit: impl Fn(&mut serde_json::Value),
+) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(tiny(family)).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), tmp.path().join(entry.file_name())).unwrap();
+    }
+    let path = tmp.path().join(file);
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut json);
+    std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    tmp
+}
+
+fn gguf_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A GGUF v3 file with no tensors and one metadata entry, `general.architecture`.
+fn gguf_with_architecture(arch: &str) -> Vec<u8> {
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes());
+    b.extend_from_slice(&1u64.to_le_bytes());
+    gguf_string(&mut b, "general.architecture");
+    b.extend_from_slice(&8u32.to_le_bytes()); // string
+    gguf_string(&mut b, arch);
+    b
+}
+
+#[test]
+fn unsupported_architectures_are_named() {
+    let dir = edited_copy("llama", "config.json", |c| {
+        c["model_type"] = "mamba".into();
+        c["architectures"] = serde_json::json!(["MambaForCausalLM"]);
+    });
+    let msg = load(dir.path()).unwrap_err().to_string();
+    assert!(
+        msg.contains("unsupported architecture 'mamba'") && msg.contains("llama"),
+        "{msg}"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("rwkv.gguf");
+    std::fs::write(&file, gguf_with_architecture("rwkv6")).unwrap();
+    let msg = load(&file).unwrap_err().to_string();
+    assert!(
+        msg.contains("unsupported architecture 'rwkv6'") && msg.contains("rwkv.gguf"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_config_missing_its_sizes_is_an_error() {
+    let dir = edited_copy("qwen2", "config.json", |c| {
+        c.as_object_mut().unwrap().remove("hidden_size");
+    });
+    let msg = load(dir.path()).unwrap_err().to_string();
+    assert!(msg.contains("hidden_size"), "{msg}");
+}
+
+#[test]
+fn broken_smollm2_gguf_files_are_errors() {
+    let model = require_model!("HuggingFaceTB/SmolLM2-135M-Instruct");
+    let path = match &model.source {
+        aneforge_models::ModelSource::GgufFile(file) => file.clone(),
+        aneforge_models::ModelSource::Dir(dir) => dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"),
+    };
+    let data = std::fs::read(&path).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+
+    let cut = tmp.path().join("cut.gguf");
+    std::fs::write(&cut, &data[..data.len() / 2]).unwrap();
+    let msg = load(&cut).unwrap_err().to_string();
+    assert!(
+        msg.contains("cut.gguf") && msg.contains("runs past the end"),
+        "{msg}"
+    );
+
+    // the type id of the first tensor info (right after its name and dimensions) set to 99
+    let file = aneforge_models::gguf::GgufFile::open(&path).unwrap();
+    let first = &file.tensors()[0];
+    let needle: Vec<u8> = [
+        &(first.name.len() as u64).to_le_bytes()[..],
+        first.name.as_bytes(),
+    ]
+    .concat();
+    let at = data
+        .windows(needle.len())
+        .rposition(|w| w == needle.as_slice())
+        .unwrap();
+    let type_at = at + needle.len() + 4 + 8 * first.dims.len();
+    let mut unknown = data.clone();
+    unknown[type_at..type_at + 4].copy_from_slice(&99u32.to_le_bytes());
+    let bad = tmp.path().join("unknown_type.gguf");
+    std::fs::write(&bad, unknown).unwrap();
+    let msg = load(&bad).unwrap_err().to_string();
+    assert!(
+        msg.contains("unknown_type.gguf") && msg.contains("99") && msg.contains(&first.name),
+        "{msg}"
+    );
+}
+
+fn small_runner(llm: Arc<Llm>, max_context: usize) -> Runner {
+    let opts = RunnerOptions {
+        max_context,
+        min_context: 16,
+        prefill_chunks: vec![8],
+        ..RunnerOptions::default()
+    };
+    Runner::new(llm, opts).unwrap()
+}
+
+fn greedy(n: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_new_tokens: n,
+        sampling: SamplingOptions::greedy(),
+        stop: Vec::new(),
+        stop_at_eos: false,
+    }
+}
+
+#[test]
+fn prompts_longer_than_the_context_and_full_contexts() {
+    let llm = Arc::new(load(&tiny("llama")).unwrap());
+    let mut r = small_runner(llm.clone(), 32);
+    let prompt: Vec<u32> = (0..40).map(|i| 5 + i % 50).collect();
+    let err = generate(&mut r, &prompt, &greedy(4), &mut |_| true).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LlmError::ContextFull {
+                tokens: 40,
+                context: 32,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err
+        .to_string()
+        .contains("40 tokens do not fit the context of 32"));
+
+    // a prompt that fits leaves room for fewer tokens than asked: generation ends with the
+    // context full (28 prompt and 4 generated tokens in the caches, a 5th sampled from the last)
+    let g = generate(&mut r, &prompt[..28], &greedy(10), &mut |_| true).unwrap();
+    assert_eq!((g.tokens.len(), r.len()), (5, 32));
+    assert_eq!(
+        g.finish,
+        aneforge_models::llm::FinishReason::ContextFull,
+        "{:?}",
+        g.finish
+    );
+    let err = r.feed(&[5]).unwrap_err();
+    assert!(matches!(err, LlmError::ContextFull { .. }), "{err}");
+
+    assert!(matches!(
+        generate(&mut r, &[], &greedy(1), &mut |_| true).unwrap_err(),
+        LlmError::EmptyPrompt
+    ));
+}
+
+#[test]
+fn token_ids_outside_the_vocabulary_are_refused() {
+    let llm = Arc::new(load(&tiny("gpt2")).unwrap());
+    let vocab = llm.config.vocab_size as u32;
+    let mut r = small_runner(llm, 32);
+    for bad in [vocab, vocab + 7, u32::MAX] {
+        let err = generate(&mut r, &[1, 2, bad], &greedy(2), &mut |_| true).unwrap_err();
+        match &err {
+            LlmError::TokenOutOfRange { id, vocab: v } => {
+                assert_eq!((*id, *v), (u64::from(bad), vocab as usize));
+            }
+            other => panic!("{other}"),
+        }
+        assert!(err.to_string().contains(&bad.to_string()), "{err}");
+    }
+    // the runner is still usable and holds nothing of the refused prompts
+    assert_eq!(r.len(), 0);
+    let g = generate(&mut r, &[1, 2, vocab - 1], &greedy(2), &mut |_| true).unwrap();
+    assert_eq!(g.tokens.len(), 2);
+}
+
+#[test]
+fn chat_templates_that_fail_are_errors() {
+    let messages = [ChatMessage::new("user", "hello")];
+    let cases: [(&str, &str); 4] = [
+        (
+            "{% if messages[0]['role'] == 'user' %}{{ raise_exception('Conversations must start with a system message') }}{% endif %}",
+            "Conversations must start with a system message",
+        ),
+        ("{% for message in messages %}{{ message.content }", "does not compile"),
+        ("{{ messages[0].content | no_such_filter }}", "no_such_filter"),
+        (
+            "{% for i in range(5000) %}{% for j in range(5000) %}x{% endfor %}{% endfor %}",
+            "failed to render",
+        ),
+    ];
+    for (template, expected) in cases {
+        let dir = edited_copy("qwen2", "tokenizer_config.json", |c| {
+            c["chat_template"] = template.into();
+        });
+        let llm = load(dir.path()).unwrap();
+        let err = match llm.chat() {
+            Err(e) => e,
+            Ok(t) => t.render(&messages, true).unwrap_err().into(),
+        };
+        let msg = err.to_string();
+        assert!(msg.contains(expected), "{template}: {msg}");
+    }
+
+    let dir = edited_copy("qwen2", "tokenizer_config.json", |c| {
+        c.as_object_mut().unwrap().remove("chat_template");
+    });
+    let msg = load(dir.path()).unwrap().chat().unwrap_err().to_string();
+    assert!(msg.contains("chat template"), "{msg}");
+}

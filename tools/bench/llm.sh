@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# LLM prefill and decode speed of aneforge (CPU engine) next to llama.cpp (llama-cpp-python, the
+# same GGUF) and HF transformers (fp32, KV cache), one after another in one session: SmolLM2-135M-
+# Instruct, batch 1, THREADS threads, a PROMPT-token prompt (Shakespeare, the same text for every
+# system) and DECODE greedy tokens with EOS ignored, best of REPEAT timed runs after a warm-up run.
+# Weight formats: the Q4_1 GGUF from scripts/fetch-models.sh, and a Q8_0 GGUF that llama.cpp's
+# quantizer makes from it (requantized, so both systems read identical Q8_0 blocks). Each system
+# runs in its own process; wall and CPU seconds, peak RSS and the load average are printed, then a
+# table with the ratios. The figures in docs/performance.md come from this script.
+# Usage: tools/bench/llm.sh
+# Environment: THREADS (2), PROMPT (128), DECODE (128), REPEAT (3), FORMATS ("q4_1 q8_0"),
+#   LLAMACPP_PYTHON (/work/venv-llamacpp/bin/python), REF_PYTHON (/work/venv-ref/bin/python).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+THREADS="${THREADS:-2}" PROMPT="${PROMPT:-128}" DECODE="${DECODE:-128}" REPEAT="${REPEAT:-3}"
+FORMATS="${FORMATS:-q4_1 q8_0}"
+LLAMACPP_PYTHON="${LLAMACPP_PYTHON:-/work/venv-llamacpp/bin/python}"
+export LLAMACPP_PYTHON REF_PYTHON="${REF_PYTHON:-/work/venv-ref/bin/python}"
+MODEL=HuggingFaceTB/SmolLM2-135M-Instruct
+HUB="${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"
+Q4_1="$(find "$HUB/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots" -name 'SmolLM2-135M-Instruct.Q4_1.gguf' 2>/dev/null | head -n1)"
+[[ -n "$Q4_1" ]] || { echo "SmolLM2 Q4_1 GGUF not found under $HUB; run scripts/fetch-models.sh smollm2" >&2; exit 1; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+echo "# machine"
+lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/\(Flags:\).*\(avx512f\).*/\1 ... \2 .../' || true
+echo "load average at start: $(load)"
+cargo build --release -p aneforge-cli >/dev/null 2>&1
+python3 tools/bench/llm_peers.py --print-prompt >"$work/prompt.txt"
+results="$work/results.jsonl"
+
+for format in $FORMATS; do
+    case "$format" in
+        q4_1) gguf="$Q4_1" ;;
+        q8_0)
+            gguf="$work/SmolLM2-135M-Instruct.Q8_0.gguf"
+            "$LLAMACPP_PYTHON" - "$Q4_1" "$gguf" >/dev/null 2>&1 <<'PYEOF'
+import sys
+
+import llama_cpp
+
+p = llama_cpp.llama_model_quantize_default_params()
+p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0
+p.allow_requantize = True
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))
+PYEOF
+            ;;
+        *) echo "unknown format $format (q4_1, q8_0)" >&2; exit 1 ;;
+    esac
+    echo "# $format: load average $(load)"
+    RAYON_NUM_THREADS="$THREADS" ./target/release/aneforge bench llm -m "$gguf" \
+        --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --repeat "$REPEAT" \
+        --prompt-file "$work/prompt.txt" --json \
+        | sed "s/^{/{\"format\": \"$format\", /" | tee -a "$results"
+    peers="llama.cpp"
+    [[ "$format" == q4_1 ]] && peers="llama.cpp,transformers"
+    python3 tools/bench/llm_peers.py --gguf "$gguf" --peers "$peers" --threads "$THREADS" \
+        --prompt "$PROMPT" --decode "$DECODE" --repeat "$REPEAT" \
+        | sed "s/^{/{\"format\": \"$format\", /" | tee -a "$results"
+done
+echo "load average at end: $(load)"
+
+python3 - "$results" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print("\n| weights | system | prefill tok/s | decode tok/s | decode CPU s / wall s | peak RSS MiB | aneforge decode speed-up |")
+print("|---|---|---:|---:|---:|---:|---:|")
+for fmt in dict.fromkeys(r["format"] for r in rows):
+    group = [r for r in rows if r["format"] == fmt]
+    ours = next((r for r in group if r.get("peer") == "aneforge" and "decode_tok_s" in r), None)
+    for r in group:
+        if "error" in r:
+            print(f"| {fmt} | {r['peer']} | error: {r['error'][-200:]!r} | | | | |")
+            continue
+        ratio = f"{ours['decode_tok_s'] / r['decode_tok_s']:.2f}x" if ours else "n/a"
+        cpu = r.get("decode_cpu_s")
+        cpu = f"{cpu:.2f} / {r['decode_wall_s']:.2f}" if cpu is not None else "n/a"
+        name = r["peer"] if r["peer"] != "transformers" else "transformers fp32"
+        print(f"| {fmt} | {name} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.1f} | {cpu} | "
+              f"{r['peak_rss_mb']:.0f} | {ratio} |")
+PYEOF
