@@ -5,7 +5,34 @@ use crate::kernels::Cx;
 use crate::plan::{Plan, PortInfo};
 use crate::tensor::{AlignedBuf, BufferMut, BufferRef, Elem, HostSlice, HostTensor, SendPtr};
 use half::f16;
+use std::cell::RefCell;
 use std::sync::Arc;
+
+thread_local! {
+    /// The activation arena of every instance executed on this thread. A thread runs one
+    /// instance at a time, so instances of many plans (an encoder's bucket programs, say) share
+    /// one buffer sized to the largest arena instead of holding one each. Arena contents never
+    /// outlive an execute (state lives in port buffers).
+    static ARENA: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
+}
+
+/// This thread's arena if it holds at least `bytes`, else a new one.
+fn take_arena(bytes: usize) -> AlignedBuf {
+    ARENA
+        .with(|a| a.borrow_mut().take())
+        .filter(|b| b.len() >= bytes)
+        .unwrap_or_else(|| AlignedBuf::zeroed(bytes))
+}
+
+/// Keeps `arena` for the next execute on this thread unless a larger one is already kept.
+fn return_arena(arena: AlignedBuf) {
+    ARENA.with(|a| {
+        let mut slot = a.borrow_mut();
+        if slot.as_ref().is_none_or(|kept| kept.len() < arena.len()) {
+            *slot = Some(arena);
+        }
+    });
+}
 
 /// The time one scheduled kernel took in [`Instance::execute_profiled`].
 #[derive(Clone, Debug, PartialEq)]
@@ -21,7 +48,6 @@ pub struct KernelTime {
 /// One executable copy of a plan. Not shared between threads while executing.
 pub struct Instance {
     plan: Arc<Plan>,
-    arena: AlignedBuf,
     scratch: Vec<f32>,
     /// Port storages: inputs, then outputs, then staging buffers for shared outputs.
     storage: Vec<AlignedBuf>,
@@ -60,7 +86,6 @@ impl Instance {
             storage.push(AlignedBuf::zeroed(port_bytes(p)));
         }
         let mut inst = Instance {
-            arena: AlignedBuf::zeroed(plan.arena_bytes),
             scratch: vec![0.0; plan.scratch_floats.max(1)],
             storage,
             bind: (0..nin + nout).collect(),
@@ -76,7 +101,8 @@ impl Instance {
     }
 
     fn rebuild_ptrs(&mut self) {
-        let mut ptrs = vec![SendPtr(self.arena.as_mut_ptr())];
+        // slot 0 is the arena, bound for the length of each execute
+        let mut ptrs = vec![SendPtr(std::ptr::null_mut())];
         for &s in &self.bind {
             ptrs.push(SendPtr(self.storage[s].as_mut_ptr()));
         }
@@ -237,7 +263,16 @@ impl Instance {
         Ok(times)
     }
 
-    fn run_plan(&mut self, mut times: Option<&mut Vec<KernelTime>>) -> Result<()> {
+    fn run_plan(&mut self, times: Option<&mut Vec<KernelTime>>) -> Result<()> {
+        let mut arena = take_arena(self.plan.arena_bytes);
+        self.ptrs[0] = SendPtr(arena.as_mut_ptr());
+        let result = self.run_with_arena(times);
+        self.ptrs[0] = SendPtr(std::ptr::null_mut());
+        return_arena(arena);
+        result
+    }
+
+    fn run_with_arena(&mut self, mut times: Option<&mut Vec<KernelTime>>) -> Result<()> {
         self.executed = true;
         let plan = self.plan.clone();
         let threads = if plan.parallel { plan.threads } else { 1 };

@@ -15,6 +15,7 @@ mod kernels;
 mod known;
 mod ops;
 mod plan;
+mod shared_weights;
 #[doc(hidden)]
 pub mod simd;
 mod tensor;

@@ -8,10 +8,11 @@ use crate::tensor::{Elem, SendPtr};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
-/// A compile-time weight stored as `wt[n][k]` (row j holds the k-vector of output column j).
+/// A compile-time weight stored as `wt[n][k]` (row j holds the k-vector of output column j),
+/// shared with every other plan that prepared the same contents.
 #[derive(Debug)]
 pub struct Prepared {
-    pub wt: Vec<f32>,
+    pub wt: std::sync::Arc<Vec<f32>>,
     pub k: usize,
 }
 

@@ -136,7 +136,10 @@ pub(crate) fn matmul(cx: &mut OpCx) -> Result<()> {
                     };
                 }
             }
-            Rhs::Prepared(Prepared { wt, k })
+            Rhs::Prepared(Prepared {
+                wt: crate::shared_weights::share(wt),
+                k,
+            })
         }
         _ => {
             let (rs, cs) = if ty && !y1 { (1, yc) } else { (yc, 1) };
@@ -238,7 +241,10 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
                 .known(w)
                 .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
             let wt = wk.f32s().ok_or_else(|| cx.err("weight is not numeric"))?;
-            Rhs::Prepared(Prepared { wt, k })
+            Rhs::Prepared(Prepared {
+                wt: crate::shared_weights::share(wt),
+                k,
+            })
         }
     };
     if let Some(b) = bias {

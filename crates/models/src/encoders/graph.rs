@@ -11,6 +11,15 @@
 //! - `pool_weights` f32 `[batch, modes, seq]` for weighted-sum pooling modes, `pool_mask` f32 for
 //!   max pooling.
 //!
+//! Packed programs (`ProgramKey::tokens`, CPU target) carry only the batch's real tokens, `tokens`
+//! rows of them, through every per-token op (embeddings, linear layers, norms, activations), so
+//! padding costs no GEMM work: `inputs_embeds` is `[tokens, hidden]` (or `input_ids`,
+//! `token_type_ids` and `position_ids` are `[tokens]`), `unpack_index` i32 `[batch·seq]` names the
+//! packed row of every padded slot (any row for padding: those keys are masked and those queries
+//! dropped), and `pack_index` i32 `[tokens]` the padded slot of every packed row. Attention runs
+//! on the padded layout, gathered through `unpack_index` and back through `pack_index`; the head
+//! sees the padded `[batch, seq, hidden]` hidden states.
+//!
 //! The output is `output`: `[batch, dim]` embeddings or `[batch, labels]` logits.
 
 use aneforge::graph::{concat, constant, input, nn::MASKED, sdpa};
@@ -28,6 +37,8 @@ pub const INPUTS_EMBEDS: &str = "inputs_embeds";
 pub const ATTENTION_MASK: &str = "attention_mask";
 pub const POOL_WEIGHTS: &str = "pool_weights";
 pub const POOL_MASK: &str = "pool_mask";
+pub const UNPACK_INDEX: &str = "unpack_index";
+pub const PACK_INDEX: &str = "pack_index";
 pub const OUTPUT: &str = "output";
 
 /// What the program computes after the transformer.
@@ -50,6 +61,9 @@ pub struct ProgramKey {
     pub head: Head,
     /// Embeddings summed on the host and fed as `inputs_embeds`.
     pub host_embeddings: bool,
+    /// Packed rows (real tokens, rounded up) when per-token ops skip padding; `None` runs every
+    /// op on the padded `[batch, seq]` layout (ANE targets: `gather` is walled there).
+    pub tokens: Option<usize>,
 }
 
 pub(crate) struct Encoder<'a> {
@@ -98,9 +112,23 @@ impl Encoder<'_> {
             Some(bias) => additive.add(&bias)?,
             None => additive,
         };
+        let packing = match key.tokens {
+            Some(tokens) => Some(Packing {
+                unpack: input(UNPACK_INDEX, &[b * s], DType::I32)?,
+                pack: input(PACK_INDEX, &[tokens], DType::I32)?,
+            }),
+            None => None,
+        };
         let mut x = hidden;
         for layer in &self.weights.layers {
-            x = self.layer(&x, layer, &attn_mask)?;
+            x = self.layer(&x, layer, &attn_mask, key, packing.as_ref())?;
+        }
+        if let Some(p) = &packing {
+            x = x.gather(&p.unpack, 0)?.reshape(&[
+                b as isize,
+                s as isize,
+                self.cfg.hidden_size as isize,
+            ])?;
         }
         match &key.head {
             Head::Pooled { modes, normalize } => self.pool(&x, key, modes, *normalize),
@@ -110,24 +138,32 @@ impl Encoder<'_> {
 
     fn embeddings(&self, key: &ProgramKey) -> Result<Tensor, EncoderError> {
         let (b, s, h) = (key.batch, key.seq, self.cfg.hidden_size);
+        let rows: Vec<usize> = match key.tokens {
+            Some(t) => vec![t],
+            None => vec![b, s],
+        };
         let w = self.weights;
         let summed = if key.host_embeddings {
-            input(INPUTS_EMBEDS, &[b, s, h], DType::F32)?
+            let mut shape = rows.clone();
+            shape.push(h);
+            input(INPUTS_EMBEDS, &shape, DType::F32)?
         } else {
-            let ids = input(INPUT_IDS, &[b, s], DType::I32)?;
+            let ids = input(INPUT_IDS, &rows, DType::I32)?;
             let mut x = c(&w.word_embeddings.array).gather(&ids, 0)?;
             if let Some(types) = &w.token_type_embeddings {
                 if self.cfg.family.reads_token_types() {
-                    let t = input(TOKEN_TYPE_IDS, &[b, s], DType::I32)?;
+                    let t = input(TOKEN_TYPE_IDS, &rows, DType::I32)?;
                     x = x.add(&c(&types.array).gather(&t, 0)?)?;
                 } else {
                     x = x.add(&row_constant(types, 0)?)?;
                 }
             }
             let positions = match self.cfg.positions {
-                Positions::Absolute => leading_rows(&w.position_embeddings, s)?,
-                Positions::AfterPadding { .. } => {
-                    let p = input(POSITION_IDS, &[b, s], DType::I32)?;
+                Positions::Absolute if key.tokens.is_none() => {
+                    leading_rows(&w.position_embeddings, s)?
+                }
+                _ => {
+                    let p = input(POSITION_IDS, &rows, DType::I32)?;
                     c(&w.position_embeddings.array).gather(&p, 0)?
                 }
             };
@@ -174,20 +210,28 @@ impl Encoder<'_> {
         x: &Tensor,
         l: &super::weights::LayerWeights,
         mask: &Tensor,
+        key: &ProgramKey,
+        packing: Option<&Packing>,
     ) -> Result<Tensor, GraphError> {
         let shape = x.shape().to_vec();
-        let (b, s) = (shape[0] as isize, shape[1] as isize);
+        let (b, s) = (key.batch as isize, key.seq as isize);
         let heads = self.cfg.num_heads as isize;
         let d = self.cfg.head_dim() as isize;
         let split = |t: Tensor| -> Result<Tensor, GraphError> {
-            t.reshape(&[b, s, heads, d])?.transpose(&[0, 2, 1, 3])
+            let padded = match packing {
+                Some(p) => t.gather(&p.unpack, 0)?,
+                None => t,
+            };
+            padded.reshape(&[b, s, heads, d])?.transpose(&[0, 2, 1, 3])
         };
         let q = split(linear(x, &l.query)?)?;
         let k = split(linear(x, &l.key)?)?;
         let v = split(linear(x, &l.value)?)?;
-        let attended = sdpa(&q, &k, &v, Some(mask), false, None)?
-            .transpose(&[0, 2, 1, 3])?
-            .reshape(&dims(&shape))?;
+        let attended = sdpa(&q, &k, &v, Some(mask), false, None)?.transpose(&[0, 2, 1, 3])?;
+        let attended = match packing {
+            Some(p) => attended.reshape(&[b * s, heads * d])?.gather(&p.pack, 0)?,
+            None => attended.reshape(&dims(&shape))?,
+        };
         let eps = self.cfg.layer_norm_eps;
         let x = layer_norm(
             &linear(&attended, &l.attention_out)?.add(x)?,
@@ -280,6 +324,12 @@ impl Encoder<'_> {
             } => linear(&linear(&first, pre_classifier)?.relu()?, classifier)?,
         })
     }
+}
+
+/// The index inputs of a packed program.
+struct Packing {
+    unpack: Tensor,
+    pack: Tensor,
 }
 
 /// One row of a table as a `[dim]` constant.

@@ -3,13 +3,13 @@
 
 use std::sync::Mutex;
 
-use aneforge::engine::HostSlice;
-use aneforge::{CompileOptions, Compress, Engine, Model, ParameterMode, Target};
+use aneforge::engine::{Executable, HostSlice};
+use aneforge::{Compress, Engine, ParameterMode, Target};
 
 use super::config::{EncoderConfig, Positions};
 use super::graph::{
-    Encoder, Head, ProgramKey, ATTENTION_MASK, INPUTS_EMBEDS, INPUT_IDS, OUTPUT, POOL_MASK,
-    POOL_WEIGHTS, POSITION_IDS, TOKEN_TYPE_IDS,
+    Encoder, Head, ProgramKey, ATTENTION_MASK, INPUTS_EMBEDS, INPUT_IDS, OUTPUT, PACK_INDEX,
+    POOL_MASK, POOL_WEIGHTS, POSITION_IDS, TOKEN_TYPE_IDS, UNPACK_INDEX,
 };
 use super::pooling::{kept_range, row_weights, Pooling};
 use super::weights::{ClassifierHead, EncoderWeights};
@@ -57,8 +57,8 @@ pub(crate) struct Row {
 }
 
 /// Sequence lengths programs are compiled for; longer inputs round up to a multiple of 128.
-/// Roughly 1.5x apart: padding costs at most a third of a batch's work, and few programs are
-/// compiled (each holds its own copy of the weights).
+/// Roughly 1.5x apart. Packed programs (CPU target) pay for this padding only in attention and
+/// its gathers; their per-token work follows [`token_bucket`].
 const SEQ_BUCKETS: [usize; 11] = [8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384];
 
 /// The bucketed length for a batch whose longest row has `len` tokens, at most `cap` (>= len).
@@ -71,6 +71,15 @@ pub(crate) fn seq_bucket(len: usize, cap: usize) -> usize {
     bucket.min(cap).max(len).max(1)
 }
 
+/// Packed rows for a batch holding `tokens` real tokens in a `[batch, seq]` bucket: a multiple
+/// of a sixteenth of the padded rows (at least 64), so one bucket has at most 16 packed sizes;
+/// never more than the padded rows.
+pub(crate) fn token_bucket(tokens: usize, batch: usize, seq: usize) -> usize {
+    let padded = batch * seq;
+    let step = (padded / 16).max(64);
+    (tokens.div_ceil(step) * step).min(padded).max(1)
+}
+
 /// Full batches keep their size; a short final batch rounds up to a power of two.
 pub(crate) fn batch_bucket(rows: usize, batch_size: usize) -> usize {
     if rows >= batch_size {
@@ -80,9 +89,16 @@ pub(crate) fn batch_bucket(rows: usize, batch_size: usize) -> usize {
     }
 }
 
+/// A compiled bucket program loaded into its engine. The artifact (MIL text and weights blob) is
+/// dropped once loaded: the CPU engine's plan holds prepared weights shared between buckets.
+struct Program {
+    exec: Box<dyn Executable>,
+    weight_bytes: usize,
+}
+
 struct Programs {
     /// Least recently used first.
-    entries: Vec<(ProgramKey, Model)>,
+    entries: Vec<(ProgramKey, Program)>,
     capacity: usize,
 }
 
@@ -136,6 +152,11 @@ impl Runtime {
         self.options.target.is_ane() || !self.options.embeddings_in_program
     }
 
+    /// Whether programs skip padding in per-token ops (needs `gather`, walled on the ANE).
+    fn packs_tokens(&self) -> bool {
+        !self.options.target.is_ane()
+    }
+
     /// Runs every row through the program for `head`; returns one output vector per row, in the
     /// order given. `progress` is told how many rows each finished batch held.
     pub fn run(
@@ -152,11 +173,17 @@ impl Runtime {
         let mut out = vec![Vec::new(); rows.len()];
         for chunk in order.chunks(self.options.batch_size) {
             let longest = chunk.iter().map(|&i| rows[i].ids.len()).max().unwrap_or(0);
+            let batch = batch_bucket(chunk.len(), self.options.batch_size);
+            let seq = seq_bucket(longest, self.max_length);
+            let tokens: usize = chunk.iter().map(|&i| rows[i].ids.len()).sum();
             let key = ProgramKey {
-                batch: batch_bucket(chunk.len(), self.options.batch_size),
-                seq: seq_bucket(longest, self.max_length),
+                batch,
+                seq,
                 head: head.clone(),
                 host_embeddings: self.host_embeddings(),
+                tokens: self
+                    .packs_tokens()
+                    .then(|| token_bucket(tokens, batch, seq)),
             };
             let batch_rows: Vec<&Row> = chunk.iter().map(|&i| &rows[i]).collect();
             let feeds = self.feeds(&key, &batch_rows)?;
@@ -237,8 +264,40 @@ impl Runtime {
             }
             mask[r * s..r * s + n].iter_mut().for_each(|m| *m = 1.0);
         }
-        let positions: Vec<i32> = ids.chunks(s).flat_map(|row| self.positions(row)).collect();
+        let mut positions: Vec<i32> = ids.chunks(s).flat_map(|row| self.positions(row)).collect();
         let mut feeds = Vec::new();
+        if let Some(t) = key.tokens {
+            // padded slot -> packed row (padding reads row 0) and packed row -> padded slot
+            let mut unpack = vec![0i32; b * s];
+            let mut pack = vec![0i32; t];
+            let mut next = 0usize;
+            for (r, row) in rows.iter().enumerate() {
+                for j in 0..row.ids.len() {
+                    let (slot, packed) = (r * s + j, next + j);
+                    let (Some(u), Some(p)) = (unpack.get_mut(slot), pack.get_mut(packed)) else {
+                        return Err(EncoderError::Unsupported(format!(
+                            "batch holds more tokens than its packed program's {t} rows"
+                        )));
+                    };
+                    *u = packed as i32;
+                    *p = slot as i32;
+                }
+                next += row.ids.len();
+            }
+            let gather_rows = |padded: &[u32], fill: u32| -> Vec<u32> {
+                let mut out: Vec<u32> = pack.iter().map(|&p| padded[p as usize]).collect();
+                out[next..].iter_mut().for_each(|v| *v = fill);
+                out
+            };
+            ids = gather_rows(&ids, self.pad_id);
+            types = gather_rows(&types, 0);
+            let mut packed_positions: Vec<i32> =
+                pack.iter().map(|&p| positions[p as usize]).collect();
+            packed_positions[next..].iter_mut().for_each(|v| *v = 0);
+            positions = packed_positions;
+            feeds.push(Feed::I32(UNPACK_INDEX, unpack));
+            feeds.push(Feed::I32(PACK_INDEX, pack));
+        }
         if key.host_embeddings {
             feeds.push(Feed::F32(
                 INPUTS_EMBEDS,
@@ -255,7 +314,8 @@ impl Runtime {
                     types.iter().map(|&t| t as i32).collect(),
                 ));
             }
-            if matches!(self.cfg.positions, Positions::AfterPadding { .. }) {
+            if key.tokens.is_some() || matches!(self.cfg.positions, Positions::AfterPadding { .. })
+            {
                 feeds.push(Feed::I32(POSITION_IDS, positions));
             }
         }
@@ -335,20 +395,28 @@ impl Runtime {
         Ok(out)
     }
 
-    fn compile(&self, key: &ProgramKey) -> Result<Model, EncoderError> {
+    fn compile(&self, key: &ProgramKey) -> Result<Program, EncoderError> {
         let graph = Encoder {
             cfg: &self.cfg,
             weights: &self.weights,
             classifier: self.classifier.as_ref(),
         }
         .build(key)?;
-        let options = CompileOptions {
-            target: self.options.target.clone(),
-            compress: self.options.compress,
-            parameters: ParameterMode::Constant,
-            engine: self.options.engine,
-        };
-        Ok(aneforge::compile_named(&[(OUTPUT, &graph)], &options)?)
+        let program_error = |e: aneforge::Error| EncoderError::Program(e);
+        let artifact = aneforge::lower::lower(
+            &[(OUTPUT, &graph)],
+            &self.options.target,
+            ParameterMode::Constant,
+        )
+        .map_err(|e| program_error(e.into()))?;
+        let (artifact, _) = aneforge::target::compress::compress(artifact, self.options.compress)
+            .map_err(|e| program_error(aneforge::LowerError::from(e).into()))?;
+        let exec = aneforge::engine::load(&artifact, self.options.engine)
+            .map_err(|e| program_error(e.into()))?;
+        Ok(Program {
+            exec,
+            weight_bytes: artifact.weights().len(),
+        })
     }
 
     fn execute(&self, key: &ProgramKey, feeds: &[Feed]) -> Result<Vec<f32>, EncoderError> {
@@ -370,22 +438,24 @@ impl Runtime {
         let entry = programs.entries.remove(at);
         programs.entries.push(entry);
         let last = programs.entries.len() - 1;
-        let model = &mut programs.entries[last].1;
+        let exec = &mut programs.entries[last].1.exec;
+        let engine_error = |e: aneforge::engine::EngineError| EncoderError::Program(e.into());
         for feed in feeds {
             match feed {
-                Feed::F32(name, data) => model.set_input(name, HostSlice::F32(data))?,
-                Feed::I32(name, data) => model.set_input(name, HostSlice::I32(data))?,
+                Feed::F32(name, data) => exec.set_input(name, HostSlice::F32(data)),
+                Feed::I32(name, data) => exec.set_input(name, HostSlice::I32(data)),
             }
+            .map_err(engine_error)?;
         }
-        model.execute()?;
-        Ok(model.read_output_f32(OUTPUT)?)
+        exec.execute().map_err(engine_error)?;
+        exec.read_output_f32(OUTPUT).map_err(engine_error)
     }
 
     /// Bytes of weights (`weights/weight.bin`) of the compiled programs held.
     pub fn program_weight_bytes(&self) -> usize {
         self.programs
             .lock()
-            .map(|p| p.entries.iter().map(|(_, m)| m.weights().len()).sum())
+            .map(|p| p.entries.iter().map(|(_, m)| m.weight_bytes).sum())
             .unwrap_or_default()
     }
 
@@ -395,5 +465,31 @@ impl Runtime {
             .lock()
             .map(|p| p.entries.len())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_buckets_hold_the_batch_and_never_exceed_the_padded_rows() {
+        for (batch, seq) in [(1, 8), (4, 24), (32, 128), (32, 384)] {
+            let padded = batch * seq;
+            let mut sizes = std::collections::BTreeSet::new();
+            for tokens in 1..=padded {
+                let t = token_bucket(tokens, batch, seq);
+                assert!(
+                    t >= tokens && t <= padded,
+                    "{tokens} tokens in [{batch}, {seq}]: {t}"
+                );
+                sizes.insert(t);
+            }
+            assert!(
+                sizes.len() <= 16,
+                "[{batch}, {seq}]: {} packed sizes",
+                sizes.len()
+            );
+        }
     }
 }

@@ -1,0 +1,92 @@
+//! Prepared (widened, transposed) weights shared by content between plans: programs that carry
+//! the same weights — one per sequence-length bucket of an encoder, say — hold one copy.
+//!
+//! The registry keeps weak references only, so a weight lives exactly as long as some plan uses
+//! it. Lookups compare the whole contents bit for bit; the hash only narrows the search.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+/// Content hash and length -> the live weights with that key.
+type Registry = HashMap<(u64, usize), Vec<Weak<Vec<f32>>>>;
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+
+/// A fast 64-bit hash of the bit patterns of `data` (four independent lanes, then mixed).
+fn content_hash(data: &[f32]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut lanes = [K, K ^ 1, K ^ 2, K ^ 3];
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, pair) in lanes.iter_mut().zip(c.chunks_exact(2)) {
+            let w = (pair[0].to_bits() as u64) | ((pair[1].to_bits() as u64) << 32);
+            *l = (*l ^ w).wrapping_mul(K).rotate_left(29);
+        }
+    }
+    let mut h = data.len() as u64;
+    for x in chunks.remainder() {
+        h = (h ^ x.to_bits() as u64).wrapping_mul(K).rotate_left(29);
+    }
+    for l in lanes {
+        h = (h ^ l).wrapping_mul(K).rotate_left(31);
+    }
+    h ^ (h >> 32)
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// The shared copy of `data` if a live plan already holds the same contents, else `data` itself,
+/// registered for later plans.
+pub(crate) fn share(data: Vec<f32>) -> Arc<Vec<f32>> {
+    let key = (content_hash(&data), data.len());
+    let mut guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    let registry = guard.get_or_insert_with(HashMap::new);
+    let slot = registry.entry(key).or_default();
+    slot.retain(|w| w.strong_count() > 0);
+    if let Some(existing) = slot
+        .iter()
+        .filter_map(Weak::upgrade)
+        .find(|e| same_bits(e, &data))
+    {
+        return existing;
+    }
+    let fresh = Arc::new(data);
+    slot.push(Arc::downgrade(&fresh));
+    if registry.len() > 4096 {
+        registry.retain(|_, ws| ws.iter().any(|w| w.strong_count() > 0));
+    }
+    fresh
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_contents_share_one_copy_while_alive() {
+        let a = share(vec![1.0, 2.0, 3.0, 4.5, -0.0, 7.0, 8.0, 9.0, 10.0]);
+        let b = share(vec![1.0, 2.0, 3.0, 4.5, -0.0, 7.0, 8.0, 9.0, 10.0]);
+        assert!(Arc::ptr_eq(&a, &b));
+        // +0.0 and -0.0 compare equal as floats but are different weights
+        let c = share(vec![1.0, 2.0, 3.0, 4.5, 0.0, 7.0, 8.0, 9.0, 10.0]);
+        assert!(!Arc::ptr_eq(&a, &c));
+        let weak = Arc::downgrade(&a);
+        drop((a, b));
+        assert!(
+            weak.upgrade().is_none(),
+            "the registry must not keep weights alive"
+        );
+    }
+
+    #[test]
+    fn hash_sees_every_element() {
+        let base: Vec<f32> = (0..37).map(|i| i as f32).collect();
+        for i in 0..base.len() {
+            let mut changed = base.clone();
+            changed[i] += 0.5;
+            assert_ne!(content_hash(&base), content_hash(&changed), "element {i}");
+        }
+    }
+}
