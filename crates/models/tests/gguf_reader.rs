@@ -468,7 +468,7 @@ fn seeded_mutations_never_panic() {
                 let _ = file.dequantize(&t.name);
             }
             let _ = aneforge_models::gguf::GgufTokenizer::from_gguf(&file);
-            let _ = aneforge_models::gguf::LlamaConfig::from_gguf(&file);
+            let _ = aneforge_models::llm::LlmConfig::from_gguf(&file);
         }
     }
     assert!(runs > 100 && parsed > 0, "{runs} runs, {parsed} parsed");

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use aneforge_models::gguf::{GgufFile, GgufTokenizer, LlamaConfig, TokenizerModelKind};
+use aneforge_models::gguf::{GgufFile, GgufTokenizer, TokenizerModelKind};
+use aneforge_models::llm::config::{Family, NormKind, Positions, RopeScaling};
+use aneforge_models::llm::LlmConfig;
 use aneforge_models::require_model;
 use serde_json::Value;
 
@@ -112,13 +114,13 @@ fn smollm2_config_from_metadata() {
     let fx = json("smollm2_tensors.json");
     let llama = &fx["llama"];
     let file = GgufFile::open(model.gguf_file().unwrap()).unwrap();
-    let c = LlamaConfig::from_gguf(&file).unwrap();
+    let c = LlmConfig::from_gguf(&file).unwrap();
     let u = |k: &str| llama[k].as_u64().unwrap() as usize;
     let f = |k: &str| {
         let hex = llama[k]["f64"].as_str().unwrap();
-        f64::from_bits(hex_f64_bits(hex)) as f32
+        f64::from_bits(hex_f64_bits(hex))
     };
-    assert_eq!(c.architecture, "llama");
+    assert_eq!(c.family, Family::Llama);
     assert_eq!(c.n_layers, u("llama.block_count"));
     assert_eq!(c.hidden_size, u("llama.embedding_length"));
     assert_eq!(c.intermediate_size, u("llama.feed_forward_length"));
@@ -128,12 +130,18 @@ fn smollm2_config_from_metadata() {
         c.head_dim,
         u("llama.embedding_length") / u("llama.attention.head_count")
     );
-    assert_eq!(c.rope_dims, u("llama.rope.dimension_count"));
-    assert_eq!(c.context_length, u("llama.context_length"));
+    let Positions::Rope(rope) = &c.positions else {
+        panic!("SmolLM2 uses RoPE, got {:?}", c.positions)
+    };
+    assert_eq!(rope.dims, u("llama.rope.dimension_count"));
+    assert_eq!(rope.theta, f("llama.rope.freq_base"));
+    assert_eq!(rope.scaling, RopeScaling::None);
+    assert_eq!(c.max_positions, u("llama.context_length"));
     assert_eq!(c.vocab_size, u("llama.vocab_size"));
-    assert_eq!(c.rope_theta, f("llama.rope.freq_base"));
-    assert_eq!(c.rms_norm_eps, f("llama.attention.layer_norm_rms_epsilon"));
-    assert_eq!(c.rope_scaling, None);
+    let NormKind::Rms { eps, .. } = c.norm else {
+        panic!("SmolLM2 uses RMSNorm, got {:?}", c.norm)
+    };
+    assert_eq!(eps, f("llama.attention.layer_norm_rms_epsilon") as f32);
     assert_eq!(
         c.tied_embeddings,
         !fx["has_output_weight"].as_bool().unwrap()
@@ -153,9 +161,9 @@ fn hex_f64_bits(s: &str) -> u64 {
 #[test]
 fn config_errors_name_the_key() {
     let file = GgufFile::open(dir().join("tok_llama.gguf")).unwrap();
-    let msg = LlamaConfig::from_gguf(&file).unwrap_err().to_string();
+    let msg = LlmConfig::from_gguf(&file).unwrap_err().to_string();
     assert!(
-        msg.contains("llama.block_count") && msg.contains("tok_llama.gguf"),
+        msg.contains("'llama.") && msg.contains("missing") && msg.contains("tok_llama.gguf"),
         "{msg}"
     );
     let file = GgufFile::open(dir().join("quants.gguf")).unwrap();

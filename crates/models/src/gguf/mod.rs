@@ -1,10 +1,9 @@
 //! GGUF: a reader of our own for versions 2 and 3 (memory-mapped), dequantisation of the common
-//! ggml types to f32, raw block access, the Llama-family config from metadata, and the tokenizer
-//! the metadata describes.
+//! ggml types to f32, raw block access, and the tokenizer the metadata describes (model configs
+//! from GGUF metadata: `llm::LlmConfig::from_gguf`).
 
 mod blocks;
 mod file;
-mod llama;
 mod tokenizer;
 mod types;
 mod value;
@@ -16,7 +15,6 @@ pub use blocks::{
     BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QuantBlock,
 };
 pub use file::{GgufFile, TensorInfo};
-pub use llama::{LlamaConfig, RopeScaling};
 pub use tokenizer::{GgufTokenizer, TokenizerModelKind};
 pub use types::GgmlType;
 pub use value::{MetaArray, MetaValue, ValueType};
