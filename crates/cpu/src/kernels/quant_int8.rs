@@ -1,0 +1,243 @@
+//! Few-row products against block-quantized weights with 8-bit activations (llama.cpp's scheme
+//! for its quantized dot products): each activation row is quantized per 32 columns to
+//! `x ≈ s_x·q_x`, `s_x = max|x| / 127`, `q_x = round_half_even(x / s_x)` (f32 arithmetic), and
+//! each 32-column chunk `c` of weight row `j` contributes
+//! `s_w·s_x·(Σ q_w·q_x − o_w·Σ q_x)` with the integer sum exact (AVX-512 VNNI `vpdpbusd`).
+//!
+//! `vpdpbusd` multiplies unsigned by signed bytes, so signed weights are biased to unsigned
+//! (`u = q_w + 8` for int4, `+ 128` for int8) and the bias joins the offset:
+//! `Σ q_w·q_x − o_w·Σ q_x = Σ u·q_x − (bias + o_w)·Σ q_x`.
+//!
+//! Runs only for weights compiled with `quantize_activations`, block sizes that are multiples of
+//! 32, on CPUs with AVX-512 VNNI; everything else takes the f32-activation GEMV.
+
+use super::quant_blocks::{QFormat, QuantTensor, GEMV_MAX_ROWS};
+
+const CHUNK: usize = 32;
+
+/// Whether [`gemv_row`] runs for `q` on this machine.
+pub fn applies(q: &QuantTensor) -> bool {
+    q.quantize_activations && q.block.is_multiple_of(CHUNK) && vnni()
+}
+
+fn vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vnni")
+            && std::is_x86_feature_detected!("f16c")
+            && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Floats of one prepared activation row: the quantized bytes, per chunk pair the two scales
+/// spread over 8 lanes each, per chunk the scale and `s_x·Σ q_x`.
+pub fn row_floats(k: usize) -> usize {
+    let chunks = k / CHUNK;
+    k / 4 + chunks / 2 * 16 + 2 * chunks
+}
+
+struct Layout {
+    chunks: usize,
+    pairs: usize,
+}
+
+impl Layout {
+    fn of(k: usize) -> Layout {
+        let chunks = k / CHUNK;
+        Layout {
+            chunks,
+            pairs: chunks / 2,
+        }
+    }
+    fn spread(&self, k: usize) -> usize {
+        k / 4
+    }
+    fn scales(&self, k: usize) -> usize {
+        k / 4 + self.pairs * 16
+    }
+    fn sums(&self, k: usize) -> usize {
+        self.scales(k) + self.chunks
+    }
+}
+
+/// Quantizes `x[..cols]` into `out[..row_floats(cols)]`. 4-bit weights get each chunk as its 16
+/// even then 16 odd columns (the low and high nibbles of a byte).
+pub fn prepare(x: &[f32], q: &QuantTensor, out: &mut [f32]) {
+    let k = q.cols;
+    let l = Layout::of(k);
+    let (qbytes, rest) = out.split_at_mut(l.spread(k));
+    let qbytes: &mut [i8] = bytemuck::cast_slice_mut(qbytes);
+    let (spread, rest) = rest.split_at_mut(l.pairs * 16);
+    let (scales, rest) = rest.split_at_mut(l.chunks);
+    let sums = &mut rest[..l.chunks];
+    let four = q.format.bits() == 4;
+    for (c, src) in x[..k].chunks_exact(CHUNK).enumerate() {
+        let amax = src.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let s = amax / 127.0;
+        let dst = &mut qbytes[c * CHUNK..(c + 1) * CHUNK];
+        let mut total = 0i32;
+        for (i, v) in src.iter().enumerate() {
+            let qv = if s > 0.0 {
+                (v / s).round_ties_even() as i8
+            } else {
+                0
+            };
+            total += qv as i32;
+            let at = if four { i / 2 + (i % 2) * 16 } else { i };
+            dst[at] = qv;
+        }
+        scales[c] = s;
+        sums[c] = s * total as f32;
+    }
+    for (p, lanes) in spread.chunks_exact_mut(16).enumerate() {
+        lanes[..8].fill(scales[2 * p]);
+        lanes[8..].fill(scales[2 * p + 1]);
+    }
+}
+
+/// `acc[i] = Σ_c w[j, c]·x_i[c]` for the `m` prepared rows (stride `stride` floats).
+pub fn gemv_row(
+    q: &QuantTensor,
+    j: usize,
+    prep: &[f32],
+    stride: usize,
+    m: usize,
+    acc: &mut [f32; GEMV_MAX_ROWS],
+) {
+    debug_assert!(m <= GEMV_MAX_ROWS && prep.len() >= m * stride);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `applies` checked the CPU features; slices are sized by the tensor's geometry.
+    unsafe {
+        gemv_row_vnni(q, j, prep, stride, m, acc)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (q, j, stride, acc);
+        unreachable!("applies() is false off x86-64");
+    }
+}
+
+fn bias(format: QFormat) -> (i32, u8) {
+    match format {
+        QFormat::U4 | QFormat::U8 => (0, 0),
+        QFormat::I4 => (8, 8),
+        QFormat::I8 => (128, 0x80),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,fma")]
+unsafe fn gemv_row_vnni(
+    q: &QuantTensor,
+    j: usize,
+    prep: &[f32],
+    stride: usize,
+    m: usize,
+    acc: &mut [f32; GEMV_MAX_ROWS],
+) {
+    use super::quant_blocks::params16;
+    use std::arch::x86_64::*;
+    let k = q.cols;
+    let l = Layout::of(k);
+    let per_block = q.block / CHUNK;
+    let four = q.format.bits() == 4;
+    let (bias, flip) = bias(q.format);
+    let row = q.data_row(j);
+    let scale = q.params(q.scale_params(), j);
+    let offset = q.offset_params().map(|p| q.params(p, j));
+    let rp = row.as_ptr();
+    let base = prep.as_ptr();
+    let x_bytes = |i: usize| base.add(i * stride) as *const u8;
+    let x_spread = |i: usize| base.add(i * stride + l.spread(k));
+    let x_scales = |i: usize| base.add(i * stride + l.scales(k));
+    let x_sums = |i: usize| base.add(i * stride + l.sums(k));
+
+    let nibble = _mm256_set1_epi8(0x0F);
+    let flipv = _mm512_set1_epi8(flip as i8);
+    let two = _mm512_set1_epi32(2);
+    let first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let mut sums = [_mm512_setzero_ps(); GEMV_MAX_ROWS];
+    let mut corrections = [_mm512_setzero_ps(); GEMV_MAX_ROWS];
+    let mut tails = [0.0f32; GEMV_MAX_ROWS];
+    let mut sw = [0.0f32; 16];
+    let mut bo = [0.0f32; 16];
+    let mut g = 0;
+    while g < l.chunks {
+        let len = (l.chunks - g).min(16);
+        let (swv, bov) = if len == 16 && per_block == 1 {
+            let o = offset
+                .as_ref()
+                .map_or(_mm512_setzero_ps(), |o| params16(o, g));
+            (
+                params16(&scale, g),
+                _mm512_add_ps(o, _mm512_set1_ps(bias as f32)),
+            )
+        } else {
+            sw.fill(0.0);
+            bo.fill(0.0);
+            for t in 0..len {
+                let b = (g + t) / per_block;
+                sw[t] = scale.get(b);
+                bo[t] = bias as f32 + offset.as_ref().map_or(0.0, |o| o.get(b));
+            }
+            (_mm512_loadu_ps(sw.as_ptr()), _mm512_loadu_ps(bo.as_ptr()))
+        };
+        let live = ((1u32 << len) - 1) as __mmask16;
+        let swbo = _mm512_mul_ps(swv, bov);
+        for i in 0..m {
+            let t = _mm512_maskz_loadu_ps(live, x_sums(i).add(g));
+            corrections[i] = _mm512_fmadd_ps(swbo, t, corrections[i]);
+        }
+        let mut lanes = first_pair;
+        let mut p = 0;
+        while p + 1 < len {
+            let c0 = g + p;
+            let w = if four {
+                let v = _mm256_loadu_si256(rp.add(c0 * 16) as *const __m256i);
+                let lo = _mm256_and_si256(v, nibble);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+                let w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                // [lo c0, lo c1, hi c0, hi c1] → [lo c0, hi c0, lo c1, hi c1]
+                _mm512_shuffle_i64x2(w, w, 0b11_01_10_00)
+            } else {
+                _mm512_loadu_si512(rp.add(c0 * CHUNK) as *const _)
+            };
+            let w = _mm512_xor_si512(w, flipv);
+            let s = _mm512_permutexvar_ps(lanes, swv);
+            for i in 0..m {
+                let x = _mm512_loadu_si512(x_bytes(i).add(c0 * CHUNK) as *const _);
+                let d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+                let sx = _mm512_loadu_ps(x_spread(i).add(c0 / 2 * 16));
+                sums[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), sx), s, sums[i]);
+            }
+            lanes = _mm512_add_epi32(lanes, two);
+            p += 2;
+        }
+        if p < len {
+            let c = g + p;
+            let s_w = scale.get(c / per_block);
+            for i in 0..m {
+                let x = x_bytes(i).add(c * CHUNK) as *const i8;
+                let mut dot = 0i32;
+                for t in 0..CHUNK {
+                    let u = if four {
+                        let byte = *rp.add(c * 16 + t % 16);
+                        (if t < 16 { byte & 15 } else { byte >> 4 }) ^ flip
+                    } else {
+                        *rp.add(c * CHUNK + t) ^ flip
+                    };
+                    dot += u as i32 * *x.add(t) as i32;
+                }
+                tails[i] += s_w * *x_scales(i).add(c) * dot as f32;
+            }
+        }
+        g += len;
+    }
+    for i in 0..m {
+        acc[i] = _mm512_reduce_add_ps(sums[i]) + tails[i] - _mm512_reduce_add_ps(corrections[i]);
+    }
+}
