@@ -12,7 +12,8 @@ use std::sync::Arc;
 /// Options for [`compile`]. `Default::default()` sizes the thread pool to the machine.
 #[derive(Clone, Debug)]
 pub struct CompileOptions {
-    /// Worker threads for large kernels; `None` = all cores.
+    /// Worker threads for large kernels; `None` = the size of rayon's global pool (all cores
+    /// unless `RAYON_NUM_THREADS` says otherwise).
     pub threads: Option<usize>,
     /// Pattern fusion (epilogues, attention, norms, elementwise chains). On by default.
     pub fuse: bool,
@@ -399,7 +400,7 @@ pub fn compile(
     })?;
     let threads = options
         .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .unwrap_or_else(rayon::current_num_threads)
         .max(1);
     let mut b = Builder {
         values: Vec::new(),
