@@ -77,7 +77,16 @@ pub(crate) enum ParamSlice<'a> {
     F16(&'a [f16]),
 }
 
-impl ParamSlice<'_> {
+impl<'a> ParamSlice<'a> {
+    /// Values `start..start + len`.
+    #[inline(always)]
+    pub(crate) fn sub(&self, start: usize, len: usize) -> ParamSlice<'a> {
+        match self {
+            ParamSlice::F32(v) => ParamSlice::F32(&v[start..start + len]),
+            ParamSlice::F16(v) => ParamSlice::F16(&v[start..start + len]),
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn get(&self, i: usize) -> f32 {
         match self {
@@ -172,6 +181,25 @@ impl QuantTensor {
     pub(crate) fn data_row(&self, r: usize) -> &[u8] {
         let rb = self.row_bytes();
         &self.all()[self.data + r * rb..self.data + (r + 1) * rb]
+    }
+
+    /// The parameters of every row.
+    pub(crate) fn params_all<'a>(&'a self, p: &'a Params) -> ParamSlice<'a> {
+        let n = self.blocks_per_row() * self.rows;
+        match p {
+            Params::F32 { off } => {
+                ParamSlice::F32(bytemuck::cast_slice(&self.all()[*off..off + 4 * n]))
+            }
+            Params::F16 { off } => {
+                ParamSlice::F16(bytemuck::cast_slice(&self.all()[*off..off + 2 * n]))
+            }
+            Params::Owned(v) => ParamSlice::F32(v),
+        }
+    }
+
+    /// The quantized data of every row.
+    pub(crate) fn data_all(&self) -> &[u8] {
+        &self.all()[self.data..self.data + self.rows * self.row_bytes()]
     }
 
     pub(crate) fn params<'a>(&'a self, p: &'a Params, r: usize) -> ParamSlice<'a> {
@@ -321,12 +349,13 @@ pub fn run(mm: &Matmul, q: &QuantTensor, cx: &Cx) {
             1
         };
         let per = n.div_ceil(chunks);
+        let rows = super::quant_int8::Rows::of(q);
         cx.par_for(chunks, &|c| {
             let j0 = c * per;
             let j1 = (j0 + per).min(n);
             for j in j0..j1 {
                 let mut acc = [0.0f32; GEMV_MAX_ROWS];
-                super::quant_int8::gemv_row(q, j, prep, stride, m, &mut acc);
+                super::quant_int8::gemv_row(&rows, j, prep, stride, m, &mut acc);
                 for (i, v) in acc[..m].iter().enumerate() {
                     // SAFETY: out is [m, n]; chunks write disjoint columns.
                     unsafe { *out.get().add(i * n + j) = *v };

@@ -167,9 +167,28 @@ unsafe fn quantize_chunk_avx512(src: &[f32], dst: &mut [i8], four: bool) -> (f32
     (s, _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)))
 }
 
+/// A quantized matrix's data and parameters, resolved once per product.
+pub struct Rows<'a> {
+    q: &'a QuantTensor,
+    data: &'a [u8],
+    scale: ParamSlice<'a>,
+    offset: Option<ParamSlice<'a>>,
+}
+
+impl<'a> Rows<'a> {
+    pub fn of(q: &'a QuantTensor) -> Rows<'a> {
+        Rows {
+            q,
+            data: q.data_all(),
+            scale: q.params_all(q.scale_params()),
+            offset: q.offset_params().map(|p| q.params_all(p)),
+        }
+    }
+}
+
 /// `acc[i] = Σ_c w[j, c]·x_i[c]` for the `m` prepared rows (stride `stride` floats).
 pub fn gemv_row(
-    q: &QuantTensor,
+    rows: &Rows<'_>,
     j: usize,
     prep: &[f32],
     stride: usize,
@@ -177,6 +196,7 @@ pub fn gemv_row(
     acc: &mut [f32; GEMV_MAX_ROWS],
 ) {
     debug_assert!(m <= GEMV_MAX_ROWS && prep.len() >= m * stride);
+    let q = rows.q;
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `applies` checked the CPU features; slices are sized by the tensor's geometry.
     unsafe {
@@ -184,8 +204,8 @@ pub fn gemv_row(
         macro_rules! rows {
             ($($m:literal)*) => {
                 match (four, m) {
-                    $((true, $m) => gemv_row_vnni::<true, $m>(q, j, prep, stride, acc),
-                      (false, $m) => gemv_row_vnni::<false, $m>(q, j, prep, stride, acc),)*
+                    $((true, $m) => gemv_row_vnni::<true, $m>(rows, j, prep, stride, acc),
+                      (false, $m) => gemv_row_vnni::<false, $m>(rows, j, prep, stride, acc),)*
                     _ => unreachable!("at most GEMV_MAX_ROWS rows"),
                 }
             };
@@ -210,7 +230,7 @@ fn bias(format: QFormat) -> (i32, u8) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
 unsafe fn gemv_row_vnni<const FOUR: bool, const M: usize>(
-    q: &QuantTensor,
+    rows: &Rows<'_>,
     j: usize,
     prep: &[f32],
     stride: usize,
@@ -218,13 +238,15 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const M: usize>(
 ) {
     use super::quant_blocks::params16;
     use std::arch::x86_64::*;
+    let q = rows.q;
     let k = q.cols;
     let l = Layout::of(k);
     let per_block = q.block / CHUNK;
     let (bias, flip) = bias(q.format);
-    let row = q.data_row(j);
-    let scale = q.params(q.scale_params(), j);
-    let offset = q.offset_params().map(|p| q.params(p, j));
+    let (rb, nb) = (q.row_bytes(), q.blocks_per_row());
+    let row = &rows.data[j * rb..(j + 1) * rb];
+    let scale = rows.scale.sub(j * nb, nb);
+    let offset = rows.offset.as_ref().map(|p| p.sub(j * nb, nb));
     let rp = row.as_ptr();
     let base = prep.as_ptr();
     let x_bytes = |i: usize| base.add(i * stride) as *const u8;
