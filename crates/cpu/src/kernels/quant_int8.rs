@@ -16,6 +16,8 @@
 use super::quant_blocks::{ParamSlice, QFormat, QuantTensor, GEMV_MAX_ROWS};
 
 const CHUNK: usize = 32;
+/// Bytes of weight data requested ahead of use.
+const PREFETCH: usize = 4096;
 
 /// Whether [`gemv_row`] runs for `q` on this machine.
 pub fn applies(q: &QuantTensor) -> bool {
@@ -296,6 +298,9 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const M: usize>(
         let mut p = 0;
         while p + 1 < len {
             let c0 = g + p;
+            // the weight stream is the bound: ask for it ahead (rows are contiguous)
+            let at = if FOUR { c0 * 16 } else { c0 * CHUNK };
+            _mm_prefetch::<_MM_HINT_T0>(rp.add(at + PREFETCH) as *const i8);
             let w = if FOUR {
                 let v = _mm256_loadu_si256(rp.add(c0 * 16) as *const __m256i);
                 let lo = _mm256_and_si256(v, nibble);
