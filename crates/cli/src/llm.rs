@@ -23,9 +23,9 @@ pub struct ModelArgs {
     /// f32), int8 or int4 (every matrix quantized in blocks of 32).
     #[arg(long, default_value = "stored")]
     pub compress: String,
-    /// Activations of decode steps against block-quantized weights: int8 (quantized per 32
-    /// values with integer dot products, llama.cpp's scheme; AVX-512 VNNI CPUs) or f32 (exact).
-    #[arg(long, default_value = "int8", value_parser = ["int8", "f32"])]
+    /// Activations of decode steps against block-quantized weights: f32 (exact) or int8
+    /// (quantized per 32 values with integer dot products, llama.cpp's scheme; AVX-512 VNNI CPUs).
+    #[arg(long, default_value = "f32", value_parser = ["int8", "f32"])]
     pub activations: String,
     /// Largest context in tokens (prompt and generated), up to the model's own limit.
     #[arg(long, default_value_t = 2048)]

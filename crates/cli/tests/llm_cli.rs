@@ -175,9 +175,6 @@ fn smollm2_generate_chat_answers_the_capital_of_france() {
             "0",
             "-n",
             "64",
-            // transformers' answer: the exact activations (int8 ones round like llama.cpp's)
-            "--activations",
-            "f32",
         ],
         None,
     );

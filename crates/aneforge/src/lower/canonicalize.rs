@@ -38,6 +38,27 @@ fn rewrite(
             srcs[0].select(&a, &srcs[2])?
         }
         Op::Linear { has_bias } => linear(srcs, *has_bias)?,
+        // Core ML rejects dilations on a conv whose weight is not a constant (coremltools:
+        // "Convolution with dynamic weights does not support dilations"), so the weight is
+        // dilated in the program instead: zeros between taps, dilation 1.
+        Op::Conv { attrs, has_bias }
+            if !is_const(&srcs[1]) && attrs.dilations.iter().any(|&d| d > 1) =>
+        {
+            let weight = dilate_weight(&srcs[1], &attrs.dilations)?;
+            let attrs = graph::ConvAttrs {
+                dilations: vec![1; attrs.dilations.len()],
+                ..attrs.clone()
+            };
+            let mut inputs = vec![srcs[0].clone(), weight];
+            inputs.extend(srcs.get(2).cloned());
+            Tensor::from_op(
+                Op::Conv {
+                    attrs,
+                    has_bias: *has_bias,
+                },
+                inputs,
+            )?
+        }
         Op::LayerNorm {
             axes,
             eps,
@@ -109,6 +130,29 @@ fn rewrite(
         _ => return Ok(None),
     };
     Ok(Some(out))
+}
+
+/// `[Cout, Cin/g, k…]` → `[Cout, Cin/g, (k−1)·d+1 …]` with `d − 1` zeros between taps.
+fn dilate_weight(w: &Tensor, dilations: &[usize]) -> Result<Tensor, GraphError> {
+    let mut w = w.clone();
+    for (i, &d) in dilations.iter().enumerate() {
+        let axis = 2 + i;
+        let k = w.shape()[axis];
+        if d <= 1 || k <= 1 {
+            continue;
+        }
+        let mut gap_shape = w.shape().to_vec();
+        gap_shape.insert(axis + 1, d - 1);
+        let gap = graph::full(&gap_shape, 0.0)?;
+        let taps = w.expand_dims(&[axis as isize + 1])?;
+        let spread = graph::concat(&[taps, gap], axis as isize + 1)?;
+        let mut flat: Vec<isize> = w.shape().iter().map(|&n| n as isize).collect();
+        flat[axis] = (k * d) as isize;
+        w = spread
+            .reshape(&flat)?
+            .narrow(axis as isize, 0, (k - 1) * d + 1)?;
+    }
+    Ok(w)
 }
 
 /// MIL `linear` takes constant weights and an input of rank 1 to 3.
