@@ -9,7 +9,8 @@
 # table with the ratios. The figures in docs/performance.md come from this script.
 # Usage: tools/bench/llm.sh
 # Environment: THREADS (2), PROMPT (128), DECODE (128), REPEAT (3), FORMATS ("q4_1 q8_0"),
-#   LLAMACPP_PYTHON (/work/venv-llamacpp/bin/python), REF_PYTHON (/work/venv-ref/bin/python).
+#   ACTIVATIONS (int8: llama.cpp's scheme; f32), LLAMACPP_PYTHON (/work/venv-llamacpp/bin/python),
+#   REF_PYTHON (/work/venv-ref/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 THREADS="${THREADS:-2}" PROMPT="${PROMPT:-128}" DECODE="${DECODE:-128}" REPEAT="${REPEAT:-3}"
@@ -52,7 +53,7 @@ PYEOF
     echo "# $format: load average $(load)"
     RAYON_NUM_THREADS="$THREADS" ./target/release/aneforge bench llm -m "$gguf" \
         --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --repeat "$REPEAT" \
-        --prompt-file "$work/prompt.txt" --json \
+        --prompt-file "$work/prompt.txt" --activations "${ACTIVATIONS:-int8}" --json \
         | sed "s/^{/{\"format\": \"$format\", /" | tee -a "$results"
     peers="llama.cpp"
     [[ "$format" == q4_1 ]] && peers="llama.cpp,transformers"

@@ -90,7 +90,17 @@ impl Model {
         function: &str,
         engine: Engine,
     ) -> Result<Model, Error> {
-        let exec = engine::load_function(&artifact, function, engine)?;
+        Model::load_function_with(artifact, function, engine, engine::EngineOptions::default())
+    }
+
+    /// [`Model::load_function`] with engine options.
+    pub fn load_function_with(
+        artifact: Arc<Artifact>,
+        function: &str,
+        engine: Engine,
+        options: engine::EngineOptions,
+    ) -> Result<Model, Error> {
+        let exec = engine::load_function_with(&artifact, function, engine, options)?;
         let index = artifact
             .functions()
             .iter()

@@ -23,6 +23,10 @@ pub struct ModelArgs {
     /// f32), int8 or int4 (every matrix quantized in blocks of 32).
     #[arg(long, default_value = "stored")]
     pub compress: String,
+    /// Activations of decode steps against block-quantized weights: f32 (exact) or int8
+    /// (quantized per 32 values with integer dot products, llama.cpp's scheme; AVX-512 VNNI CPUs).
+    #[arg(long, default_value = "f32", value_parser = ["int8", "f32"])]
+    pub activations: String,
     /// Largest context in tokens (prompt and generated), up to the model's own limit.
     #[arg(long, default_value_t = 2048)]
     pub ctx: usize,
@@ -155,6 +159,7 @@ fn load(
         engine,
         max_context: args.ctx,
         all_logits_chunks: all_logits,
+        quantize_activations: args.activations == "int8",
         ..RunnerOptions::default()
     };
     if let Some(p) = prefill {
@@ -452,10 +457,11 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
     let opt = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.3}"));
     if args.json {
         println!(
-            "{{\"peer\": \"aneforge\", \"model\": {:?}, \"target\": \"{}\", \"weights\": {:?}, \"threads\": {threads}, \"prompt_tokens\": {}, \"prefill_tok_s\": {prefill_tok_s:.3}, \"prefill_cpu_s\": {}, \"decode_tokens\": {}, \"decode_tok_s\": {decode_tok_s:.3}, \"decode_wall_s\": {:.3}, \"decode_cpu_s\": {}, \"peak_rss_mb\": {}, \"load_s\": {:.3}, \"first_run_s\": {warmup:.3}}}",
+            "{{\"peer\": \"aneforge\", \"model\": {:?}, \"target\": \"{}\", \"weights\": {:?}, \"activations\": {:?}, \"threads\": {threads}, \"prompt_tokens\": {}, \"prefill_tok_s\": {prefill_tok_s:.3}, \"prefill_cpu_s\": {}, \"decode_tokens\": {}, \"decode_tok_s\": {decode_tok_s:.3}, \"decode_wall_s\": {:.3}, \"decode_cpu_s\": {}, \"peak_rss_mb\": {}, \"load_s\": {:.3}, \"first_run_s\": {warmup:.3}}}",
             args.model.model,
             loaded.opts.target,
             args.model.compress,
+            args.model.activations,
             ids.len(),
             opt(prefill.cpu),
             args.decode_tokens,
@@ -466,10 +472,11 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "{} ({}, {} weights, {} threads): prefill {} tokens {:.1} tok/s, decode {} tokens {:.1} tok/s ({} CPU s for {:.2} s), peak RSS {}, load {:.2} s, first run {:.2} s",
+            "{} ({}, {} weights, {} activations, {} threads): prefill {} tokens {:.1} tok/s, decode {} tokens {:.1} tok/s ({} CPU s for {:.2} s), peak RSS {}, load {:.2} s, first run {:.2} s",
             args.model.model,
             loaded.opts.target,
             args.model.compress,
+            args.model.activations,
             threads,
             ids.len(),
             prefill_tok_s,

@@ -188,7 +188,17 @@ fn smollm2_chat_keeps_the_conversation() {
     let _ = require_model!(SMOLLM2);
     let turns = ["What is the capital of France?", "And of Germany?"];
     let out = aneforge(
-        &["chat", "-m", SMOLLM2, "--temperature", "0", "-n", "40"],
+        &[
+            "chat",
+            "-m",
+            SMOLLM2,
+            "--temperature",
+            "0",
+            "-n",
+            "40",
+            "--activations",
+            "f32",
+        ],
         Some(&format!("{}\n{}\n", turns[0], turns[1])),
     );
     let text = stdout(&out);

@@ -12,10 +12,16 @@ use std::sync::Arc;
 /// Options for [`compile`]. `Default::default()` sizes the thread pool to the machine.
 #[derive(Clone, Debug)]
 pub struct CompileOptions {
-    /// Worker threads for large kernels; `None` = all cores.
+    /// Worker threads for large kernels; `None` = the size of rayon's global pool (all cores
+    /// unless `RAYON_NUM_THREADS` says otherwise).
     pub threads: Option<usize>,
     /// Pattern fusion (epilogues, attention, norms, elementwise chains). On by default.
     pub fuse: bool,
+    /// Few-row products against block-quantized weights (`constexpr_blockwise_shift_scale`,
+    /// blocks of 32k columns) quantize their activation rows to 8 bits per 32 columns and sum in
+    /// integers (llama.cpp's scheme; AVX-512 VNNI CPUs only, the f32 path elsewhere). Results
+    /// then differ from exact f32 activations by the activation rounding. Off by default.
+    pub quantize_activations: bool,
 }
 
 impl Default for CompileOptions {
@@ -23,6 +29,7 @@ impl Default for CompileOptions {
         CompileOptions {
             threads: None,
             fuse: true,
+            quantize_activations: false,
         }
     }
 }
@@ -35,6 +42,7 @@ pub(crate) struct Builder<'p> {
     pub quant: HashMap<Vid, crate::kernels::quant::QuantWeight>,
     pub nodes: Vec<Node>,
     pub blobs: &'p BlobStore,
+    pub quantize_activations: bool,
 }
 
 impl Builder<'_> {
@@ -392,7 +400,7 @@ pub fn compile(
     })?;
     let threads = options
         .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .unwrap_or_else(rayon::current_num_threads)
         .max(1);
     let mut b = Builder {
         values: Vec::new(),
@@ -401,6 +409,7 @@ pub fn compile(
         quant: HashMap::new(),
         nodes: Vec::new(),
         blobs,
+        quantize_activations: options.quantize_activations,
     };
     let mut inputs = Vec::new();
     for (i, nv) in f.inputs.iter().enumerate() {

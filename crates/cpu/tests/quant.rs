@@ -25,6 +25,9 @@ struct Built {
     scale_off: u64,
     offset_off: Option<u64>,
     weights: Vec<f64>,
+    q: Vec<i64>,
+    scales: Vec<f64>,
+    offsets: Vec<f64>,
 }
 
 fn pack(case: &QuantCase, q: &[i64]) -> Vec<u8> {
@@ -97,6 +100,9 @@ fn build(case: &QuantCase, rng: &mut Rng) -> Built {
         scale_off,
         offset_off,
         weights,
+        q,
+        scales,
+        offsets,
     }
 }
 
@@ -303,4 +309,185 @@ fn other_consumers_see_dequantized_values() {
             "{g} vs {w}"
         );
     }
+}
+
+/// llama.cpp's activation quantization, independently: per 32 columns `s = max|x| / 127`,
+/// `q = round_half_even(x / s)`, both in f32 arithmetic as the option specifies.
+fn quantize_activations(x: &[f64]) -> (Vec<i64>, Vec<f64>) {
+    let mut qs = Vec::with_capacity(x.len());
+    let mut scales = Vec::new();
+    for chunk in x.chunks(32) {
+        let amax = chunk
+            .iter()
+            .map(|v| (*v as f32).abs())
+            .fold(0.0f32, f32::max);
+        let s = amax / 127.0;
+        for v in chunk {
+            qs.push(if s > 0.0 {
+                ((*v as f32) / s).round_ties_even() as i64
+            } else {
+                0
+            });
+        }
+        scales.push(f64::from(s));
+    }
+    (qs, scales)
+}
+
+fn vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512bw")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// `quantize_activations`: the product against an f64 evaluation of the same scheme — activations
+/// quantized as specified, exact integer sums per 32 columns, then `s_w·s_x·(Σ q_w·q_x − o_w·Σ q_x)`.
+fn check_quantized_activations(case: &QuantCase, m: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let b = build(case, &mut rng);
+    let d = case.scale;
+    let mut p = Prog::new();
+    let x = p.input("x", d, &[m, case.cols]);
+    let w = quant_const(&mut p, case, &b);
+    let y = p.op(
+        "linear",
+        &[("x", v(&x)), ("weight", v(&w))],
+        d,
+        &[m, case.rows],
+    );
+    p.output(&y);
+    let opts = CompileOptions {
+        quantize_activations: true,
+        ..Default::default()
+    };
+    let plan = compile(&p.build(), "main", &b.blobs, &opts).unwrap();
+    let kinds = plan.schedule().join(" ");
+    assert!(kinds.contains("matmul-quant-gemv-i8"), "{kinds}");
+    let k = case.cols;
+    let mut xv = quantize(d, &rng.vec(m * k, -1.0, 1.0));
+    // an all-zero chunk (scale 0) and one whose scaled values tie at halves
+    xv[..32].fill(0.0);
+    if k >= 64 {
+        for (t, v) in xv[32..64].iter_mut().enumerate() {
+            *v = (t as f64 - 16.0) * 0.25;
+        }
+    }
+    let mut inst = plan.instantiate();
+    set(&mut inst, "x", d, &xv);
+    inst.execute().unwrap();
+    let got = inst.read_output_f32(&y).unwrap();
+    let nb = k / case.block;
+    for r in 0..m {
+        let (qx, sx) = quantize_activations(&xv[r * k..(r + 1) * k]);
+        for j in 0..case.rows {
+            let (mut want, mut size) = (0.0f64, 0.0f64);
+            for (c, &s_x) in sx.iter().enumerate() {
+                let bi = j * nb + c * 32 / case.block;
+                let cols = c * 32..(c + 1) * 32;
+                let dot: i64 = cols.clone().map(|t| b.q[j * k + t] * qx[t]).sum();
+                let sum_q: i64 = cols.map(|t| qx[t]).sum();
+                let o = if case.offset { b.offsets[bi] } else { 0.0 };
+                let term = b.scales[bi] * s_x * (dot as f64 - o * sum_q as f64);
+                want += term;
+                // the integer path sums Σ u·q_x (u = q_w + bias) in f32 lanes of partial integer
+                // sums and (bias + o)·Σ q_x apart: rounding scales with Σ |u·q_x|
+                let bias = match case.data {
+                    DType::Int4 => 8,
+                    DType::Int8 => 128,
+                    _ => 0,
+                };
+                let abs_dot: i64 = (c * 32..(c + 1) * 32)
+                    .map(|t| ((b.q[j * k + t] + bias) * qx[t]).abs())
+                    .sum();
+                size += (b.scales[bi] * s_x).abs()
+                    * (abs_dot as f64 + (o + bias as f64).abs() * (sum_q as f64).abs());
+            }
+            let g = f64::from(got[r * case.rows + j]);
+            // f32 rounding of the per-chunk terms and of their sum (plus the output's own
+            // rounding for fp16 programs)
+            let mut tol = 1e-6 * (size + 1e-6) * ((k / 32) as f64).sqrt().max(1.0);
+            if d == DType::Fp16 {
+                tol += want.abs() * 2f64.powi(-11);
+            }
+            assert!(
+                (g - want).abs() <= tol,
+                "{:?} x {:?} block={} offset={} k={k} m={m} row {r} column {j}: got {g}, \
+                 want {want} (tol {tol})",
+                case.data,
+                case.scale,
+                case.block,
+                case.offset
+            );
+        }
+    }
+}
+
+#[test]
+fn quantized_activations_match_the_integer_scheme() {
+    if !vnni() {
+        eprintln!("no AVX-512 VNNI: quantize_activations keeps the f32 path tested above");
+        return;
+    }
+    let mut cases = Vec::new();
+    // 64 columns: one chunk pair; 96: a pair and a lone chunk; 1248: 39 chunks (groups of 16
+    // and a tail group ending in a lone chunk); 1536: 48 chunks (whole groups)
+    for cols in [64usize, 96, 1248, 1536] {
+        for (data, block, offset, scale) in [
+            (DType::Int4, 32, false, DType::Fp16),
+            (DType::Int4, 32, true, DType::Fp32),
+            (DType::Uint4, 32, true, DType::Fp16),
+            (DType::Uint4, 64, true, DType::Fp32),
+            (DType::Int8, 32, false, DType::Fp16),
+            (DType::Int8, 64, true, DType::Fp32),
+            (DType::Uint8, 32, true, DType::Fp32),
+        ] {
+            if cols % block == 0 {
+                cases.push(QuantCase {
+                    data,
+                    scale,
+                    rows: 21,
+                    cols,
+                    block,
+                    offset,
+                });
+            }
+        }
+    }
+    for (i, case) in cases.iter().enumerate() {
+        for m in [1, 3, 8] {
+            check_quantized_activations(case, m, 101 + i as u64 * 13 + m as u64);
+        }
+    }
+}
+
+#[test]
+fn quantized_activations_are_an_explicit_option() {
+    let case = QuantCase {
+        data: DType::Int4,
+        scale: DType::Fp32,
+        rows: 8,
+        cols: 64,
+        block: 32,
+        offset: false,
+    };
+    let b = build(&case, &mut Rng(3));
+    let mut p = Prog::new();
+    let x = p.input("x", DType::Fp32, &[1, 64]);
+    let w = quant_const(&mut p, &case, &b);
+    let y = p.op(
+        "linear",
+        &[("x", v(&x)), ("weight", v(&w))],
+        DType::Fp32,
+        &[1, 8],
+    );
+    p.output(&y);
+    let plan = compile(&p.build(), "main", &b.blobs, &CompileOptions::default()).unwrap();
+    let kinds = plan.schedule().join(" ");
+    assert!(
+        kinds.contains("matmul-quant-gemv") && !kinds.contains("-i8"),
+        "{kinds}"
+    );
 }

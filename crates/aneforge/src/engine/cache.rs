@@ -9,10 +9,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 const CAPACITY: usize = 64;
 
+/// Program content hash, function, and the CPU compile choices that change the plan.
+type PlanKey = ([u8; 32], String, super::EngineOptions);
+
 #[derive(Default)]
 struct Cache {
-    plans: HashMap<([u8; 32], String), Arc<Plan>>,
-    order: VecDeque<([u8; 32], String)>,
+    plans: HashMap<PlanKey, Arc<Plan>>,
+    order: VecDeque<PlanKey>,
     compiles: HashMap<[u8; 32], usize>,
     hits: u64,
 }
@@ -48,9 +51,13 @@ pub fn cache_stats() -> CacheStats {
 }
 
 /// The plan for one function of `artifact`, compiled on first use.
-pub(crate) fn cpu_plan(artifact: &Artifact, function: &str) -> Result<Arc<Plan>, EngineError> {
+pub(crate) fn cpu_plan(
+    artifact: &Artifact,
+    function: &str,
+    options: super::EngineOptions,
+) -> Result<Arc<Plan>, EngineError> {
     let hash = artifact.content_hash();
-    let key = (hash, function.to_string());
+    let key = (hash, function.to_string(), options);
     {
         let mut c = lock();
         if let Some(plan) = c.plans.get(&key).cloned() {
@@ -63,7 +70,10 @@ pub(crate) fn cpu_plan(artifact: &Artifact, function: &str) -> Result<Arc<Plan>,
         artifact.program(),
         function,
         &blobs,
-        &aneforge_cpu::CompileOptions::default(),
+        &aneforge_cpu::CompileOptions {
+            quantize_activations: options.quantize_activations,
+            ..Default::default()
+        },
     )?;
     let mut c = lock();
     *c.compiles.entry(hash).or_insert(0) += 1;

@@ -31,7 +31,15 @@ impl CpuExecutable {
         artifact: &Artifact,
         function: &str,
     ) -> Result<CpuExecutable, EngineError> {
-        let plan = cache::cpu_plan(artifact, function)?;
+        Self::load_function_with(artifact, function, super::EngineOptions::default())
+    }
+
+    pub fn load_function_with(
+        artifact: &Artifact,
+        function: &str,
+        options: super::EngineOptions,
+    ) -> Result<CpuExecutable, EngineError> {
+        let plan = cache::cpu_plan(artifact, function, options)?;
         let inputs = ports(plan.inputs());
         let outputs = ports(plan.outputs());
         Ok(CpuExecutable {

@@ -141,11 +141,30 @@ pub fn load(artifact: &Artifact, engine: Engine) -> Result<Box<dyn Executable>, 
     load_function(artifact, &main, engine)
 }
 
+/// Numerical choices of an engine that the program leaves open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EngineOptions {
+    /// CPU engine: few-row products against block-quantized weights quantize their activations
+    /// to 8 bits per 32 columns (llama.cpp's scheme; see
+    /// `aneforge_cpu::CompileOptions::quantize_activations`). The ANE ignores it.
+    pub quantize_activations: bool,
+}
+
 /// Loads one function of an artifact into the chosen engine.
 pub fn load_function(
     artifact: &Artifact,
     function: &str,
     engine: Engine,
+) -> Result<Box<dyn Executable>, EngineError> {
+    load_function_with(artifact, function, engine, EngineOptions::default())
+}
+
+/// [`load_function`] with engine options.
+pub fn load_function_with(
+    artifact: &Artifact,
+    function: &str,
+    engine: Engine,
+    options: EngineOptions,
 ) -> Result<Box<dyn Executable>, EngineError> {
     if artifact.function(function).is_none() {
         return Err(EngineError::UnknownFunction {
@@ -158,8 +177,8 @@ pub fn load_function(
         });
     }
     match engine {
-        Engine::Cpu => Ok(Box::new(cpu::CpuExecutable::load_function(
-            artifact, function,
+        Engine::Cpu => Ok(Box::new(cpu::CpuExecutable::load_function_with(
+            artifact, function, options,
         )?)),
         Engine::Ane => {
             // the ANE runtime retains function `main`: a one-function view over the same weights

@@ -10,6 +10,7 @@ pub mod matmul;
 pub mod micro;
 pub mod quant;
 pub mod quant_blocks;
+pub mod quant_int8;
 pub mod rows;
 pub mod spatial;
 pub mod window;
@@ -89,6 +90,9 @@ impl Kernel {
                 match &m.rhs {
                     matmul::Rhs::Prepared(_) if m.m <= 2 => "-gemv".to_string(),
                     matmul::Rhs::Quant(q) => format!("-gemv-q{}", q.bits),
+                    matmul::Rhs::Blocks(q)
+                        if m.m <= quant_blocks::GEMV_MAX_ROWS && quant_int8::applies(q) =>
+                        "-quant-gemv-i8".into(),
                     matmul::Rhs::Blocks(_) if m.m <= quant_blocks::GEMV_MAX_ROWS =>
                         "-quant-gemv".into(),
                     matmul::Rhs::Blocks(_) => "-quant".into(),

@@ -55,6 +55,9 @@ pub struct QuantTensor {
     pub block: usize,
     scale: Params,
     offset: Option<Params>,
+    /// Few-row products quantize each activation row to 8 bits per 32 columns and use integer
+    /// dot products (see [`super::quant_int8`]); off = f32 activations.
+    pub quantize_activations: bool,
 }
 
 impl std::fmt::Debug for QuantTensor {
@@ -69,14 +72,23 @@ impl std::fmt::Debug for QuantTensor {
     }
 }
 
-enum ParamSlice<'a> {
+pub(crate) enum ParamSlice<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
 }
 
-impl ParamSlice<'_> {
+impl<'a> ParamSlice<'a> {
+    /// Values `start..start + len`.
     #[inline(always)]
-    fn get(&self, i: usize) -> f32 {
+    pub(crate) fn sub(&self, start: usize, len: usize) -> ParamSlice<'a> {
+        match self {
+            ParamSlice::F32(v) => ParamSlice::F32(&v[start..start + len]),
+            ParamSlice::F16(v) => ParamSlice::F16(&v[start..start + len]),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn get(&self, i: usize) -> f32 {
         match self {
             ParamSlice::F32(v) => v[i],
             ParamSlice::F16(v) => v[i].to_f32(),
@@ -115,6 +127,7 @@ impl QuantTensor {
             block,
             scale,
             offset,
+            quantize_activations: false,
         };
         let len = (*t.bytes).as_ref().len();
         let data_end = data.checked_add(rows * t.row_bytes());
@@ -157,7 +170,7 @@ impl QuantTensor {
 
     /// 4-bit data in blocks of whole 32-column chunks: activations are prepared chunk-wise as 16
     /// even then 16 odd columns, the two nibbles of each byte.
-    fn interleaved(&self) -> bool {
+    pub(crate) fn interleaved(&self) -> bool {
         self.format.bits() == 4 && self.block.is_multiple_of(32)
     }
 
@@ -165,12 +178,31 @@ impl QuantTensor {
         (*self.bytes).as_ref()
     }
 
-    fn data_row(&self, r: usize) -> &[u8] {
+    pub(crate) fn data_row(&self, r: usize) -> &[u8] {
         let rb = self.row_bytes();
         &self.all()[self.data + r * rb..self.data + (r + 1) * rb]
     }
 
-    fn params<'a>(&'a self, p: &'a Params, r: usize) -> ParamSlice<'a> {
+    /// The parameters of every row.
+    pub(crate) fn params_all<'a>(&'a self, p: &'a Params) -> ParamSlice<'a> {
+        let n = self.blocks_per_row() * self.rows;
+        match p {
+            Params::F32 { off } => {
+                ParamSlice::F32(bytemuck::cast_slice(&self.all()[*off..off + 4 * n]))
+            }
+            Params::F16 { off } => {
+                ParamSlice::F16(bytemuck::cast_slice(&self.all()[*off..off + 2 * n]))
+            }
+            Params::Owned(v) => ParamSlice::F32(v),
+        }
+    }
+
+    /// The quantized data of every row.
+    pub(crate) fn data_all(&self) -> &[u8] {
+        &self.all()[self.data..self.data + self.rows * self.row_bytes()]
+    }
+
+    pub(crate) fn params<'a>(&'a self, p: &'a Params, r: usize) -> ParamSlice<'a> {
         let nb = self.blocks_per_row();
         match p {
             Params::F32 { off } => {
@@ -185,6 +217,14 @@ impl QuantTensor {
             }
             Params::Owned(v) => ParamSlice::F32(&v[r * nb..(r + 1) * nb]),
         }
+    }
+
+    pub(crate) fn scale_params(&self) -> &Params {
+        &self.scale
+    }
+
+    pub(crate) fn offset_params(&self) -> Option<&Params> {
+        self.offset.as_ref()
     }
 
     #[inline(always)]
@@ -295,7 +335,34 @@ pub fn run(mm: &Matmul, q: &QuantTensor, cx: &Cx) {
             }
         }
     };
-    if m <= GEMV_MAX_ROWS {
+    if m <= GEMV_MAX_ROWS && super::quant_int8::applies(q) {
+        let stride = super::quant_int8::row_floats(k);
+        let x = cx.scratch_at(m * stride, k);
+        for i in 0..m {
+            a_row(i, x);
+            super::quant_int8::prepare(x, q, cx.scratch_at(i * stride, stride));
+        }
+        let prep = &*cx.scratch_at(0, m * stride);
+        let chunks = if cx.threads > 1 && n * k >= 1 << 16 {
+            (cx.threads * 4).min(n.div_ceil(16))
+        } else {
+            1
+        };
+        let per = n.div_ceil(chunks);
+        let rows = super::quant_int8::Rows::of(q);
+        cx.par_for(chunks, &|c| {
+            let j0 = c * per;
+            let j1 = (j0 + per).min(n);
+            for j in j0..j1 {
+                let mut acc = [0.0f32; GEMV_MAX_ROWS];
+                super::quant_int8::gemv_row(&rows, j, prep, stride, m, &mut acc);
+                for (i, v) in acc[..m].iter().enumerate() {
+                    // SAFETY: out is [m, n]; chunks write disjoint columns.
+                    unsafe { *out.get().add(i * n + j) = *v };
+                }
+            }
+        });
+    } else if m <= GEMV_MAX_ROWS {
         let stride = k + q.blocks_per_row();
         let x = cx.scratch_at(m * stride, k);
         for i in 0..m {
@@ -589,7 +656,7 @@ unsafe fn block_dot_u8(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
 #[inline]
-unsafe fn params16(p: &ParamSlice<'_>, b: usize) -> std::arch::x86_64::__m512 {
+pub(crate) unsafe fn params16(p: &ParamSlice<'_>, b: usize) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
     match p {
         ParamSlice::F32(v) => _mm512_loadu_ps(v[b..b + 16].as_ptr()),

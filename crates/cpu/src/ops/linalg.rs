@@ -234,6 +234,11 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
         _ => None,
     };
     let rhs = match (blocks, cx.b.quant.get(&w)) {
+        (Some(q), _) if cx.b.quantize_activations => {
+            let mut q = (*q).clone();
+            q.quantize_activations = true;
+            Rhs::Blocks(std::sync::Arc::new(q))
+        }
         (Some(q), _) => Rhs::Blocks(q),
         (None, Some(q)) if m_rows <= 2 && q.n == n && q.k == k => Rhs::Quant(q.clone()),
         _ => {

@@ -41,6 +41,11 @@ pub struct RunnerOptions {
     pub segment_bytes: Option<usize>,
     /// Embeddings on the host (always for ANE targets, which cannot gather at run time).
     pub host_embeddings: bool,
+    /// CPU engine: decode and verification steps against block-quantized weights quantize their
+    /// activations to 8 bits per 32 columns and use integer dot products, as llama.cpp does
+    /// (logits then differ from the exact f32 computation by that rounding). Off here; the CLI
+    /// turns it on for quantized weights.
+    pub quantize_activations: bool,
 }
 
 impl Default for RunnerOptions {
@@ -54,6 +59,7 @@ impl Default for RunnerOptions {
             all_logits_chunks: Vec::new(),
             segment_bytes: None,
             host_embeddings: false,
+            quantize_activations: false,
         }
     }
 }
@@ -435,8 +441,14 @@ impl Runner {
                     segment.loaded.remove(&old);
                 }
             }
-            let mut model =
-                Model::load_function(segment.artifact.clone(), &key.name(), self.opts.engine)?;
+            let mut model = Model::load_function_with(
+                segment.artifact.clone(),
+                &key.name(),
+                self.opts.engine,
+                aneforge::engine::EngineOptions {
+                    quantize_activations: self.opts.quantize_activations,
+                },
+            )?;
             for l in segment.layers.clone() {
                 model.share_buffer(&plan::k_cache_out(l), &plan::k_cache(l))?;
                 model.share_buffer(&plan::v_cache_out(l), &plan::v_cache(l))?;

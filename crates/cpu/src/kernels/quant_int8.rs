@@ -1,0 +1,371 @@
+//! Few-row products against block-quantized weights with 8-bit activations (llama.cpp's scheme
+//! for its quantized dot products): each activation row is quantized per 32 columns to
+//! `x ≈ s_x·q_x`, `s_x = max|x| / 127`, `q_x = round_half_even(x / s_x)` (f32 arithmetic), and
+//! each 32-column chunk `c` of weight row `j` contributes
+//! `s_w·s_x·(Σ q_w·q_x − o_w·Σ q_x)` with the integer sum exact (AVX-512 VNNI `vpdpbusd`).
+//!
+//! `vpdpbusd` multiplies unsigned by signed bytes, so signed weights are biased to unsigned
+//! (`u = q_w + 8` for int4, `+ 128` for int8) and the bias joins the offset:
+//! `Σ q_w·q_x − o_w·Σ q_x = Σ u·q_x − (bias + o_w)·Σ q_x`.
+//!
+//! A chunk holding a NaN or infinity gets a NaN scale, so the products it feeds are NaN.
+//!
+//! Runs only for weights compiled with `quantize_activations`, block sizes that are multiples of
+//! 32, on CPUs with AVX-512 VNNI; everything else takes the f32-activation GEMV.
+
+use super::quant_blocks::{ParamSlice, QFormat, QuantTensor, GEMV_MAX_ROWS};
+
+const CHUNK: usize = 32;
+/// Bytes of weight data requested ahead of use.
+const PREFETCH: usize = 4096;
+
+/// Whether [`gemv_row`] runs for `q` on this machine.
+pub fn applies(q: &QuantTensor) -> bool {
+    q.quantize_activations && q.block.is_multiple_of(CHUNK) && vnni()
+}
+
+fn vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni")
+            && std::is_x86_feature_detected!("f16c")
+            && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Floats of one prepared activation row: the quantized bytes, per chunk pair the two scales
+/// spread over 8 lanes each, per chunk the scale and `s_x·Σ q_x`.
+pub fn row_floats(k: usize) -> usize {
+    let chunks = k / CHUNK;
+    k / 4 + chunks / 2 * 16 + 2 * chunks
+}
+
+struct Layout {
+    chunks: usize,
+    pairs: usize,
+}
+
+impl Layout {
+    fn of(k: usize) -> Layout {
+        let chunks = k / CHUNK;
+        Layout {
+            chunks,
+            pairs: chunks / 2,
+        }
+    }
+    fn spread(&self, k: usize) -> usize {
+        k / 4
+    }
+    fn scales(&self, k: usize) -> usize {
+        k / 4 + self.pairs * 16
+    }
+    fn sums(&self, k: usize) -> usize {
+        self.scales(k) + self.chunks
+    }
+}
+
+/// Quantizes `x[..cols]` into `out[..row_floats(cols)]`. 4-bit weights get each chunk as its 16
+/// even then 16 odd columns (the low and high nibbles of a byte).
+pub fn prepare(x: &[f32], q: &QuantTensor, out: &mut [f32]) {
+    let k = q.cols;
+    let l = Layout::of(k);
+    let (qbytes, rest) = out.split_at_mut(l.spread(k));
+    let qbytes: &mut [i8] = bytemuck::cast_slice_mut(qbytes);
+    let (spread, rest) = rest.split_at_mut(l.pairs * 16);
+    let (scales, rest) = rest.split_at_mut(l.chunks);
+    let sums = &mut rest[..l.chunks];
+    let four = q.format.bits() == 4;
+    #[cfg(target_arch = "x86_64")]
+    if vnni() {
+        for (c, src) in x[..k].chunks_exact(CHUNK).enumerate() {
+            // SAFETY: AVX-512 was detected; `src` holds 32 floats and `dst` 32 bytes.
+            let (s, total) = unsafe {
+                quantize_chunk_avx512(src, &mut qbytes[c * CHUNK..(c + 1) * CHUNK], four)
+            };
+            scales[c] = s;
+            sums[c] = s * total as f32;
+        }
+        spread_scales(scales, spread);
+        return;
+    }
+    for (c, src) in x[..k].chunks_exact(CHUNK).enumerate() {
+        let amax = src.iter().fold(0.0f32, |a, v| {
+            if v.is_nan() || a.is_nan() {
+                f32::NAN
+            } else {
+                a.max(v.abs())
+            }
+        });
+        let s = if amax.is_finite() {
+            amax / 127.0
+        } else {
+            f32::NAN
+        };
+        let dst = &mut qbytes[c * CHUNK..(c + 1) * CHUNK];
+        let mut total = 0i32;
+        for (i, v) in src.iter().enumerate() {
+            let qv = if s.is_finite() && s > 0.0 {
+                (v / s).round_ties_even() as i8
+            } else {
+                0
+            };
+            total += qv as i32;
+            let at = if four { i / 2 + (i % 2) * 16 } else { i };
+            dst[at] = qv;
+        }
+        scales[c] = s;
+        sums[c] = s * total as f32;
+    }
+    spread_scales(scales, spread);
+}
+
+fn spread_scales(scales: &[f32], spread: &mut [f32]) {
+    for (p, lanes) in spread.chunks_exact_mut(16).enumerate() {
+        lanes[..8].fill(scales[2 * p]);
+        lanes[8..].fill(scales[2 * p + 1]);
+    }
+}
+
+/// One chunk of [`prepare`]: its scale and `Σ q`. `f32::round_ties_even` is a libm call
+/// without SSE4.1 in the baseline target, so the vector form rounds with the instruction.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
+unsafe fn quantize_chunk_avx512(src: &[f32], dst: &mut [i8], four: bool) -> (f32, i32) {
+    use std::arch::x86_64::*;
+    let (mut a, mut b) = (
+        _mm512_loadu_ps(src.as_ptr()),
+        _mm512_loadu_ps(src.as_ptr().add(16)),
+    );
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(b, b);
+    let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    let s = if nan != 0 { f32::NAN } else { amax / 127.0 };
+    if !s.is_finite() || s == 0.0 {
+        dst[..CHUNK].fill(0);
+        return (if s == 0.0 { 0.0 } else { f32::NAN }, 0);
+    }
+    if four {
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+        let (e, o) = (
+            _mm512_permutex2var_ps(a, even, b),
+            _mm512_permutex2var_ps(a, odd, b),
+        );
+        (a, b) = (e, o);
+    }
+    let sv = _mm512_set1_ps(s);
+    const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    let qa = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_div_ps(a, sv));
+    let qb = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_div_ps(b, sv));
+    _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(qa));
+    _mm_storeu_si128(
+        dst.as_mut_ptr().add(16) as *mut __m128i,
+        _mm512_cvtepi32_epi8(qb),
+    );
+    (s, _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)))
+}
+
+/// A quantized matrix's data and parameters, resolved once per product.
+pub struct Rows<'a> {
+    q: &'a QuantTensor,
+    data: &'a [u8],
+    scale: ParamSlice<'a>,
+    offset: Option<ParamSlice<'a>>,
+}
+
+impl<'a> Rows<'a> {
+    pub fn of(q: &'a QuantTensor) -> Rows<'a> {
+        Rows {
+            q,
+            data: q.data_all(),
+            scale: q.params_all(q.scale_params()),
+            offset: q.offset_params().map(|p| q.params_all(p)),
+        }
+    }
+}
+
+/// `acc[i] = Σ_c w[j, c]·x_i[c]` for the `m` prepared rows (stride `stride` floats).
+pub fn gemv_row(
+    rows: &Rows<'_>,
+    j: usize,
+    prep: &[f32],
+    stride: usize,
+    m: usize,
+    acc: &mut [f32; GEMV_MAX_ROWS],
+) {
+    debug_assert!(m <= GEMV_MAX_ROWS && prep.len() >= m * stride);
+    let q = rows.q;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `applies` checked the CPU features; slices are sized by the tensor's geometry.
+    unsafe {
+        let four = q.format.bits() == 4;
+        macro_rules! rows {
+            ($($m:literal)*) => {
+                match (four, m) {
+                    $((true, $m) => gemv_row_vnni::<true, $m>(rows, j, prep, stride, acc),
+                      (false, $m) => gemv_row_vnni::<false, $m>(rows, j, prep, stride, acc),)*
+                    _ => unreachable!("at most GEMV_MAX_ROWS rows"),
+                }
+            };
+        }
+        rows!(1 2 3 4 5 6 7 8)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (q, j, stride, acc);
+        unreachable!("applies() is false off x86-64");
+    }
+}
+
+fn bias(format: QFormat) -> (i32, u8) {
+    match format {
+        QFormat::U4 | QFormat::U8 => (0, 0),
+        QFormat::I4 => (8, 8),
+        QFormat::I8 => (128, 0x80),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
+unsafe fn gemv_row_vnni<const FOUR: bool, const M: usize>(
+    rows: &Rows<'_>,
+    j: usize,
+    prep: &[f32],
+    stride: usize,
+    acc: &mut [f32; GEMV_MAX_ROWS],
+) {
+    use super::quant_blocks::params16;
+    use std::arch::x86_64::*;
+    let q = rows.q;
+    let k = q.cols;
+    let l = Layout::of(k);
+    let per_block = q.block / CHUNK;
+    let (bias, flip) = bias(q.format);
+    let (rb, nb) = (q.row_bytes(), q.blocks_per_row());
+    let row = &rows.data[j * rb..(j + 1) * rb];
+    let scale = rows.scale.sub(j * nb, nb);
+    let offset = rows.offset.as_ref().map(|p| p.sub(j * nb, nb));
+    let rp = row.as_ptr();
+    let base = prep.as_ptr();
+    let x_bytes = |i: usize| base.add(i * stride) as *const u8;
+    let x_spread = |i: usize| base.add(i * stride + l.spread(k));
+    let x_scales = |i: usize| base.add(i * stride + l.scales(k));
+    let x_sums = |i: usize| base.add(i * stride + l.sums(k));
+
+    let nibble = _mm256_set1_epi8(0x0F);
+    let flipv = _mm512_set1_epi8(flip as i8);
+    let two = _mm512_set1_epi32(2);
+    let first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let mut sums = [_mm512_setzero_ps(); M];
+    let mut corrections = [_mm512_setzero_ps(); M];
+    let mut tails = [0.0f32; M];
+    let mut sw = [0.0f32; 16];
+    let mut bo = [0.0f32; 16];
+    let mut g = 0;
+    while g < l.chunks {
+        let len = (l.chunks - g).min(16);
+        let live = ((1u32 << len) - 1) as __mmask16;
+        let (swv, bov) = if per_block == 1 {
+            let load = |p: &ParamSlice<'_>| {
+                if len == 16 {
+                    params16(p, g)
+                } else {
+                    params_masked(p, g, live)
+                }
+            };
+            let o = offset.as_ref().map_or(_mm512_setzero_ps(), load);
+            (load(&scale), _mm512_add_ps(o, _mm512_set1_ps(bias as f32)))
+        } else {
+            sw.fill(0.0);
+            bo.fill(0.0);
+            for t in 0..len {
+                let b = (g + t) / per_block;
+                sw[t] = scale.get(b);
+                bo[t] = bias as f32 + offset.as_ref().map_or(0.0, |o| o.get(b));
+            }
+            (_mm512_loadu_ps(sw.as_ptr()), _mm512_loadu_ps(bo.as_ptr()))
+        };
+        let swbo = _mm512_mul_ps(swv, bov);
+        for i in 0..M {
+            let t = _mm512_maskz_loadu_ps(live, x_sums(i).add(g));
+            corrections[i] = _mm512_fmadd_ps(swbo, t, corrections[i]);
+        }
+        let mut lanes = first_pair;
+        let mut p = 0;
+        while p + 1 < len {
+            let c0 = g + p;
+            // the weight stream is the bound: ask for it ahead (rows are contiguous)
+            let at = if FOUR { c0 * 16 } else { c0 * CHUNK };
+            _mm_prefetch::<_MM_HINT_T0>(rp.add(at + PREFETCH) as *const i8);
+            let w = if FOUR {
+                let v = _mm256_loadu_si256(rp.add(c0 * 16) as *const __m256i);
+                let lo = _mm256_and_si256(v, nibble);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+                let w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                // [lo c0, lo c1, hi c0, hi c1] → [lo c0, hi c0, lo c1, hi c1]
+                _mm512_shuffle_i64x2(w, w, 0b11_01_10_00)
+            } else {
+                _mm512_loadu_si512(rp.add(c0 * CHUNK) as *const _)
+            };
+            let w = if flip != 0 {
+                _mm512_xor_si512(w, flipv)
+            } else {
+                w
+            };
+            let s = _mm512_permutexvar_ps(lanes, swv);
+            for i in 0..M {
+                let x = _mm512_loadu_si512(x_bytes(i).add(c0 * CHUNK) as *const _);
+                let d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+                let sx = _mm512_loadu_ps(x_spread(i).add(c0 / 2 * 16));
+                sums[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), sx), s, sums[i]);
+            }
+            lanes = _mm512_add_epi32(lanes, two);
+            p += 2;
+        }
+        if p < len {
+            let c = g + p;
+            let s_w = scale.get(c / per_block);
+            for i in 0..M {
+                let x = x_bytes(i).add(c * CHUNK) as *const i8;
+                let mut dot = 0i32;
+                for t in 0..CHUNK {
+                    let u = if FOUR {
+                        let byte = *rp.add(c * 16 + t % 16);
+                        (if t < 16 { byte & 15 } else { byte >> 4 }) ^ flip
+                    } else {
+                        *rp.add(c * CHUNK + t) ^ flip
+                    };
+                    dot += u as i32 * *x.add(t) as i32;
+                }
+                tails[i] += s_w * *x_scales(i).add(c) * dot as f32;
+            }
+        }
+        g += len;
+    }
+    for i in 0..M {
+        acc[i] = _mm512_reduce_add_ps(sums[i]) + tails[i] - _mm512_reduce_add_ps(corrections[i]);
+    }
+}
+
+/// Per-block parameters `b..b + 16` under `live` as f32 (zero elsewhere, nothing read there).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c,fma")]
+#[inline]
+unsafe fn params_masked(
+    p: &ParamSlice<'_>,
+    b: usize,
+    live: std::arch::x86_64::__mmask16,
+) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    match p {
+        ParamSlice::F32(v) => _mm512_maskz_loadu_ps(live, v[b..].as_ptr()),
+        ParamSlice::F16(v) => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+            live,
+            v[b..].as_ptr() as *const i16,
+        )),
+    }
+}
