@@ -12,7 +12,6 @@ mod engine_args;
 mod examples;
 mod llm;
 mod mil;
-mod npy_io;
 mod rerank;
 mod run;
 mod targets;

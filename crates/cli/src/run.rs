@@ -11,7 +11,7 @@ use aneforge::Engine;
 use aneforge_mil::{DType, ProgramDir};
 use anyhow::{bail, Context};
 
-use crate::npy_io;
+use aneforge_models::npy;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -140,7 +140,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                     );
                 }
                 let path = dir.join(format!("{}.npy", port.name));
-                npy_io::write(&path, &port.shape, &tensor)?;
+                npy::write_tensor(&path, &port.shape, &tensor)?;
                 println!("{port} -> {}", path.display());
             }
             None => println!("{port}: {}", preview(&tensor)),
@@ -228,7 +228,7 @@ fn read_inputs(specs: &[String], ports: &[Port]) -> anyhow::Result<BTreeMap<Stri
             );
         };
         let path = Path::new(file);
-        let (shape, tensor) = npy_io::read(path)?;
+        let (shape, tensor) = npy::read_tensor(path)?;
         if shape != port.shape {
             bail!(
                 "{}: shape {shape:?}, but input {} is {:?}",

@@ -62,24 +62,9 @@ fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
     aneforge_models::npy::write(path, shape, data).unwrap();
 }
 
-/// An int32 `.npy` file, header laid out as NumPy writes it.
 fn write_npy_i32(path: &Path, shape: &[usize], data: &[i32]) {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let shape = if dims.len() == 1 {
-        format!("({},)", dims[0])
-    } else {
-        format!("({})", dims.join(", "))
-    };
-    let mut header = format!("{{'descr': '<i4', 'fortran_order': False, 'shape': {shape}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
-    data.iter().for_each(|v| bytes.extend(v.to_le_bytes()));
-    std::fs::write(path, bytes).unwrap();
+    let tensor = aneforge::engine::HostTensor::I32(data.to_vec());
+    aneforge_models::npy::write_tensor(path, shape, &tensor).unwrap();
 }
 
 #[test]
