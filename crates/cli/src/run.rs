@@ -241,7 +241,7 @@ fn read_inputs(specs: &[String], ports: &[Port]) -> anyhow::Result<BTreeMap<Stri
             bail!(
                 "{}: {} data, but input {} is {}",
                 path.display(),
-                dtype_name(&tensor),
+                tensor.numpy_dtype(),
                 port.name,
                 port.dtype
             );
@@ -272,17 +272,6 @@ fn accepts(port: DType, tensor: &HostTensor) -> bool {
         DType::Uint8 => matches!(tensor, HostTensor::U8(_)),
         DType::Bool => matches!(tensor, HostTensor::Bool(_)),
         _ => false,
-    }
-}
-
-fn dtype_name(tensor: &HostTensor) -> &'static str {
-    match tensor {
-        HostTensor::F32(_) => "float32",
-        HostTensor::F16(_) => "float16",
-        HostTensor::I32(_) => "int32",
-        HostTensor::I8(_) => "int8",
-        HostTensor::U8(_) => "uint8",
-        HostTensor::Bool(_) => "bool",
     }
 }
 

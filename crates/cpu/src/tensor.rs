@@ -106,6 +106,18 @@ impl HostTensor {
         self.len() == 0
     }
 
+    /// The NumPy name of the element type (`float32`, `int8`, ...).
+    pub fn numpy_dtype(&self) -> &'static str {
+        match self {
+            HostTensor::F32(_) => "float32",
+            HostTensor::F16(_) => "float16",
+            HostTensor::I32(_) => "int32",
+            HostTensor::I8(_) => "int8",
+            HostTensor::U8(_) => "uint8",
+            HostTensor::Bool(_) => "bool",
+        }
+    }
+
     /// Every element widened to f32 (bools as 0/1).
     pub fn to_f32(&self) -> Vec<f32> {
         match self {

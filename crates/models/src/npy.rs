@@ -36,17 +36,6 @@ fn descr(tensor: &HostTensor) -> &'static str {
     }
 }
 
-fn dtype_name(tensor: &HostTensor) -> &'static str {
-    match tensor {
-        HostTensor::F32(_) => "float32",
-        HostTensor::F16(_) => "float16",
-        HostTensor::I32(_) => "int32",
-        HostTensor::I8(_) => "int8",
-        HostTensor::U8(_) => "uint8",
-        HostTensor::Bool(_) => "bool",
-    }
-}
-
 /// The bytes of a version 1.0 `.npy` file holding `tensor` with `shape`.
 pub fn tensor_to_bytes(shape: &[usize], tensor: &HostTensor) -> Vec<u8> {
     let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
@@ -134,7 +123,7 @@ pub fn read(path: impl AsRef<Path>) -> Result<(Vec<usize>, Vec<f32>), NpyError> 
         (shape, HostTensor::F32(data)) => Ok((shape, data)),
         (_, other) => Err(NpyError::NotF32 {
             path: path.to_path_buf(),
-            found: dtype_name(&other),
+            found: other.numpy_dtype(),
         }),
     }
 }
