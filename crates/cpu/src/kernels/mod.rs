@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod conv;
+pub mod conv_direct;
 pub mod ew;
 pub mod gather;
 pub mod layout;
@@ -112,10 +113,14 @@ impl Kernel {
                 "{}{}",
                 if c.transpose {
                     "conv_transpose"
+                } else if c.direct() {
+                    "conv-direct"
                 } else {
                     "conv"
                 },
-                if c.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1) {
+                if c.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1)
+                    || c.fused.as_ref().is_some_and(|f| f.relu)
+                {
                     "+epilogue"
                 } else {
                     ""
@@ -191,6 +196,7 @@ impl Kernel {
                 }
             }
             Kernel::Conv(c) => {
+                c.fuse_direct_epilogue();
                 if let Some(e) = &mut c.epilogue {
                     e.collapse();
                 }
