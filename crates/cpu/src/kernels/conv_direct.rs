@@ -15,7 +15,7 @@ use super::Cx;
 use crate::tensor::SendPtr;
 
 const LANES: usize = 16;
-const IC_BLOCK: usize = 16;
+const IC_BLOCK: usize = 64;
 /// Pixels per register tile: NB=2 blocks × 14 pixels = 28 accumulators of the 32 zmm registers.
 const MAX_PIXELS: usize = 14;
 /// Target bytes of padded input rows plus partial sums per row chunk (L2 is 1 MiB on Zen 4).
