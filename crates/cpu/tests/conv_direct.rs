@@ -1,6 +1,7 @@
-//! The direct 3×3 conv kernel (AVX-512) against a naive f64 conv, over shapes that reach every
-//! tile shape and edge: channel counts off multiples of 16, widths off the pixel tile, several
-//! output rows per tile, padding 0/1/asymmetric, strides 1/2, dilation, bias, fused relu, batch > 1.
+//! The direct and Winograd 3×3 conv kernels (AVX-512) against a naive f64 conv, over shapes that
+//! reach every tile shape and edge: channel counts off multiples of 16, widths off the pixel and
+//! Winograd tiles, several output rows per tile, padding 0/1/asymmetric, strides 1/2, dilation,
+//! bias, fused relu, batch > 1, several input-channel blocks.
 mod common;
 use aneforge_cpu::{compile, BlobStore, CompileOptions};
 use aneforge_mil::DType;
@@ -98,9 +99,14 @@ fn check(c: &Case, d: DType, rng: &mut Rng) {
     .unwrap_or_else(|e| panic!("{what}: {e}"));
     let schedule = plan.schedule().join("\n");
     if aneforge_cpu::simd::has_avx512() {
+        let kernel = if c.stride == [1, 1] && c.dilation == 1 {
+            "conv-winograd"
+        } else {
+            "conv-direct"
+        };
         assert!(
-            schedule.contains("conv-direct"),
-            "{what}: expected the direct kernel, schedule:\n{schedule}"
+            schedule.contains(kernel),
+            "{what}: expected {kernel}, schedule:\n{schedule}"
         );
     }
     let mut inst = plan.instantiate();
@@ -142,7 +148,7 @@ fn case(
 }
 
 #[test]
-fn direct_conv_matches_naive_f64_over_every_tile_edge() {
+fn direct_and_winograd_convs_match_naive_f64_over_every_tile_edge() {
     let mut rng = Rng(77);
     let cases = [
         // cin below one channel block, cout 20 = one full block + a 4-lane tail in one pair
@@ -175,6 +181,13 @@ fn direct_conv_matches_naive_f64_over_every_tile_edge() {
         case(1, 19, 5, 6, 16, [1, 1], 1, [1, 1, 1, 1], true, false),
         // ResNet-like stage with many channel blocks
         case(1, 64, 14, 14, 64, [1, 1], 1, [1, 1, 1, 1], true, true),
+        // three input-channel blocks of 64 (partial sums), cout tail of 8
+        case(1, 130, 10, 12, 40, [1, 1], 1, [1, 1, 1, 1], true, true),
+        case(1, 130, 9, 9, 24, [2, 2], 1, [1, 1, 1, 1], true, false),
+        // more than two groups of 16 Winograd tiles across a row, with a tail
+        case(1, 3, 6, 70, 16, [1, 1], 1, [1, 1, 1, 1], true, false),
+        // long sums: 256 input channels
+        case(1, 256, 6, 6, 32, [1, 1], 1, [1, 1, 1, 1], false, false),
     ];
     for c in &cases {
         check(c, DType::Fp32, &mut rng);

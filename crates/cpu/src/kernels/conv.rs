@@ -1,10 +1,11 @@
-//! conv (im2col + GEMM, 1×1 stride-1 without im2col, 3×3 with a constant weight on AVX-512 by
-//! `conv_direct`) and conv_transpose (GEMM + col2im). Spatial rank 1 runs as 2-D with height 1.
+//! conv (im2col + GEMM, 1×1 stride-1 without im2col; 3×3 with a constant weight on AVX-512 by
+//! `conv_winograd` at stride 1, `conv_direct` otherwise) and conv_transpose (GEMM + col2im).
+//! Spatial rank 1 runs as 2-D with height 1.
 
-use super::conv_direct;
 use super::ew::{broadcast_strides, BinOp, Chain, Instr, UnOp};
 use super::matmul::to_f32;
 use super::Cx;
+use super::{conv_direct, conv_winograd};
 use crate::plan::Vid;
 use crate::tensor::{Elem, SendPtr};
 
@@ -35,6 +36,8 @@ pub enum ConvWeight {
     Const(Vec<f32>),
     /// A constant weight packed for `conv_direct`.
     Direct(Vec<f32>),
+    /// A constant weight transformed and packed for `conv_winograd`.
+    Winograd(Vec<f32>),
     Runtime {
         value: Vid,
         elem: Elem,
@@ -46,7 +49,9 @@ impl ConvWeight {
     /// A constant weight in the MIL layout, packed for `conv_direct` when that kernel serves
     /// this conv on this CPU.
     pub fn constant(w: Vec<f32>, g: &Geometry, transpose: bool) -> ConvWeight {
-        if conv_direct::applies(g, transpose) {
+        if conv_winograd::applies(g, transpose) {
+            ConvWeight::Winograd(conv_winograd::pack(&w, g))
+        } else if conv_direct::applies(g, transpose) {
             ConvWeight::Direct(conv_direct::pack(&w, g))
         } else {
             ConvWeight::Const(w)
@@ -55,7 +60,7 @@ impl ConvWeight {
 
     pub fn owned_len(&self) -> usize {
         match self {
-            ConvWeight::Const(w) | ConvWeight::Direct(w) => w.len(),
+            ConvWeight::Const(w) | ConvWeight::Direct(w) | ConvWeight::Winograd(w) => w.len(),
             ConvWeight::Runtime { .. } => 0,
         }
     }
@@ -92,12 +97,21 @@ pub struct FusedEpilogue {
 }
 
 impl Conv {
-    pub fn direct(&self) -> bool {
-        matches!(self.weight, ConvWeight::Direct(_))
+    /// The schedule: "direct", "winograd", or "" for im2col + GEMM.
+    pub fn schedule(&self) -> &'static str {
+        match self.weight {
+            ConvWeight::Direct(_) => "direct",
+            ConvWeight::Winograd(_) => "winograd",
+            _ => "",
+        }
     }
 
-    /// Folds an epilogue of the form `relu?(raw + bias[c]?)` stored as f32 into the direct
-    /// kernel. Call before the epilogue is collapsed.
+    fn direct(&self) -> bool {
+        matches!(self.weight, ConvWeight::Direct(_) | ConvWeight::Winograd(_))
+    }
+
+    /// Folds an epilogue of the form `relu?(raw + bias[c]?)` stored as f32 into the direct or
+    /// Winograd kernel. Call before the epilogue is collapsed.
     pub fn fuse_direct_epilogue(&mut self) {
         if !self.direct() {
             return;
@@ -172,6 +186,8 @@ impl Conv {
             (g.cout / g.groups) * g.kh * g.kw * g.h * g.w
         } else if self.pointwise() {
             0
+        } else if let ConvWeight::Winograd(_) = self.weight {
+            conv_winograd::scratch_floats(g)
         } else if self.direct() {
             conv_direct::scratch_floats(g)
         } else {
@@ -220,7 +236,7 @@ impl Conv {
         let off = if self.x_elem == Elem::F32 { 0 } else { xlen };
         let col = cx.scratch_at(off, self.col_len());
         let out = cx.ptr(self.raw) as *mut f32;
-        if let ConvWeight::Direct(w) = &self.weight {
+        if let ConvWeight::Direct(w) | ConvWeight::Winograd(w) = &self.weight {
             let (out, epilogue) = match &self.fused {
                 Some(f) => (
                     cx.ptr(f.target) as *mut f32,
@@ -240,7 +256,13 @@ impl Conv {
             // SAFETY: `Direct` weights exist only where `conv_direct::applies`; x, raw and the
             // fused target hold this geometry's input and output (f32), the bias cout f32, col
             // the kernel's scratch.
-            unsafe { conv_direct::run(x, w, out, g, epilogue, col, cx) };
+            unsafe {
+                if self.schedule() == "winograd" {
+                    conv_winograd::run(x, w, out, g, epilogue, col, cx)
+                } else {
+                    conv_direct::run(x, w, out, g, epilogue, col, cx)
+                }
+            };
             if let Some(e) = &self.epilogue {
                 e.run(cx);
             }
@@ -248,7 +270,7 @@ impl Conv {
         }
         let weight: *const f32 = match &self.weight {
             ConvWeight::Const(w) => w.as_ptr(),
-            ConvWeight::Direct(_) => unreachable!("handled above"),
+            ConvWeight::Direct(_) | ConvWeight::Winograd(_) => unreachable!("handled above"),
             ConvWeight::Runtime { value, elem, len } => {
                 if *elem == Elem::F32 {
                     cx.ptr(*value) as *const f32

@@ -66,12 +66,18 @@ pub fn scratch_floats(g: &Geometry) -> usize {
     g.cin * hp * wp + partial_len(g)
 }
 
-/// Copies one image `[cin, h, w]` into `[cin, hp, wp]` with the conv's zero padding.
+/// Copies one image `[cin, h, w]` into `[cin, hp, wp]` with the conv's top and left zero
+/// padding, zeros past the input.
 ///
 /// # Safety
-/// `x` holds cin·h·w floats.
-unsafe fn pad_image(x: *const f32, xpad: &mut [f32], g: &Geometry, cx: &Cx) {
-    let (hp, wp) = padded(g);
+/// `x` holds cin·h·w floats; `xpad` cin·hp·wp.
+pub(super) unsafe fn pad_image(
+    x: *const f32,
+    xpad: &mut [f32],
+    (hp, wp): (usize, usize),
+    g: &Geometry,
+    cx: &Cx,
+) {
     let xp = SendPtr(x as *mut f32);
     let dp = SendPtr(xpad.as_mut_ptr());
     let tasks = if cx.threads > 1 && g.cin * hp * wp >= 1 << 16 {
@@ -108,39 +114,41 @@ unsafe fn pad_image(x: *const f32, xpad: &mut [f32], g: &Geometry, cx: &Cx) {
 }
 
 /// One register tile's operands. Strides are in floats.
-struct Tile {
+// read only by the x86-64 kernels
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) struct Tile {
     /// Padded input at (first input channel of the block, first input row, first input column).
-    x: *const f32,
-    plane: usize,
-    row: usize,
+    pub(super) x: *const f32,
+    pub(super) plane: usize,
+    pub(super) row: usize,
     /// Between the tile's output rows, in the padded input.
-    row_step: usize,
+    pub(super) row_step: usize,
     /// Packed weight at (first block, first input channel of the block, tap 0).
-    w: *const f32,
-    w_block: usize,
-    channels: usize,
-    kh: usize,
-    kw: usize,
-    dh: usize,
-    dw: usize,
+    pub(super) w: *const f32,
+    pub(super) w_block: usize,
+    pub(super) channels: usize,
+    pub(super) kh: usize,
+    pub(super) kw: usize,
+    pub(super) dh: usize,
+    pub(super) dw: usize,
     /// Partial sums to start from (blocked layout), or null to start from `bias`.
-    src: *const f32,
+    pub(super) src: *const f32,
     /// NB·16 bias values, or null for zero; read only when `src` is null.
-    bias: *const f32,
+    pub(super) bias: *const f32,
     /// Partial sums to write (blocked layout), or null to write the result to `out`.
-    dst: *mut f32,
-    block: usize,
-    block_row: usize,
+    pub(super) dst: *mut f32,
+    pub(super) block: usize,
+    pub(super) block_row: usize,
     /// NCHW output at (first channel of the first block, first output row and column).
-    out: *mut f32,
-    out_channel: usize,
-    out_row: usize,
+    pub(super) out: *mut f32,
+    pub(super) out_channel: usize,
+    pub(super) out_row: usize,
     /// Output channels of each block that exist (16 except in the last block).
-    lanes: [usize; 2],
-    relu: bool,
+    pub(super) lanes: [usize; 2],
+    pub(super) relu: bool,
 }
 
-type TileFn = unsafe fn(&Tile);
+pub(super) type TileFn = unsafe fn(&Tile);
 
 /// What the kernel applies before writing the output: `relu(conv + bias)`.
 #[derive(Clone, Copy)]
@@ -187,7 +195,7 @@ pub unsafe fn run(
     let ps = SendPtr(partial.as_mut_ptr());
     let bias = SendPtr(epilogue.bias as *mut f32);
     for b in 0..g.n {
-        pad_image(x.add(b * g.cin * g.h * g.w), xpad, g, cx);
+        pad_image(x.add(b * g.cin * g.h * g.w), xpad, (hp, wp), g, cx);
         let ob = SendPtr(out.add(b * g.cout * ohw));
         let task = |t: usize| {
             let (chunk, pair) = (t / pairs, t % pairs);
@@ -309,7 +317,7 @@ unsafe fn run_chunk(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod arch {
+pub(super) mod arch {
     use super::{Tile, TileFn, LANES, MAX_PIXELS};
     use std::arch::x86_64::*;
 
@@ -484,7 +492,7 @@ mod arch {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-mod arch {
+pub(super) mod arch {
     use super::TileFn;
 
     pub const MAX_ROWS: [usize; 14] = [1; 14];

@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod conv;
 pub mod conv_direct;
+pub mod conv_winograd;
 pub mod ew;
 pub mod gather;
 pub mod layout;
@@ -112,11 +113,11 @@ impl Kernel {
             Kernel::Conv(c) => format!(
                 "{}{}",
                 if c.transpose {
-                    "conv_transpose"
-                } else if c.direct() {
-                    "conv-direct"
+                    "conv_transpose".to_string()
+                } else if c.schedule().is_empty() {
+                    "conv".to_string()
                 } else {
-                    "conv"
+                    format!("conv-{}", c.schedule())
                 },
                 if c.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1)
                     || c.fused.as_ref().is_some_and(|f| f.relu)
