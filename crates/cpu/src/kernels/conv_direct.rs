@@ -7,14 +7,18 @@
 //! channel and tap it loads NB weight vectors and broadcasts one input scalar per pixel. The input
 //! image is first copied zero-padded into scratch so no tap needs a bounds check. Input channels
 //! are walked in blocks of `IC_BLOCK` with all tiles of a row chunk inside each block, so a
-//! block's weights (NB·IC_BLOCK·9 vectors) stay in L1; partial sums between blocks live in a
-//! blocked scratch `[ceil(cout/16)][oh·ow][16]`, and the last block writes NCHW.
+//! block's weights (NB·IC_BLOCK·9 vectors) stay in L2 while the chunk's tiles reuse them; partial
+//! sums between blocks live in a blocked scratch `[ceil(cout/16)][oh·ow][16]`, and the last block
+//! adds bias, applies relu and writes NCHW through 16×16 transposes. `conv_winograd` runs its
+//! products on the same register tiles.
 
 use super::conv::Geometry;
 use super::Cx;
 use crate::tensor::SendPtr;
 
 const LANES: usize = 16;
+/// Input channels per partial sum: 64 measured a few per cent faster than 16 (fewer round trips
+/// of the partial sums; the weights stream from L2 without stalling).
 const IC_BLOCK: usize = 64;
 /// Pixels per register tile: NB=2 blocks × 14 pixels = 28 accumulators of the 32 zmm registers.
 const MAX_PIXELS: usize = 14;
