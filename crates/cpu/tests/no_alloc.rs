@@ -169,3 +169,41 @@ fn gemm_calls_allocate_only_the_gemm_crates_packing_buffers() {
     let n = allocations_per_execute(&p, 1, 24 * 32);
     assert!(n <= 2 * 3, "{n} allocations per execute for two gemm calls");
 }
+
+/// The direct and Winograd 3×3 conv kernels (AVX-512) keep all their state in the plan's scratch
+/// and on the stack: no allocation per execute at one thread.
+#[test]
+fn direct_and_winograd_convs_do_not_allocate_per_execute() {
+    if !aneforge_cpu::simd::has_avx512() {
+        return;
+    }
+    let mut rng = Rng(73);
+    let d = DType::Fp32;
+    for (stride, cout) in [(1, 32), (2, 16)] {
+        let mut p = Prog::new();
+        let x = p.input("x", d, &[1, 32, 12, 12]);
+        let w = p.konst(
+            d,
+            &[cout, 32, 3, 3],
+            &quantize(d, &rng.vec(cout * 32 * 9, -0.1, 0.1)),
+        );
+        let b = p.konst(d, &[cout], &quantize(d, &rng.vec(cout, -0.1, 0.1)));
+        let o = 12 / stride;
+        let c = p.op(
+            "conv",
+            &[
+                ("x", v(&x)),
+                ("weight", v(&w)),
+                ("bias", v(&b)),
+                ("strides", A::Is(vec![stride as i64; 2])),
+                ("pad_type", A::S("same")),
+            ],
+            d,
+            &[1, cout, o, o],
+        );
+        let r = p.op("relu", &[("x", v(&c))], d, &[1, cout, o, o]);
+        p.output(&r);
+        let n = allocations_per_execute(&p, 1, 32 * 144);
+        assert_eq!(n, 0, "stride {stride}: {n} allocations per execute");
+    }
+}

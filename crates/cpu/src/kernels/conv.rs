@@ -1,9 +1,11 @@
-//! conv (im2col + GEMM, 1×1 stride-1 without im2col) and conv_transpose (GEMM + col2im).
+//! conv (im2col + GEMM, 1×1 stride-1 without im2col; 3×3 with a constant weight on AVX-512 by
+//! `conv_winograd` at stride 1, `conv_direct` otherwise) and conv_transpose (GEMM + col2im).
 //! Spatial rank 1 runs as 2-D with height 1.
 
-use super::ew::Chain;
+use super::ew::{broadcast_strides, BinOp, Chain, Instr, UnOp};
 use super::matmul::to_f32;
 use super::Cx;
+use super::{conv_direct, conv_winograd};
 use crate::plan::Vid;
 use crate::tensor::{Elem, SendPtr};
 
@@ -32,13 +34,33 @@ pub struct Geometry {
 #[derive(Debug)]
 pub enum ConvWeight {
     Const(Vec<f32>),
-    Runtime { value: Vid, elem: Elem, len: usize },
+    /// A constant weight packed for `conv_direct`.
+    Direct(Vec<f32>),
+    /// A constant weight transformed and packed for `conv_winograd`.
+    Winograd(Vec<f32>),
+    Runtime {
+        value: Vid,
+        elem: Elem,
+        len: usize,
+    },
 }
 
 impl ConvWeight {
+    /// A constant weight in the MIL layout, packed for `conv_direct` when that kernel serves
+    /// this conv on this CPU.
+    pub fn constant(w: Vec<f32>, g: &Geometry, transpose: bool) -> ConvWeight {
+        if conv_winograd::applies(g, transpose) {
+            ConvWeight::Winograd(conv_winograd::pack(&w, g))
+        } else if conv_direct::applies(g, transpose) {
+            ConvWeight::Direct(conv_direct::pack(&w, g))
+        } else {
+            ConvWeight::Const(w)
+        }
+    }
+
     pub fn owned_len(&self) -> usize {
         match self {
-            ConvWeight::Const(w) => w.len(),
+            ConvWeight::Const(w) | ConvWeight::Direct(w) | ConvWeight::Winograd(w) => w.len(),
             ConvWeight::Runtime { .. } => 0,
         }
     }
@@ -62,9 +84,85 @@ pub struct Conv {
     /// Added before the epilogue in conv_transpose (col2im accumulates on top of it).
     pub raw: Vid,
     pub epilogue: Option<Chain>,
+    /// The epilogue `relu?(raw + bias?)` folded into the direct kernel's stores, which then
+    /// write `target` instead of `raw`.
+    pub fused: Option<FusedEpilogue>,
+}
+
+#[derive(Debug)]
+pub struct FusedEpilogue {
+    pub bias: Option<Vid>,
+    pub relu: bool,
+    pub target: Vid,
 }
 
 impl Conv {
+    /// The schedule: "direct", "winograd", or "" for im2col + GEMM.
+    pub fn schedule(&self) -> &'static str {
+        match self.weight {
+            ConvWeight::Direct(_) => "direct",
+            ConvWeight::Winograd(_) => "winograd",
+            _ => "",
+        }
+    }
+
+    fn direct(&self) -> bool {
+        matches!(self.weight, ConvWeight::Direct(_) | ConvWeight::Winograd(_))
+    }
+
+    /// Folds an epilogue of the form `relu?(raw + bias[c]?)` stored as f32 into the direct or
+    /// Winograd kernel. Call before the epilogue is collapsed.
+    pub fn fuse_direct_epilogue(&mut self) {
+        if !self.direct() {
+            return;
+        }
+        let Some(e) = &self.epilogue else { return };
+        let g = &self.g;
+        let shape = vec![g.n, g.cout, g.oh, g.ow];
+        if e.shape != shape {
+            return;
+        }
+        let [(result, target, Elem::F32)] = e.stores[..] else {
+            return;
+        };
+        let Some(raw) = e.loads.first() else { return };
+        if raw.value != self.raw
+            || raw.elem != Elem::F32
+            || raw.strides != broadcast_strides(&shape, &shape)
+        {
+            return;
+        }
+        let mut instrs = e.instrs.iter().peekable();
+        let (mut reg, mut bias, mut relu) = (0, None, false);
+        match &e.loads[1..] {
+            [] => {}
+            [b] if b.elem == Elem::F32
+                && b.strides == broadcast_strides(&[g.cout, 1, 1], &shape) =>
+            {
+                match instrs.next() {
+                    Some(&Instr::Bin(BinOp::Add, d, 0, 1) | &Instr::Bin(BinOp::Add, d, 1, 0)) => {
+                        reg = d;
+                        bias = Some(b.value);
+                    }
+                    _ => return,
+                }
+            }
+            _ => return,
+        }
+        if let Some(&&Instr::Un(UnOp::Relu, d, s)) = instrs.peek() {
+            if s == reg {
+                instrs.next();
+                reg = d;
+                relu = true;
+            }
+        }
+        if instrs.next().is_some() || result != reg {
+            return;
+        }
+        self.fused = Some(FusedEpilogue { bias, relu, target });
+        self.epilogue = None;
+    }
+
     fn pointwise(&self) -> bool {
         let g = &self.g;
         !self.transpose
@@ -88,6 +186,10 @@ impl Conv {
             (g.cout / g.groups) * g.kh * g.kw * g.h * g.w
         } else if self.pointwise() {
             0
+        } else if let ConvWeight::Winograd(_) = self.weight {
+            conv_winograd::scratch_floats(g)
+        } else if self.direct() {
+            conv_direct::scratch_floats(g)
         } else {
             (g.cin / g.groups) * g.kh * g.kw * g.oh * g.ow
         }
@@ -133,8 +235,42 @@ impl Conv {
         };
         let off = if self.x_elem == Elem::F32 { 0 } else { xlen };
         let col = cx.scratch_at(off, self.col_len());
+        let out = cx.ptr(self.raw) as *mut f32;
+        if let ConvWeight::Direct(w) | ConvWeight::Winograd(w) = &self.weight {
+            let (out, epilogue) = match &self.fused {
+                Some(f) => (
+                    cx.ptr(f.target) as *mut f32,
+                    conv_direct::Epilogue {
+                        bias: f.bias.map_or(std::ptr::null(), |b| cx.ptr(b) as *const f32),
+                        relu: f.relu,
+                    },
+                ),
+                None => (
+                    out,
+                    conv_direct::Epilogue {
+                        bias: std::ptr::null(),
+                        relu: false,
+                    },
+                ),
+            };
+            // SAFETY: `Direct` weights exist only where `conv_direct::applies`; x, raw and the
+            // fused target hold this geometry's input and output (f32), the bias cout f32, col
+            // the kernel's scratch.
+            unsafe {
+                if self.schedule() == "winograd" {
+                    conv_winograd::run(x, w, out, g, epilogue, col, cx)
+                } else {
+                    conv_direct::run(x, w, out, g, epilogue, col, cx)
+                }
+            };
+            if let Some(e) = &self.epilogue {
+                e.run(cx);
+            }
+            return;
+        }
         let weight: *const f32 = match &self.weight {
             ConvWeight::Const(w) => w.as_ptr(),
+            ConvWeight::Direct(_) | ConvWeight::Winograd(_) => unreachable!("handled above"),
             ConvWeight::Runtime { value, elem, len } => {
                 if *elem == Elem::F32 {
                     cx.ptr(*value) as *const f32
@@ -146,7 +282,6 @@ impl Conv {
                 }
             }
         };
-        let out = cx.ptr(self.raw) as *mut f32;
         let par = if self.flops() >= 1 << 21 && cx.threads > 1 {
             gemm::Parallelism::Rayon(cx.threads)
         } else {

@@ -2,6 +2,8 @@
 
 pub mod attention;
 pub mod conv;
+pub mod conv_direct;
+pub mod conv_winograd;
 pub mod ew;
 pub mod gather;
 pub mod layout;
@@ -115,11 +117,15 @@ impl Kernel {
             Kernel::Conv(c) => format!(
                 "{}{}",
                 if c.transpose {
-                    "conv_transpose"
+                    "conv_transpose".to_string()
+                } else if c.schedule().is_empty() {
+                    "conv".to_string()
                 } else {
-                    "conv"
+                    format!("conv-{}", c.schedule())
                 },
-                if c.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1) {
+                if c.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1)
+                    || c.fused.as_ref().is_some_and(|f| f.relu)
+                {
                     "+epilogue"
                 } else {
                     ""
@@ -195,6 +201,7 @@ impl Kernel {
                 }
             }
             Kernel::Conv(c) => {
+                c.fuse_direct_epilogue();
                 if let Some(e) = &mut c.epilogue {
                     e.collapse();
                 }

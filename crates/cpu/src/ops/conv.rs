@@ -197,14 +197,6 @@ pub(crate) fn conv(cx: &mut OpCx, transpose: bool) -> Result<()> {
             return Err(cx.err(format!("bias must be [{cout}], found {:?}", cx.shape(b))));
         }
     }
-    let weight = match cx.known(wv).and_then(|kn| kn.f32s()) {
-        Some(w) => ConvWeight::Const(w),
-        None => ConvWeight::Runtime {
-            value: wv,
-            elem: cx.elem(wv)?,
-            len: ws.iter().product(),
-        },
-    };
     // bias broadcast over [cout, 1...]
     let bias_b = match bias {
         Some(b) => {
@@ -239,6 +231,14 @@ pub(crate) fn conv(cx: &mut OpCx, transpose: bool) -> Result<()> {
         oh,
         ow,
     };
+    let weight = match cx.known(wv).and_then(|kn| kn.f32s()) {
+        Some(w) => ConvWeight::constant(w, &g, transpose),
+        None => ConvWeight::Runtime {
+            value: wv,
+            elem: cx.elem(wv)?,
+            len: ws.iter().product(),
+        },
+    };
     let x_elem = cx.elem(x)?;
     let mut reads = vec![x];
     if let ConvWeight::Runtime { value, .. } = &weight {
@@ -259,6 +259,7 @@ pub(crate) fn conv(cx: &mut OpCx, transpose: bool) -> Result<()> {
             transpose,
             raw,
             epilogue,
+            fused: None,
         }),
         reads,
         writes,
