@@ -346,6 +346,10 @@ fn vnni() -> bool {
 /// `quantize_activations`: the product against an f64 evaluation of the same scheme — activations
 /// quantized as specified, exact integer sums per 32 columns, then `s_w·s_x·(Σ q_w·q_x − o_w·Σ q_x)`.
 fn check_quantized_activations(case: &QuantCase, m: usize, seed: u64) {
+    check_quantized_activations_on(case, m, seed, None);
+}
+
+fn check_quantized_activations_on(case: &QuantCase, m: usize, seed: u64, threads: Option<usize>) {
     let mut rng = Rng(seed);
     let b = build(case, &mut rng);
     let d = case.scale;
@@ -361,6 +365,7 @@ fn check_quantized_activations(case: &QuantCase, m: usize, seed: u64) {
     p.output(&y);
     let opts = CompileOptions {
         quantize_activations: true,
+        threads,
         ..Default::default()
     };
     let plan = compile(&p.build(), "main", &b.blobs, &opts).unwrap();
@@ -460,6 +465,49 @@ fn quantized_activations_match_the_integer_scheme() {
         for m in [1, 3, 8] {
             check_quantized_activations(case, m, 101 + i as u64 * 13 + m as u64);
         }
+    }
+}
+
+/// The decode GEMV (one activation row, blocks of 32) takes weight rows four at a time: row
+/// counts around and below that (tails of 1–3 rows, matrices of 1–8 rows), lone last chunks, and
+/// work split between two workers at row boundaries that are not multiples of four.
+#[test]
+fn quantized_activations_by_four_rows_cover_every_row_count() {
+    if !vnni() {
+        eprintln!("no AVX-512 VNNI: quantize_activations keeps the f32 path tested above");
+        return;
+    }
+    let mut seed = 700;
+    for (data, offset, scale) in [
+        (DType::Int8, false, DType::Fp16),
+        (DType::Uint8, true, DType::Fp32),
+        (DType::Int4, false, DType::Fp16),
+        (DType::Uint4, true, DType::Fp16),
+    ] {
+        for cols in [96usize, 160, 576, 1248] {
+            for rows in (1..=9).chain([21]) {
+                let case = QuantCase {
+                    data,
+                    scale,
+                    rows,
+                    cols,
+                    block: 32,
+                    offset,
+                };
+                seed += 1;
+                check_quantized_activations_on(&case, 1, seed, Some(1));
+            }
+        }
+        let case = QuantCase {
+            data,
+            scale,
+            rows: 203,
+            cols: 1248,
+            block: 32,
+            offset,
+        };
+        seed += 1;
+        check_quantized_activations_on(&case, 1, seed, Some(2));
     }
 }
 

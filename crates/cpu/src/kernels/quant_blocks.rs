@@ -350,10 +350,22 @@ pub fn run(mm: &Matmul, q: &QuantTensor, cx: &Cx) {
         };
         let per = n.div_ceil(chunks);
         let rows = super::quant_int8::Rows::of(q);
+        let four_rows = super::quant_int8::rows4_applies(q, m);
         cx.par_for(chunks, &|c| {
             let j0 = c * per;
             let j1 = (j0 + per).min(n);
-            for j in j0..j1 {
+            let mut j = j0;
+            if four_rows {
+                const R: usize = super::quant_int8::ROWS4;
+                while j + R <= j1 {
+                    let mut acc = [0.0f32; R];
+                    super::quant_int8::gemv_rows4(&rows, j, prep, &mut acc);
+                    // SAFETY: out is [1, n]; chunks write disjoint columns.
+                    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), out.get().add(j), R) };
+                    j += R;
+                }
+            }
+            for j in j..j1 {
                 let mut acc = [0.0f32; GEMV_MAX_ROWS];
                 super::quant_int8::gemv_row(&rows, j, prep, stride, m, &mut acc);
                 for (i, v) in acc[..m].iter().enumerate() {
