@@ -176,7 +176,8 @@ impl Attention {
         }
         let kbase = (ptrs[1].get() as *const f32).add(boff(&self.batch, &self.k.batch_strides, b));
         let vbase = (ptrs[2].get() as *const f32).add(boff(&self.batch, &self.v.batch_strides, b));
-        add_scores(qs, l, e, kbase, self.k.rs, lo..hi, ss, s);
+        let blocked = add_scores16(qs, l, e, kbase, self.k.rs, lo..hi, ss, s);
+        add_scores(qs, l, e, kbase, self.k.rs, lo + blocked..hi, ss, s);
         for i in 0..l {
             let row = &mut ss[i * s + lo..i * s + hi];
             let m = super::rows::max_of(row);
@@ -399,6 +400,96 @@ crate::simd_dispatch! {
                 }
                 scores[i * lds + j] += acc[0] + dot;
             }
+        }
+    }
+}
+
+/// [`add_scores`] for the first keys of `keys` in whole blocks of 16 (head sizes that are
+/// multiples of 16, AVX-512); returns how many keys it did. Each block's 16 dot products per row
+/// are summed across lanes together (a transposing add tree: 45 instructions per 16 keys
+/// instead of one full reduction per key).
+#[allow(clippy::too_many_arguments)]
+unsafe fn add_scores16(
+    q: &[f32],
+    l: usize,
+    e: usize,
+    k: *const f32,
+    rs: usize,
+    keys: std::ops::Range<usize>,
+    scores: &mut [f32],
+    lds: usize,
+) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if e.is_multiple_of(16) && crate::simd::has_avx512() && keys.len() >= 16 {
+        let blocks = keys.len() / 16;
+        for i in 0..l {
+            avx512::scores16(
+                q[i * e..(i + 1) * e].as_ptr(),
+                e,
+                k.add(keys.start * rs),
+                rs,
+                blocks,
+                scores[i * lds + keys.start..].as_mut_ptr(),
+            );
+        }
+        return blocks * 16;
+    }
+    let _ = (q, l, e, k, rs, scores, lds);
+    0
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// `out[j] += q · k_j` for `16·blocks` keys `k_j` at `k + j·rs` (`e` floats each, `e` a
+    /// multiple of 16).
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn scores16(
+        q: *const f32,
+        e: usize,
+        k: *const f32,
+        rs: usize,
+        blocks: usize,
+        out: *mut f32,
+    ) {
+        for b in 0..blocks {
+            let kb = k.add(b * 16 * rs);
+            let mut acc = [_mm512_setzero_ps(); 16];
+            let mut c = 0;
+            while c < e {
+                let qc = _mm512_loadu_ps(q.add(c));
+                for (t, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(qc, _mm512_loadu_ps(kb.add(t * rs + c)), *a);
+                }
+                c += 16;
+            }
+            // 16 vectors → one vector of their lane sums (key t in lane t)
+            let mut pairs = [_mm512_setzero_ps(); 8];
+            for (p, v) in pairs.iter_mut().enumerate() {
+                let (a, b) = (acc[2 * p], acc[2 * p + 1]);
+                // per 128-bit block: a0+a2, b0+b2, a1+a3, b1+b3
+                *v = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+            }
+            let mut quads = [_mm512_setzero_ps(); 4];
+            for (p, v) in quads.iter_mut().enumerate() {
+                let (a, b) = (pairs[2 * p], pairs[2 * p + 1]);
+                // per 128-bit block: the block's sums of keys 4p..4p+4
+                *v = _mm512_add_ps(
+                    _mm512_shuffle_ps::<0b01_00_01_00>(a, b),
+                    _mm512_shuffle_ps::<0b11_10_11_10>(a, b),
+                );
+            }
+            let half = |a: __m512, b: __m512| {
+                _mm512_add_ps(
+                    _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
+                    _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
+                )
+            };
+            let (h0, h1) = (half(quads[0], quads[1]), half(quads[2], quads[3]));
+            let sums = half(h0, h1);
+            let o = out.add(b * 16);
+            _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), sums));
         }
     }
 }
