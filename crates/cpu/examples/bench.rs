@@ -24,6 +24,14 @@ fn main() {
             println!("{}", bench::gemv_quant(4096, 4096, 4, t, 50));
         }
     }
+    if all || what == "decode" {
+        for &t in &thread_counts {
+            for bits in [8, 4] {
+                let fig = bench::decode_stack(576, 1536, 24, bits, t, 30);
+                println!("{fig}");
+            }
+        }
+    }
     if all || what == "conv" {
         // ResNet-50 3x3 stages at batch 1
         for &(c, hw) in &[(64usize, 56usize), (128, 28), (256, 14), (512, 7)] {

@@ -322,6 +322,91 @@ pub fn gemv_quant(k: usize, n: usize, bits: u8, threads: usize, reps: usize) -> 
     )
 }
 
+/// A decoder's MLP stack at batch 1: `layers` pairs of `[1, d] → [1, f] → [1, d]` linears over
+/// 8-bit (or 4-bit) weights in blocks of 32 with f32 scales (GGUF Q8_0 / Q4_0 as the CPU target
+/// lowers them), so the weights
+/// stream from memory as in LLM decode (pick the sizes to exceed the last-level cache).
+pub fn decode_stack_program(d: usize, f: usize, layers: usize, bits: u8) -> (Program, BlobStore) {
+    let dtype = if bits == 4 { DType::Int4 } else { DType::Int8 };
+    let mut w = aneforge_mil::BlobWriter::new();
+    let mut mats = Vec::new();
+    for l in 0..2 * layers {
+        let (n, k) = if l % 2 == 0 { (f, d) } else { (d, f) };
+        let payload: Vec<u8> = pseudo_random(n * k * bits as usize / 8, 11 + l as u64)
+            .iter()
+            .map(|&v| ((v + 0.5) * 255.0) as u8)
+            .collect();
+        let data = w.add(dtype, n * k, &payload).expect("int payload");
+        let scales: Vec<f32> = pseudo_random(n * k / 32, 13 + l as u64)
+            .iter()
+            .map(|&v| 0.01 + 0.001 * v)
+            .collect();
+        let scale = w.add_f32(&scales);
+        mats.push((n, k, data, scale));
+    }
+    let path = "@model_path/weights/weight.bin".to_string();
+    let mut blobs = BlobStore::new();
+    blobs.insert(
+        path.clone(),
+        aneforge_mil::BlobFile::from_vec("weight.bin", w.finish()).expect("blob"),
+    );
+    let blob = |d: DType, shape: &[usize], offset: u64| {
+        Argument::Literal(Literal::Blob {
+            ty: TensorType::new(d, shape),
+            path: path.clone(),
+            offset,
+        })
+    };
+    let mut p = P::new();
+    let mut x = p.input("x", DType::Fp32, &[1, d]);
+    for (n, k, data, scale) in mats {
+        let wq = p.op(
+            "constexpr_blockwise_shift_scale",
+            vec![
+                ("data", blob(dtype, &[n, k], data)),
+                ("scale", blob(DType::Fp32, &[n, k / 32], scale)),
+            ],
+            DType::Fp32,
+            &[n, k],
+        );
+        x = p.op(
+            "linear",
+            vec![("x", name(&x)), ("weight", name(&wq))],
+            DType::Fp32,
+            &[1, n],
+        );
+    }
+    (p.program(vec![x]), blobs)
+}
+
+/// [`decode_stack_program`] with 8-bit activations (`quantize_activations`).
+pub fn decode_stack(
+    d: usize,
+    f: usize,
+    layers: usize,
+    bits: u8,
+    threads: usize,
+    reps: usize,
+) -> Figure {
+    let (p, blobs) = decode_stack_program(d, f, layers, bits);
+    let opts = CompileOptions {
+        threads: Some(threads),
+        quantize_activations: true,
+        ..Default::default()
+    };
+    let plan = compile(&p, "main", &blobs, &opts).expect("benchmark program compiles");
+    let mut inst = plan.instantiate();
+    inst.set_input("x", HostSlice::F32(&pseudo_random(d, 7)))
+        .expect("input");
+    time(
+        format!("decode stack int{bits}-weights int8-activations {layers}x({d}->{f}->{d})"),
+        &mut inst,
+        4.0 * (layers * d * f) as f64,
+        threads,
+        reps,
+    )
+}
+
 /// fp32 3×3 stride-1 same-padded conv with bias, NCHW.
 pub fn conv_program(n: usize, c_in: usize, hw: usize, c_out: usize) -> Program {
     let mut p = P::new();

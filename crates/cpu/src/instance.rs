@@ -290,11 +290,14 @@ impl Instance {
                     CpuError::Execute(format!("op `{}` ({}): {m}", n.name, n.op_type))
                 })?;
                 if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
+                    // read the clock first: `kind()` formats the kernel (for rows kernels with
+                    // their constant vectors), which must not count as the kernel's time
+                    let seconds = start.elapsed().as_secs_f64();
                     t.push(KernelTime {
                         name: n.name.clone(),
                         op_type: n.op_type.clone(),
                         kernel: n.kernel.kind(),
-                        seconds: start.elapsed().as_secs_f64(),
+                        seconds,
                     });
                 }
             }

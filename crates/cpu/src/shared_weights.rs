@@ -60,6 +60,29 @@ pub(crate) fn share(data: Vec<f32>) -> Arc<Vec<f32>> {
     fresh
 }
 
+/// Blob address, byte offset and length of f32 parameters -> their f16 copy.
+type Narrowed = HashMap<(usize, usize, usize), Weak<[half::f16]>>;
+
+static NARROWED: Mutex<Option<Narrowed>> = Mutex::new(None);
+
+/// The f16 copy of the f32 parameters at `key` (blob address, offset, count) that a live plan
+/// already holds, else `make()`'s, registered for later plans (`None`: not exactly f16). A plan
+/// holding the copy also holds the blob, so the address cannot be reused while the copy lives.
+pub(crate) fn narrowed_f16(
+    key: (usize, usize, usize),
+    make: impl FnOnce() -> Option<Vec<half::f16>>,
+) -> Option<Arc<[half::f16]>> {
+    let mut guard = NARROWED.lock().unwrap_or_else(|e| e.into_inner());
+    let registry = guard.get_or_insert_with(HashMap::new);
+    if let Some(existing) = registry.get(&key).and_then(Weak::upgrade) {
+        return Some(existing);
+    }
+    let fresh: Arc<[half::f16]> = make()?.into();
+    registry.retain(|_, w| w.strong_count() > 0);
+    registry.insert(key, Arc::downgrade(&fresh));
+    Some(fresh)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,5 @@
 mod common;
+use aneforge_cpu::{compile, BlobStore, CompileOptions};
 use aneforge_mil::DType;
 use common::*;
 
@@ -460,6 +461,100 @@ fn sdpa_matches_reference_with_bool_and_additive_masks() {
                     0.5,
                 );
             }
+        }
+    }
+}
+
+/// Few query rows (decode and verification steps) against a longer key axis: keys hidden from
+/// every row (additive −∞ or bool false) at either end of the axis and in the middle, a row that
+/// sees nothing (NaN, as the reference), head sizes that are not multiples of 16.
+#[test]
+fn sdpa_few_query_rows_match_reference_with_hidden_keys() {
+    let mut rng = Rng(47);
+    let d = DType::Fp32;
+    for &(b, l, s, e, ev) in &[
+        (3usize, 1usize, 300usize, 64usize, 64usize),
+        (3, 3, 300, 64, 64),
+        (2, 8, 37, 24, 40),
+        (1, 16, 129, 20, 8),
+        (2, 5, 1, 16, 16),
+    ] {
+        for kind in 0..4 {
+            let qv = quantize(d, &rng.vec(b * l * e, -1.0, 1.0));
+            let kv = quantize(d, &rng.vec(b * s * e, -1.0, 1.0));
+            let vv = quantize(d, &rng.vec(b * s * ev, -1.0, 1.0));
+            let noise = quantize(d, &rng.vec(l * s, -2.0, 0.0));
+            // row i sees keys lo..=live + i, hidden elsewhere (−∞)
+            let (lo, live) = (s / 5, s / 2);
+            let visible = |i: usize, j: usize| match kind {
+                0 => j + l <= i + s,
+                1 => j >= lo && j <= live + i,
+                2 => (j <= live + i) && (j % 7 != 3 || j == 0),
+                _ => i != l / 2 && j >= lo,
+            };
+            let add: Vec<f64> = (0..l * s)
+                .map(|t| {
+                    let (i, j) = (t / s, t % s);
+                    if visible(i, j) {
+                        noise[t]
+                    } else {
+                        f64::NEG_INFINITY
+                    }
+                })
+                .collect();
+            let mut p = Prog::new();
+            let q = p.input("q", d, &[b, l, e]);
+            let k = p.input("k", d, &[b, s, e]);
+            let vn = p.input("v", d, &[b, s, ev]);
+            let mut args = vec![("query", v(&q)), ("key", v(&k)), ("value", v(&vn))];
+            let bool_mask = kind == 1;
+            let mask_name = if bool_mask {
+                let bm: Vec<f64> = (0..l * s)
+                    .map(|t| f64::from(u8::from(visible(t / s, t % s))))
+                    .collect();
+                p.konst(DType::Bool, &[l, s], &bm)
+            } else {
+                p.input("m", d, &[1, l, s])
+            };
+            args.push(("attn_mask", v(&mask_name)));
+            let y = p.op("scaled_dot_product_attention", &args, d, &[b, l, ev]);
+            p.output(&y);
+            let mut ins = vec![
+                ("q", d, qv.clone()),
+                ("k", d, kv.clone()),
+                ("v", d, vv.clone()),
+            ];
+            let mask: Vec<f64> = if bool_mask {
+                add.iter()
+                    .map(|&x| if x.is_finite() { 0.0 } else { x })
+                    .collect()
+            } else {
+                ins.push(("m", d, add.clone()));
+                add
+            };
+            let plan = compile(
+                &p.build(),
+                "main",
+                &BlobStore::new(),
+                &CompileOptions::default(),
+            )
+            .unwrap();
+            assert!(
+                plan.schedule()
+                    .iter()
+                    .any(|k| k.ends_with(": attention-rows")),
+                "{:?}",
+                plan.schedule()
+            );
+            let got = &run(&p, &ins)[&y];
+            let want = attention_ref(&qv, &kv, &vv, Some(&mask), b, l, s, e, ev);
+            assert_close(
+                &format!("few-row sdpa b{b} l{l} s{s} e{e} ev{ev} mask kind {kind}"),
+                d,
+                got,
+                &want,
+                0.5,
+            );
         }
     }
 }

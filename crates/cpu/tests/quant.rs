@@ -16,6 +16,8 @@ struct QuantCase {
     cols: usize,
     block: usize,
     offset: bool,
+    /// f32 scales and offsets whose values are all exactly f16 (the CPU engine may narrow them).
+    f16_values: bool,
 }
 
 /// Random quantized values, their packed payload, per-block scales/offsets and the f64 weights.
@@ -53,7 +55,7 @@ fn build(case: &QuantCase, rng: &mut Rng) -> Built {
         .collect();
     let nb = case.rows * case.cols / case.block;
     let round = |d: DType, v: f64| {
-        if d == DType::Fp16 {
+        if d == DType::Fp16 || case.f16_values {
             half::f16::from_f64(v).to_f64()
         } else {
             v as f32 as f64
@@ -183,6 +185,7 @@ fn linear_on_quantized_weights_matches_the_definition() {
             cols: 96,
             block: 32,
             offset: true,
+            f16_values: false,
         },
         QuantCase {
             data: DType::Int4,
@@ -191,6 +194,7 @@ fn linear_on_quantized_weights_matches_the_definition() {
             cols: 128,
             block: 64,
             offset: false,
+            f16_values: false,
         },
         QuantCase {
             data: DType::Int8,
@@ -199,6 +203,7 @@ fn linear_on_quantized_weights_matches_the_definition() {
             cols: 64,
             block: 32,
             offset: false,
+            f16_values: false,
         },
         QuantCase {
             data: DType::Uint8,
@@ -207,6 +212,7 @@ fn linear_on_quantized_weights_matches_the_definition() {
             cols: 48,
             block: 16,
             offset: true,
+            f16_values: false,
         },
         QuantCase {
             data: DType::Uint4,
@@ -215,6 +221,7 @@ fn linear_on_quantized_weights_matches_the_definition() {
             cols: 64,
             block: 32,
             offset: true,
+            f16_values: false,
         },
         // a block of 16 nibbles: the portable path
         QuantCase {
@@ -224,6 +231,7 @@ fn linear_on_quantized_weights_matches_the_definition() {
             cols: 48,
             block: 16,
             offset: true,
+            f16_values: false,
         },
     ];
     for (i, case) in cases.iter().enumerate() {
@@ -242,6 +250,7 @@ fn gather_dequantizes_the_picked_rows() {
         cols: 64,
         block: 32,
         offset: false,
+        f16_values: false,
     };
     let mut rng = Rng(5);
     let b = build(&case, &mut rng);
@@ -290,6 +299,7 @@ fn other_consumers_see_dequantized_values() {
         cols: 32,
         block: 32,
         offset: true,
+        f16_values: false,
     };
     let mut rng = Rng(9);
     let b = build(&case, &mut rng);
@@ -346,6 +356,10 @@ fn vnni() -> bool {
 /// `quantize_activations`: the product against an f64 evaluation of the same scheme — activations
 /// quantized as specified, exact integer sums per 32 columns, then `s_w·s_x·(Σ q_w·q_x − o_w·Σ q_x)`.
 fn check_quantized_activations(case: &QuantCase, m: usize, seed: u64) {
+    check_quantized_activations_on(case, m, seed, None);
+}
+
+fn check_quantized_activations_on(case: &QuantCase, m: usize, seed: u64, threads: Option<usize>) {
     let mut rng = Rng(seed);
     let b = build(case, &mut rng);
     let d = case.scale;
@@ -361,6 +375,7 @@ fn check_quantized_activations(case: &QuantCase, m: usize, seed: u64) {
     p.output(&y);
     let opts = CompileOptions {
         quantize_activations: true,
+        threads,
         ..Default::default()
     };
     let plan = compile(&p.build(), "main", &b.blobs, &opts).unwrap();
@@ -452,6 +467,7 @@ fn quantized_activations_match_the_integer_scheme() {
                     cols,
                     block,
                     offset,
+                    f16_values: false,
                 });
             }
         }
@@ -460,6 +476,54 @@ fn quantized_activations_match_the_integer_scheme() {
         for m in [1, 3, 8] {
             check_quantized_activations(case, m, 101 + i as u64 * 13 + m as u64);
         }
+    }
+}
+
+/// The decode GEMV (one activation row, blocks of 32) takes weight rows four at a time: row
+/// counts around and below that (tails of 1–3 rows, matrices of 1–8 rows), lone last chunks, and
+/// work split between two workers at row boundaries that are not multiples of four.
+#[test]
+fn quantized_activations_by_four_rows_cover_every_row_count() {
+    if !vnni() {
+        eprintln!("no AVX-512 VNNI: quantize_activations keeps the f32 path tested above");
+        return;
+    }
+    let mut seed = 700;
+    // f32 parameters that are exactly f16 (as GGUF's) are narrowed to f16 by the engine
+    for (data, offset, scale, f16_values) in [
+        (DType::Int8, false, DType::Fp16, false),
+        (DType::Int8, false, DType::Fp32, true),
+        (DType::Uint8, true, DType::Fp32, false),
+        (DType::Int4, false, DType::Fp16, false),
+        (DType::Uint4, true, DType::Fp16, false),
+        (DType::Uint4, true, DType::Fp32, true),
+    ] {
+        for cols in [96usize, 160, 576, 1248] {
+            for rows in (1..=9).chain([21]) {
+                let case = QuantCase {
+                    data,
+                    scale,
+                    rows,
+                    cols,
+                    block: 32,
+                    offset,
+                    f16_values,
+                };
+                seed += 1;
+                check_quantized_activations_on(&case, 1, seed, Some(1));
+            }
+        }
+        let case = QuantCase {
+            data,
+            scale,
+            rows: 203,
+            cols: 1248,
+            block: 32,
+            offset,
+            f16_values,
+        };
+        seed += 1;
+        check_quantized_activations_on(&case, 1, seed, Some(2));
     }
 }
 
@@ -472,6 +536,7 @@ fn quantized_activations_are_an_explicit_option() {
         cols: 64,
         block: 32,
         offset: false,
+        f16_values: false,
     };
     let b = build(&case, &mut Rng(3));
     let mut p = Prog::new();

@@ -10,6 +10,8 @@ use crate::tensor::{Elem, SendPtr};
 
 const BQ: usize = 64;
 const BK: usize = 128;
+/// Query rows per batch up to which [`Attention::few_rows`] runs instead of the flash blocks.
+const FEW_ROWS: usize = 16;
 
 /// A strided 2-D operand per batch: element (i, j) of batch b at
 /// `batch_off(b) + i * rs + j * cs`.
@@ -50,14 +52,34 @@ fn boff(batch: &[usize], strides: &[usize], b: usize) -> usize {
 }
 
 impl Attention {
-    /// Q block, the head's whole Kᵀ [e, s] and V [s, ev] (loaded once per batch·head and reused
-    /// by every query block the task handles), scores, output accumulator, running max and sum.
+    /// Flash blocks: Q block, the head's whole Kᵀ [e, s] and V [s, ev] (loaded once per
+    /// batch·head and reused by every query block the task handles), scores, output accumulator,
+    /// running max and sum. Few rows: the scaled query rows, their scores and outputs.
     fn per_task(&self) -> usize {
+        if self.few_rows() {
+            return self.l * (self.e + self.s + self.ev);
+        }
         BQ * self.e + self.s * self.e + self.s * self.ev + BQ * BK + BQ * self.ev + 2 * BQ
     }
 
+    /// Decode and verification steps (a few query rows against a long cache): scores are dot
+    /// products of the query rows with key rows read in place (no Kᵀ copy), over only the keys
+    /// some row can see. Needs f32 keys and values with contiguous rows (the KV caches).
+    pub fn few_rows(&self) -> bool {
+        self.l <= FEW_ROWS
+            && self.k.elem == Elem::F32
+            && self.v.elem == Elem::F32
+            && self.k.cs == 1
+            && self.v.cs == 1
+    }
+
     fn items(&self) -> usize {
-        self.batch.iter().product::<usize>() * self.l.div_ceil(BQ)
+        let per_batch = if self.few_rows() {
+            1
+        } else {
+            self.l.div_ceil(BQ)
+        };
+        self.batch.iter().product::<usize>() * per_batch
     }
 
     fn tasks(&self, threads: usize) -> usize {
@@ -90,9 +112,113 @@ impl Attention {
             let buf = unsafe { std::slice::from_raw_parts_mut(scratch.get().add(t * pt), pt) };
             let mut loaded = None;
             for item in t * per..((t + 1) * per).min(items) {
-                unsafe { self.block(item, buf, &mut loaded, ptrs, mptr, out) };
+                if self.few_rows() {
+                    unsafe { self.rows(item, buf, ptrs, mptr, out) };
+                } else {
+                    unsafe { self.block(item, buf, &mut loaded, ptrs, mptr, out) };
+                }
             }
         });
+    }
+
+    /// All `l` query rows of batch `b` ([`Attention::few_rows`]). Keys every row masks out
+    /// (bool false, additive −∞) at either end of the key axis are skipped; their softmax
+    /// weight is exactly zero either way.
+    ///
+    /// # Safety
+    /// Pointers are this kernel's operands; views were validated against their shapes.
+    unsafe fn rows(
+        &self,
+        b: usize,
+        buf: &mut [f32],
+        ptrs: [SendPtr<u8>; 3],
+        mptr: SendPtr<u8>,
+        out: SendPtr<u8>,
+    ) {
+        let (l, s, e, ev) = (self.l, self.s, self.e, self.ev);
+        let (qs, rest) = buf.split_at_mut(l * e);
+        let (ss, os) = rest.split_at_mut(l * s);
+        let os = &mut os[..l * ev];
+        let qoff = boff(&self.batch, &self.q.batch_strides, b);
+        for i in 0..l {
+            let row = &mut qs[i * e..(i + 1) * e];
+            load_row(
+                ptrs[0].get(),
+                self.q.elem,
+                qoff + i * self.q.rs,
+                self.q.cs,
+                row,
+            );
+            row.iter_mut().for_each(|x| *x *= self.scale);
+        }
+        // the mask (as additive f32) first; scores are added onto it
+        let (mut lo, mut hi) = (0, s);
+        match &self.mask {
+            Some(m) => {
+                let moff = boff(&self.batch, &m.batch_strides, b);
+                for i in 0..l {
+                    let row = &mut ss[i * s..(i + 1) * s];
+                    load_row(mptr.get(), m.elem, moff + i * m.rs, m.cs, row);
+                    if m.elem == Elem::Bool {
+                        row.iter_mut()
+                            .for_each(|x| *x = if *x == 0.0 { f32::NEG_INFINITY } else { 0.0 });
+                    }
+                }
+                let seen = |j: usize| (0..l).any(|i| ss[i * s + j] != f32::NEG_INFINITY);
+                while lo < hi && !seen(lo) {
+                    lo += 1;
+                }
+                while hi > lo && !seen(hi - 1) {
+                    hi -= 1;
+                }
+            }
+            None => ss.fill(0.0),
+        }
+        let kbase = (ptrs[1].get() as *const f32).add(boff(&self.batch, &self.k.batch_strides, b));
+        let vbase = (ptrs[2].get() as *const f32).add(boff(&self.batch, &self.v.batch_strides, b));
+        let blocked = add_scores16(qs, l, e, kbase, self.k.rs, lo..hi, ss, s);
+        add_scores(qs, l, e, kbase, self.k.rs, lo + blocked..hi, ss, s);
+        for i in 0..l {
+            let row = &mut ss[i * s + lo..i * s + hi];
+            let m = super::rows::max_of(row);
+            // a row that sees no key: 0·(1/0) = NaN, as the flash blocks give
+            let sum = if m == f32::NEG_INFINITY {
+                row.fill(0.0);
+                0.0
+            } else {
+                exp_sub_sum(row, m)
+            };
+            let inv = 1.0 / sum;
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
+        let n = hi - lo;
+        if n == 0 {
+            os.fill(f32::NAN);
+        } else {
+            // P [l, n] packed, then P · V[lo..hi] [n, ev]
+            for i in 0..l {
+                ss.copy_within(i * s + lo..i * s + hi, i * n);
+            }
+            gemm_rows(
+                &ss[..l * n],
+                std::slice::from_raw_parts(vbase.add(lo * self.v.rs), (n - 1) * self.v.rs + ev),
+                self.v.rs,
+                os,
+                l,
+                n,
+                ev,
+                false,
+            );
+        }
+        let obase = b * l * ev;
+        for i in 0..l {
+            store_block(
+                out.get(),
+                self.out_elem,
+                obase + i * ev,
+                &os[i * ev..(i + 1) * ev],
+            );
+        }
     }
 
     /// # Safety
@@ -230,6 +356,140 @@ impl Attention {
                 *x *= inv;
             }
             store_block(out.get(), self.out_elem, obase + (i0 + i) * ev, row);
+        }
+    }
+}
+
+crate::simd_dispatch! {
+    /// `scores[i·lds + j] += q_i · k_j` for the `l` rows of `q` ([l, e]) and keys `j` in `keys`
+    /// (key `j` is the `e` floats at `k + j·rs`).
+    fn add_scores(
+        q: &[f32],
+        l: usize,
+        e: usize,
+        k: *const f32,
+        rs: usize,
+        keys: std::ops::Range<usize>,
+        scores: &mut [f32],
+        lds: usize,
+    ) {
+        for j in keys {
+            // SAFETY: the caller's key rows `keys` lie inside the key operand.
+            let kj = unsafe { std::slice::from_raw_parts(k.add(j * rs), e) };
+            for i in 0..l {
+                let qi = &q[i * e..(i + 1) * e];
+                let mut acc = [0f32; 16];
+                let mut qc = qi.chunks_exact(16);
+                let mut kc = kj.chunks_exact(16);
+                for (a, b) in (&mut qc).zip(&mut kc) {
+                    for t in 0..16 {
+                        acc[t] = a[t].mul_add(b[t], acc[t]);
+                    }
+                }
+                let mut dot = 0.0f32;
+                for (a, b) in qc.remainder().iter().zip(kc.remainder()) {
+                    dot = a.mul_add(*b, dot);
+                }
+                // pairwise lane sum (a fixed order, vectorised)
+                let mut w = 8;
+                while w > 0 {
+                    for t in 0..w {
+                        acc[t] += acc[t + w];
+                    }
+                    w /= 2;
+                }
+                scores[i * lds + j] += acc[0] + dot;
+            }
+        }
+    }
+}
+
+/// [`add_scores`] for the first keys of `keys` in whole blocks of 16 (head sizes that are
+/// multiples of 16, AVX-512); returns how many keys it did. Each block's 16 dot products per row
+/// are summed across lanes together (a transposing add tree: 45 instructions per 16 keys
+/// instead of one full reduction per key).
+#[allow(clippy::too_many_arguments)]
+unsafe fn add_scores16(
+    q: &[f32],
+    l: usize,
+    e: usize,
+    k: *const f32,
+    rs: usize,
+    keys: std::ops::Range<usize>,
+    scores: &mut [f32],
+    lds: usize,
+) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if e.is_multiple_of(16) && crate::simd::has_avx512() && keys.len() >= 16 {
+        let blocks = keys.len() / 16;
+        for i in 0..l {
+            avx512::scores16(
+                q[i * e..(i + 1) * e].as_ptr(),
+                e,
+                k.add(keys.start * rs),
+                rs,
+                blocks,
+                scores[i * lds + keys.start..].as_mut_ptr(),
+            );
+        }
+        return blocks * 16;
+    }
+    let _ = (q, l, e, k, rs, scores, lds);
+    0
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// `out[j] += q · k_j` for `16·blocks` keys `k_j` at `k + j·rs` (`e` floats each, `e` a
+    /// multiple of 16).
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn scores16(
+        q: *const f32,
+        e: usize,
+        k: *const f32,
+        rs: usize,
+        blocks: usize,
+        out: *mut f32,
+    ) {
+        for b in 0..blocks {
+            let kb = k.add(b * 16 * rs);
+            let mut acc = [_mm512_setzero_ps(); 16];
+            let mut c = 0;
+            while c < e {
+                let qc = _mm512_loadu_ps(q.add(c));
+                for (t, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(qc, _mm512_loadu_ps(kb.add(t * rs + c)), *a);
+                }
+                c += 16;
+            }
+            // 16 vectors → one vector of their lane sums (key t in lane t)
+            let mut pairs = [_mm512_setzero_ps(); 8];
+            for (p, v) in pairs.iter_mut().enumerate() {
+                let (a, b) = (acc[2 * p], acc[2 * p + 1]);
+                // per 128-bit block: a0+a2, b0+b2, a1+a3, b1+b3
+                *v = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+            }
+            let mut quads = [_mm512_setzero_ps(); 4];
+            for (p, v) in quads.iter_mut().enumerate() {
+                let (a, b) = (pairs[2 * p], pairs[2 * p + 1]);
+                // per 128-bit block: the block's sums of keys 4p..4p+4
+                *v = _mm512_add_ps(
+                    _mm512_shuffle_ps::<0b01_00_01_00>(a, b),
+                    _mm512_shuffle_ps::<0b11_10_11_10>(a, b),
+                );
+            }
+            let half = |a: __m512, b: __m512| {
+                _mm512_add_ps(
+                    _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
+                    _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
+                )
+            };
+            let (h0, h1) = (half(quads[0], quads[1]), half(quads[2], quads[3]));
+            let sums = half(h0, h1);
+            let o = out.add(b * 16);
+            _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), sums));
         }
     }
 }

@@ -113,6 +113,7 @@ impl Kernel {
                 window::Side::Write { .. } => "window-write".into(),
             },
             Kernel::Gather(_) => "gather".into(),
+            Kernel::Attention(a) if a.few_rows() => "attention-rows".into(),
             Kernel::Attention(_) => "attention-flash".into(),
             Kernel::Conv(c) => format!(
                 "{}{}",

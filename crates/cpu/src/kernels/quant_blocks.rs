@@ -36,9 +36,15 @@ impl QFormat {
 /// Per-block floats (scales or offsets): in the blob as f32 or f16, or owned.
 #[derive(Clone, Debug)]
 pub enum Params {
-    F32 { off: usize },
-    F16 { off: usize },
+    F32 {
+        off: usize,
+    },
+    F16 {
+        off: usize,
+    },
     Owned(Arc<[f32]>),
+    /// f32 values that are all exactly f16 (see [`QuantTensor::narrow_params`]).
+    OwnedF16(Arc<[f16]>),
 }
 
 /// Shared storage of weights (a weights blob).
@@ -146,6 +152,7 @@ impl QuantTensor {
                         && (t.base() + off).is_multiple_of(2)
                 }
                 Params::Owned(v) => v.len() == n,
+                Params::OwnedF16(v) => v.len() == n,
             };
             if !ok {
                 return Err(
@@ -154,6 +161,36 @@ impl QuantTensor {
             }
         }
         Ok(t)
+    }
+
+    /// Replaces f32 scales and offsets in the blob whose every value is exactly an f16 (GGUF's
+    /// block scales, say) by an f16 copy, shared by every plan over the same blob: the decode
+    /// GEMV streams its parameters with the weights, and f16 halves those bytes (Q8_0: 36 → 34
+    /// bytes per 32 weights) with identical values.
+    pub fn narrow_params(&mut self) {
+        let n = self.blocks_per_row() * self.rows;
+        let narrow = |p: &Params| -> Option<Params> {
+            let Params::F32 { off } = p else {
+                return None;
+            };
+            let key = (self.base(), *off, n);
+            crate::shared_weights::narrowed_f16(key, || {
+                let v: &[f32] = bytemuck::cast_slice(&self.all()[*off..off + 4 * n]);
+                let exact = |x: &f32| f16::from_f32(*x).to_f32().to_bits() == x.to_bits();
+                v.iter()
+                    .all(exact)
+                    .then(|| v.iter().map(|&x| f16::from_f32(x)).collect())
+            })
+            .map(Params::OwnedF16)
+        };
+        let scale = narrow(&self.scale);
+        let offset = self.offset.as_ref().and_then(narrow);
+        if let Some(p) = scale {
+            self.scale = p;
+        }
+        if let Some(p) = offset {
+            self.offset = Some(p);
+        }
     }
 
     fn base(&self) -> usize {
@@ -194,6 +231,7 @@ impl QuantTensor {
                 ParamSlice::F16(bytemuck::cast_slice(&self.all()[*off..off + 2 * n]))
             }
             Params::Owned(v) => ParamSlice::F32(v),
+            Params::OwnedF16(v) => ParamSlice::F16(v),
         }
     }
 
@@ -216,6 +254,7 @@ impl QuantTensor {
                 ParamSlice::F16(v)
             }
             Params::Owned(v) => ParamSlice::F32(&v[r * nb..(r + 1) * nb]),
+            Params::OwnedF16(v) => ParamSlice::F16(&v[r * nb..(r + 1) * nb]),
         }
     }
 
@@ -350,10 +389,22 @@ pub fn run(mm: &Matmul, q: &QuantTensor, cx: &Cx) {
         };
         let per = n.div_ceil(chunks);
         let rows = super::quant_int8::Rows::of(q);
+        let four_rows = super::quant_int8::rows4_applies(q, m);
         cx.par_for(chunks, &|c| {
             let j0 = c * per;
             let j1 = (j0 + per).min(n);
-            for j in j0..j1 {
+            let mut j = j0;
+            if four_rows {
+                const R: usize = super::quant_int8::ROWS4;
+                while j + R <= j1 {
+                    let mut acc = [0.0f32; R];
+                    super::quant_int8::gemv_rows4(&rows, j, prep, &mut acc);
+                    // SAFETY: out is [1, n]; chunks write disjoint columns.
+                    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), out.get().add(j), R) };
+                    j += R;
+                }
+            }
+            for j in j..j1 {
                 let mut acc = [0.0f32; GEMV_MAX_ROWS];
                 super::quant_int8::gemv_row(&rows, j, prep, stride, m, &mut acc);
                 for (i, v) in acc[..m].iter().enumerate() {
@@ -825,5 +876,44 @@ impl QuantGather {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 2×64 int8 tensor over a blob holding its data and f32 scales `scales` (4 blocks).
+    fn tensor(scales: &[f32]) -> QuantTensor {
+        let mut bytes = vec![0u8; 128];
+        for s in scales {
+            bytes.extend_from_slice(&s.to_le_bytes());
+        }
+        let storage: Storage = Arc::new(bytes);
+        let scale = Params::F32 { off: 128 };
+        QuantTensor::new(storage, 0, QFormat::I8, 2, 64, 32, scale, None).unwrap()
+    }
+
+    #[test]
+    fn exactly_f16_scales_are_narrowed_and_shared() {
+        let exact = [0.5f32, -0.0078125, 3.0, 1024.0];
+        let mut a = tensor(&exact);
+        a.narrow_params();
+        let Params::OwnedF16(v) = a.scale_params() else {
+            panic!("exact f16 values stay f32: {:?}", a.scale_params());
+        };
+        let back: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+        assert_eq!(back, exact);
+        // a second plan over the same blob region shares the copy
+        let mut b = a.clone();
+        b.scale = Params::F32 { off: 128 };
+        b.narrow_params();
+        match (a.scale_params(), b.scale_params()) {
+            (Params::OwnedF16(x), Params::OwnedF16(y)) => assert!(Arc::ptr_eq(x, y)),
+            other => panic!("{other:?}"),
+        }
+        let mut c = tensor(&[0.5, 0.1, 3.0, 1024.0]);
+        c.narrow_params();
+        assert!(matches!(c.scale_params(), Params::F32 { .. }));
     }
 }

@@ -351,6 +351,155 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const M: usize>(
     }
 }
 
+/// Weight rows [`gemv_rows4`] computes together.
+pub const ROWS4: usize = 4;
+/// Bytes past the end of [`gemv_rows4`]'s four rows that it requests ahead of use.
+const AHEAD4: usize = 1024;
+
+/// Whether [`gemv_rows4`] runs for `q` with `m` activation rows.
+pub fn rows4_applies(q: &QuantTensor, m: usize) -> bool {
+    m == 1 && q.block == CHUNK
+}
+
+/// `acc[r] = Σ_c w[j + r, c]·x[c]` for one prepared activation row and the four weight rows
+/// `j..j + 4` (blocks of 32 columns, see [`rows4_applies`]): the activation bytes are loaded once
+/// for the four rows, and each row's block scale is combined with the activation's chunk scale
+/// 16 chunks at a time, so a chunk pair costs each row one weight load, one `vpdpbusd`, a
+/// conversion, a lane permutation and one FMA.
+pub fn gemv_rows4(rows: &Rows<'_>, j: usize, prep: &[f32], acc: &mut [f32; ROWS4]) {
+    debug_assert!(rows4_applies(rows.q, 1) && j + ROWS4 <= rows.q.rows);
+    debug_assert!(prep.len() >= row_floats(rows.q.cols));
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `applies` checked the CPU features; slices are sized by the tensor's geometry.
+    unsafe {
+        if rows.q.format.bits() == 4 {
+            gemv_rows4_vnni::<true>(rows, j, prep, acc)
+        } else {
+            gemv_rows4_vnni::<false>(rows, j, prep, acc)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (rows, j, prep, acc);
+        unreachable!("applies() is false off x86-64");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
+unsafe fn gemv_rows4_vnni<const FOUR: bool>(
+    rows: &Rows<'_>,
+    j: usize,
+    prep: &[f32],
+    acc: &mut [f32; ROWS4],
+) {
+    use std::arch::x86_64::*;
+    const R: usize = ROWS4;
+    let q = rows.q;
+    let k = q.cols;
+    let l = Layout::of(k);
+    let (bias, flip) = bias(q.format);
+    let (rb, nb) = (q.row_bytes(), q.blocks_per_row());
+    // bytes of one chunk in a weight row
+    let cb = if FOUR { CHUNK / 2 } else { CHUNK };
+    let rp: [*const u8; R] = std::array::from_fn(|r| rows.data[(j + r) * rb..].as_ptr());
+    let scale: [ParamSlice<'_>; R] = std::array::from_fn(|r| rows.scale.sub((j + r) * nb, nb));
+    let offset: [Option<ParamSlice<'_>>; R] =
+        std::array::from_fn(|r| rows.offset.as_ref().map(|p| p.sub((j + r) * nb, nb)));
+    let base = prep.as_ptr();
+    let x_bytes = base as *const u8;
+    let x_scales = base.add(l.scales(k));
+    let x_sums = base.add(l.sums(k));
+
+    let nibble = _mm256_set1_epi8(0x0F);
+    let flipv = _mm512_set1_epi8(flip as i8);
+    let biasv = _mm512_set1_ps(bias as f32);
+    let two = _mm512_set1_epi32(2);
+    let first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let mut sums = [_mm512_setzero_ps(); R];
+    // masked loads only for a lone last chunk: they are slow where they cross a cache line
+    // (GGUF aligns tensors to 32 bytes only)
+    let load_w = |p: *const u8, pair: bool| -> __m512i {
+        let w = if FOUR {
+            let v = if pair {
+                _mm256_loadu_si256(p as *const __m256i)
+            } else {
+                _mm256_maskz_loadu_epi8(0xFFFF, p as *const i8)
+            };
+            let lo = _mm256_and_si256(v, nibble);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+            let w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            // [lo c0, lo c1, hi c0, hi c1] → [lo c0, hi c0, lo c1, hi c1]
+            _mm512_shuffle_i64x2(w, w, 0b11_01_10_00)
+        } else if pair {
+            _mm512_loadu_si512(p as *const _)
+        } else {
+            _mm512_maskz_loadu_epi8(0xFFFF_FFFF, p as *const i8)
+        };
+        if flip != 0 {
+            _mm512_xor_si512(w, flipv)
+        } else {
+            w
+        }
+    };
+    let mut g = 0;
+    while g < l.chunks {
+        let len = (l.chunks - g).min(16);
+        let live = ((1u32 << len) - 1) as __mmask16;
+        let xs = _mm512_maskz_loadu_ps(live, x_scales.add(g));
+        let xsum = _mm512_maskz_loadu_ps(live, x_sums.add(g));
+        let load = |p: &ParamSlice<'_>| {
+            if len == 16 {
+                super::quant_blocks::params16(p, g)
+            } else {
+                params_masked(p, g, live)
+            }
+        };
+        // per row: s_w·s_x per chunk, and the offset term Σ_c s_w·(bias + o_w)·s_x·Σ q_x
+        let mut prod = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            let sw = load(&scale[r]);
+            prod[r] = _mm512_mul_ps(sw, xs);
+            let bo = match &offset[r] {
+                Some(o) => _mm512_add_ps(load(o), biasv),
+                None => biasv,
+            };
+            sums[r] = _mm512_fnmadd_ps(_mm512_mul_ps(sw, bo), xsum, sums[r]);
+        }
+        let mut lanes = first_pair;
+        let mut p = 0;
+        while p < len {
+            let c0 = g + p;
+            // a lone last chunk reads only its own bytes; its upper lanes multiply zeros
+            let pair = p + 1 < len;
+            let x = if pair {
+                _mm512_loadu_si512(x_bytes.add(c0 * CHUNK) as *const _)
+            } else {
+                _mm512_maskz_loadu_epi8(0xFFFF_FFFF, x_bytes.add(c0 * CHUNK) as *const i8)
+            };
+            for r in 0..R {
+                let at = rp[r].add(c0 * cb);
+                // the four rows are one contiguous region read as four interleaved streams,
+                // which the hardware prefetcher follows poorly: request the bytes past the
+                // region at the rate they are consumed
+                _mm_prefetch::<_MM_HINT_T0>(
+                    rp[0].add(R * rb + AHEAD4 + R * c0 * cb + r * 2 * cb) as *const i8
+                );
+                let w = load_w(at, pair);
+                let d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+                let s = _mm512_permutexvar_ps(lanes, prod[r]);
+                sums[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, sums[r]);
+            }
+            lanes = _mm512_add_epi32(lanes, two);
+            p += 2;
+        }
+        g += len;
+    }
+    for r in 0..R {
+        acc[r] = _mm512_reduce_add_ps(sums[r]);
+    }
+}
+
 /// Per-block parameters `b..b + 16` under `live` as f32 (zero elsewhere, nothing read there).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c,fma")]

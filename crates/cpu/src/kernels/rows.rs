@@ -288,15 +288,21 @@ impl Rows {
                         v
                     }
                 };
-                // unfused: mul(x,x) → reduce_mean → add eps → rsqrt → mul x → mul w, each rounded
-                let ms = r16(x.iter().map(|v| r16(v * v)).sum::<f32>() / n);
-                let inv = r16(1.0 / (r16(ms + eps) + eps2).sqrt());
-                for (j, v) in x.iter_mut().enumerate() {
-                    let y = r16(*v * inv);
-                    *v = match weight {
-                        Some(w) => y * w[j],
-                        None => y,
-                    };
+                if *round16 {
+                    // unfused: mul(x,x) → reduce_mean → add eps → rsqrt → mul x → mul w, each
+                    // rounded
+                    let ms = r16(x.iter().map(|v| r16(v * v)).sum::<f32>() / n);
+                    let inv = r16(1.0 / (r16(ms + eps) + eps2).sqrt());
+                    for (j, v) in x.iter_mut().enumerate() {
+                        let y = r16(*v * inv);
+                        *v = match weight {
+                            Some(w) => y * w[j],
+                            None => y,
+                        };
+                    }
+                } else {
+                    let inv = 1.0 / (sum_squares(x) / n + eps + eps2).sqrt();
+                    scale_by(x, inv, weight.as_deref());
                 }
             }
             RowKind::Cumsum { exclusive, reverse } => {
@@ -399,6 +405,34 @@ crate::simd_dispatch! {
             s += a;
         }
         s
+    }
+}
+
+crate::simd_dispatch! {
+    /// Σ x² in 16 lanes, then across them.
+    fn sum_squares(x: &[f32]) -> f32 {
+        let mut acc = [0f32; 16];
+        let mut it = x.chunks_exact(16);
+        for ch in &mut it {
+            for i in 0..16 {
+                acc[i] = ch[i].mul_add(ch[i], acc[i]);
+            }
+        }
+        let mut s: f32 = it.remainder().iter().map(|v| v * v).sum();
+        for a in acc {
+            s += a;
+        }
+        s
+    }
+}
+
+crate::simd_dispatch! {
+    /// x ← x·k (·w elementwise).
+    fn scale_by(x: &mut [f32], k: f32, w: Option<&[f32]>) {
+        match w {
+            Some(w) => x.iter_mut().zip(w).for_each(|(v, &g)| *v = *v * k * g),
+            None => x.iter_mut().for_each(|v| *v *= k),
+        }
     }
 }
 

@@ -237,6 +237,7 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
         (Some(q), _) if cx.b.quantize_activations => {
             let mut q = (*q).clone();
             q.quantize_activations = true;
+            q.narrow_params();
             Rhs::Blocks(std::sync::Arc::new(q))
         }
         (Some(q), _) => Rhs::Blocks(q),

@@ -532,6 +532,7 @@ impl Runner {
             let rope_dims = self.rope_dims;
             let window = cfg.sliding_window;
             let host_embeddings = self.opts.host_embeddings;
+            let cpu_target = self.opts.target == Target::Cpu;
             let hidden = &mut self.hidden;
             let model = self.segments[seg]
                 .loaded
@@ -556,7 +557,7 @@ impl Runner {
                 write_rope(model, inv_freq, rope_dims, cfg.head_dim, pos, t)?;
             }
             model.set_input(plan::WRITE_POS, HostSlice::I32(&[0, pos as i32, 0]))?;
-            write_mask(model, pos, t, s, window)?;
+            write_mask(model, pos, t, s, window, cpu_target)?;
             if last && !all && t > 1 {
                 model.set_input(plan::LAST_INDEX, HostSlice::I32(&[(n - 1) as i32]))?;
             }
@@ -700,14 +701,22 @@ fn write_rope(
 }
 
 /// Row `i` (position `pos + i`) sees keys `j <= pos + i` (within the sliding window, if any).
+/// Hidden keys get −∞ on the CPU target (the CPU engine's attention then skips the cache
+/// positions no row sees; softmax weights are exactly zero either way) and the finite fp16-safe
+/// `MASKED` on ANE targets.
 fn write_mask(
     model: &mut Model,
     pos: usize,
     t: usize,
     s: usize,
     window: Option<usize>,
+    cpu_target: bool,
 ) -> Result<(), LlmError> {
-    let masked = aneforge::graph::nn::MASKED;
+    let masked = if cpu_target {
+        f32::NEG_INFINITY
+    } else {
+        aneforge::graph::nn::MASKED
+    };
     let fill = |row: usize, j: usize| -> f32 {
         let q = pos + row;
         let visible = j <= q && window.is_none_or(|w| q - j < w);
