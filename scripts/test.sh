@@ -25,11 +25,12 @@ fi
 ANEFORGE_SUITE_ENGINE=ane ANEFORGE_E5RT_LIB="$sim" cargo test -p aneforge --test op_suite --test state
 
 # The macOS-only code paths (the real-framework test group) must at least type-check for Apple
-# Silicon. The target's standard library is fetched once with rustup; without it, say so and skip.
+# Silicon, warnings denied (x86-only kernels must not leave dead code there). The target's
+# standard library is fetched once with rustup; without it, say so and skip.
 apple=aarch64-apple-darwin
 if rustup target list --installed 2>/dev/null | grep -qx "$apple" \
     || rustup target add "$apple" >/dev/null 2>&1; then
-    cargo check --target "$apple" -p aneforge -p e5rt-sim --all-targets
+    RUSTFLAGS="-D warnings" cargo check --target "$apple" -p aneforge -p e5rt-sim --all-targets
 else
     echo "SKIPPED: cargo check --target $apple (rustup could not install the target here)"
 fi

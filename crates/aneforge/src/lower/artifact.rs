@@ -54,6 +54,7 @@ pub struct FunctionPorts {
 }
 
 /// Weight blobs from this size on are moved onto transparent huge pages (Linux).
+#[cfg(target_os = "linux")]
 const HUGE_PAGE_BLOB: usize = 8 << 20;
 
 /// Asks Linux to back the 2 MiB-aligned interior of a large weight blob with huge pages, in

@@ -434,7 +434,7 @@ unsafe fn add_scores16(
         }
         return blocks * 16;
     }
-    let _ = (q, l, e, k, rs, scores, lds);
+    let _ = (q, l, e, k, rs, keys, scores, lds);
     0
 }
 

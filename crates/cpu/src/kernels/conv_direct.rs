@@ -16,24 +16,24 @@ use super::conv::Geometry;
 use super::Cx;
 use crate::tensor::SendPtr;
 
-const LANES: usize = 16;
+pub(super) const LANES: usize = 16;
 /// Input channels per partial sum: 64 measured a few per cent faster than 16 (fewer round trips
 /// of the partial sums; the weights stream from L2 without stalling).
-const IC_BLOCK: usize = 64;
+pub(super) const IC_BLOCK: usize = 64;
 /// Pixels per register tile: NB=2 blocks × 14 pixels = 28 accumulators of the 32 zmm registers.
-const MAX_PIXELS: usize = 14;
+pub(super) const MAX_PIXELS: usize = 14;
 /// Target bytes of padded input rows plus partial sums per row chunk (L2 is 1 MiB on Zen 4).
 const CHUNK_BYTES: usize = 384 << 10;
 
 /// Whether this conv runs here (the im2col + GEMM path serves every other case).
 pub fn applies(g: &Geometry, transpose: bool) -> bool {
-    crate::simd::has_avx512()
-        && !transpose
-        && g.groups == 1
-        && g.kh == 3
-        && g.kw == 3
-        && (g.sw == 1 || g.sw == 2)
-        && g.cout >= LANES
+    is_plain_3x3(g, transpose) && (g.sw == 1 || g.sw == 2) && g.cout >= LANES
+}
+
+/// An ungrouped, non-transposed 3×3 conv on an AVX-512 CPU: what both register-tiled kernels
+/// (this one and `conv_winograd`) require.
+pub(super) fn is_plain_3x3(g: &Geometry, transpose: bool) -> bool {
+    crate::simd::has_avx512() && !transpose && g.groups == 1 && g.kh == 3 && g.kw == 3
 }
 
 /// Packs a MIL conv weight `[cout, cin, kh, kw]` into `[ceil(cout/16)][cin][kh][kw][16]`.

@@ -9,14 +9,10 @@
 //! `Y = Aᵀ·M·A` plus bias and relu is written to NCHW, cropped to the output size.
 
 use super::conv::Geometry;
-use super::conv_direct::{self, arch as tiles, Epilogue, Tile};
+use super::conv_direct::{self, arch as tiles, Epilogue, Tile, IC_BLOCK, LANES, MAX_PIXELS};
 use super::Cx;
 use crate::tensor::SendPtr;
 
-const LANES: usize = 16;
-const IC_BLOCK: usize = 64;
-/// Tiles per register tile of the products (2 blocks × 14 = 28 accumulators).
-const MAX_PIXELS: usize = 14;
 /// Target bytes of transformed input and products per chunk of tile rows: whole ResNet-50
 /// stages (up to 6.4 MB at 56×56×64) measured fast, a 112×112×64 image at once did not.
 const CHUNK_BYTES: usize = 4 << 20;
@@ -24,11 +20,7 @@ const CHUNK_BYTES: usize = 4 << 20;
 /// Whether this conv runs here: with fewer than 32 channels in or out the transforms cost more
 /// than they save (measured slower than `conv_direct` at 16 channels, 32×32).
 pub fn applies(g: &Geometry, transpose: bool) -> bool {
-    crate::simd::has_avx512()
-        && !transpose
-        && g.groups == 1
-        && g.kh == 3
-        && g.kw == 3
+    conv_direct::is_plain_3x3(g, transpose)
         && g.sh == 1
         && g.sw == 1
         && g.dh == 1

@@ -86,6 +86,7 @@ pub(crate) enum ParamSlice<'a> {
 impl<'a> ParamSlice<'a> {
     /// Values `start..start + len`.
     #[inline(always)]
+    #[cfg(target_arch = "x86_64")]
     pub(crate) fn sub(&self, start: usize, len: usize) -> ParamSlice<'a> {
         match self {
             ParamSlice::F32(v) => ParamSlice::F32(&v[start..start + len]),

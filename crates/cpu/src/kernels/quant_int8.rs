@@ -13,6 +13,9 @@
 //! Runs only for weights compiled with `quantize_activations`, block sizes that are multiples of
 //! 32, on CPUs with AVX-512 VNNI; everything else takes the f32-activation GEMV.
 
+// Only the x86-64 VNNI kernels use the layout and row views; other targets keep the f32 path.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 use super::quant_blocks::{ParamSlice, QFormat, QuantTensor, GEMV_MAX_ROWS};
 
 const CHUNK: usize = 32;
