@@ -4,7 +4,9 @@
 
 mod common;
 use aneforge_cpu::{compile, BlobStore, CompileOptions, HostSlice};
-use aneforge_mil::{Argument, BlobFile, BlobWriter, DType, Literal, Operation, TensorType};
+use aneforge_mil::{
+    Argument, BlobFile, BlobWriter, DType, Literal, Operation, Program, TensorType,
+};
 use common::*;
 
 const PATH: &str = "@model_path/weights/weight.bin";
@@ -132,21 +134,28 @@ fn quant_const(p: &mut Prog, case: &QuantCase, b: &Built) -> String {
     "w".to_string()
 }
 
-fn check_linear(case: &QuantCase, m: usize, seed: u64) {
-    let mut rng = Rng(seed);
-    let b = build(case, &mut rng);
-    let d = case.scale;
+/// `y = linear(x [m, cols], w)` over the case's quantized weight: the weights, the program and
+/// the output's name.
+fn linear_program(case: &QuantCase, m: usize, rng: &mut Rng) -> (Built, Program, String) {
+    let b = build(case, rng);
     let mut p = Prog::new();
-    let x = p.input("x", d, &[m, case.cols]);
+    let x = p.input("x", case.scale, &[m, case.cols]);
     let w = quant_const(&mut p, case, &b);
     let y = p.op(
         "linear",
         &[("x", v(&x)), ("weight", v(&w))],
-        d,
+        case.scale,
         &[m, case.rows],
     );
     p.output(&y);
-    let plan = compile(&p.build(), "main", &b.blobs, &CompileOptions::default()).unwrap();
+    (b, p.build(), y)
+}
+
+fn check_linear(case: &QuantCase, m: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let (b, program, y) = linear_program(case, m, &mut rng);
+    let d = case.scale;
+    let plan = compile(&program, "main", &b.blobs, &CompileOptions::default()).unwrap();
     let kinds = plan.schedule().join(" ");
     assert!(kinds.contains("matmul-quant"), "{kinds}");
     let xv = quantize(d, &rng.vec(m * case.cols, -1.0, 1.0));
@@ -361,24 +370,14 @@ fn check_quantized_activations(case: &QuantCase, m: usize, seed: u64) {
 
 fn check_quantized_activations_on(case: &QuantCase, m: usize, seed: u64, threads: Option<usize>) {
     let mut rng = Rng(seed);
-    let b = build(case, &mut rng);
+    let (b, program, y) = linear_program(case, m, &mut rng);
     let d = case.scale;
-    let mut p = Prog::new();
-    let x = p.input("x", d, &[m, case.cols]);
-    let w = quant_const(&mut p, case, &b);
-    let y = p.op(
-        "linear",
-        &[("x", v(&x)), ("weight", v(&w))],
-        d,
-        &[m, case.rows],
-    );
-    p.output(&y);
     let opts = CompileOptions {
         quantize_activations: true,
         threads,
         ..Default::default()
     };
-    let plan = compile(&p.build(), "main", &b.blobs, &opts).unwrap();
+    let plan = compile(&program, "main", &b.blobs, &opts).unwrap();
     let kinds = plan.schedule().join(" ");
     assert!(kinds.contains("matmul-quant-gemv-i8"), "{kinds}");
     let k = case.cols;
