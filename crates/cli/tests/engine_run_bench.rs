@@ -27,23 +27,8 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// `libe5rt_sim` built next to the test binary (`e5rt-sim` is a dev-dependency), or
-/// `E5RT_SIM_LIB`.
 fn simulator_library() -> PathBuf {
-    if let Some(path) = std::env::var_os("E5RT_SIM_LIB") {
-        return PathBuf::from(path);
-    }
-    let name = format!(
-        "{}e5rt_sim{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [deps.join(&name), deps.join("..").join(&name)]
-        .into_iter()
-        .find(|p| p.is_file())
-        .expect("libe5rt_sim next to the test binary: cargo build -p e5rt-sim")
+    e5rt_sim::test_library_path().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A program adding two fp32 [2, 3] inputs and scaling by an int32 input cast to fp32.

@@ -9,6 +9,7 @@
 //! free-running fp16 generation must equal transformers' tokens up to the first step without
 //! that guarantee.
 
+mod llm_fixtures;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -18,28 +19,11 @@ use aneforge_models::llm::{
     generate, GenerateOptions, Llm, LoadOptions, Runner, RunnerOptions, SamplingOptions,
     WeightFormat,
 };
-use safetensors::SafeTensors;
+use llm_fixtures::{file_ints, tiny};
 
 const FAMILIES: [&str; 7] = [
     "llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2",
 ];
-
-fn tiny(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tools/fixtures/llm/out/tiny")
-        .join(family)
-}
-
-fn ints(family: &str, name: &str) -> Vec<u32> {
-    let bytes = std::fs::read(tiny(family).join("expected.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    st.tensor(name)
-        .unwrap()
-        .data()
-        .chunks_exact(4)
-        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
-        .collect()
-}
 
 fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {
     let opts = RunnerOptions {
@@ -96,8 +80,8 @@ fn ane_target_in_fp16_follows_the_greedy_tokens_where_margins_allow() {
             )
             .unwrap(),
         );
-        let prompt = ints(family, "prompt_ids");
-        let want = ints(family, "greedy_ids");
+        let prompt = file_ints(&tiny(family).join("expected.safetensors"), "prompt_ids");
+        let want = file_ints(&tiny(family).join("expected.safetensors"), "greedy_ids");
         let mut fp32 = runner(llm.clone(), Target::Cpu, Engine::Cpu);
         let mut fp16 = runner(llm.clone(), ane(), Engine::Cpu);
         let text = fp16.artifact(0).unwrap().mil_text().to_string();
@@ -152,28 +136,8 @@ fn ane_target_in_fp16_follows_the_greedy_tokens_where_margins_allow() {
     }
 }
 
-/// `libe5rt_sim` next to the test binary (the e5rt-sim dev-dependency builds it), or
-/// `E5RT_SIM_LIB`.
 fn simulator_library() -> PathBuf {
-    if let Some(path) = std::env::var_os("E5RT_SIM_LIB") {
-        return PathBuf::from(path);
-    }
-    let name = format!(
-        "{}e5rt_sim{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [deps.join(&name), deps.join("..").join(&name)]
-        .into_iter()
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} not found next to {}; cargo build -p e5rt-sim",
-                deps.display()
-            )
-        })
+    e5rt_sim::test_library_path().unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -192,8 +156,8 @@ fn prefill_and_a_decode_step_through_the_ane_engine_on_the_simulator() {
         )
         .unwrap(),
     );
-    let prompt = ints(family, "prompt_ids");
-    let want = ints(family, "greedy_ids");
+    let prompt = file_ints(&tiny(family).join("expected.safetensors"), "prompt_ids");
+    let want = file_ints(&tiny(family).join("expected.safetensors"), "greedy_ids");
     let mut on_ane = runner(llm.clone(), ane(), Engine::Ane);
     let mut on_cpu = runner(llm.clone(), ane(), Engine::Cpu);
     let mut fp32 = runner(llm, Target::Cpu, Engine::Cpu);

@@ -3,6 +3,7 @@
 //! 600-token context and the MODELS.md chat answer. Skips when the weights are absent
 //! (scripts/fetch-models.sh).
 
+mod llm_fixtures;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use aneforge_models::llm::{
     SamplingOptions, WeightFormat,
 };
 use aneforge_models::require_model;
+use llm_fixtures::{floats, ints};
 use safetensors::SafeTensors;
 
 const MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
@@ -19,24 +21,6 @@ fn fixture() -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tools/fixtures/llm/out/smollm2/expected.safetensors");
     std::fs::read(p).unwrap()
-}
-
-fn ints(st: &SafeTensors, n: &str) -> Vec<u32> {
-    st.tensor(n)
-        .unwrap()
-        .data()
-        .chunks_exact(4)
-        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
-        .collect()
-}
-
-fn floats(st: &SafeTensors, n: &str) -> Vec<f32> {
-    st.tensor(n)
-        .unwrap()
-        .data()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 fn relative_error(got: &[f32], want: &[f32]) -> f64 {

@@ -3,6 +3,7 @@
 //! family's model (mostly rejected), against transformers' greedy tokens; the real SmolLM2 GGUF
 //! drafted by its int4 re-quantization against its fixture's greedy tokens.
 
+mod llm_fixtures;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -11,24 +12,7 @@ use aneforge_models::llm::{
     SamplingOptions, WeightFormat,
 };
 use aneforge_models::require_model;
-use safetensors::SafeTensors;
-
-fn tiny(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tools/fixtures/llm/out/tiny")
-        .join(family)
-}
-
-fn ints(file: PathBuf, name: &str) -> Vec<u32> {
-    let bytes = std::fs::read(file).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    st.tensor(name)
-        .unwrap()
-        .data()
-        .chunks_exact(4)
-        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
-        .collect()
-}
+use llm_fixtures::{file_ints, tiny};
 
 fn load(spec: &str, format: WeightFormat) -> Arc<Llm> {
     Arc::new(Llm::load(spec, LoadOptions::new(format)).unwrap())
@@ -64,8 +48,8 @@ fn speculative_output_equals_greedy_on_tiny_models() {
     ];
     for (target_family, draft_family, draft_format, k) in cases {
         let expected = tiny(target_family).join("expected.safetensors");
-        let prompt = ints(expected.clone(), "prompt_ids");
-        let want = ints(expected, "greedy_ids");
+        let prompt = file_ints(&expected, "prompt_ids");
+        let want = file_ints(&expected, "greedy_ids");
         let target = load(tiny(target_family).to_str().unwrap(), WeightFormat::Stored);
         let draft = load(tiny(draft_family).to_str().unwrap(), draft_format);
         let mut t = runner(target, vec![k + 1]);
@@ -139,7 +123,7 @@ fn smollm2_drafted_by_its_int4_requantization_equals_greedy() {
         )
         .unwrap();
     let prompt = target.encode_raw(&text).unwrap();
-    assert_eq!(prompt, ints(fixture.clone(), "chat_ids"));
+    assert_eq!(prompt, file_ints(&fixture, "chat_ids"));
     let k = 4;
     let mut t = runner(target, vec![k + 1]);
     let mut d = runner(draft, Vec::new());
@@ -148,7 +132,7 @@ fn smollm2_drafted_by_its_int4_requantization_equals_greedy() {
             true
         })
         .unwrap();
-    assert_eq!(g.tokens, ints(fixture, "chat_greedy_ids"));
+    assert_eq!(g.tokens, file_ints(&fixture, "chat_greedy_ids"));
     assert!(stats.target_calls < 64, "{stats:?}");
     eprintln!("SmolLM2 Q4_1 drafted by int4: {stats:?}");
 }

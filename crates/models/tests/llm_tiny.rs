@@ -2,6 +2,7 @@
 //! tools/fixtures/llm/tiny_models.py): prompt logits at every position, 64 greedy tokens, a
 //! 600-token context, the tokenizer, host-side embeddings and layer segments.
 
+mod llm_fixtures;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use aneforge_models::llm::{
     generate, GenerateOptions, Llm, LoadOptions, Runner, RunnerOptions, SamplingOptions,
     WeightFormat,
 };
+use llm_fixtures::{floats, ints};
 use safetensors::SafeTensors;
 
 const FAMILIES: [&str; 7] = [
@@ -30,20 +32,8 @@ struct Expected {
 fn expected(family: &str) -> Expected {
     let bytes = std::fs::read(fixture_dir().join(family).join("expected.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let ints = |n: &str| -> Vec<u32> {
-        let t = st.tensor(n).unwrap();
-        t.data()
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
-            .collect()
-    };
-    let floats = |n: &str| -> Vec<f32> {
-        let t = st.tensor(n).unwrap();
-        t.data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    };
+    let ints = |n: &str| ints(&st, n);
+    let floats = |n: &str| floats(&st, n);
     Expected {
         prompt_ids: ints("prompt_ids"),
         prompt_logits: floats("prompt_logits"),

@@ -9,31 +9,9 @@ use aneforge::engine::{AneEngine, AneOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The simulator library: `E5RT_SIM_LIB` when set, else `libe5rt_sim` next to the test binary
-/// (`target/<profile>/deps`) or one level up.
+/// The simulator library (see [`e5rt_sim::test_library_path`]).
 pub fn simulator_library() -> PathBuf {
-    if let Some(path) = std::env::var_os("E5RT_SIM_LIB") {
-        return PathBuf::from(path);
-    }
-    let name = format!(
-        "{}e5rt_sim{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let deps = exe.parent().expect("the test binary's directory");
-    let candidates = [deps.join(&name), deps.join("..").join(&name)];
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "the e5rt simulator library was not found at {candidates:?}; build it with \
-                 `cargo build -p e5rt-sim` (it is a dev-dependency of aneforge, so `cargo test \
-                 -p aneforge` builds it) or set E5RT_SIM_LIB"
-            )
-        })
+    e5rt_sim::test_library_path().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// An engine on the simulator with a private bundle directory and program cache.

@@ -1,0 +1,40 @@
+//! The LLM fixtures written by tools/fixtures/llm (`expected.safetensors` per model): where they
+//! are and how their int32 / float32 tensors are read.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use safetensors::SafeTensors;
+
+/// `tools/fixtures/llm/out/tiny/<family>`.
+pub fn tiny(family: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tools/fixtures/llm/out/tiny")
+        .join(family)
+}
+
+/// Tensor `name` of `st`, int32 read as token ids.
+pub fn ints(st: &SafeTensors, name: &str) -> Vec<u32> {
+    st.tensor(name)
+        .unwrap_or_else(|e| panic!("fixture tensor {name}: {e}"))
+        .data()
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
+        .collect()
+}
+
+/// Tensor `name` of `st` as float32.
+pub fn floats(st: &SafeTensors, name: &str) -> Vec<f32> {
+    st.tensor(name)
+        .unwrap_or_else(|e| panic!("fixture tensor {name}: {e}"))
+        .data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// [`ints`] of the safetensors file at `file`.
+pub fn file_ints(file: &Path, name: &str) -> Vec<u32> {
+    let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("fixture {}: {e}", file.display()));
+    ints(&SafeTensors::deserialize(&bytes).unwrap(), name)
+}
