@@ -137,15 +137,20 @@ impl<'t> TextStream<'t> {
         }
     }
 
+    /// The text of the tokens from `prefix_offset` up to `read_offset` (already emitted) and up
+    /// to the last token.
+    fn held_text(&self) -> Result<(String, String), LlmError> {
+        let tail = &self.ids[self.prefix_offset..];
+        let prefix = self
+            .tokenizer
+            .decode(&tail[..self.read_offset - self.prefix_offset], true)?;
+        Ok((prefix, self.tokenizer.decode(tail, true)?))
+    }
+
     /// Adds a token; returns the text it completes (possibly empty).
     pub fn push(&mut self, id: u32) -> Result<String, LlmError> {
         self.ids.push(id);
-        let prefix = self
-            .tokenizer
-            .decode(&self.ids[self.prefix_offset..self.read_offset], true)?;
-        let full = self
-            .tokenizer
-            .decode(&self.ids[self.prefix_offset..], true)?;
+        let (prefix, full) = self.held_text()?;
         if full.len() > prefix.len() && !full.ends_with('\u{FFFD}') && full.starts_with(&prefix) {
             let delta = full[prefix.len()..].to_string();
             self.prefix_offset = self.read_offset;
@@ -162,12 +167,7 @@ impl<'t> TextStream<'t> {
         if self.read_offset >= self.ids.len() {
             return Ok(String::new());
         }
-        let prefix = self
-            .tokenizer
-            .decode(&self.ids[self.prefix_offset..self.read_offset], true)?;
-        let full = self
-            .tokenizer
-            .decode(&self.ids[self.prefix_offset..], true)?;
+        let (prefix, full) = self.held_text()?;
         self.prefix_offset = self.read_offset;
         self.read_offset = self.ids.len();
         let delta = match full.strip_prefix(prefix.as_str()) {
