@@ -1,4 +1,8 @@
 //! Steady-state executes must not allocate: a counting global allocator around `execute()`.
+//!
+//! The counter is process-wide, so this binary has its own `main` (`harness = false`) that runs the
+//! checks one after another on one thread: under libtest's parallel runner one test's setup was
+//! counted inside another's measured window.
 mod common;
 use aneforge_cpu::{compile, BlobStore, CompileOptions, HostSlice};
 use aneforge_mil::DType;
@@ -26,11 +30,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
-/// The counter is process-wide: tests that measure it must not run at the same time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn allocations_per_execute(p: &Prog, threads: usize, n_in: usize) -> usize {
-    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let plan = compile(
         &p.build(),
         "main",
@@ -55,7 +55,6 @@ fn allocations_per_execute(p: &Prog, threads: usize, n_in: usize) -> usize {
 
 /// Everything but the gemm-crate GEMM calls: elementwise chains, norms, reductions, layout copies,
 /// the flash attention kernel and the own GEMV path allocate nothing per execute.
-#[test]
 fn engine_kernels_do_not_allocate_per_execute() {
     let mut rng = Rng(71);
     for &d in &[DType::Fp32, DType::Fp16] {
@@ -131,7 +130,6 @@ fn engine_kernels_do_not_allocate_per_execute() {
 
 /// GEMM and conv go through the gemm crate, which allocates its packing buffers on every call
 /// (gemm-common 0.19 `gemm_basic_generic`): a bounded, documented cost.
-#[test]
 fn gemm_calls_allocate_only_the_gemm_crates_packing_buffers() {
     let mut rng = Rng(72);
     let d = DType::Fp32;
@@ -172,7 +170,6 @@ fn gemm_calls_allocate_only_the_gemm_crates_packing_buffers() {
 
 /// The direct and Winograd 3×3 conv kernels (AVX-512) keep all their state in the plan's scratch
 /// and on the stack: no allocation per execute at one thread.
-#[test]
 fn direct_and_winograd_convs_do_not_allocate_per_execute() {
     if !aneforge_cpu::simd::has_avx512() {
         return;
@@ -206,4 +203,37 @@ fn direct_and_winograd_convs_do_not_allocate_per_execute() {
         let n = allocations_per_execute(&p, 1, 32 * 144);
         assert_eq!(n, 0, "stride {stride}: {n} allocations per execute");
     }
+}
+
+fn main() {
+    let checks: [(&str, fn()); 3] = [
+        (
+            "engine_kernels_do_not_allocate_per_execute",
+            engine_kernels_do_not_allocate_per_execute,
+        ),
+        (
+            "gemm_calls_allocate_only_the_gemm_crates_packing_buffers",
+            gemm_calls_allocate_only_the_gemm_crates_packing_buffers,
+        ),
+        (
+            "direct_and_winograd_convs_do_not_allocate_per_execute",
+            direct_and_winograd_convs_do_not_allocate_per_execute,
+        ),
+    ];
+    // `cargo test -p aneforge-cpu --test no_alloc -- NAME` runs the checks whose name contains NAME.
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let (mut passed, mut filtered) = (0, 0);
+    println!("\nrunning {} tests", checks.len());
+    for (name, check) in checks {
+        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+            filtered += 1;
+            continue;
+        }
+        check();
+        println!("test {name} ... ok");
+        passed += 1;
+    }
+    println!(
+        "\ntest result: ok. {passed} passed; 0 failed; 0 ignored; 0 measured; {filtered} filtered out\n"
+    );
 }
