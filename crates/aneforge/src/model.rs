@@ -5,7 +5,7 @@ use crate::engine::{
 };
 use crate::graph::{GraphError, HostData, Tensor};
 use crate::lower::{
-    self, Artifact, Compress, LowerError, ParameterMode, PortKind, PortSpec, Target,
+    self, Artifact, Compress, LowerError, ParameterMode, PortKind, PortSpec, Target, TiledOutput,
 };
 use std::collections::HashSet;
 use std::path::Path;
@@ -275,9 +275,38 @@ impl Model {
         Ok(self.exec.read_output(name)?)
     }
 
+    /// An output as f32; an output returned in tiles (see [`Model::tiled_output`]) is assembled.
     pub fn read_output_f32(&self, name: &str) -> Result<Vec<f32>, Error> {
+        if let Some(tiled) = self.tiled_output(name) {
+            return self.assemble(tiled);
+        }
         self.output_port(name)?;
         Ok(self.exec.read_output_f32(name)?)
+    }
+
+    /// How `name` is returned when the program splits it into tile ports (vocabulary heads wider
+    /// than an ANE family's dimension cap).
+    pub fn tiled_output(&self, name: &str) -> Option<&TiledOutput> {
+        self.artifact.functions()[self.function]
+            .tiled
+            .iter()
+            .find(|t| t.name == name)
+    }
+
+    fn assemble(&self, tiled: &TiledOutput) -> Result<Vec<f32>, Error> {
+        let width = tiled.shape.last().copied().unwrap_or(1);
+        let rows = tiled.shape.iter().product::<usize>() / width.max(1);
+        let mut out = vec![0.0f32; rows * width];
+        let mut offset = 0;
+        for part in &tiled.parts {
+            let w = self.output_port(part)?.shape.last().copied().unwrap_or(1);
+            let v = self.exec.read_output_f32(part)?;
+            for (r, row) in v.chunks_exact(w).take(rows).enumerate() {
+                out[r * width + offset..r * width + offset + w].copy_from_slice(row);
+            }
+            offset += w;
+        }
+        Ok(out)
     }
 
     /// The input's buffer for writing in place; counts as setting the input.

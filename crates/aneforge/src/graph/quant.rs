@@ -164,9 +164,15 @@ impl BlockQuantized {
         out
     }
 
+    /// Rows `start..start + len`.
+    pub fn slice_rows(&self, start: usize, len: usize) -> Result<BlockQuantized, GraphError> {
+        let rows: Vec<usize> = (start..start + len).collect();
+        self.pick_rows(&rows)
+    }
+
     /// Row `i` of the result is row `perm[i]` of `self`.
     pub fn permute_rows(&self, perm: &[usize]) -> Result<BlockQuantized, GraphError> {
-        if perm.len() != self.rows || perm.iter().any(|&p| p >= self.rows) {
+        if perm.len() != self.rows {
             return Err(GraphError::Attribute {
                 op: "block_quantized",
                 message: format!(
@@ -174,6 +180,23 @@ impl BlockQuantized {
                     perm.len(),
                     self.rows
                 ),
+            });
+        }
+        self.pick_rows(perm)
+    }
+
+    /// Row `i` of the result is row `rows[i]` of `self`.
+    fn pick_rows(&self, perm: &[usize]) -> Result<BlockQuantized, GraphError> {
+        if let Some(bad) = perm.iter().find(|&&p| p >= self.rows) {
+            return Err(GraphError::Attribute {
+                op: "block_quantized",
+                message: format!("row {bad} picked from {} rows", self.rows),
+            });
+        }
+        if perm.is_empty() {
+            return Err(GraphError::Attribute {
+                op: "block_quantized",
+                message: "no rows picked".into(),
             });
         }
         let (rb, nb) = (self.row_bytes(), self.blocks_per_row());
@@ -188,7 +211,7 @@ impl BlockQuantized {
         };
         BlockQuantized::new(
             self.format,
-            self.rows,
+            perm.len(),
             self.cols,
             self.block,
             data,

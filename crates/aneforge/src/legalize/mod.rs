@@ -17,6 +17,7 @@ pub mod catalog;
 mod index;
 mod math;
 mod outputs;
+mod range;
 mod scan;
 mod shapes;
 
@@ -226,7 +227,15 @@ fn rule(cx: &mut Cx, node: &Tensor, srcs: &[Tensor]) -> Result<Option<Tensor>, G
             exclusive,
             reverse,
         } => math::cumsum(cx, node, &srcs[0], *axis, *exclusive, *reverse)?,
-        Op::Binary(crate::graph::BinaryOp::Mul) => math::mul_after_rounding(cx, node, srcs)?,
+        Op::Binary(crate::graph::BinaryOp::Mul) => match range::rms_norm(cx, node, srcs)? {
+            Some(t) => Some(t),
+            None => math::mul_after_rounding(cx, node, srcs)?,
+        },
+        Op::Binary(crate::graph::BinaryOp::Div) => match range::rms_norm(cx, node, srcs)? {
+            Some(t) => Some(t),
+            None => range::l2_normalize(cx, node, srcs)?,
+        },
+        Op::LayerNorm { .. } => range::layer_norm(cx, node, srcs)?,
         Op::Unary(U::Neg) if math::is_rounding(&node.srcs()[0]) => {
             cx.rewritten(node, "negation after floor/ceil/round → 0 − x");
             Some(crate::graph::scalar(0.0).sub(&srcs[0])?)

@@ -51,6 +51,18 @@ pub struct FunctionPorts {
     pub name: String,
     pub inputs: Vec<PortSpec>,
     pub outputs: Vec<PortSpec>,
+    /// Graph outputs the program returns in tiles (vocabulary heads wider than an ANE family's
+    /// dimension cap): the host concatenates the tile ports along the last axis.
+    pub tiled: Vec<TiledOutput>,
+}
+
+/// A graph output returned as output ports `parts`, concatenated in order along the last axis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TiledOutput {
+    pub name: String,
+    /// The assembled shape.
+    pub shape: Vec<usize>,
+    pub parts: Vec<String>,
 }
 
 /// Weight blobs from this size on are moved onto transparent huge pages (Linux).

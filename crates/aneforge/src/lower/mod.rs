@@ -10,7 +10,7 @@ mod emit;
 mod order;
 mod rewrite;
 
-pub use artifact::{Artifact, FunctionPorts, PortKind, PortSpec};
+pub use artifact::{Artifact, FunctionPorts, PortKind, PortSpec, TiledOutput};
 pub use consts::{to_f16, BLOB_PATH, INLINE_MAX_ELEMENTS};
 pub use order::topo_order;
 pub use rewrite::rewrite_graph;
@@ -163,14 +163,44 @@ pub fn lower_functions(
     // constants it has seen by the address of their data.
     let mut keep_alive = Vec::with_capacity(functions.len());
     for f in functions {
+        // Outputs wider than an ANE family's dimension cap (vocabulary heads) become tile ports.
+        let (tiled_outputs, tiled) = match target {
+            Target::Ane(arch) => {
+                let prepared = crate::target::prepare(f.outputs, *arch)?;
+                let tiled: Vec<TiledOutput> = prepared
+                    .host
+                    .iter()
+                    .filter(|h| h.parts.len() > 1)
+                    .map(|h| TiledOutput {
+                        name: h.name.clone(),
+                        shape: h.shape.clone(),
+                        parts: h.parts.iter().map(|(_, p)| p.clone()).collect(),
+                    })
+                    .collect();
+                (Some(prepared.outputs), tiled)
+            }
+            Target::Cpu => (None, Vec::new()),
+        };
+        let named: Vec<(&str, &Tensor)>;
+        let spec = match &tiled_outputs {
+            Some(outs) => {
+                named = outs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+                FunctionSpec {
+                    name: f.name,
+                    outputs: &named,
+                }
+            }
+            None => *f,
+        };
         let (function, inputs, outputs, canonical) =
-            lower_function(f, target, parameters, &mut consts)?;
+            lower_function(&spec, target, parameters, &mut consts)?;
         keep_alive.push(canonical);
         mil_functions.push(function);
         ports.push(FunctionPorts {
             name: f.name.to_string(),
             inputs,
             outputs,
+            tiled,
         });
     }
     let program = mil::Program {

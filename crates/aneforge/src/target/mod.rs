@@ -18,6 +18,7 @@ pub use arch::{valid_names, AneArch, ArchInfo, Chip, Family, ALIASES, ARCHS};
 pub use check::{check_program, Violation};
 pub use estimate::{estimate, Estimate};
 pub use limits::Limits;
+pub(crate) use plan::prepare;
 pub use plan::{compile_ane, HostOutput, Plan, PlanOptions, Segment, Source, WEIGHT_CEILING};
 pub use preflight::preflight;
 pub use report::{Finding, FindingKind, Report};

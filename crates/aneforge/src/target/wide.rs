@@ -1,7 +1,7 @@
 //! Wide matmuls at the outputs (vocabulary heads of 50257 or 151936 columns) tiled under the
 //! family's width cap: each tile is its own program output, and the host concatenates them.
 
-use crate::graph::{constant, GraphError, HostArray, Op, Tensor};
+use crate::graph::{constant, GraphError, HostArray, HostData, Op, Tensor};
 
 /// The pieces of one wide output, concatenated on the host along the last axis.
 pub fn tile_output(t: &Tensor, cap: usize) -> Result<Option<Vec<Tensor>>, GraphError> {
@@ -18,10 +18,24 @@ pub fn tile_output(t: &Tensor, cap: usize) -> Result<Option<Vec<Tensor>>, GraphE
     let s = t.srcs();
     match t.op() {
         Op::Linear { has_bias } => {
-            let Some(w) = s[1].constant_value().and_then(|c| c.as_f32()) else {
+            let Some(weight) = s[1].constant_value() else {
                 return Ok(None);
             };
             let inner = s[1].shape()[1];
+            // Rows of the weight: f32 or block-quantized (blocks run along rows, so a row range
+            // is a whole number of blocks).
+            let rows_of = |start: usize, len: usize| -> Result<Option<Tensor>, GraphError> {
+                Ok(match weight.data() {
+                    HostData::F32(w) => Some(constant(HostArray::from_f32(
+                        &[len, inner],
+                        w[start * inner..(start + len) * inner].to_vec(),
+                    )?)),
+                    HostData::BlockQuantized(q) => Some(constant(HostArray::from_block_quantized(
+                        q.slice_rows(start, len)?,
+                    )?)),
+                    _ => None,
+                })
+            };
             let bias = if *has_bias {
                 match s
                     .get(2)
@@ -36,8 +50,9 @@ pub fn tile_output(t: &Tensor, cap: usize) -> Result<Option<Vec<Tensor>>, GraphE
             };
             let mut parts = Vec::new();
             for &(start, len) in &ranges {
-                let rows = &w[start * inner..(start + len) * inner];
-                let wt = constant(HostArray::from_f32(&[len, inner], rows.to_vec())?);
+                let Some(wt) = rows_of(start, len)? else {
+                    return Ok(None);
+                };
                 let bt = match bias {
                     Some(b) => Some(constant(HostArray::from_f32(
                         &[len],

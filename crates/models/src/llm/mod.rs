@@ -67,6 +67,15 @@ pub enum LlmError {
     },
     #[error("empty prompt: at least one token is needed")]
     EmptyPrompt,
+    #[error(
+        "the {target} program produced {bad} non-finite logits after {tokens} tokens (an fp16 \
+         overflow): `aneforge check-fp16` names the first op that leaves fp16's range"
+    )]
+    NonFinite {
+        target: String,
+        bad: usize,
+        tokens: usize,
+    },
     #[error("{0}")]
     Invalid(String),
     #[error("internal error (a bug): {0}")]

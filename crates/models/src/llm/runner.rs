@@ -567,16 +567,27 @@ impl Runner {
                 if !all {
                     logits.clear();
                 }
-                match model.output_view(plan::LOGITS)? {
-                    BufferRef::F32(v) => {
-                        let rows = if all { n } else { 1 };
-                        logits.extend_from_slice(&v[..rows * vocab]);
+                let rows = if all { n } else { 1 };
+                if model.tiled_output(plan::LOGITS).is_some() {
+                    // a vocabulary head over an ANE family's width cap comes in tiles
+                    let v = model.read_output_f32(plan::LOGITS)?;
+                    logits.extend_from_slice(&v[..rows * vocab]);
+                } else {
+                    match model.output_view(plan::LOGITS)? {
+                        BufferRef::F32(v) => logits.extend_from_slice(&v[..rows * vocab]),
+                        BufferRef::F16(v) => {
+                            logits.extend(v[..rows * vocab].iter().map(|x| x.to_f32()))
+                        }
+                        _ => return Err(LlmError::Internal("logits are not float".into())),
                     }
-                    BufferRef::F16(v) => {
-                        let rows = if all { n } else { 1 };
-                        logits.extend(v[..rows * vocab].iter().map(|x| x.to_f32()));
-                    }
-                    _ => return Err(LlmError::Internal("logits are not float".into())),
+                }
+                let bad = logits.iter().filter(|x| !x.is_finite()).count();
+                if bad > 0 {
+                    return Err(LlmError::NonFinite {
+                        target: self.opts.target.to_string(),
+                        bad,
+                        tokens: pos + n,
+                    });
                 }
             } else {
                 hidden.clear();

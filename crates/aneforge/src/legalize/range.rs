@@ -1,0 +1,231 @@
+//! fp16 range rules: normalisations whose intermediates leave fp16's range at realistic activation
+//! sizes are computed on a row rescaled by its own magnitude.
+//!
+//! fp16 holds at most 65504, so `x²` overflows once |x| > 256, and the sum of squares of a row of
+//! LLM hidden states (|h| reaches 1e4 and more) is far out of range even when every element is not.
+//! Each rule divides the row by `d = max|x| / t` (a per-row scalar, with `t` chosen so the
+//! reduction of the rescaled squares stays below 32768 even if the hardware accumulated in fp16),
+//! reduces the rescaled row, and folds `eps` into the rescaled domain as `(√eps / d)²`:
+//!
+//! ```text
+//! x · rsqrt(mean(x²) + eps)     =  (x/d) · rsqrt(mean((x/d)²) + (√eps/d)²)
+//! x / max(√Σx², eps)            =  (x/d) / max(√Σ(x/d)², eps/d)
+//! layer_norm(x)                 =  c · rsqrt(mean(c²) + (√eps/d)²),  c = x/d − mean(x/d)
+//! ```
+//!
+//! `d` is floored at `√eps / 16` (so the eps term stays ≤ 256) and at 2⁻²⁴. Patterns are matched on
+//! the graph as model code and importers build it (`rms_norm`, `l2_normalize`, ONNX-style
+//! `x / sqrt(mean(x²) + eps)`), so every family that composes them is covered.
+
+use super::Cx;
+use crate::graph::{BinaryOp, GraphError, Op, ReduceOp, Tensor, UnaryOp};
+
+/// The largest value a rescaled sum of `n` squares may reach (half of fp16's maximum).
+const SUM_BOUND: f64 = 32768.0;
+
+/// The smallest `d`: below it the division would leave fp16's normal range.
+const MIN_SCALE: f32 = 1.0 / (1u32 << 24) as f32;
+
+/// `(d, x/d)` for a row reduced over `axes`, with `max|x/d| = t`.
+fn rescale(x: &Tensor, axes: &[usize], t: f64, eps: f32) -> Result<(Tensor, Tensor), GraphError> {
+    let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+    let floor = (eps.max(0.0).sqrt() / 16.0).max(MIN_SCALE);
+    let d = x
+        .abs()?
+        .max(&axes, true)?
+        .mul_scalar((1.0 / t) as f32)?
+        .maximum_scalar(floor)?;
+    let xs = x.div(&d)?;
+    Ok((d, xs))
+}
+
+/// `t` such that `n · (k·t)² ≤ SUM_BOUND`, where `k` bounds |element| / max|x/d| after the
+/// rule's own arithmetic (1 for squares of the row, 2 for squares of a centred row).
+fn target(n: usize, k: f64) -> f64 {
+    (SUM_BOUND / n.max(1) as f64).sqrt() / k
+}
+
+/// `(√eps / d)²`, the eps of the rescaled row.
+fn scaled_eps(d: &Tensor, eps: f32) -> Result<Tensor, GraphError> {
+    let e = d.recip()?.mul_scalar(eps.max(0.0).sqrt())?;
+    e.mul(&e)
+}
+
+/// `y` if `sq` is `x²` (`square(x)` or `mul(x, x)`).
+fn squared_operand(sq: &Tensor) -> Option<Tensor> {
+    match sq.op() {
+        Op::Unary(UnaryOp::Square) => Some(sq.srcs()[0].clone()),
+        Op::Binary(BinaryOp::Mul) if sq.srcs()[0] == sq.srcs()[1] => Some(sq.srcs()[0].clone()),
+        _ => None,
+    }
+}
+
+/// The value of a one-element f32 constant.
+fn scalar_of(t: &Tensor) -> Option<f32> {
+    let v = t.constant_value()?.as_f32()?;
+    (v.len() == 1).then(|| v[0])
+}
+
+/// `(x, reduce op, axes, eps)` when `t` is `reduce(x², axes, keepdims) [+ eps]`.
+fn reduce_of_squares(t: &Tensor) -> Option<(Tensor, ReduceOp, Vec<usize>, f32)> {
+    let (r, eps) = match t.op() {
+        Op::Binary(BinaryOp::Add) => {
+            let [a, b] = [&t.srcs()[0], &t.srcs()[1]];
+            match (scalar_of(a), scalar_of(b)) {
+                (_, Some(e)) => (a.clone(), e),
+                (Some(e), _) => (b.clone(), e),
+                _ => return None,
+            }
+        }
+        _ => (t.clone(), 0.0),
+    };
+    match r.op() {
+        Op::Reduce {
+            op: op @ (ReduceOp::Mean | ReduceOp::Sum),
+            axes,
+            keepdims: true,
+        } => Some((squared_operand(&r.srcs()[0])?, *op, axes.clone(), eps)),
+        _ => None,
+    }
+}
+
+/// The number of elements `axes` of `x` reduce.
+fn reduced(x: &Tensor, axes: &[usize]) -> usize {
+    axes.iter().map(|&a| x.shape()[a]).product()
+}
+
+/// `x · rsqrt(reduce(x²) + eps)` and `x / sqrt(reduce(x²) + eps)` (RMSNorm, and a sum-reduced
+/// L2 normalisation with eps inside the root), with `x` on either side of a `mul`.
+pub fn rms_norm(cx: &mut Cx, node: &Tensor, srcs: &[Tensor]) -> Result<Option<Tensor>, GraphError> {
+    let orig = node.srcs();
+    let (wanted, sides): (UnaryOp, &[(usize, usize)]) = match node.op() {
+        Op::Binary(BinaryOp::Mul) => (UnaryOp::Rsqrt, &[(0, 1), (1, 0)]),
+        Op::Binary(BinaryOp::Div) => (UnaryOp::Sqrt, &[(0, 1)]),
+        _ => return Ok(None),
+    };
+    for &(xi, ri) in sides {
+        let r = &orig[ri];
+        if !matches!(r.op(), Op::Unary(u) if *u == wanted) {
+            continue;
+        }
+        let Some((x, op, axes, eps)) = reduce_of_squares(&r.srcs()[0]) else {
+            continue;
+        };
+        if x != orig[xi] {
+            continue;
+        }
+        let x = &srcs[xi];
+        let n = reduced(x, &axes);
+        let (d, xs) = rescale(x, &axes, target(n, 1.0), eps)?;
+        let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+        let red = xs.mul(&xs)?.reduce(op, &ax, true)?;
+        let inner = if eps > 0.0 {
+            red.add(&scaled_eps(&d, eps)?)?
+        } else {
+            red
+        };
+        cx.rewritten(
+            node,
+            format!(
+                "x·rsqrt({}(x²)+eps) over {n} values → fp16-safe rescaled row",
+                op.name()
+            ),
+        );
+        let out = match wanted {
+            UnaryOp::Rsqrt => xs.mul(&inner.rsqrt()?)?,
+            _ => xs.div(&inner.sqrt()?)?,
+        };
+        return Ok(Some(out));
+    }
+    Ok(None)
+}
+
+/// `x / max(sqrt(Σx²), eps)` (`l2_normalize`, PyTorch's `F.normalize`).
+pub fn l2_normalize(
+    cx: &mut Cx,
+    node: &Tensor,
+    srcs: &[Tensor],
+) -> Result<Option<Tensor>, GraphError> {
+    if !matches!(node.op(), Op::Binary(BinaryOp::Div)) {
+        return Ok(None);
+    }
+    let (x, den) = (&node.srcs()[0], &node.srcs()[1]);
+    let Op::Binary(BinaryOp::Maximum) = den.op() else {
+        return Ok(None);
+    };
+    let (root, floor) = match (scalar_of(&den.srcs()[0]), scalar_of(&den.srcs()[1])) {
+        (_, Some(e)) => (&den.srcs()[0], e),
+        (Some(e), _) => (&den.srcs()[1], e),
+        _ => return Ok(None),
+    };
+    if !matches!(root.op(), Op::Unary(UnaryOp::Sqrt)) {
+        return Ok(None);
+    }
+    let Some((y, op, axes, eps)) = reduce_of_squares(&root.srcs()[0]) else {
+        return Ok(None);
+    };
+    if op != ReduceOp::Sum || eps != 0.0 || &y != x {
+        return Ok(None);
+    }
+    let x = &srcs[0];
+    let n = reduced(x, &axes);
+    let (d, xs) = rescale(x, &axes, target(n, 1.0), 0.0)?;
+    let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+    let norm = xs.mul(&xs)?.sum(&ax, true)?.sqrt()?;
+    let floor = d.recip()?.mul_scalar(floor)?;
+    cx.rewritten(
+        node,
+        format!("x/max(‖x‖, eps) over {n} values → fp16-safe rescaled row"),
+    );
+    Ok(Some(xs.div(&norm.maximum(&floor)?)?))
+}
+
+/// `layer_norm` as rescaled arithmetic; `gamma`/`beta` (constants after canonicalization) are
+/// applied after.
+pub fn layer_norm(
+    cx: &mut Cx,
+    node: &Tensor,
+    srcs: &[Tensor],
+) -> Result<Option<Tensor>, GraphError> {
+    let Op::LayerNorm {
+        axes,
+        eps,
+        has_gamma,
+        has_beta,
+    } = node.op()
+    else {
+        return Ok(None);
+    };
+    let x = &srcs[0];
+    let n = reduced(x, axes);
+    let (d, xs) = rescale(x, axes, target(n, 2.0), *eps)?;
+    let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+    let centred = xs.sub(&xs.mean(&ax, true)?)?;
+    let var = centred.mul(&centred)?.mean(&ax, true)?;
+    let mut out = centred.mul(&var.add(&scaled_eps(&d, *eps)?)?.rsqrt()?)?;
+    let full: Vec<isize> = (0..x.rank())
+        .map(|i| {
+            if axes.contains(&i) {
+                x.shape()[i] as isize
+            } else {
+                1
+            }
+        })
+        .collect();
+    let mut rest = srcs[1..].iter();
+    if *has_gamma {
+        if let Some(g) = rest.next() {
+            out = out.mul(&g.reshape(&full)?)?;
+        }
+    }
+    if *has_beta {
+        if let Some(b) = rest.next() {
+            out = out.add(&b.reshape(&full)?)?;
+        }
+    }
+    cx.rewritten(
+        node,
+        format!("layer_norm over {n} values → fp16-safe rescaled arithmetic"),
+    );
+    Ok(Some(out))
+}
