@@ -320,8 +320,12 @@ fn read_some(out: &mut impl std::io::Read, until_newline: bool) -> Vec<u8> {
 
 fn spawn_chat(model: &str, max_tokens: &str) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_aneforge"))
-        .args(["chat", "-m", model, "-n", max_tokens, "-c", "1024", "-s", "3"])
-        .args(["--temp", "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0"])
+        .args([
+            "chat", "-m", model, "-n", max_tokens, "-c", "1024", "-s", "3",
+        ])
+        .args([
+            "--temp", "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
