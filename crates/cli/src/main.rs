@@ -47,7 +47,10 @@ enum Command {
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     /// List the ANE architectures, their families, core counts and chip figures.
-    Targets,
+    Targets {
+        #[command(flatten)]
+        format: output::FormatArgs,
+    },
     /// The per-op status (native / rewritten / walled) on an ANE family.
     Ops {
         /// Architecture or alias (h13…h18, m1…m5, a13…a18, …).
@@ -56,6 +59,8 @@ enum Command {
         /// Also list every MIL op of the registry.
         #[arg(long)]
         mil: bool,
+        #[command(flatten)]
+        format: output::FormatArgs,
     },
     /// Run a program directory (model.mil + weights/weight.bin, e.g. from `aneforge compile`) on
     /// an engine, with .npy inputs and outputs.
@@ -104,8 +109,12 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args),
         Command::TrainDigits(args) => digits::run(args),
         Command::Bench(command) => bench::run(command),
-        Command::Targets => targets::targets(),
-        Command::Ops { target, mil } => targets::ops(&target, mil),
+        Command::Targets { format } => targets::targets(format.get()),
+        Command::Ops {
+            target,
+            mil,
+            format,
+        } => targets::ops(&target, mil, format.get()),
         Command::Compile(args) => compile::run(args),
         Command::Export(args) => export::run(args),
         Command::Run(args) => run::run(args),

@@ -13,7 +13,10 @@ use anyhow::{bail, Context};
 
 use aneforge_models::npy;
 
+use serde_json::json;
+
 use crate::model_hints::ModelKind;
+use crate::output::{print_json, Format};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -35,6 +38,10 @@ pub struct RunArgs {
     pub engine: EngineKind,
     #[command(flatten)]
     pub threads: crate::engine_args::ThreadArgs,
+    /// json and jsonl list the ports (with --ports) or the outputs: their files with --output,
+    /// else every value.
+    #[command(flatten)]
+    pub format: crate::output::FormatArgs,
     /// List the function's ports and exit.
     #[arg(long)]
     pub ports: bool,
@@ -114,6 +121,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let inputs: Vec<Port> = plan.inputs().iter().map(convert).collect();
     let outputs: Vec<Port> = plan.outputs().iter().map(convert).collect();
+    let format = args.format.get();
+    if args.ports && format != Format::Text {
+        let rows: Vec<serde_json::Value> = [("input", &inputs), ("output", &outputs)]
+            .into_iter()
+            .flat_map(|(role, ports)| ports.iter().map(move |p| (role, p)))
+            .map(|(role, p)| {
+                json!({"function": function, "role": role, "name": p.name,
+                       "dtype": p.dtype.to_string(), "shape": p.shape})
+            })
+            .collect();
+        return print_json(format, &rows);
+    }
     if args.ports {
         println!("function {function}");
         inputs.iter().for_each(|p| println!("input {p}"));
@@ -136,8 +155,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    let mut rows = Vec::new();
     for port in &outputs {
         let tensor = loaded.read_output(&port.name)?;
+        let mut row =
+            json!({"name": port.name, "dtype": port.dtype.to_string(), "shape": port.shape});
         match &args.output_dir {
             Some(dir) => {
                 if port.name.contains(['/', '\\']) || port.name.starts_with('.') {
@@ -149,10 +171,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 }
                 let path = dir.join(format!("{}.npy", port.name));
                 npy::write_tensor(&path, &port.shape, &tensor)?;
-                println!("{port} -> {}", path.display());
+                row["file"] = json!(path);
+                if format == Format::Text {
+                    println!("{port} -> {}", path.display());
+                }
             }
-            None => println!("{port}: {}", preview(&tensor)),
+            None if format == Format::Text => println!("{port}: {}", preview(&tensor)),
+            None => row["values"] = values(&tensor),
         }
+        rows.push(row);
+    }
+    if format != Format::Text {
+        print_json(format, &rows)?;
     }
     Ok(())
 }
@@ -352,6 +382,17 @@ fn slice(tensor: &HostTensor) -> HostSlice<'_> {
         HostTensor::I8(v) => HostSlice::I8(v),
         HostTensor::U8(v) => HostSlice::U8(v),
         HostTensor::Bool(v) => HostSlice::Bool(v),
+    }
+}
+
+fn values(tensor: &HostTensor) -> serde_json::Value {
+    match tensor {
+        HostTensor::F32(v) => json!(v),
+        HostTensor::F16(v) => json!(v.iter().map(|x| x.to_f32()).collect::<Vec<_>>()),
+        HostTensor::I32(v) => json!(v),
+        HostTensor::I8(v) => json!(v),
+        HostTensor::U8(v) => json!(v),
+        HostTensor::Bool(v) => json!(v),
     }
 }
 

@@ -68,6 +68,41 @@ fn format_json_and_jsonl_mean_the_same_everywhere() {
     ]));
     assert_eq!(lines, rows);
 
+    let targets: Vec<serde_json::Value> =
+        serde_json::from_str(&stdout(&["targets", "--format", "json"])).unwrap();
+    let h13 = targets.iter().find(|t| t["arch"] == "h13").unwrap();
+    assert_eq!(h13["family"], "A13/M1");
+    assert!(
+        h13["aliases"].as_array().unwrap().contains(&"m1".into()),
+        "{h13}"
+    );
+    let ops = json_lines(&stdout(&["ops", "--target", "m1", "--format", "jsonl"]));
+    let sin = ops
+        .iter()
+        .find(|r| r["kind"] == "graph" && r["op"] == "sin")
+        .unwrap();
+    assert_eq!(sin["status"], "rewritten");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = tmp.path().join("mlp");
+    stdout(&[
+        "compile",
+        "mlp",
+        "--target",
+        "h16",
+        "-o",
+        prog.to_str().unwrap(),
+    ]);
+    let ports = json_lines(&stdout(&[
+        "run",
+        prog.to_str().unwrap(),
+        "--ports",
+        "--format",
+        "jsonl",
+    ]));
+    assert!(ports.iter().any(|p| p["role"] == "input"), "{ports:?}");
+    assert!(ports.iter().all(|p| p["shape"].is_array()), "{ports:?}");
+
     let o = stdout(&["bench", "overhead", "--reps", "1", "--format", "json"]);
     assert!(json_lines(&o)[0]["best_us"].as_f64().is_some(), "{o}");
     assert!(
