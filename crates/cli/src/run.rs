@@ -193,12 +193,29 @@ fn not_a_program_dir(dir: &Path) -> anyhow::Result<()> {
     let command = match crate::model_hints::kind(&spec) {
         Some(ModelKind::Decoder(_)) => format!("aneforge generate -m {spec} PROMPT"),
         Some(ModelKind::Encoder(_)) => format!("aneforge embed -m {spec} TEXT"),
+        None if !dir.exists() && looks_like_model_id(&spec) => bail!(
+            "{spec}: no such program directory; if it is a model id, `aneforge generate -m \
+             {spec}` runs a decoder LLM and `aneforge embed -m {spec}` a text encoder"
+        ),
         None => return Ok(()),
     };
     bail!(
         "{spec} is a model, not a program directory (model.mil + weights/weight.bin): run it with \
          `{command}`, or compile a program directory with `aneforge compile`"
     )
+}
+
+/// `ORG/NAME` as the Hugging Face hub spells model ids. A two-part relative path reads the same,
+/// so this only words a message.
+fn looks_like_model_id(spec: &str) -> bool {
+    let parts: Vec<&str> = spec.split('/').collect();
+    parts.len() == 2
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && !p.starts_with('.')
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        })
 }
 
 fn choose_function(

@@ -55,6 +55,16 @@ fn a_model_of_the_wrong_kind_names_the_right_command() {
     );
     let err = failure(&["run", &encoder], &[]);
     assert!(err.contains("aneforge embed"), "{err}");
+    let hub = tempfile::tempdir().unwrap();
+    let err = failure(
+        &["run", "HuggingFaceTB/SmolLM2-135M-Instruct"],
+        &[("HF_HUB_CACHE", hub.path())],
+    );
+    assert!(
+        err.contains("no such program directory")
+            && err.contains("aneforge generate -m HuggingFaceTB/SmolLM2-135M-Instruct"),
+        "{err}"
+    );
 }
 
 #[test]
