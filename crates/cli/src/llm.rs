@@ -402,9 +402,9 @@ pub fn chat_cmd(args: ChatArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-const CHAT_HELP: &str = "/help          this list
+const CHAT_HELP: &str = "/help           this list
 /clear, /reset  forget the conversation (the system message stays)
-/bye, /exit     quit (so does Ctrl-D at the prompt, or Ctrl-C there)
+/bye, /exit     quit (so do Ctrl-D and Ctrl-C at the prompt)
 Ctrl-C during a reply stops the reply; any other line is a message.";
 
 /// A line of `chat` input that is not a message.
