@@ -297,6 +297,7 @@ fn chat_commands_are_not_messages() {
 }
 
 /// Sends SIGINT to a running child, as Ctrl-C in its terminal would.
+#[cfg(unix)]
 fn interrupt(child: &std::process::Child) {
     // SAFETY: kill() with the id of a child this test has not yet waited for
     assert_eq!(
@@ -333,6 +334,7 @@ fn spawn_chat(model: &str, max_tokens: &str) -> std::process::Child {
         .unwrap()
 }
 
+#[cfg(unix)]
 #[test]
 fn ctrl_c_stops_a_reply_and_ctrl_c_at_the_prompt_quits() {
     // gemma's tiny model samples 1000 tokens without an end of sequence at this seed; a reply

@@ -1,6 +1,7 @@
 //! What every command does as a Unix process: a closed stdout ends it quietly, no subcommand
 //! prints the help to stderr with status 2, errors are one `error:` report (with the causes) and
 //! status 1 without a backtrace, and shells get completion scripts.
+#![cfg(unix)]
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
