@@ -579,3 +579,23 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ChatCommand;
+
+    #[test]
+    fn chat_commands_are_one_slashed_word_and_everything_else_is_a_message() {
+        assert_eq!(ChatCommand::parse("  "), Some(ChatCommand::Empty));
+        assert_eq!(ChatCommand::parse("/help"), Some(ChatCommand::Help));
+        assert_eq!(ChatCommand::parse("/reset "), Some(ChatCommand::Clear));
+        assert_eq!(ChatCommand::parse("/exit"), Some(ChatCommand::Bye));
+        assert_eq!(
+            ChatCommand::parse("/save"),
+            Some(ChatCommand::Unknown("save".into()))
+        );
+        for message in ["hello", "/usr/bin is where", "/ what", "a /help", "/"] {
+            assert_eq!(ChatCommand::parse(message), None, "{message}");
+        }
+    }
+}
