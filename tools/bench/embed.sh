@@ -6,12 +6,12 @@
 # time is noisy, so every system also reports its median on-CPU time per pass (user + system of
 # its process): aneforge's comes from a second process running the same encoder through the
 # `embed_cpu_time` example of aneforge-models, the peers' from time.process_time.
-# Usage: tools/bench/embed.sh [PYTHON]   (PYTHON defaults to /work/venv-ref/bin/python, which
-# needs tools/fixtures/requirements.txt; the model comes from scripts/fetch-models.sh minilm)
+# Usage: tools/bench/embed.sh [PYTHON]   (PYTHON: the argument, else $PYTHON, else python3 on the
+# PATH; it needs tools/fixtures/requirements.txt; the model comes from scripts/fetch-models.sh minilm)
 # Environment: MODEL, BATCH (32), RUNS (5), THREADS (2), SENTENCES (256).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PY="${1:-/work/venv-ref/bin/python}"
+PY="${1:-${PYTHON:-python3}}"
 MODEL="${MODEL:-sentence-transformers/all-MiniLM-L6-v2}"
 BATCH="${BATCH:-32}" RUNS="${RUNS:-5}" THREADS="${THREADS:-2}" SENTENCES="${SENTENCES:-256}"
 export MODEL BATCH RUNS
@@ -27,7 +27,7 @@ cargo build --release -p aneforge-models --example embed_cpu_time >/dev/null 2>&
 "$PY" tools/bench/embed_peers.py export "$work/model.onnx" >/dev/null 2>&1
 
 ./target/release/aneforge bench embed -m "$MODEL" -f "$work/sentences.txt" --batch-size "$BATCH" \
-    --runs "$RUNS" --json | tee "$work/results.jsonl"
+    --runs "$RUNS" --threads "$THREADS" --format jsonl | tee "$work/results.jsonl"
 ./target/release/examples/embed_cpu_time "$MODEL" "$work/sentences.txt" "$BATCH" "$RUNS" \
     | tee "$work/cpu.jsonl"
 "$PY" tools/bench/embed_peers.py torch "$work/sentences.txt" "$THREADS" 2>/dev/null | tee -a "$work/results.jsonl"

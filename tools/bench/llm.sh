@@ -9,14 +9,15 @@
 # table with the ratios. The figures in docs/performance.md come from this script.
 # Usage: tools/bench/llm.sh
 # Environment: THREADS (2), PROMPT (128), DECODE (128), REPEAT (3), FORMATS ("q4_1 q8_0"),
-#   ACTIVATIONS (int8: llama.cpp's scheme; f32), LLAMACPP_PYTHON (/work/venv-llamacpp/bin/python),
-#   REF_PYTHON (/work/venv-ref/bin/python).
+#   ACTIVATIONS (int8: llama.cpp's scheme; f32), LLAMACPP_PYTHON (a Python with llama-cpp-python)
+#   and REF_PYTHON (one with transformers), both defaulting to $PYTHON, else python3 on the PATH.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 THREADS="${THREADS:-2}" PROMPT="${PROMPT:-128}" DECODE="${DECODE:-128}" REPEAT="${REPEAT:-3}"
 FORMATS="${FORMATS:-q4_1 q8_0}"
-LLAMACPP_PYTHON="${LLAMACPP_PYTHON:-/work/venv-llamacpp/bin/python}"
-export LLAMACPP_PYTHON REF_PYTHON="${REF_PYTHON:-/work/venv-ref/bin/python}"
+PYTHON="${PYTHON:-python3}"
+LLAMACPP_PYTHON="${LLAMACPP_PYTHON:-$PYTHON}"
+export LLAMACPP_PYTHON REF_PYTHON="${REF_PYTHON:-$PYTHON}"
 MODEL=HuggingFaceTB/SmolLM2-135M-Instruct
 HUB="${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"
 Q4_1="$(find "$HUB/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots" -name 'SmolLM2-135M-Instruct.Q4_1.gguf' 2>/dev/null | head -n1)"
@@ -51,9 +52,9 @@ PYEOF
         *) echo "unknown format $format (q4_1, q8_0)" >&2; exit 1 ;;
     esac
     echo "# $format: load average $(load)"
-    RAYON_NUM_THREADS="$THREADS" ./target/release/aneforge bench llm -m "$gguf" \
+    ./target/release/aneforge bench llm -m "$gguf" --threads "$THREADS" \
         --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --repeat "$REPEAT" \
-        --prompt-file "$work/prompt.txt" --activations "${ACTIVATIONS:-int8}" --json \
+        --prompt-file "$work/prompt.txt" --activations "${ACTIVATIONS:-int8}" --format jsonl \
         | sed "s/^{/{\"format\": \"$format\", /" | tee -a "$results"
     peers="llama.cpp"
     [[ "$format" == q4_1 ]] && peers="llama.cpp,transformers"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs the CPU engine's benchmarks and their peers (NumPy/OpenBLAS, PyTorch) in one session, so the
 # figures in docs/performance.md are side by side on the same machine and load.
-# Usage: tools/bench/run.sh [PYTHON]   (PYTHON defaults to /work/venv-ref/bin/python; it needs the
-# packages pinned in tools/bench/requirements.txt)
+# Usage: tools/bench/run.sh [PYTHON]   (PYTHON: the argument, else $PYTHON, else python3 on the
+# PATH; it needs the packages pinned in tools/bench/requirements.txt)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PY="${1:-/work/venv-ref/bin/python}"
+PY="${1:-${PYTHON:-python3}}"
 echo "# machine"
 lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/Flags:.*avx512f.*/Flags: (avx512f avx512bw avx512vl fma f16c present)/'
 grep -m1 "cpu MHz" /proc/cpuinfo

@@ -8,7 +8,10 @@ use std::time::Instant;
 use aneforge_models::encoders::SentenceEncoder;
 use anyhow::bail;
 
-use crate::encoder_args::{read_lines, EncoderArgs};
+use crate::encoder_args::EncoderArgs;
+use crate::input::read_lines;
+use crate::model_hints::{self, Wants};
+use crate::output::FormatArgs;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
@@ -38,15 +41,14 @@ pub enum BenchCommand {
 pub struct BenchEmbedArgs {
     #[command(flatten)]
     pub encoder: EncoderArgs,
-    /// Sentences, one per line.
+    /// Sentences, one per line (`-`: stdin).
     #[arg(long, short = 'f')]
     pub file: PathBuf,
     /// Timed passes over all sentences after the first (which compiles the programs).
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub format: FormatArgs,
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -82,7 +84,8 @@ fn embed(args: BenchEmbedArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let options = args.encoder.options()?;
     let target = options.target.to_string();
-    let encoder = SentenceEncoder::load(&args.encoder.model, options)?;
+    let encoder = SentenceEncoder::load(&args.encoder.model, options)
+        .map_err(|e| model_hints::explain(e.into(), &args.encoder.model, Wants::Encoder))?;
     let load_s = start.elapsed().as_secs_f64();
     let start = Instant::now();
     let first = encoder.encode(&refs)?;
@@ -101,7 +104,7 @@ fn embed(args: BenchEmbedArgs) -> anyhow::Result<()> {
     let best = times[0];
     let n = sentences.len() as f64;
     let rss = peak_rss_mib().unwrap_or(f64::NAN);
-    if args.json {
+    if !args.format.is_text() {
         let report = serde_json::json!({
             "system": "aneforge",
             "sentences": sentences.len(),

@@ -9,6 +9,8 @@ use aneforge_cpu::bench::{self, Figure};
 use anyhow::{bail, Context};
 use serde_json::json;
 
+use crate::output::{print_json, FormatArgs};
+
 const PEER_NUMPY: &str = include_str!("../../../tools/bench/peer_numpy.py");
 const PEER_TORCH: &str = include_str!("../../../tools/bench/peer_torch.py");
 
@@ -24,9 +26,8 @@ pub struct CommonArgs {
     /// same shapes and thread counts in this run and prints the ratios.
     #[arg(long, value_name = "PY")]
     pub peer_python: Option<PathBuf>,
-    /// Print one JSON object per figure instead of text.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub format: FormatArgs,
 }
 
 #[derive(clap::Args)]
@@ -88,9 +89,8 @@ pub struct OverheadArgs {
     /// Samples of 1000 executes each.
     #[arg(long, default_value_t = 50)]
     pub reps: usize,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub format: FormatArgs,
 }
 
 /// One case measured at one thread count, with the peer's figure when one ran.
@@ -269,7 +269,7 @@ pub fn overhead(args: OverheadArgs) -> anyhow::Result<()> {
     }
     let load_start = load_average();
     let f = bench::overhead(args.reps);
-    if args.json {
+    if !args.format.is_text() {
         println!(
             "{}",
             json!({
@@ -301,7 +301,8 @@ fn report(
     peak: impl Fn(&Figure) -> Option<(f64, String)>,
 ) -> anyhow::Result<()> {
     let load_start = load_average();
-    if !common.json {
+    let text = common.format.is_text();
+    if text {
         println!("{}", machine());
         println!(
             "load average at start: {}",
@@ -311,7 +312,7 @@ fn report(
     let mut rows = Vec::new();
     for job in jobs {
         let ours = job();
-        if !common.json {
+        if text {
             println!("{ours}");
         }
         let peak = peak(&ours);
@@ -336,11 +337,12 @@ fn report(
         }
     }
     let load_end = load_average();
-    if common.json {
-        for row in &rows {
-            println!("{}", row_json(row, &load_start, &load_end));
-        }
-        return Ok(());
+    if !text {
+        let values: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|row| row_json(row, &load_start, &load_end))
+            .collect();
+        return print_json(common.format.get(), &values);
     }
     println!();
     for row in &rows {

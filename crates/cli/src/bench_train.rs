@@ -2,7 +2,6 @@
 
 use crate::engine_args::EngineArgs;
 use aneforge::train::char_lm::{CharLm, CharLmConfig};
-use aneforge::train::data::CharDataset;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -27,11 +26,11 @@ pub struct TrainArgs {
     pub profile: bool,
 }
 
+const TRAIN_PEER: &str = include_str!("../../../tools/bench/train_peer.py");
+
 pub fn train(args: TrainArgs) -> anyhow::Result<()> {
     let (engine, target) = args.engine.select()?;
-    let path = crate::demo::default_text_path();
-    let data = CharDataset::load(&path, 0.1)
-        .with_context(|| format!("loading the training text {}", path.display()))?;
+    let (data, _) = crate::demo::training_text(None)?;
     let cfg = CharLmConfig::default();
     let vocab = data.vocab_size();
     let mut lm = CharLm::new(data, cfg.clone(), target.clone(), engine)?;
@@ -83,22 +82,17 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
         profile(&lm, args.steps.max(1))?;
     }
     if let Some(python) = &args.peer_python {
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../tools/bench/train_peer.py");
+        let script = "tools/bench/train_peer.py";
         let out = std::process::Command::new(python)
-            .arg(&script)
+            .args(["-c", TRAIN_PEER])
             .args(["--steps", &args.steps.to_string()])
             .args(["--warmup", &args.warmup.to_string()])
             .args(["--threads", &args.peer_threads.to_string()])
             .args(["--vocab", &vocab.to_string()])
             .output()
-            .with_context(|| format!("running {} {}", python.display(), script.display()))?;
+            .with_context(|| format!("running {} {script}", python.display()))?;
         if !out.status.success() {
-            anyhow::bail!(
-                "{} failed: {}",
-                script.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            anyhow::bail!("{script} failed: {}", String::from_utf8_lossy(&out.stderr));
         }
         let text = String::from_utf8_lossy(&out.stdout);
         let steps_per_s: f64 = text

@@ -18,9 +18,19 @@ pub struct CompileArgs {
     #[arg(long, default_value = "h16")]
     pub target: String,
     /// Output directory.
-    #[arg(long, required_unless_present = "list")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        alias = "out",
+        value_name = "DIR",
+        required_unless_present = "list"
+    )]
     pub out: Option<PathBuf>,
-    /// Weight compression: none, auto, int8, int4, sparse, blockwise.
+    /// Also write the program as a Core ML package (a single-program plan only).
+    #[arg(long, value_name = "PATH.mlpackage")]
+    pub mlpackage: Option<PathBuf>,
+    /// Weight compression: none (the weights as stored), auto (the family's native formats),
+    /// int8, int4, sparse or blockwise.
     #[arg(long, default_value = "none")]
     pub compress: String,
     /// Largest fp16 weight bytes per program before the graph is split into segments.
@@ -40,7 +50,7 @@ fn parse_compress(s: &str) -> anyhow::Result<Compress> {
         "sparse" => Compress::Sparse,
         "blockwise" => Compress::Blockwise,
         other => anyhow::bail!(
-            "unknown compression {other:?}; valid: none, auto, int8, int4, sparse, blockwise"
+            "--compress {other}: expected none, auto, int8, int4, sparse or blockwise"
         ),
     })
 }
@@ -53,7 +63,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let (Some(name), Some(out)) = (args.graph.as_deref(), args.out.as_deref()) else {
-        anyhow::bail!("compile needs a graph and --out");
+        anyhow::bail!("compile needs a graph and --output");
     };
     let example = examples::find(name).with_context(|| {
         format!(
@@ -72,6 +82,20 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     let plan = compile_ane(&named, arch, &options)
         .with_context(|| format!("compiling {name} for {arch}"))?;
     write_plan(&plan, out).with_context(|| format!("writing {}", out.display()))?;
+    if let Some(package) = &args.mlpackage {
+        if plan.segments.len() != 1 {
+            anyhow::bail!(
+                "--mlpackage: {name} compiled into {} programs; export each segment_N with \
+                 `aneforge export`",
+                plan.segments.len()
+            );
+        }
+        crate::export::run(crate::export::ExportArgs {
+            dir: out.to_path_buf(),
+            output: package.clone(),
+            function: None,
+        })?;
+    }
     println!(
         "{name} for {arch} ({}): {} program(s) in {}, estimated {:.1} µs per pass (model, not a measurement)",
         arch.family(),

@@ -6,7 +6,7 @@ use aneforge::train::char_lm::{CharLm, CharLmConfig};
 use aneforge::train::data::CharDataset;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// The training steps the README's main command runs.
@@ -18,19 +18,24 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = DEFAULT_STEPS)]
     pub steps: u64,
     /// Seed for the initial weights, the batches and sampling.
-    #[arg(long, default_value_t = 1337)]
+    #[arg(short = 's', long, default_value_t = 1337)]
     pub seed: u64,
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Continue from the checkpoint instead of starting over.
     #[arg(long)]
     pub resume: bool,
-    /// Checkpoint file (written every --checkpoint-every steps and at the end).
-    #[arg(long, default_value = "target/aneforge-demo/checkpoint.safetensors")]
-    pub checkpoint: PathBuf,
+    /// Directory for the checkpoint (default: $XDG_DATA_HOME/aneforge/demo, else
+    /// ~/.local/share/aneforge/demo).
+    #[arg(short = 'o', long = "output", alias = "out", value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Checkpoint file (written every --checkpoint-every steps and at the end; default:
+    /// checkpoint.safetensors in the --output directory).
+    #[arg(long, conflicts_with = "output")]
+    pub checkpoint: Option<PathBuf>,
     #[arg(long, default_value_t = 200)]
     pub checkpoint_every: u64,
-    /// Training text (default: the repository's data/shakespeare.txt).
+    /// Training text (default: data/shakespeare.txt, built into the binary).
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// Validation batches (of 32 × 128 characters) for the held-out loss.
@@ -39,29 +44,48 @@ pub struct DemoArgs {
     /// Print the validation loss every this many steps (0: only at the end).
     #[arg(long, default_value_t = 200)]
     pub eval_every: u64,
-    #[arg(long, default_value = "ROMEO:")]
+    /// The start of the sample.
+    #[arg(short = 'p', long, default_value = "ROMEO:")]
     pub prompt: String,
     /// Characters to sample after training.
     #[arg(long, default_value_t = 400)]
     pub sample_chars: usize,
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, visible_alias = "temp", default_value_t = 0.8)]
     pub temperature: f32,
 }
 
-/// `data/shakespeare.txt` from the working directory, else from this source tree.
-pub fn default_text_path() -> PathBuf {
-    let local = Path::new("data/shakespeare.txt");
-    if local.exists() {
-        return local.to_path_buf();
+/// The repository's `data/shakespeare.txt`, built in so an installed binary needs no checkout.
+const SHAKESPEARE: &str = include_str!("../../../data/shakespeare.txt");
+
+/// The training text: `path`, else the built-in Shakespeare; and how to name it.
+pub fn training_text(path: Option<&std::path::Path>) -> anyhow::Result<(CharDataset, String)> {
+    match path {
+        Some(path) => Ok((
+            CharDataset::load(path, 0.1)
+                .with_context(|| format!("loading the training text {}", path.display()))?,
+            path.display().to_string(),
+        )),
+        None => Ok((
+            CharDataset::new(SHAKESPEARE, 0.1)?,
+            "data/shakespeare.txt (built in)".to_string(),
+        )),
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/shakespeare.txt")
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let (engine, target) = args.engine.select()?;
-    let path = args.data.clone().unwrap_or_else(default_text_path);
-    let data = CharDataset::load(&path, 0.1)
-        .with_context(|| format!("loading the training text {}", path.display()))?;
+    let checkpoint = match (&args.checkpoint, &args.output) {
+        (Some(file), _) => file.clone(),
+        (None, Some(dir)) => dir.join("checkpoint.safetensors"),
+        (None, None) => crate::user_data::dir()?
+            .join("demo")
+            .join("checkpoint.safetensors"),
+    };
+    if let Some(parent) = checkpoint.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    let (data, source) = training_text(args.data.as_deref())?;
     let cfg = CharLmConfig {
         seed: args.seed,
         ..CharLmConfig::default()
@@ -75,7 +99,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         cfg.mlp,
         cfg.context,
         cfg.gpt(data.vocab_size()).params(),
-        path.display()
+        source
     );
     println!(
         "{} training / {} validation characters, vocabulary {}; batch {} × {}, AdamW lr {}; \
@@ -94,11 +118,11 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         compile_start.elapsed().as_secs_f64()
     );
     if args.resume {
-        lm.resume(&args.checkpoint)
-            .with_context(|| format!("resuming from {}", args.checkpoint.display()))?;
+        lm.resume(&checkpoint)
+            .with_context(|| format!("resuming from {}", checkpoint.display()))?;
         println!(
             "resumed from {} at step {}",
-            args.checkpoint.display(),
+            checkpoint.display(),
             lm.step_count()
         );
     }
@@ -142,7 +166,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
             bar.suspend(|| println!("step {step}: train loss {train:.4}, val loss {val:.4}"));
         }
         if args.checkpoint_every > 0 && step % args.checkpoint_every == 0 {
-            lm.save(&args.checkpoint)?;
+            lm.save(&checkpoint)?;
         }
     }
     bar.finish();
@@ -161,8 +185,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         lm.step_count(),
         args.val_batches
     );
-    lm.save(&args.checkpoint)?;
-    println!("checkpoint: {}", args.checkpoint.display());
+    lm.save(&checkpoint)?;
+    println!("checkpoint: {}", checkpoint.display());
     let sample = lm.sample(&args.prompt, args.sample_chars, args.temperature, args.seed)?;
     println!("--- sample (temperature {}) ---", args.temperature);
     println!("{}{}", args.prompt, sample);

@@ -4,36 +4,39 @@ use crate::engine_args::EngineArgs;
 use aneforge::train::data::Digits;
 use aneforge::train::digits::{DigitsClassifier, DigitsConfig};
 use anyhow::Context;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
 pub struct DigitsArgs {
     #[arg(long, default_value_t = 15)]
     pub epochs: u64,
-    #[arg(long, default_value_t = 0)]
+    #[arg(short = 's', long, default_value_t = 0)]
     pub seed: u64,
     #[arg(long, default_value_t = 3e-3)]
     pub lr: f32,
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// The digits file (default: the repository's data/digits.csv).
+    /// The digits file (default: data/digits.csv, built into the binary).
     #[arg(long)]
     pub data: Option<PathBuf>,
 }
 
-fn default_path() -> PathBuf {
-    let local = Path::new("data/digits.csv");
-    if local.exists() {
-        return local.to_path_buf();
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/digits.csv")
-}
+/// The repository's `data/digits.csv`, built in so an installed binary needs no checkout.
+const DIGITS: &str = include_str!("../../../data/digits.csv");
 
 pub fn run(args: DigitsArgs) -> anyhow::Result<()> {
     let (engine, target) = args.engine.select()?;
-    let path = args.data.clone().unwrap_or_else(default_path);
-    let data = Digits::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let (data, source) = match &args.data {
+        Some(path) => (
+            Digits::load(path).with_context(|| format!("loading {}", path.display()))?,
+            path.display().to_string(),
+        ),
+        None => (
+            Digits::parse(DIGITS, "data/digits.csv")?,
+            "data/digits.csv (built in)".to_string(),
+        ),
+    };
     let cfg = DigitsConfig {
         seed: args.seed,
         lr: args.lr,
@@ -43,7 +46,7 @@ pub fn run(args: DigitsArgs) -> anyhow::Result<()> {
     println!(
         "{}: {} training and {} test images; CNN widths {:?}, group norm ({} groups), AdamW lr {}; \
          engine {engine:?}, target {target}",
-        path.display(),
+        source,
         model.train_len(),
         model.test_len(),
         cfg.widths,

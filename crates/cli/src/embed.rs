@@ -1,4 +1,4 @@
-//! `aneforge embed`: sentence embeddings as JSON or NumPy `.npy`.
+//! `aneforge embed`: sentence embeddings as JSON, JSON lines or NumPy `.npy`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -6,20 +6,22 @@ use std::path::PathBuf;
 use aneforge_models::encoders::{EncodeOptions, Pooling, SentenceEncoder};
 use anyhow::{bail, Context};
 
-use crate::encoder_args::{progress, read_lines, EncoderArgs};
+use crate::encoder_args::{progress, EncoderArgs};
+use crate::model_hints::{self, Wants};
 
 #[derive(clap::Args)]
 pub struct EmbedArgs {
     #[command(flatten)]
     pub encoder: EncoderArgs,
-    /// Texts to embed (or use --file).
+    /// Texts to embed (without texts or --file, stdin is read, one text per line; `-` too).
     pub texts: Vec<String>,
-    /// A UTF-8 file with one text per line.
+    /// A UTF-8 file with one text per line (`-`: stdin).
     #[arg(long, short = 'f', conflicts_with = "texts")]
     pub file: Option<PathBuf>,
-    /// json (a list of vectors) or npy (float32 [texts, dim]; needs --output).
-    #[arg(long, default_value = "json")]
-    pub format: String,
+    /// json (a list of vectors), jsonl (one vector per line) or npy (float32 [texts, dim];
+    /// needs --output).
+    #[arg(long, value_enum, default_value_t = EmbedFormat::Json)]
+    pub format: EmbedFormat,
     /// Write to this file instead of stdout.
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
@@ -36,6 +38,13 @@ pub struct EmbedArgs {
     /// A literal prompt prepended to every text.
     #[arg(long)]
     pub prompt: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmbedFormat {
+    Json,
+    Jsonl,
+    Npy,
 }
 
 fn parse_pooling(s: &str) -> anyhow::Result<Vec<Pooling>> {
@@ -57,23 +66,18 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
 }
 
 pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
-    let json = match args.format.as_str() {
-        "json" => true,
-        "npy" if args.output.is_some() => false,
-        "npy" => bail!("--format npy writes binary data: give --output FILE"),
-        other => bail!("--format {other}: expected json or npy"),
-    };
-    let texts = match &args.file {
-        Some(path) => read_lines(path)?,
-        None => args.texts.clone(),
-    };
+    if args.format == EmbedFormat::Npy && args.output.is_none() {
+        bail!("--format npy writes binary data: give --output FILE");
+    }
+    let texts = crate::input::texts(&args.texts, args.file.as_deref(), "texts")?;
     let options = EncodeOptions {
         prompt_name: args.prompt_name.clone(),
         prompt: args.prompt.clone(),
         normalize: args.normalize,
         pooling: args.pooling.as_deref().map(parse_pooling).transpose()?,
     };
-    let encoder = SentenceEncoder::load(&args.encoder.model, args.encoder.options()?)?;
+    let encoder = SentenceEncoder::load(&args.encoder.model, args.encoder.options()?)
+        .map_err(|e| model_hints::explain(e.into(), &args.encoder.model, Wants::Encoder))?;
     let bar = progress(
         texts.len(),
         args.encoder.batch_size,
@@ -83,13 +87,24 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let embeddings = encoder.encode_with(&refs, &options, &mut |n| bar.inc(n as u64))?;
     bar.finish_and_clear();
-    let bytes = if json {
-        let rows: Vec<&[f32]> = embeddings.iter().collect();
-        let mut text = serde_json::to_string(&rows)?;
-        text.push('\n');
-        text.into_bytes()
-    } else {
-        aneforge_models::npy::to_bytes(&[embeddings.rows, embeddings.dim], &embeddings.data)
+    let rows: Vec<&[f32]> = embeddings.iter().collect();
+    let bytes = match args.format {
+        EmbedFormat::Json => {
+            let mut text = serde_json::to_string(&rows)?;
+            text.push('\n');
+            text.into_bytes()
+        }
+        EmbedFormat::Jsonl => {
+            let mut text = String::new();
+            for row in &rows {
+                text.push_str(&serde_json::to_string(row)?);
+                text.push('\n');
+            }
+            text.into_bytes()
+        }
+        EmbedFormat::Npy => {
+            aneforge_models::npy::to_bytes(&[embeddings.rows, embeddings.dim], &embeddings.data)
+        }
     };
     match &args.output {
         Some(path) => write_atomically(path, &bytes),

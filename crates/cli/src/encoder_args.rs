@@ -1,11 +1,9 @@
 //! Options shared by `embed`, `rerank` and `bench embed`: model, engine and target (the shared
-//! [`EngineArgs`]), compression, batching; reading texts from a file; the progress bar.
-
-use std::path::Path;
+//! [`EngineArgs`]), compression, batching; the progress bar.
 
 use aneforge::{Compress, Target};
 use aneforge_models::encoders::EncoderOptions;
-use anyhow::{bail, Context};
+use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::engine_args::EngineArgs;
@@ -17,8 +15,8 @@ pub struct EncoderArgs {
     pub model: String,
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Weight compression of ANE-target programs: none, int8, int4 or auto (the family's native
-    /// formats), each behind an accuracy gate.
+    /// Weight compression of ANE-target programs: none (the weights as stored), auto (the
+    /// family's native formats), int8 or int4, each behind an accuracy gate.
     #[arg(long, default_value = "none")]
     pub compress: String,
     /// Texts per program execution.
@@ -52,36 +50,12 @@ pub fn parse_compress(s: &str, target: &Target) -> anyhow::Result<Compress> {
         "int8" => Compress::Int8,
         "int4" => Compress::Int4,
         "auto" => Compress::Auto,
-        other => bail!("--compress {other}: expected none, int8, int4 or auto"),
+        other => bail!("--compress {other}: expected none, auto, int8 or int4"),
     };
     if !target.is_ane() {
         bail!("--compress {s} re-encodes the weights of ANE programs: add --target ane (or an ANE architecture)");
     }
     Ok(mode)
-}
-
-/// One text per line: every line is a text (empty lines are empty texts), a final newline does
-/// not start another; `\r\n` endings are accepted. Invalid UTF-8 is an error naming the line.
-pub fn read_lines(path: &Path) -> anyhow::Result<Vec<String>> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let body = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-    if body.is_empty() {
-        return Ok(Vec::new());
-    }
-    body.split(|&b| b == b'\n')
-        .enumerate()
-        .map(|(i, line)| {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            std::str::from_utf8(line).map(str::to_string).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}:{}: invalid UTF-8 at byte {} of the line",
-                    path.display(),
-                    i + 1,
-                    e.valid_up_to()
-                )
-            })
-        })
-        .collect()
 }
 
 /// A progress bar on stderr for inputs of more than a few batches (hidden when stderr is not a

@@ -1,5 +1,5 @@
-//! `--engine` and `--target`: how every command that runs a program chooses the engine that runs
-//! it and the target its programs are compiled for.
+//! `--engine`, `--target` and `--threads`: how every command that runs a program chooses the
+//! engine that runs it, the target its programs are compiled for, and the CPU engine's threads.
 
 use aneforge::engine::EngineKind;
 use aneforge::target::host;
@@ -17,6 +17,8 @@ pub struct EngineArgs {
     /// overrides) on the ANE engine. An ANE target on the CPU engine previews the fp16 program.
     #[arg(long)]
     pub target: Option<String>,
+    #[command(flatten)]
+    pub threads: ThreadArgs,
 }
 
 impl Default for EngineArgs {
@@ -24,14 +26,45 @@ impl Default for EngineArgs {
         EngineArgs {
             engine: EngineKind::Cpu,
             target: None,
+            threads: ThreadArgs::default(),
+        }
+    }
+}
+
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ThreadArgs {
+    /// Worker threads of the CPU engine (default: RAYON_NUM_THREADS, else every core).
+    #[arg(short = 't', long = "threads", value_name = "N")]
+    pub threads: Option<usize>,
+}
+
+impl ThreadArgs {
+    /// Sizes rayon's global pool, which the CPU engine's programs run on; the pool is built once,
+    /// so this runs before any program is compiled.
+    pub fn apply(&self) -> anyhow::Result<()> {
+        let Some(n) = self.threads else {
+            return Ok(());
+        };
+        if n == 0 {
+            bail!("--threads takes a count of at least 1");
+        }
+        match rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+        {
+            Ok(()) => Ok(()),
+            Err(_) if rayon::current_num_threads() == n => Ok(()),
+            Err(e) => bail!("cannot start {n} worker threads: {e}"),
         }
     }
 }
 
 impl EngineArgs {
-    /// The selected engine and the target to compile for. The engine error is returned as the
-    /// engine gives it (no context), so its first line is the reason.
+    /// The selected engine and the target to compile for, after sizing the CPU engine's threads.
+    /// The engine error is returned as the engine gives it (no context), so its first line is the
+    /// reason.
     pub fn select(&self) -> anyhow::Result<(Engine, Target)> {
+        self.threads.apply()?;
         let engine = self.engine.select()?;
         let target = match (self.target.as_deref().map(str::trim), engine) {
             (Some(name), _) if name.eq_ignore_ascii_case("cpu") => Target::Cpu,

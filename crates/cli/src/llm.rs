@@ -12,6 +12,8 @@ use aneforge_models::llm::{
 };
 use anyhow::{bail, Context};
 
+use crate::model_hints::{self, Wants};
+
 #[derive(clap::Args, Clone)]
 pub struct ModelArgs {
     /// Model: an id (ORG/NAME, from the Hugging Face cache), a model directory or a .gguf file.
@@ -19,23 +21,29 @@ pub struct ModelArgs {
     pub model: String,
     #[command(flatten)]
     pub engine: crate::engine_args::EngineArgs,
-    /// Weight storage: stored (GGUF Q4_0/Q4_1/Q8_0 blocks as stored, others f32), none (all
-    /// f32), int8 or int4 (every matrix quantized in blocks of 32).
-    #[arg(long, default_value = "stored")]
+    /// Weight compression: none (the weights as stored: GGUF Q4_0/Q4_1/Q8_0 blocks kept, others
+    /// f32), dense (every weight expanded to f32), int8 or int4 (every matrix quantized in blocks
+    /// of 32).
+    #[arg(long, default_value = "none")]
     pub compress: String,
     /// Activations of decode steps against block-quantized weights: f32 (exact) or int8
     /// (quantized per 32 values with integer dot products, llama.cpp's scheme; AVX-512 VNNI CPUs).
     #[arg(long, default_value = "f32", value_parser = ["int8", "f32"])]
     pub activations: String,
     /// Largest context in tokens (prompt and generated), up to the model's own limit.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(
+        short = 'c',
+        long = "ctx",
+        visible_alias = "ctx-size",
+        default_value_t = 2048
+    )]
     pub ctx: usize,
 }
 
 #[derive(clap::Args, Clone)]
 pub struct SamplingArgs {
     /// Sampling temperature; 0 picks the most likely token (greedy).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, visible_alias = "temp", default_value_t = 0.8)]
     pub temperature: f32,
     /// Keep the k most likely tokens (0: off).
     #[arg(long, default_value_t = 40)]
@@ -50,7 +58,7 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 1.0)]
     pub repeat_penalty: f32,
     /// Random seed (default: from the clock; printed with the statistics).
-    #[arg(long)]
+    #[arg(short = 's', long)]
     pub seed: Option<u64>,
 }
 
@@ -76,8 +84,20 @@ impl SamplingArgs {
 pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The prompt.
-    pub prompt: String,
+    /// The prompt (`-`: read it from stdin; without a prompt or --file, stdin is read).
+    #[arg(value_name = "PROMPT", conflicts_with_all = ["prompt_flag", "file"])]
+    pub prompt: Option<String>,
+    /// The prompt, as a flag.
+    #[arg(
+        short = 'p',
+        long = "prompt",
+        value_name = "TEXT",
+        conflicts_with = "file"
+    )]
+    pub prompt_flag: Option<String>,
+    /// Read the prompt from this file (`-`: stdin).
+    #[arg(short = 'f', long = "file", value_name = "PATH")]
+    pub file: Option<std::path::PathBuf>,
     /// Most tokens to generate.
     #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]
     pub max_tokens: usize,
@@ -95,11 +115,12 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-sequence tokens.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// A draft model for exact speculative decoding (greedy only).
-    #[arg(long)]
-    pub draft: Option<String>,
+    /// A second, smaller model (id, directory or .gguf) that drafts tokens for exact speculative
+    /// decoding (greedy only).
+    #[arg(long = "draft-model", alias = "draft", value_name = "MODEL")]
+    pub draft_model: Option<String>,
     /// Tokens the draft model proposes per target call.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_name = "N")]
     pub draft_k: usize,
 }
 
@@ -131,11 +152,10 @@ pub struct BenchLlmArgs {
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
     /// A text file the prompt's tokens are taken from (default: a built-in passage).
-    #[arg(long)]
+    #[arg(short = 'f', long = "file", alias = "prompt-file", value_name = "PATH")]
     pub prompt_file: Option<std::path::PathBuf>,
-    /// Print one JSON line instead of text.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub format: crate::output::FormatArgs,
 }
 
 struct Loaded {
@@ -151,9 +171,10 @@ fn load(
 ) -> anyhow::Result<Loaded> {
     let started = Instant::now();
     let (engine, target) = args.engine.select()?;
-    let format: WeightFormat = args.compress.parse().map_err(anyhow::Error::msg)?;
+    let format = weight_format(&args.compress)?;
     let llm = Llm::load(&args.model, LoadOptions::new(format))
-        .with_context(|| format!("loading {}", args.model))?;
+        .with_context(|| format!("loading {}", args.model))
+        .map_err(|e| model_hints::explain(e, &args.model, Wants::Decoder))?;
     let mut opts = RunnerOptions {
         target: target.clone(),
         engine,
@@ -172,6 +193,20 @@ fn load(
         llm: Arc::new(llm),
         opts,
         load_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// `--compress` as the LLM loader takes it (`stored` is the old spelling of none).
+fn weight_format(compress: &str) -> anyhow::Result<WeightFormat> {
+    Ok(match compress {
+        "none" | "stored" => WeightFormat::Stored,
+        "dense" => WeightFormat::Dense,
+        "int8" => WeightFormat::Int8,
+        "int4" => WeightFormat::Int4,
+        other => bail!(
+            "--compress {other}: expected none (the weights as stored), dense (all f32), int8 or \
+             int4 for an LLM"
+        ),
     })
 }
 
@@ -211,7 +246,11 @@ fn stream_to_stdout() -> impl FnMut(&str) -> bool {
 }
 
 pub fn generate_cmd(args: GenerateArgs) -> anyhow::Result<()> {
-    let all = if args.draft.is_some() {
+    let text = crate::input::prompt(
+        args.prompt.as_deref().or(args.prompt_flag.as_deref()),
+        args.file.as_deref(),
+    )?;
+    let all = if args.draft_model.is_some() {
         vec![args.draft_k + 1]
     } else {
         Vec::new()
@@ -224,13 +263,13 @@ pub fn generate_cmd(args: GenerateArgs) -> anyhow::Result<()> {
         if let Some(s) = &args.system {
             messages.push(ChatMessage::new("system", s));
         }
-        messages.push(ChatMessage::new("user", &args.prompt));
+        messages.push(ChatMessage::new("user", &text));
         llm.encode_raw(&template.render(&messages, true)?)?
     } else {
         if args.system.is_some() {
             bail!("--system needs --chat");
         }
-        llm.encode(&args.prompt)?
+        llm.encode(&text)?
     };
     let mut r = runner(&loaded)?;
     eprintln!(
@@ -249,7 +288,7 @@ pub fn generate_cmd(args: GenerateArgs) -> anyhow::Result<()> {
         stop_at_eos: !args.ignore_eos,
     };
     let mut out = stream_to_stdout();
-    let g = match &args.draft {
+    let g = match &args.draft_model {
         None => generate(&mut r, &prompt, &opts, &mut out)?,
         Some(draft) => {
             let draft_args = ModelArgs {
@@ -285,10 +324,11 @@ pub fn chat_cmd(args: ChatArgs) -> anyhow::Result<()> {
     let llm = loaded.llm.clone();
     let template = llm.chat()?;
     let mut r = runner(&loaded)?;
+    crate::interrupt::install()?;
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!(
-            "{} ready ({:.1} s). /reset clears the conversation, /exit or Ctrl-D quits.",
+            "{} ready ({:.1} s). /help lists the commands; Ctrl-C stops a reply, Ctrl-D quits.",
             args.model.model, loaded.load_seconds
         );
     }
@@ -309,15 +349,23 @@ pub fn chat_cmd(args: ChatArgs) -> anyhow::Result<()> {
             break;
         }
         let text = line.trim_end_matches(['\n', '\r']);
-        match text.trim() {
-            "" => continue,
-            "/exit" | "/quit" => break,
-            "/reset" => {
+        match ChatCommand::parse(text) {
+            Some(ChatCommand::Empty) => continue,
+            Some(ChatCommand::Bye) => break,
+            Some(ChatCommand::Clear) => {
                 messages.truncate(base);
                 r.reset();
                 continue;
             }
-            _ => {}
+            Some(ChatCommand::Help) => {
+                eprintln!("{CHAT_HELP}");
+                continue;
+            }
+            Some(ChatCommand::Unknown(name)) => {
+                eprintln!("unknown command /{name}; /help lists the commands");
+                continue;
+            }
+            None => {}
         }
         messages.push(ChatMessage::new("user", text));
         let prompt = llm.encode_raw(&template.render(&messages, true)?)?;
@@ -335,8 +383,16 @@ pub fn chat_cmd(args: ChatArgs) -> anyhow::Result<()> {
             stop: Vec::new(),
             stop_at_eos: true,
         };
-        let g = generate(&mut r, &prompt, &opts, &mut stream_to_stdout())?;
+        let reply = crate::interrupt::Reply::begin();
+        let mut stream = stream_to_stdout();
+        let g = generate(&mut r, &prompt, &opts, &mut |text: &str| {
+            !reply.stopped() && stream(text)
+        })?;
+        drop(reply);
         println!();
+        if g.finish == FinishReason::Cancelled {
+            eprintln!("(reply stopped)");
+        }
         if interactive {
             report(&g, sampling.seed, sampling.is_greedy());
         }
@@ -344,6 +400,42 @@ pub fn chat_cmd(args: ChatArgs) -> anyhow::Result<()> {
         sampling.seed = sampling.seed.wrapping_add(1);
     }
     Ok(())
+}
+
+const CHAT_HELP: &str = "/help           this list
+/clear, /reset  forget the conversation (the system message stays)
+/bye, /exit     quit (so do Ctrl-D and Ctrl-C at the prompt)
+Ctrl-C during a reply stops the reply; any other line is a message.";
+
+/// A line of `chat` input that is not a message.
+#[derive(Debug, PartialEq, Eq)]
+enum ChatCommand {
+    Empty,
+    Help,
+    Clear,
+    Bye,
+    Unknown(String),
+}
+
+impl ChatCommand {
+    /// A blank line, or one word of letters after a `/` (so a message such as "/usr/bin is…"
+    /// stays a message).
+    fn parse(line: &str) -> Option<ChatCommand> {
+        let line = line.trim();
+        if line.is_empty() {
+            return Some(ChatCommand::Empty);
+        }
+        let name = line.strip_prefix('/')?;
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphabetic()) {
+            return None;
+        }
+        Some(match name {
+            "help" => ChatCommand::Help,
+            "clear" | "reset" => ChatCommand::Clear,
+            "bye" | "exit" | "quit" => ChatCommand::Bye,
+            other => ChatCommand::Unknown(other.to_string()),
+        })
+    }
 }
 
 /// Public-domain text the benchmark prompt is cut from (repeated as needed).
@@ -447,15 +539,11 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
     let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     let prefill_tok_s = rate(ids.len(), prefill.wall);
     let decode_tok_s = rate(args.decode_tokens, decode.wall);
-    // the CPU engine runs on rayon's global pool, which RAYON_NUM_THREADS sizes
-    let threads = std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // the CPU engine runs on rayon's global pool, which --threads or RAYON_NUM_THREADS sizes
+    let threads = rayon::current_num_threads();
     let peak = peak_rss_mb();
     let opt = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.3}"));
-    if args.json {
+    if !args.format.is_text() {
         println!(
             "{{\"peer\": \"aneforge\", \"model\": {:?}, \"target\": \"{}\", \"weights\": {:?}, \"activations\": {:?}, \"threads\": {threads}, \"prompt_tokens\": {}, \"prefill_tok_s\": {prefill_tok_s:.3}, \"prefill_cpu_s\": {}, \"decode_tokens\": {}, \"decode_tok_s\": {decode_tok_s:.3}, \"decode_wall_s\": {:.3}, \"decode_cpu_s\": {}, \"peak_rss_mb\": {}, \"load_s\": {:.3}, \"first_run_s\": {warmup:.3}}}",
             args.model.model,
@@ -490,4 +578,24 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChatCommand;
+
+    #[test]
+    fn chat_commands_are_one_slashed_word_and_everything_else_is_a_message() {
+        assert_eq!(ChatCommand::parse("  "), Some(ChatCommand::Empty));
+        assert_eq!(ChatCommand::parse("/help"), Some(ChatCommand::Help));
+        assert_eq!(ChatCommand::parse("/reset "), Some(ChatCommand::Clear));
+        assert_eq!(ChatCommand::parse("/exit"), Some(ChatCommand::Bye));
+        assert_eq!(
+            ChatCommand::parse("/save"),
+            Some(ChatCommand::Unknown("save".into()))
+        );
+        for message in ["hello", "/usr/bin is where", "/ what", "a /help", "/"] {
+            assert_eq!(ChatCommand::parse(message), None, "{message}");
+        }
+    }
 }

@@ -1,4 +1,6 @@
-use clap::Parser;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
 
 mod bench;
 mod bench_cpu;
@@ -10,11 +12,18 @@ mod embed;
 mod encoder_args;
 mod engine_args;
 mod examples;
+mod export;
+mod input;
+mod interrupt;
 mod llm;
 mod mil;
+mod model_hints;
+mod output;
 mod rerank;
 mod run;
+mod sigpipe;
 mod targets;
+mod user_data;
 
 /// aneforge: compile tensor graphs into Apple Neural Engine programs and run them.
 #[derive(Parser)]
@@ -38,7 +47,10 @@ enum Command {
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     /// List the ANE architectures, their families, core counts and chip figures.
-    Targets,
+    Targets {
+        #[command(flatten)]
+        format: output::FormatArgs,
+    },
     /// The per-op status (native / rewritten / walled) on an ANE family.
     Ops {
         /// Architecture or alias (h13…h18, m1…m5, a13…a18, …).
@@ -47,12 +59,16 @@ enum Command {
         /// Also list every MIL op of the registry.
         #[arg(long)]
         mil: bool,
+        #[command(flatten)]
+        format: output::FormatArgs,
     },
     /// Run a program directory (model.mil + weights/weight.bin, e.g. from `aneforge compile`) on
     /// an engine, with .npy inputs and outputs.
     Run(run::RunArgs),
     /// Compile a built-in example graph for an ANE architecture into program directories.
     Compile(compile::CompileArgs),
+    /// Write a program directory as a Core ML .mlpackage.
+    Export(export::ExportArgs),
     /// Sentence embeddings from a sentence-transformers (or BERT-family) model.
     Embed(embed::EmbedArgs),
     /// Rank passages for a query with a cross-encoder.
@@ -61,26 +77,55 @@ enum Command {
     Generate(llm::GenerateArgs),
     /// An interactive conversation with a chat model (its chat template); one line per turn.
     Chat(llm::ChatArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell) to stdout.
+    Completions { shell: clap_complete::Shell },
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    sigpipe::restore_default();
     // warnings (such as the ANE engine releasing programs to stay under the runtime's limit) are
     // shown by default; RUST_LOG=info or debug shows more
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let cli = Cli::parse();
-    match cli.command {
-        Some(Command::Mil(command)) => mil::run(command),
-        Some(Command::Demo(args)) => demo::run(args),
-        Some(Command::TrainDigits(args)) => digits::run(args),
-        Some(Command::Bench(command)) => bench::run(command),
-        Some(Command::Targets) => targets::targets(),
-        Some(Command::Ops { target, mil }) => targets::ops(&target, mil),
-        Some(Command::Compile(args)) => compile::run(args),
-        Some(Command::Run(args)) => run::run(args),
-        Some(Command::Embed(args)) => embed::run(args),
-        Some(Command::Rerank(args)) => rerank::run(args),
-        Some(Command::Generate(args)) => llm::generate_cmd(args),
-        Some(Command::Chat(args)) => llm::chat_cmd(args),
-        None => Ok(()),
+    let Some(command) = Cli::parse().command else {
+        eprint!("{}", Cli::command().render_help());
+        return ExitCode::from(2);
+    };
+    match dispatch(command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if sigpipe::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Mil(command) => mil::run(command),
+        Command::Demo(args) => demo::run(args),
+        Command::TrainDigits(args) => digits::run(args),
+        Command::Bench(command) => bench::run(command),
+        Command::Targets { format } => targets::targets(format.get()),
+        Command::Ops {
+            target,
+            mil,
+            format,
+        } => targets::ops(&target, mil, format.get()),
+        Command::Compile(args) => compile::run(args),
+        Command::Export(args) => export::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Embed(args) => embed::run(args),
+        Command::Rerank(args) => rerank::run(args),
+        Command::Generate(args) => llm::generate_cmd(args),
+        Command::Chat(args) => llm::chat_cmd(args),
+        Command::Completions { shell } => {
+            let mut out = std::io::stdout().lock();
+            clap_complete::generate(shell, &mut Cli::command(), "aneforge", &mut out);
+            Ok(())
+        }
     }
 }

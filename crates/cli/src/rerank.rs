@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 
 use aneforge_models::encoders::CrossEncoder;
-use anyhow::bail;
 
-use crate::encoder_args::{progress, read_lines, EncoderArgs};
+use crate::encoder_args::{progress, EncoderArgs};
+use crate::model_hints::{self, Wants};
+use crate::output::{print_json, FormatArgs};
 
 #[derive(clap::Args)]
 pub struct RerankArgs {
@@ -14,9 +15,10 @@ pub struct RerankArgs {
     /// The query.
     #[arg(long)]
     pub query: String,
-    /// Passages to rank (or use --file).
+    /// Passages to rank (without passages or --file, stdin is read, one passage per line; `-`
+    /// too).
     pub passages: Vec<String>,
-    /// A UTF-8 file with one passage per line.
+    /// A UTF-8 file with one passage per line (`-`: stdin).
     #[arg(long, short = 'f', conflicts_with = "passages")]
     pub file: Option<PathBuf>,
     /// Show only the best K passages.
@@ -25,9 +27,8 @@ pub struct RerankArgs {
     /// Raw logits instead of the model's activation (sigmoid for one-label models).
     #[arg(long)]
     pub raw: bool,
-    /// text (score, index, passage per line) or json.
-    #[arg(long, default_value = "text")]
-    pub format: String,
+    #[command(flatten)]
+    pub format: FormatArgs,
 }
 
 #[derive(serde::Serialize)]
@@ -38,16 +39,9 @@ struct Entry<'a> {
 }
 
 pub fn run(args: RerankArgs) -> anyhow::Result<()> {
-    let json = match args.format.as_str() {
-        "text" => false,
-        "json" => true,
-        other => bail!("--format {other}: expected text or json"),
-    };
-    let passages = match &args.file {
-        Some(path) => read_lines(path)?,
-        None => args.passages.clone(),
-    };
-    let model = CrossEncoder::load(&args.encoder.model, args.encoder.options()?)?;
+    let passages = crate::input::texts(&args.passages, args.file.as_deref(), "passages")?;
+    let model = CrossEncoder::load(&args.encoder.model, args.encoder.options()?)
+        .map_err(|e| model_hints::explain(e.into(), &args.encoder.model, Wants::Encoder))?;
     let bar = progress(
         passages.len(),
         args.encoder.batch_size,
@@ -67,8 +61,8 @@ pub fn run(args: RerankArgs) -> anyhow::Result<()> {
             text: &passages[r.corpus_id],
         })
         .collect();
-    if json {
-        println!("{}", serde_json::to_string(&entries)?);
+    if !args.format.is_text() {
+        print_json(args.format.get(), &entries)?;
     } else {
         for e in &entries {
             println!("{:.6}\t{}\t{}", e.score, e.index, e.text);

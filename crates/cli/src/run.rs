@@ -13,6 +13,11 @@ use anyhow::{bail, Context};
 
 use aneforge_models::npy;
 
+use serde_json::json;
+
+use crate::model_hints::ModelKind;
+use crate::output::{print_json, Format};
+
 #[derive(clap::Args)]
 pub struct RunArgs {
     /// Program directory (model.mil and weights/weight.bin).
@@ -25,12 +30,18 @@ pub struct RunArgs {
     pub inputs: Vec<String>,
     /// Write every output to DIR/<port>.npy (each file written atomically); without it the
     /// outputs are summarised on stdout.
-    #[arg(long, short = 'o')]
+    #[arg(long = "output", short = 'o', alias = "output-dir", value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// Engine that runs the program: cpu, ane (Apple's e5rt runtime, or the e5rt implementation
     /// ANEFORGE_E5RT_LIB names) or auto. The program's own dtypes fix its target.
     #[arg(long, default_value = "cpu")]
     pub engine: EngineKind,
+    #[command(flatten)]
+    pub threads: crate::engine_args::ThreadArgs,
+    /// json and jsonl list the ports (with --ports) or the outputs: their files with --output,
+    /// else every value.
+    #[command(flatten)]
+    pub format: crate::output::FormatArgs,
     /// List the function's ports and exit.
     #[arg(long)]
     pub ports: bool,
@@ -81,6 +92,10 @@ impl Loaded {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    args.threads.apply()?;
+    if !args.dir.join("model.mil").is_file() {
+        not_a_program_dir(&args.dir)?;
+    }
     if !args.dir.join("model.mil").is_file() && args.dir.join("segment_0").is_dir() {
         bail!(
             "{} holds a plan of several programs: run each segment_N directory (plan.txt says \
@@ -106,6 +121,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let inputs: Vec<Port> = plan.inputs().iter().map(convert).collect();
     let outputs: Vec<Port> = plan.outputs().iter().map(convert).collect();
+    let format = args.format.get();
+    if args.ports && format != Format::Text {
+        let rows: Vec<serde_json::Value> = [("input", &inputs), ("output", &outputs)]
+            .into_iter()
+            .flat_map(|(role, ports)| ports.iter().map(move |p| (role, p)))
+            .map(|(role, p)| {
+                json!({"function": function, "role": role, "name": p.name,
+                       "dtype": p.dtype.to_string(), "shape": p.shape})
+            })
+            .collect();
+        return print_json(format, &rows);
+    }
     if args.ports {
         println!("function {function}");
         inputs.iter().for_each(|p| println!("input {p}"));
@@ -128,8 +155,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    let mut rows = Vec::new();
     for port in &outputs {
         let tensor = loaded.read_output(&port.name)?;
+        let mut row =
+            json!({"name": port.name, "dtype": port.dtype.to_string(), "shape": port.shape});
         match &args.output_dir {
             Some(dir) => {
                 if port.name.contains(['/', '\\']) || port.name.starts_with('.') {
@@ -141,12 +171,51 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 }
                 let path = dir.join(format!("{}.npy", port.name));
                 npy::write_tensor(&path, &port.shape, &tensor)?;
-                println!("{port} -> {}", path.display());
+                row["file"] = json!(path);
+                if format == Format::Text {
+                    println!("{port} -> {}", path.display());
+                }
             }
-            None => println!("{port}: {}", preview(&tensor)),
+            None if format == Format::Text => println!("{port}: {}", preview(&tensor)),
+            None => row["values"] = values(&tensor),
         }
+        rows.push(row);
+    }
+    if format != Format::Text {
+        print_json(format, &rows)?;
     }
     Ok(())
+}
+
+/// The error for a `run` argument that names a model instead of a program directory.
+fn not_a_program_dir(dir: &Path) -> anyhow::Result<()> {
+    let spec = dir.to_string_lossy();
+    let command = match crate::model_hints::kind(&spec) {
+        Some(ModelKind::Decoder(_)) => format!("aneforge generate -m {spec} PROMPT"),
+        Some(ModelKind::Encoder(_)) => format!("aneforge embed -m {spec} TEXT"),
+        None if !dir.exists() && looks_like_model_id(&spec) => bail!(
+            "{spec}: no such program directory; if it is a model id, `aneforge generate -m \
+             {spec}` runs a decoder LLM and `aneforge embed -m {spec}` a text encoder"
+        ),
+        None => return Ok(()),
+    };
+    bail!(
+        "{spec} is a model, not a program directory (model.mil + weights/weight.bin): run it with \
+         `{command}`, or compile a program directory with `aneforge compile`"
+    )
+}
+
+/// `ORG/NAME` as the Hugging Face hub spells model ids. A two-part relative path reads the same,
+/// so this only words a message.
+fn looks_like_model_id(spec: &str) -> bool {
+    let parts: Vec<&str> = spec.split('/').collect();
+    parts.len() == 2
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && !p.starts_with('.')
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        })
 }
 
 fn choose_function(
@@ -178,7 +247,7 @@ fn choose_function(
     }
 }
 
-fn blob_store(program_dir: &ProgramDir) -> aneforge_cpu::BlobStore {
+pub fn blob_store(program_dir: &ProgramDir) -> aneforge_cpu::BlobStore {
     program_dir
         .blobs
         .iter()
@@ -228,7 +297,7 @@ fn read_inputs(specs: &[String], ports: &[Port]) -> anyhow::Result<BTreeMap<Stri
             );
         };
         let path = Path::new(file);
-        let (shape, tensor) = npy::read_tensor(path)?;
+        let (shape, tensor) = read_npy(path)?;
         if shape != port.shape {
             bail!(
                 "{}: shape {shape:?}, but input {} is {:?}",
@@ -264,6 +333,53 @@ fn read_inputs(specs: &[String], ports: &[Port]) -> anyhow::Result<BTreeMap<Stri
     Ok(feeds)
 }
 
+/// A `.npy` file as an engine input: float64 data (NumPy's default) is converted to float32 with
+/// a warning, every other dtype is read as the file stores it.
+fn read_npy(path: &Path) -> anyhow::Result<(Vec<usize>, HostTensor)> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if let Some((shape, data)) = float64_npy(&bytes) {
+        eprintln!(
+            "warning: {}: float64 data converted to float32 (save float32 to skip this)",
+            path.display()
+        );
+        return Ok((shape, HostTensor::F32(data)));
+    }
+    Ok(npy::read_tensor(path)?)
+}
+
+/// The shape and values of a little-endian C-order float64 `.npy` file, as float32; `None` for
+/// anything else.
+fn float64_npy(bytes: &[u8]) -> Option<(Vec<usize>, Vec<f32>)> {
+    let (len, start) = match (bytes.get(..6)?, bytes.get(6)?) {
+        (b"\x93NUMPY", 1) => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        (b"\x93NUMPY", 2 | 3) => {
+            let l = bytes.get(8..12)?;
+            (u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize, 12)
+        }
+        _ => return None,
+    };
+    let header = std::str::from_utf8(bytes.get(start..start + len)?).ok()?;
+    let compact: String = header.chars().filter(|c| !c.is_whitespace()).collect();
+    if !compact.contains("'descr':'<f8'") || !compact.contains("'fortran_order':False") {
+        return None;
+    }
+    let dims = compact.split("'shape':(").nth(1)?.split(')').next()?;
+    let shape = dims
+        .split(',')
+        .filter(|d| !d.is_empty())
+        .map(|d| d.parse::<usize>().ok())
+        .collect::<Option<Vec<_>>>()?;
+    let data = &bytes[start + len..];
+    if data.len() != shape.iter().product::<usize>() * 8 {
+        return None;
+    }
+    let values = data
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default()) as f32)
+        .collect();
+    Some((shape, values))
+}
+
 fn accepts(port: DType, tensor: &HostTensor) -> bool {
     match port {
         DType::Fp32 | DType::Fp16 => matches!(tensor, HostTensor::F32(_) | HostTensor::F16(_)),
@@ -283,6 +399,17 @@ fn slice(tensor: &HostTensor) -> HostSlice<'_> {
         HostTensor::I8(v) => HostSlice::I8(v),
         HostTensor::U8(v) => HostSlice::U8(v),
         HostTensor::Bool(v) => HostSlice::Bool(v),
+    }
+}
+
+fn values(tensor: &HostTensor) -> serde_json::Value {
+    match tensor {
+        HostTensor::F32(v) => json!(v),
+        HostTensor::F16(v) => json!(v.iter().map(|x| x.to_f32()).collect::<Vec<_>>()),
+        HostTensor::I32(v) => json!(v),
+        HostTensor::I8(v) => json!(v),
+        HostTensor::U8(v) => json!(v),
+        HostTensor::Bool(v) => json!(v),
     }
 }
 

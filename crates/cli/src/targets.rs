@@ -4,8 +4,44 @@ use aneforge::legalize::catalog::graph_ops;
 use aneforge::target::estimate::figures;
 use aneforge::target::mil_ops::{requirement, Requirement};
 use aneforge::target::{host, AneArch, ALIASES, ARCHS};
+use serde_json::json;
 
-pub fn targets() -> anyhow::Result<()> {
+use crate::output::{print_json, Format};
+
+pub fn targets(format: Format) -> anyhow::Result<()> {
+    let detected = host::detect();
+    let host_name = detected.as_ref().ok().map(|d| d.arch.to_string());
+    if format != Format::Text {
+        let rows: Vec<serde_json::Value> = ARCHS
+            .iter()
+            .map(|info| {
+                let aliases: Vec<&str> = ALIASES
+                    .iter()
+                    .filter(|(_, h)| *h == info.name)
+                    .map(|(a, _)| *a)
+                    .collect();
+                let mut row = json!({
+                    "arch": info.name,
+                    "cores": info.cores,
+                    "silicon": info.silicon,
+                    "aliases": aliases,
+                    "host": host_name.as_deref() == Some(info.name),
+                });
+                if let Ok(arch) = AneArch::new(info.name) {
+                    let f = figures(arch);
+                    row["family"] = json!(arch.family().name());
+                    row["chip"] = json!(f.chip.to_string());
+                    row["fp16_tflops"] = json!(f.peak_tflops);
+                    row["bandwidth_gbs"] = json!(f.bandwidth_gbs);
+                } else {
+                    row["family"] = json!(null);
+                }
+                row
+            })
+            .collect();
+        report_host(&detected, false);
+        return print_json(format, &rows);
+    }
     println!(
         "{:<5} {:<11} {:>5}  {:<32} {:<4} {:>12} {:>8}",
         "arch", "family", "cores", "silicon", "chip", "fp16 TFLOP/s", "GB/s"
@@ -36,26 +72,40 @@ pub fn targets() -> anyhow::Result<()> {
     }
     let aliases: Vec<String> = ALIASES.iter().map(|(a, h)| format!("{a}={h}")).collect();
     println!("aliases: {}", aliases.join(" "));
-    match host::detect() {
+    report_host(&detected, true);
+    Ok(())
+}
+
+/// The detected host on stdout (text) and its warnings on stderr.
+fn report_host(detected: &Result<host::Detected, impl std::fmt::Display>, text: bool) {
+    match detected {
         Ok(d) => {
-            println!("host: {} ({}, from {})", d.arch, d.arch.family(), d.source);
-            if let Some(w) = d.warning {
+            if text {
+                println!("host: {} ({}, from {})", d.arch, d.arch.family(), d.source);
+            }
+            if let Some(w) = &d.warning {
                 eprintln!("warning: {w}");
             }
         }
         Err(e) => eprintln!("host: {e}"),
     }
-    Ok(())
 }
 
-pub fn ops(target: &str, mil: bool) -> anyhow::Result<()> {
+pub fn ops(target: &str, mil: bool, format: Format) -> anyhow::Result<()> {
     let arch = AneArch::new(target)?;
     let family = arch.family();
-    println!("graph ops on {arch} ({family}):");
-    for r in graph_ops(family) {
-        println!("  {:<38} {:<10} {}", r.op, r.status.name(), r.detail);
-    }
-    println!("MIL ops gated or walled on {family}:");
+    let mut rows: Vec<(&str, String, &str, String)> = graph_ops(family)
+        .into_iter()
+        .map(|r| {
+            (
+                "graph",
+                r.op.to_string(),
+                r.status.name(),
+                r.detail.to_string(),
+            )
+        })
+        .collect();
+    let graph_rows = rows.len();
     let mut names: Vec<&str> = if mil {
         aneforge_mil::ops::signatures().map(|s| s.op_type).collect()
     } else {
@@ -72,8 +122,24 @@ pub fn ops(target: &str, mil: bool) -> anyhow::Result<()> {
             Requirement::Walled(why) => ("walled", why.to_string()),
         };
         if mil || status != "native" || !detail.is_empty() {
-            println!("  {name:<38} {status:<10} {detail}");
+            rows.push(("mil", name.to_string(), status, detail));
         }
     }
+    if format != Format::Text {
+        let rows: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(kind, op, status, detail)| {
+                json!({"kind": kind, "op": op, "status": status, "detail": detail})
+            })
+            .collect();
+        return print_json(format, &rows);
+    }
+    let line = |(_, op, status, detail): &(&str, String, &str, String)| {
+        println!("  {op:<38} {status:<10} {detail}")
+    };
+    println!("graph ops on {arch} ({family}):");
+    rows[..graph_rows].iter().for_each(line);
+    println!("MIL ops gated or walled on {family}:");
+    rows[graph_rows..].iter().for_each(line);
     Ok(())
 }

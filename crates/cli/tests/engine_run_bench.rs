@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const UNAVAILABLE: &str = "Error: the ANE engine needs macOS on Apple Silicon, or \
+const UNAVAILABLE: &str = "error: the ANE engine needs macOS on Apple Silicon, or \
                            ANEFORGE_E5RT_LIB pointing at an e5rt implementation (such as this \
                            repo's simulator)";
 

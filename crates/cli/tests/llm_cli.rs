@@ -275,3 +275,110 @@ fn bad_input_is_reported_without_panicking() {
     ));
     assert!(err.contains("empty.gguf"), "{err}");
 }
+
+#[test]
+fn chat_commands_are_not_messages() {
+    let model = tiny("qwen2");
+    let out = aneforge(
+        &["chat", "-m", &model, "--temp", "0", "-n", "12"],
+        Some("/help\nhello there\n/clear\n/unknown\nhello there\n/reset\n/bye\nhow are you\n"),
+    );
+    let want = library_chat(&model, &["hello there"], 12);
+    assert_eq!(stdout(&out), format!("{0}\n{0}\n", want[0]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/clear") && err.contains("/bye"), "{err}");
+    assert!(err.contains("unknown command /unknown"), "{err}");
+
+    let out = aneforge(
+        &["chat", "-m", &model, "--temp", "0", "-n", "12"],
+        Some("hello there\n/exit\nhello there\n"),
+    );
+    assert_eq!(stdout(&out), format!("{}\n", want[0]));
+}
+
+/// Sends SIGINT to a running child, as Ctrl-C in its terminal would.
+#[cfg(unix)]
+fn interrupt(child: &std::process::Child) {
+    // SAFETY: kill() with the id of a child this test has not yet waited for
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+}
+
+/// Reads the child's stdout until `n` bytes or a newline arrived.
+fn read_some(out: &mut impl std::io::Read, until_newline: bool) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut byte = [0u8];
+    while out.read(&mut byte).unwrap() == 1 {
+        got.push(byte[0]);
+        if !until_newline || byte[0] == b'\n' {
+            break;
+        }
+    }
+    got
+}
+
+fn spawn_chat(model: &str, max_tokens: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_aneforge"))
+        .args([
+            "chat", "-m", model, "-n", max_tokens, "-c", "1024", "-s", "3",
+        ])
+        .args([
+            "--temp", "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_a_reply_and_ctrl_c_at_the_prompt_quits() {
+    // gemma's tiny model samples 1000 tokens without an end of sequence at this seed; a reply
+    // that still ends before the signal lands (a loaded machine) is retried
+    let model = tiny("gemma");
+    let mut stopped = false;
+    for _ in 0..5 {
+        let mut child = spawn_chat(&model, "1000");
+        let mut input = child.stdin.take().unwrap();
+        let mut output = child.stdout.take().unwrap();
+        input.write_all(b"tell me a long story\n").unwrap();
+        input.flush().unwrap();
+        assert!(!read_some(&mut output, false).is_empty());
+        interrupt(&child);
+        read_some(&mut output, true);
+        let _ = input.write_all(b"/bye\n");
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() == Some(130) && !err.contains("(reply stopped)") {
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{:?} {err}", out.status);
+        assert!(err.contains("(reply stopped)"), "{err}");
+        stopped = true;
+        break;
+    }
+    assert!(stopped, "every reply ended before Ctrl-C reached it");
+
+    let mut child = spawn_chat(&model, "2");
+    let mut input = child.stdin.take().unwrap();
+    let mut output = child.stdout.take().unwrap();
+    input.write_all(b"hi\n").unwrap();
+    input.flush().unwrap();
+    read_some(&mut output, true);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(input);
+}
