@@ -244,19 +244,34 @@ impl Model {
     }
 
     pub fn execute(&mut self) -> Result<(), Error> {
-        if let Some(p) = self
+        self.check_ready()?;
+        self.exec.execute()?;
+        self.executed = true;
+        Ok(())
+    }
+
+    /// Every input was set, shared or written.
+    fn check_ready(&self) -> Result<(), EngineError> {
+        match self
             .inputs()
             .iter()
             .find(|p| !self.provided.contains(&p.name))
         {
-            return Err(EngineError::Unset {
+            Some(p) => Err(EngineError::Unset {
                 name: p.name.clone(),
-            }
-            .into());
+            }),
+            None => Ok(()),
         }
-        self.exec.execute()?;
+    }
+
+    /// [`Model::execute`], returning the magnitude and inf/NaN count of every value each op of
+    /// the program wrote, in order (CPU engine; load with `EngineOptions::inspect` to see every
+    /// op unfused).
+    pub fn execute_inspected(&mut self) -> Result<Vec<aneforge_cpu::ValueStats>, Error> {
+        self.check_ready()?;
+        let stats = self.exec.execute_inspected()?;
         self.executed = true;
-        Ok(())
+        Ok(stats)
     }
 
     /// An owned copy of an output: bool outputs as bool, others in the port's dtype.

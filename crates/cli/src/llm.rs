@@ -197,7 +197,7 @@ fn load(
 }
 
 /// `--compress` as the LLM loader takes it (`stored` is the old spelling of none).
-fn weight_format(compress: &str) -> anyhow::Result<WeightFormat> {
+pub fn weight_format(compress: &str) -> anyhow::Result<WeightFormat> {
     Ok(match compress {
         "none" | "stored" => WeightFormat::Stored,
         "dense" => WeightFormat::Dense,

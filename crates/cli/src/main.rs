@@ -5,6 +5,7 @@ use clap::{CommandFactory, Parser};
 mod bench;
 mod bench_cpu;
 mod bench_train;
+mod check_fp16;
 mod compile;
 mod demo;
 mod digits;
@@ -77,6 +78,10 @@ enum Command {
     Generate(llm::GenerateArgs),
     /// An interactive conversation with a chat model (its chat template); one line per turn.
     Chat(llm::ChatArgs),
+    /// Run an LLM's ANE-target fp16 program next to its fp32 program on a prompt and report,
+    /// layer by layer and op by op, where fp16 overflows or drifts.
+    #[command(name = "check-fp16")]
+    CheckFp16(check_fp16::CheckFp16Args),
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell) to stdout.
     Completions { shell: clap_complete::Shell },
 }
@@ -122,6 +127,7 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Rerank(args) => rerank::run(args),
         Command::Generate(args) => llm::generate_cmd(args),
         Command::Chat(args) => llm::chat_cmd(args),
+        Command::CheckFp16(args) => check_fp16::run(args),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();
             clap_complete::generate(shell, &mut Cli::command(), "aneforge", &mut out);

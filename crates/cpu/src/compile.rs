@@ -22,6 +22,23 @@ pub struct CompileOptions {
     /// integers (llama.cpp's scheme; AVX-512 VNNI CPUs only, the f32 path elsewhere). Results
     /// then differ from exact f32 activations by the activation rounding. Off by default.
     pub quantize_activations: bool,
+    /// What fp16 programs assume about the width of the sums inside matmul/linear and
+    /// reductions (see [`Accumulation`]).
+    pub accumulation: Accumulation,
+}
+
+/// The precision of running sums when an fp16 program executes. Apple does not document how the
+/// Neural Engine accumulates; results are stored as fp16 between ops either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Accumulation {
+    /// Sums are carried in f32 and rounded to fp16 once, when the op's result is stored.
+    #[default]
+    F32,
+    /// Every partial sum of an fp16 matmul/linear (except compressed-weight GEMVs), reduce_sum,
+    /// reduce_mean, softmax denominator and layer/RMS/L2 norm statistic is rounded to fp16 (the
+    /// pessimistic reading, for finding where a program depends on wide accumulators). Convs keep
+    /// f32 sums. Slow: a plain loop.
+    F16,
 }
 
 impl Default for CompileOptions {
@@ -30,6 +47,7 @@ impl Default for CompileOptions {
             threads: None,
             fuse: true,
             quantize_activations: false,
+            accumulation: Accumulation::F32,
         }
     }
 }
@@ -480,6 +498,15 @@ pub fn compile(
     }
     if options.fuse {
         crate::fuse::run(&mut b, &output_vids);
+    }
+    if options.accumulation == Accumulation::F16 {
+        for node in &mut b.nodes {
+            match &mut node.kernel {
+                Kernel::Matmul(m) if m.a_elem == Elem::F16 => m.acc16 = true,
+                Kernel::Rows(r) if r.x_elem == Elem::F16 => r.acc16 = true,
+                _ => {}
+            }
+        }
     }
     finish(b, inputs, outputs, output_vids, threads)
 }

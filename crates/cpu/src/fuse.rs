@@ -418,6 +418,7 @@ fn rms_norm(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
                 eps2,
                 round16: x_elem == Elem::F16,
             },
+            acc16: false,
         });
         for i in [i1, i2, i3, i4, i5, last] {
             g.nodes[i] = None;

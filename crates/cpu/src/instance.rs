@@ -2,8 +2,9 @@
 
 use crate::error::{CpuError, Result};
 use crate::kernels::Cx;
-use crate::plan::{Plan, PortInfo};
+use crate::plan::{Home, Plan, PortInfo};
 use crate::tensor::{AlignedBuf, BufferMut, BufferRef, Elem, HostSlice, HostTensor, SendPtr};
+use aneforge_mil::DType;
 use half::f16;
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -45,6 +46,30 @@ pub struct KernelTime {
     pub seconds: f64,
 }
 
+/// What one value held right after the kernel that wrote it, in
+/// [`Instance::execute_inspected`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValueStats {
+    /// The MIL op that heads the kernel (its `name`) and its type.
+    pub op: String,
+    pub op_type: String,
+    /// The value written.
+    pub value: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Largest finite |element|.
+    pub max_abs: f32,
+    /// Elements that are inf or NaN.
+    pub non_finite: usize,
+}
+
+/// Where a run records kernel times or value statistics.
+enum Observe<'a> {
+    Nothing,
+    Times(&'a mut Vec<KernelTime>),
+    Values(&'a mut Vec<ValueStats>),
+}
+
 /// One executable copy of a plan. Not shared between threads while executing.
 pub struct Instance {
     plan: Arc<Plan>,
@@ -70,6 +95,40 @@ impl std::fmt::Debug for Instance {
         f.debug_struct("Instance")
             .field("plan", &self.plan)
             .finish()
+    }
+}
+
+/// Magnitude and inf/NaN count of value `v` as it is in memory now.
+fn value_stats(cx: &Cx<'_>, n: &crate::plan::Node, v: crate::plan::Vid) -> ValueStats {
+    let value = &cx.plan.values[v];
+    let len = value.len();
+    let (mut max_abs, mut non_finite) = (0f32, 0usize);
+    let mut see = |x: f32| {
+        if x.is_finite() {
+            max_abs = max_abs.max(x.abs());
+        } else {
+            non_finite += 1;
+        }
+    };
+    let p = cx.ptr(v);
+    // SAFETY: the value was just written by its kernel and holds `len` elements of its type.
+    match value.elem() {
+        Some(Elem::F32) => unsafe { std::slice::from_raw_parts(p as *const f32, len) }
+            .iter()
+            .for_each(|&x| see(x)),
+        Some(Elem::F16) => unsafe { std::slice::from_raw_parts(p as *const f16, len) }
+            .iter()
+            .for_each(|&x| see(x.to_f32())),
+        _ => {}
+    }
+    ValueStats {
+        op: n.name.clone(),
+        op_type: n.op_type.clone(),
+        value: value.name.clone(),
+        dtype: value.dtype,
+        shape: value.shape.clone(),
+        max_abs,
+        non_finite,
     }
 }
 
@@ -252,27 +311,36 @@ impl Instance {
 
     /// Runs the plan once.
     pub fn execute(&mut self) -> Result<()> {
-        self.run_plan(None)
+        self.run_plan(Observe::Nothing)
     }
 
     /// Runs the plan once like [`Instance::execute`], timing every scheduled kernel (in schedule
     /// order). For profiling; the timers cost a clock read per kernel.
     pub fn execute_profiled(&mut self) -> Result<Vec<KernelTime>> {
         let mut times = Vec::with_capacity(self.plan.nodes.len());
-        self.run_plan(Some(&mut times))?;
+        self.run_plan(Observe::Times(&mut times))?;
         Ok(times)
     }
 
-    fn run_plan(&mut self, times: Option<&mut Vec<KernelTime>>) -> Result<()> {
+    /// Executes, recording after every kernel the largest magnitude and the count of inf/NaN
+    /// elements of each value it wrote, in schedule order. Compile the plan without fusion
+    /// (`CompileOptions::fuse = false`) to see every MIL op's result.
+    pub fn execute_inspected(&mut self) -> Result<Vec<ValueStats>> {
+        let mut stats = Vec::with_capacity(self.plan.nodes.len());
+        self.run_plan(Observe::Values(&mut stats))?;
+        Ok(stats)
+    }
+
+    fn run_plan(&mut self, observe: Observe<'_>) -> Result<()> {
         let mut arena = take_arena(self.plan.arena_bytes);
         self.ptrs[0] = SendPtr(arena.as_mut_ptr());
-        let result = self.run_with_arena(times);
+        let result = self.run_with_arena(observe);
         self.ptrs[0] = SendPtr(std::ptr::null_mut());
         return_arena(arena);
         result
     }
 
-    fn run_with_arena(&mut self, mut times: Option<&mut Vec<KernelTime>>) -> Result<()> {
+    fn run_with_arena(&mut self, mut observe: Observe<'_>) -> Result<()> {
         self.executed = true;
         let plan = self.plan.clone();
         let threads = if plan.parallel { plan.threads } else { 1 };
@@ -285,20 +353,30 @@ impl Instance {
         };
         let mut run = || -> Result<()> {
             for n in &plan.nodes {
-                let start = times.as_ref().map(|_| std::time::Instant::now());
+                let start = matches!(observe, Observe::Times(_)).then(std::time::Instant::now);
                 n.kernel.run(&cx).map_err(|m| {
                     CpuError::Execute(format!("op `{}` ({}): {m}", n.name, n.op_type))
                 })?;
-                if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
-                    // read the clock first: `kind()` formats the kernel (for rows kernels with
-                    // their constant vectors), which must not count as the kernel's time
-                    let seconds = start.elapsed().as_secs_f64();
-                    t.push(KernelTime {
-                        name: n.name.clone(),
-                        op_type: n.op_type.clone(),
-                        kernel: n.kernel.kind(),
-                        seconds,
-                    });
+                match (&mut observe, start) {
+                    (Observe::Times(t), Some(start)) => {
+                        // read the clock first: `kind()` formats the kernel (for rows kernels with
+                        // their constant vectors), which must not count as the kernel's time
+                        let seconds = start.elapsed().as_secs_f64();
+                        t.push(KernelTime {
+                            name: n.name.clone(),
+                            op_type: n.op_type.clone(),
+                            kernel: n.kernel.kind(),
+                            seconds,
+                        });
+                    }
+                    (Observe::Values(stats), _) => {
+                        for &v in &n.writes {
+                            if plan.values[v].home != Home::None {
+                                stats.push(value_stats(&cx, n, v));
+                            }
+                        }
+                    }
+                    _ => {}
                 }
             }
             Ok(())

@@ -20,9 +20,9 @@ mod shared_weights;
 pub mod simd;
 mod tensor;
 
-pub use compile::{compile, compile_dir, CompileOptions};
+pub use compile::{compile, compile_dir, Accumulation, CompileOptions};
 pub use error::CpuError;
-pub use instance::{Instance, KernelTime};
+pub use instance::{Instance, KernelTime, ValueStats};
 pub use known::BlobStore;
 pub use plan::{Plan, PortInfo};
 pub use tensor::{BufferMut, BufferRef, HostSlice, HostTensor};

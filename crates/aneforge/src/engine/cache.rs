@@ -72,6 +72,8 @@ pub(crate) fn cpu_plan(
         &blobs,
         &aneforge_cpu::CompileOptions {
             quantize_activations: options.quantize_activations,
+            accumulation: options.accumulation,
+            fuse: !options.inspect,
             ..Default::default()
         },
     )?;

@@ -86,4 +86,8 @@ impl Executable for CpuExecutable {
     fn share_buffer(&mut self, output: &str, input: &str) -> Result<(), EngineError> {
         Ok(self.instance.share_buffer(output, input)?)
     }
+
+    fn execute_inspected(&mut self) -> Result<Vec<aneforge_cpu::ValueStats>, EngineError> {
+        Ok(self.instance.execute_inspected()?)
+    }
 }

@@ -15,7 +15,7 @@ pub mod cpu;
 pub use ane::{AneEngine, AneError, AneOptions, AneProgram, AneStats};
 pub use ane_exec::AneExecutable;
 pub use ane_select::{EngineKind, UnknownEngine};
-pub use aneforge_cpu::{BufferMut, BufferRef, HostSlice, HostTensor};
+pub use aneforge_cpu::{Accumulation, BufferMut, BufferRef, HostSlice, HostTensor, ValueStats};
 pub use cache::{cache_stats, compile_count, CacheStats};
 
 use crate::lower::Artifact;
@@ -100,6 +100,8 @@ pub enum EngineError {
         port: mil::DType,
         given: &'static str,
     },
+    #[error("this engine cannot report values inside a program; inspection needs the CPU engine")]
+    NoInspection,
     #[error("input {name:?} was never set (set it, share it with an output, or write its view)")]
     Unset { name: String },
     #[error("input {name:?} is given twice")]
@@ -131,6 +133,11 @@ pub trait Executable: Send {
     /// Before the first execute: binds `input` to `output`'s buffer (same dtype and shape), so
     /// each execute reads the previous value and the new one lands when it returns.
     fn share_buffer(&mut self, output: &str, input: &str) -> Result<(), EngineError>;
+    /// Executes, returning the magnitude and inf/NaN count of every value each op wrote, in
+    /// order (the CPU engine only: other engines cannot look inside a program).
+    fn execute_inspected(&mut self) -> Result<Vec<aneforge_cpu::ValueStats>, EngineError> {
+        Err(EngineError::NoInspection)
+    }
     /// Frees the engine's resources now (dropping does the same).
     fn release(self: Box<Self>) {}
 }
@@ -148,6 +155,11 @@ pub struct EngineOptions {
     /// to 8 bits per 32 columns (llama.cpp's scheme; see
     /// `aneforge_cpu::CompileOptions::quantize_activations`). The ANE ignores it.
     pub quantize_activations: bool,
+    /// CPU engine: the width of running sums in fp16 programs (`aneforge_cpu::Accumulation`).
+    pub accumulation: aneforge_cpu::Accumulation,
+    /// CPU engine: every MIL op runs as its own kernel (no fusion), so
+    /// [`Executable::execute_inspected`] sees each op's result as the program stores it.
+    pub inspect: bool,
 }
 
 /// Loads one function of an artifact into the chosen engine.

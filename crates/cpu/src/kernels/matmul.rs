@@ -50,6 +50,9 @@ pub struct Matmul {
     /// Where the raw f32 product goes: the output itself, or an f32 temporary read by `epilogue`.
     pub raw: Vid,
     pub epilogue: Option<Chain>,
+    /// Sums are rounded to fp16 after every addition (the pessimistic reading of fp16 hardware,
+    /// `Accumulation::F16`), in a plain loop.
+    pub acc16: bool,
 }
 
 fn batch_offsets(batch: &[usize], strides: &[usize], b: usize) -> usize {
@@ -76,6 +79,17 @@ impl Matmul {
     }
 
     pub fn scratch_floats(&self, values: &[Value], threads: usize) -> usize {
+        let e = self
+            .epilogue
+            .as_ref()
+            .map_or(0, |e| e.scratch_floats(threads));
+        if self.acc16 && !matches!(self.rhs, Rhs::Quant(_)) {
+            let b = match &self.rhs {
+                Rhs::Value { v, .. } => values[*v].len(),
+                _ => 0,
+            };
+            return (self.a_len(values) + b).max(e);
+        }
         if let Rhs::Blocks(q) = &self.rhs {
             let e = self
                 .epilogue
@@ -103,6 +117,13 @@ impl Matmul {
     }
 
     pub fn run(&self, cx: &Cx) {
+        if self.acc16 && !matches!(self.rhs, Rhs::Quant(_)) {
+            self.run_acc16(cx);
+            if let Some(e) = &self.epilogue {
+                e.run(cx);
+            }
+            return;
+        }
         if let Rhs::Blocks(q) = &self.rhs {
             super::quant_blocks::run(self, q, cx);
             if let Some(e) = &self.epilogue {
@@ -252,6 +273,67 @@ impl Matmul {
 }
 
 impl Matmul {
+    /// Every product summed in order with the running sum rounded to fp16 after each addition
+    /// (an fp16 product of fp16 operands is exact in f32). One thread: a preview of what fp16
+    /// accumulation would do, not a fast path.
+    fn run_acc16(&self, cx: &Cx) {
+        let r16 = |v: f32| f16::from_f32(v).to_f32();
+        let (m, n, k) = (self.m, self.n, self.k);
+        let a_len = cx.len(self.a);
+        let a = cx.scratch_at(0, a_len);
+        // SAFETY: the value holds a_len elements of a_elem.
+        unsafe { to_f32(cx.ptr(self.a), self.a_elem, a) };
+        let out = cx.ptr(self.raw) as *mut f32;
+        let acc_rows = |bi: usize, b_at: &dyn Fn(usize, usize) -> f32| {
+            let a_off = batch_offsets(&self.batch, &self.a_batch_strides, bi);
+            for i in 0..m {
+                for j in 0..n {
+                    let mut acc = 0.0f32;
+                    for kk in 0..k {
+                        let x = a[a_off + i * self.a_rs + kk * self.a_cs];
+                        acc = r16(acc + x * b_at(j, kk));
+                    }
+                    // SAFETY: out holds nbatch · m · n floats.
+                    unsafe { *out.add((bi * m + i) * n + j) = acc };
+                }
+            }
+        };
+        match &self.rhs {
+            Rhs::Prepared(p) => {
+                for bi in 0..self.nbatch() {
+                    acc_rows(bi, &|j, kk| p.wt[j * k + kk]);
+                }
+            }
+            Rhs::Value {
+                v,
+                elem,
+                rs,
+                cs,
+                batch_strides,
+            } => {
+                let len = cx.len(*v);
+                let b = cx.scratch_at(a_len, len);
+                // SAFETY: the value holds len elements of elem.
+                unsafe { to_f32(cx.ptr(*v), *elem, b) };
+                for bi in 0..self.nbatch() {
+                    let off = if batch_strides.is_empty() {
+                        0
+                    } else {
+                        batch_offsets(&self.batch, batch_strides, bi)
+                    };
+                    acc_rows(bi, &|j, kk| b[off + kk * rs + j * cs]);
+                }
+            }
+            Rhs::Blocks(q) => {
+                let w = q.dequantize();
+                for bi in 0..self.nbatch() {
+                    acc_rows(bi, &|j, kk| w[j * k + kk]);
+                }
+            }
+            Rhs::Quant(_) => {}
+        }
+    }
+
     /// Decode GEMV against a compressed weight: rows of A must be contiguous (linear).
     fn run_quant(&self, cx: &Cx, q: &super::quant::QuantWeight, a: *const f32, a_len: usize) {
         let rows = self.nbatch() * self.m;

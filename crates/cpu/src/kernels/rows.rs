@@ -74,6 +74,17 @@ pub struct Rows {
     pub r: usize,
     pub inner: usize,
     pub kind: RowKind,
+    /// Sums are rounded to fp16 after every addition (`Accumulation::F16`).
+    pub acc16: bool,
+}
+
+fn r16(v: f32) -> f32 {
+    half::f16::from_f32(v).to_f32()
+}
+
+/// Σ x in order, the running sum rounded to fp16 after each addition.
+fn sum16(x: impl IntoIterator<Item = f32>) -> f32 {
+    x.into_iter().fold(0.0, |a, b| r16(a + b))
 }
 
 impl Rows {
@@ -166,6 +177,10 @@ impl Rows {
                         ReduceOp::Min => {
                             acc.iter_mut().zip(&*row).for_each(|(a, &b)| *a = a.min(b))
                         }
+                        _ if self.acc16 => acc
+                            .iter_mut()
+                            .zip(&*row)
+                            .for_each(|(a, &b)| *a = r16(*a + b)),
                         _ => acc.iter_mut().zip(&*row).for_each(|(a, &b)| *a += b),
                     }
                 }
@@ -228,7 +243,11 @@ impl Rows {
         let st = self.inner;
         match &self.kind {
             RowKind::Reduce(op) => {
-                let v = reduce(*op, x);
+                let v = match op {
+                    ReduceOp::Sum if self.acc16 => sum16(x.iter().copied()),
+                    ReduceOp::Mean if self.acc16 => sum16(x.iter().copied()) / n,
+                    _ => reduce(*op, x),
+                };
                 if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
                     *(out as *mut i32).add(out_off) = v as i32;
                 } else {
@@ -238,13 +257,27 @@ impl Rows {
             }
             RowKind::Softmax => {
                 let m = max_of(x);
-                let s = exp_sub_sum(x, m);
+                let mut s = exp_sub_sum(x, m);
+                if self.acc16 {
+                    s = sum16(x.iter().map(|&v| r16(v)));
+                }
                 let inv = 1.0 / s;
                 x.iter_mut().for_each(|v| *v *= inv);
             }
             RowKind::LayerNorm { gamma, beta, eps } => {
-                let mean = x.iter().sum::<f32>() / n;
-                let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+                let (mean, var) = if self.acc16 {
+                    let mean = sum16(x.iter().copied()) / n;
+                    (
+                        mean,
+                        sum16(x.iter().map(|v| r16((v - mean) * (v - mean)))) / n,
+                    )
+                } else {
+                    let mean = x.iter().sum::<f32>() / n;
+                    (
+                        mean,
+                        x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n,
+                    )
+                };
                 let inv = 1.0 / (var + eps).sqrt();
                 for (j, v) in x.iter_mut().enumerate() {
                     let mut y = (*v - mean) * inv;
@@ -271,7 +304,11 @@ impl Rows {
                     .for_each(|v| *v = (*v - mean) * inv * gamma[c] + beta[c]);
             }
             RowKind::L2Norm { eps } => {
-                let s: f32 = x.iter().map(|v| v * v).sum();
+                let s: f32 = if self.acc16 {
+                    sum16(x.iter().map(|v| r16(v * v)))
+                } else {
+                    x.iter().map(|v| v * v).sum()
+                };
                 let inv = 1.0 / (s + eps).sqrt();
                 x.iter_mut().for_each(|v| *v *= inv);
             }
@@ -291,7 +328,13 @@ impl Rows {
                 if *round16 {
                     // unfused: mul(x,x) → reduce_mean → add eps → rsqrt → mul x → mul w, each
                     // rounded
-                    let ms = r16(x.iter().map(|v| r16(v * v)).sum::<f32>() / n);
+                    let sq = x.iter().map(|v| r16(v * v));
+                    let total = if self.acc16 {
+                        sum16(sq)
+                    } else {
+                        sq.sum::<f32>()
+                    };
+                    let ms = r16(total / n);
                     let inv = r16(1.0 / (r16(ms + eps) + eps2).sqrt());
                     for (j, v) in x.iter_mut().enumerate() {
                         let y = r16(*v * inv);

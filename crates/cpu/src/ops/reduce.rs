@@ -97,6 +97,7 @@ fn emit_rows(
         r,
         inner,
         kind,
+        acc16: false,
     };
     let mut writes = vec![out];
     writes.extend(out2);

@@ -7,6 +7,7 @@
 //! [`Runner`] compiles its step programs and holds one sequence's KV state; [`generate`] drives a
 //! runner with a [`Sampler`].
 
+pub mod audit;
 pub mod chat;
 pub mod config;
 mod generate;
@@ -20,6 +21,7 @@ mod weights;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use audit::{audit_fp16, Fp16Audit, LogitsDrift, ProbeDrift};
 pub use chat::{ChatMessage, ChatTemplate, ChatTemplateError};
 pub use config::{Family, LlmConfig, LlmConfigError};
 pub use generate::{generate, FinishReason, GenerateOptions, Generation, StopStrings, TextStream};

@@ -70,7 +70,13 @@ pub struct StepSpec {
     pub layers: Range<usize>,
     pub embed: EmbedInput,
     pub logits: LogitsRows,
+    /// Also output each layer's hidden state after attention (`probe_l{l}_attn`), its MLP
+    /// activation (`probe_l{l}_mlp`) and its output (`probe_l{l}_out`), for numerics audits.
+    pub probes: bool,
 }
+
+/// The probe outputs of a step built with [`StepSpec::probes`] start with this.
+pub const PROBE_PREFIX: &str = "probe_";
 
 fn norm(cfg: &LlmConfig, x: &Tensor, w: &NormWeights) -> Result<Tensor, LlmError> {
     Ok(match cfg.norm {
@@ -181,6 +187,7 @@ pub fn build_step(
         mask
     };
     let mut outputs: Vec<(String, Tensor)> = Vec::new();
+    let mut probes: Vec<(String, Tensor)> = Vec::new();
     for l in spec.layers.clone() {
         let lw = &w.layers[l];
         let hn = norm(cfg, &x, &lw.attn_norm)?;
@@ -213,6 +220,9 @@ pub fn build_step(
         };
         let o = att.linear(&lw.o, lw.o_bias.as_ref())?;
         x = x.add(&o)?;
+        if spec.probes {
+            probes.push((format!("{PROBE_PREFIX}l{l}_attn"), x.clone()));
+        }
         let hn = norm(cfg, &x, &lw.mlp_norm)?;
         let up = hn.linear(&lw.up, lw.up_bias.as_ref())?;
         let act = match cfg.mlp {
@@ -222,7 +232,13 @@ pub fn build_step(
             }
             MlpKind::Plain(a) => activation(a, &up)?,
         };
+        if spec.probes {
+            probes.push((format!("{PROBE_PREFIX}l{l}_mlp"), act.clone()));
+        }
         x = x.add(&act.linear(&lw.down, lw.down_bias.as_ref())?)?;
+        if spec.probes {
+            probes.push((format!("{PROBE_PREFIX}l{l}_out"), x.clone()));
+        }
         outputs.push((k_cache_out(l), k_all));
         outputs.push((v_cache_out(l), v_all));
     }
@@ -240,5 +256,6 @@ pub fn build_step(
         (HIDDEN_OUT.to_string(), x)
     };
     outputs.insert(0, head_out);
+    outputs.extend(probes);
     Ok(outputs)
 }

@@ -16,6 +16,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use aneforge::engine::{Accumulation, ValueStats};
 use aneforge::engine::{BufferMut, BufferRef, HostSlice};
 use aneforge::lower::lower_functions;
 use aneforge::{Artifact, Engine, FunctionSpec, Model, ParameterMode, Target};
@@ -46,6 +47,12 @@ pub struct RunnerOptions {
     /// (logits then differ from the exact f32 computation by that rounding). Off here; the CLI
     /// turns it on for quantized weights.
     pub quantize_activations: bool,
+    /// CPU engine: the width of running sums in fp16 (ANE-target) programs.
+    pub accumulation: Accumulation,
+    /// Numerics audit: step programs also return every layer's hidden states
+    /// ([`plan::PROBE_PREFIX`] outputs, read by [`Runner::probes`]) and the CPU engine runs each
+    /// op unfused, recording what it wrote ([`Runner::inspection`]). Slow.
+    pub probes: bool,
 }
 
 impl Default for RunnerOptions {
@@ -60,6 +67,8 @@ impl Default for RunnerOptions {
             segment_bytes: None,
             host_embeddings: false,
             quantize_activations: false,
+            accumulation: Accumulation::F32,
+            probes: false,
         }
     }
 }
@@ -118,6 +127,9 @@ pub struct Runner {
     rope_dims: usize,
     timings: StepTimings,
     hidden: Vec<f32>,
+    /// With [`RunnerOptions::probes`]: the probe outputs and op statistics of the last step.
+    probes: Vec<(String, Vec<f32>)>,
+    inspection: Vec<ValueStats>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -224,6 +236,7 @@ impl Runner {
                     } else {
                         LogitsRows::Last
                     },
+                    probes: opts.probes,
                 };
                 graphs.push((f.name(), plan::build_step(cfg, &llm.weights, &spec)?));
             }
@@ -261,6 +274,8 @@ impl Runner {
             rope_dims,
             timings: StepTimings::default(),
             hidden: Vec::new(),
+            probes: Vec::new(),
+            inspection: Vec::new(),
         })
     }
 
@@ -299,6 +314,17 @@ impl Runner {
     /// The compiled program of segment `i` (all its functions).
     pub fn artifact(&self, segment: usize) -> Option<&Arc<Artifact>> {
         self.segments.get(segment).map(|s| &s.artifact)
+    }
+
+    /// With [`RunnerOptions::probes`]: each layer's probe outputs of the last step (for all
+    /// `tokens` rows of its program, padding rows included), in layer order.
+    pub fn probes(&self) -> &[(String, Vec<f32>)] {
+        &self.probes
+    }
+
+    /// With [`RunnerOptions::probes`]: what every op of the last step's programs wrote, in order.
+    pub fn inspection(&self) -> &[ValueStats] {
+        &self.inspection
     }
 
     pub fn timings(&self) -> StepTimings {
@@ -447,6 +473,8 @@ impl Runner {
                 self.opts.engine,
                 aneforge::engine::EngineOptions {
                     quantize_activations: self.opts.quantize_activations,
+                    accumulation: self.opts.accumulation,
+                    inspect: self.opts.probes,
                 },
             )?;
             for l in segment.layers.clone() {
@@ -561,7 +589,21 @@ impl Runner {
             if last && !all && t > 1 {
                 model.set_input(plan::LAST_INDEX, HostSlice::I32(&[(n - 1) as i32]))?;
             }
-            model.execute()?;
+            if self.opts.probes {
+                if first {
+                    self.probes.clear();
+                    self.inspection.clear();
+                }
+                self.inspection.extend(model.execute_inspected()?);
+                for port in model.outputs() {
+                    if port.name.starts_with(plan::PROBE_PREFIX) {
+                        let v = model.read_output_f32(&port.name)?;
+                        self.probes.push((port.name.clone(), v));
+                    }
+                }
+            } else {
+                model.execute()?;
+            }
             if last {
                 let vocab = cfg.vocab_size;
                 if !all {
