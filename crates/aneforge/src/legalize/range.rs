@@ -89,6 +89,26 @@ fn reduce_of_squares(t: &Tensor) -> Option<(Tensor, ReduceOp, Vec<usize>, f32)> 
     }
 }
 
+/// `reduce(x, axes, keepdims = true)` for a sum or mean, over the last axis in two stages (groups
+/// of about √n, then across groups) when that axis alone is reduced and factors, so that no
+/// running sum covers more than about √n terms (fp16 accumulators lose a bit per doubling).
+fn reduce_in_pieces(x: &Tensor, op: ReduceOp, axes: &[usize]) -> Result<Tensor, GraphError> {
+    let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+    let rank = x.rank();
+    let n = reduced(x, axes);
+    let inner = (2..=n.isqrt())
+        .rev()
+        .find(|b| n.is_multiple_of(*b))
+        .unwrap_or(1);
+    if axes != [rank - 1] || inner < 8 || rank >= crate::graph::MAX_RANK {
+        return x.reduce(op, &ax, true);
+    }
+    let mut split: Vec<isize> = x.shape()[..rank - 1].iter().map(|&d| d as isize).collect();
+    split.extend([(n / inner) as isize, inner as isize]);
+    let first = x.reshape(&split)?.reduce(op, &[rank as isize], false)?;
+    first.reduce(op, &[rank as isize - 1], true)
+}
+
 /// The number of elements `axes` of `x` reduce.
 fn reduced(x: &Tensor, axes: &[usize]) -> usize {
     axes.iter().map(|&a| x.shape()[a]).product()
@@ -117,8 +137,7 @@ pub fn rms_norm(cx: &mut Cx, node: &Tensor, srcs: &[Tensor]) -> Result<Option<Te
         let x = &srcs[xi];
         let n = reduced(x, &axes);
         let (d, xs) = rescale(x, &axes, target(n, 1.0), eps)?;
-        let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
-        let red = xs.mul(&xs)?.reduce(op, &ax, true)?;
+        let red = reduce_in_pieces(&xs.mul(&xs)?, op, &axes)?;
         let inner = if eps > 0.0 {
             red.add(&scaled_eps(&d, eps)?)?
         } else {
@@ -170,8 +189,7 @@ pub fn l2_normalize(
     let x = &srcs[0];
     let n = reduced(x, &axes);
     let (d, xs) = rescale(x, &axes, target(n, 1.0), 0.0)?;
-    let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
-    let norm = xs.mul(&xs)?.sum(&ax, true)?.sqrt()?;
+    let norm = reduce_in_pieces(&xs.mul(&xs)?, ReduceOp::Sum, &axes)?.sqrt()?;
     let floor = d.recip()?.mul_scalar(floor)?;
     cx.rewritten(
         node,
@@ -199,9 +217,8 @@ pub fn layer_norm(
     let x = &srcs[0];
     let n = reduced(x, axes);
     let (d, xs) = rescale(x, axes, target(n, 2.0), *eps)?;
-    let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
-    let centred = xs.sub(&xs.mean(&ax, true)?)?;
-    let var = centred.mul(&centred)?.mean(&ax, true)?;
+    let centred = xs.sub(&reduce_in_pieces(&xs, ReduceOp::Mean, axes)?)?;
+    let var = reduce_in_pieces(&centred.mul(&centred)?, ReduceOp::Mean, axes)?;
     let mut out = centred.mul(&var.add(&scaled_eps(&d, *eps)?)?.rsqrt()?)?;
     let full: Vec<isize> = (0..x.rank())
         .map(|i| {
