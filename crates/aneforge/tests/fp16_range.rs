@@ -6,6 +6,7 @@ use aneforge::engine::HostSlice;
 use aneforge::engine::{Accumulation, EngineOptions};
 use aneforge::graph::{input, HostArray};
 use aneforge::{compile_named, AneArch, CompileOptions, Engine, Model, Target, Tensor};
+use aneforge::target::preflight;
 use half::f16;
 
 /// Rows of width `w`: one with a 3e4 "massive activation" channel among values near 1, one of
@@ -167,4 +168,27 @@ fn normalisations_of_rows_past_fp16_range_stay_accurate_on_ane_targets() {
             }
         }
     }
+}
+
+/// Sums of squares the rules cannot rescale (their result itself is wanted) and unshifted `exp`
+/// are named by preflight; rewritten normalisations are not.
+#[test]
+fn preflight_names_what_stays_unscaled() {
+    let arch = AneArch::new("h16").unwrap();
+    let x = input("x", &[4, 576], aneforge::DType::F32).unwrap();
+    let energy = x.square().unwrap().sum(&[-1], true).unwrap();
+    let report = preflight(&[("y", &energy)], arch).unwrap();
+    let text = report.to_string();
+    assert!(
+        text.contains("reduce_sum of squares over 576 values is not rescaled")
+            && text.contains("exceeds 11"),
+        "{text}"
+    );
+    let report = preflight(&[("y", &x.exp().unwrap())], arch).unwrap();
+    assert!(report.to_string().contains("exp of an unshifted value"), "{report}");
+    let normed = x.rms_norm(None, 1e-5).unwrap();
+    let soft = x.log_softmax(-1).unwrap();
+    let report = preflight(&[("y", &normed), ("z", &soft)], arch).unwrap();
+    assert!(!report.to_string().contains("not rescaled"), "{report}");
+    assert!(!report.to_string().contains("unshifted"), "{report}");
 }

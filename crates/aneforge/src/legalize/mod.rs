@@ -96,6 +96,7 @@ pub fn legalize(outputs: &[(&str, &Tensor)], arch: AneArch) -> Legalized {
         .collect();
     let legal = outputs::fix_outputs(&mut cx, mapped);
     scan::scan_limits(&mut cx, &legal);
+    range::note_unscaled(&mut cx, &legal);
     Legalized {
         outputs: legal,
         report: cx.report,

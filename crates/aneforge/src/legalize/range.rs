@@ -19,6 +19,7 @@
 
 use super::Cx;
 use crate::graph::{BinaryOp, GraphError, Op, ReduceOp, Tensor, UnaryOp};
+use crate::lower::topo_order;
 
 /// The largest value a rescaled sum of `n` squares may reach (half of fp16's maximum).
 const SUM_BOUND: f64 = 32768.0;
@@ -245,4 +246,53 @@ pub fn layer_norm(
         format!("layer_norm over {n} values → fp16-safe rescaled arithmetic"),
     );
     Ok(Some(out))
+}
+
+/// `y` was divided by a per-row magnitude (the operand the rules above build).
+fn is_rescaled(y: &Tensor) -> bool {
+    matches!(y.op(), Op::Binary(BinaryOp::Div))
+        && matches!(y.srcs()[1].op(), Op::Binary(BinaryOp::Maximum))
+}
+
+/// Preflight notes for what the rules could not make range-safe in the legalized graph: sums of
+/// squares of rows that were not rescaled, and `exp` of values not shifted by their maximum.
+pub fn note_unscaled(cx: &mut Cx, outputs: &[Tensor]) {
+    for node in topo_order(outputs) {
+        match node.op() {
+            Op::Reduce {
+                op: op @ (ReduceOp::Sum | ReduceOp::Mean),
+                axes,
+                ..
+            } => {
+                let Some(y) = squared_operand(&node.srcs()[0]) else {
+                    continue;
+                };
+                if is_rescaled(&y) {
+                    continue;
+                }
+                let n = reduced(&y, axes).max(1);
+                let limit = (65504.0 / n as f64).sqrt();
+                cx.note(
+                    &node,
+                    format!(
+                        "{} of squares over {n} values is not rescaled: fp16 overflows once \
+                         |x| exceeds {limit:.0} (run `aneforge check-fp16` on real inputs)",
+                        op.name()
+                    ),
+                );
+            }
+            Op::Unary(UnaryOp::Exp) => {
+                let x = &node.srcs()[0];
+                let shifted = matches!(x.op(), Op::Binary(BinaryOp::Sub))
+                    && matches!(x.srcs()[1].op(), Op::Reduce { op: ReduceOp::Max, .. });
+                if !shifted {
+                    cx.note(
+                        &node,
+                        "exp of an unshifted value: fp16 overflows for inputs above 11.09",
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
 }
