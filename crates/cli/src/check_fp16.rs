@@ -1,6 +1,6 @@
-//! `aneforge check-fp16`: an LLM's ANE-target (fp16) program next to its fp32 program on a real
-//! prompt, layer by layer, with every op of the fp16 program inspected for values past fp16's
-//! range.
+//! `aneforge check-fp16`: a model's ANE-target (fp16) program next to its fp32 program on real
+//! inputs. LLMs are compared layer by layer, with every op of the fp16 program inspected for
+//! values past fp16's range; sentence encoders embedding by embedding (cosine).
 
 use std::sync::Arc;
 
@@ -19,9 +19,13 @@ pub struct CheckFp16Args {
     /// Model: an id (ORG/NAME, from the Hugging Face cache), a model directory or a .gguf file.
     #[arg(short = 'm', long = "model")]
     model: String,
-    /// The text to run (default: a short English sentence).
+    /// The text to run (default: a short English sentence). Encoders embed every `-p` and every
+    /// line of `-f`.
     #[arg(short = 'p', long = "prompt")]
-    prompt: Option<String>,
+    prompt: Vec<String>,
+    /// Texts for an encoder, one per line (`-` for stdin).
+    #[arg(short = 'f', long = "file")]
+    file: Option<String>,
     /// Wrap the prompt in the model's chat template as one user message.
     #[arg(long)]
     chat: bool,
@@ -51,12 +55,19 @@ pub fn run(args: CheckFp16Args) -> anyhow::Result<()> {
     let arch = aneforge::AneArch::new(&args.target)
         .with_context(|| format!("--target {}: not an ANE architecture or alias", args.target))?;
     let target = Target::Ane(arch);
+    if let Some(model_hints::ModelKind::Encoder(_)) = model_hints::kind(&args.model) {
+        return encoder(&args, target);
+    }
     let format = crate::llm::weight_format(&args.compress)?;
     let llm = Llm::load(&args.model, LoadOptions::new(format))
         .with_context(|| format!("loading {}", args.model))
         .map_err(|e| model_hints::explain(e, &args.model, Wants::Decoder))?;
     let llm = Arc::new(llm);
-    let prompt = args.prompt.as_deref().unwrap_or(DEFAULT_PROMPT);
+    let prompt = match args.prompt.as_slice() {
+        [] => DEFAULT_PROMPT,
+        [one] => one.as_str(),
+        _ => bail!("an LLM audit runs one prompt; give -p once"),
+    };
     let ids = if args.chat {
         let text = llm
             .chat()?
@@ -194,4 +205,90 @@ fn to_json(a: &Fp16Audit) -> serde_json::Value {
         })),
         "clean": a.is_clean(),
     })
+}
+
+/// The texts an encoder audit embeds: every `-p`, every line of `-f`, else the default sentence.
+fn encoder_texts(args: &CheckFp16Args) -> anyhow::Result<Vec<String>> {
+    let mut texts = args.prompt.clone();
+    if let Some(f) = &args.file {
+        texts.extend(
+            crate::input::read_lines(std::path::Path::new(f))?
+                .into_iter()
+                .filter(|l| !l.trim().is_empty()),
+        );
+    }
+    if texts.is_empty() {
+        texts.push(DEFAULT_PROMPT.to_string());
+    }
+    Ok(texts)
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb).max(f64::MIN_POSITIVE)
+}
+
+/// A sentence encoder's fp16 embeddings against its fp32 embeddings, text by text.
+fn encoder(args: &CheckFp16Args, target: Target) -> anyhow::Result<()> {
+    use aneforge_models::encoders::{EncoderOptions, SentenceEncoder};
+    let texts = encoder_texts(args)?;
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let load = |target: Target| {
+        SentenceEncoder::load(
+            &args.model,
+            EncoderOptions {
+                target,
+                ..EncoderOptions::default()
+            },
+        )
+        .with_context(|| format!("loading {}", args.model))
+    };
+    eprintln!(
+        "auditing {} on {target}: {} texts through the fp32 and fp16 programs",
+        args.model,
+        texts.len()
+    );
+    let want = load(Target::Cpu)?.encode(&refs)?;
+    let got = load(target.clone())?.encode(&refs)?;
+    let rows: Vec<(f64, usize)> = want
+        .iter()
+        .zip(got.iter())
+        .map(|(a, b)| (cosine(a, b), b.iter().filter(|x| !x.is_finite()).count()))
+        .collect();
+    let (worst, at) = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (c, _))| (*c, i))
+        .fold((f64::INFINITY, 0), |m, x| if x.0 < m.0 { x } else { m });
+    let non_finite: usize = rows.iter().map(|r| r.1).sum();
+    match args.format.get() {
+        Format::Text => {
+            println!("target {target}, {} texts", texts.len());
+            for (i, (c, bad)) in rows.iter().enumerate() {
+                println!("{i:>4}  cosine {c:.7}  inf/NaN {bad}");
+            }
+            println!("worst cosine {worst:.7} (text {at})");
+        }
+        f => crate::output::print_json(
+            f,
+            &[json!({
+                "target": target.to_string(),
+                "texts": texts.len(),
+                "cosines": rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                "worst_cosine": worst,
+                "worst_text": at,
+                "non_finite": non_finite,
+            })],
+        )?,
+    }
+    if non_finite > 0 {
+        bail!("the fp16 program's embeddings hold {non_finite} inf/NaN values");
+    }
+    Ok(())
 }

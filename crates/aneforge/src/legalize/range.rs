@@ -200,7 +200,9 @@ pub fn l2_normalize(
 }
 
 /// `layer_norm` as rescaled arithmetic; `gamma`/`beta` (constants after canonicalization) are
-/// applied after.
+/// applied after. Kept as one `layer_norm` op over the rescaled row, the op's own sums would be
+/// out of the compiler's hands: with fp16 running sums, a mean over 1024 values of a row whose
+/// mean is 7.5 standard deviations from 0 came out 20% wrong; in pieces it stays within 2%.
 pub fn layer_norm(
     cx: &mut Cx,
     node: &Tensor,
