@@ -30,9 +30,9 @@ pub use speculative::{speculative_generate, SpeculativeStats};
 pub use weights::{LoadOptions, ModelWeights, WeightFormat};
 
 use crate::gguf::{GgufError, GgufFile, GgufTokenizer};
+use crate::model_dir::ModelDir;
 use crate::resolve::{ModelSource, ResolveError, ResolvedModel};
 use crate::tokenizer::{TextTokenizer, TokenizerError};
-use crate::tokenizer_config::TokenizerConfig;
 use crate::weights::{VarBuilder, WeightError};
 
 #[derive(Debug, thiserror::Error)]
@@ -147,12 +147,17 @@ impl Llm {
     /// A Hugging Face directory: `config.json`, safetensors (single or sharded), `tokenizer.json`,
     /// `tokenizer_config.json` (chat template, special tokens).
     pub fn from_hf_dir(dir: &Path, opts: LoadOptions) -> Result<Llm, LlmError> {
-        let hf = crate::config::ModelConfig::load(dir)?;
-        let config = LlmConfig::from_hf(&hf)?;
+        Self::from_model_dir(&ModelDir::open(dir)?, opts)
+    }
+
+    /// [`Llm::from_hf_dir`] of an opened directory.
+    pub fn from_model_dir(model: &ModelDir, opts: LoadOptions) -> Result<Llm, LlmError> {
+        let dir = &model.path;
+        let config = LlmConfig::from_hf(model.config()?)?;
         let vb = VarBuilder::from_dir(dir)?;
         let weights = weights::load_hf(&config, &vb, opts)?;
-        let tokenizer = TextTokenizer::from_dir(dir)?;
-        let tc = TokenizerConfig::load_dir(dir)?;
+        let tokenizer = TextTokenizer::from_model_dir(model)?;
+        let tc = &model.tokenizer_config;
         let mut eos: Vec<(u32, String)> = config
             .eos_token_ids
             .iter()
