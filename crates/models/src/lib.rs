@@ -1,5 +1,6 @@
-//! Model files and loaders (issues 7-8): resolving a model id to local files, safetensors and
-//! GGUF weights, Hugging Face and sentence-transformers configs, tokenizers.
+//! Model files and loaders: resolving a model id to local files, safetensors and GGUF weights,
+//! Hugging Face and sentence-transformers configs, tokenizers, and the encoder and decoder models
+//! built on them.
 
 pub mod activation;
 pub mod config;

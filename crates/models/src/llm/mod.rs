@@ -1,7 +1,6 @@
-//! Decoder LLMs (issue 8): Llama (2/3, SmolLM2, TinyLlama), Mistral, Qwen2/2.5, Qwen3, Gemma and
-//! GPT-2 from Hugging Face safetensors or GGUF; prefill and decode programs with resident KV
-//! caches; sampling, generation with streaming and stop conditions, chat templates and exact
-//! speculative decoding.
+//! Decoder LLMs: Llama (2/3, SmolLM2, TinyLlama), Mistral, Qwen2/2.5, Qwen3, Gemma and GPT-2 from
+//! Hugging Face safetensors or GGUF; prefill and decode programs with resident KV caches; sampling,
+//! generation with streaming and stop conditions, chat templates and exact speculative decoding.
 //!
 //! [`Llm`] is a loaded model (config, weights as graph constants, tokenizer, chat template);
 //! [`Runner`] compiles its step programs and holds one sequence's KV state; [`generate`] drives a
