@@ -4,16 +4,17 @@
 //! engine's losses and parameters, step for step, and learns.
 
 mod ane_support;
+mod text_support;
 
 use ane_support::suite::Agreement;
 use aneforge::autograd::{self, Optimizer};
 use aneforge::engine::{Engine, HostSlice};
 use aneforge::graph::{input, DType, Tensor};
-use aneforge::train::data::{batch_rng, CharDataset, Split};
 use aneforge::train::models::{gpt_training, mlp, GptConfig};
-use aneforge::train::{ParamStore, Trainer, TrainerOptions};
+use aneforge::train::{batch_rng, ParamStore, Trainer, TrainerOptions};
 use aneforge::{AneArch, Target};
 use rand::RngExt;
+use text_support::Text;
 
 fn options(engine: Engine) -> TrainerOptions {
     let mut options = TrainerOptions::for_target(
@@ -125,9 +126,9 @@ fn resident_mlp_steps_on_the_ane_engine_equal_the_cpu_engines() {
 #[test]
 fn resident_transformer_steps_on_the_ane_engine_equal_the_cpu_engines() {
     let text = "to be, or not to be, that is the question. ".repeat(20);
-    let data = CharDataset::new(&text, 0.1).unwrap();
+    let data = Text::new(&text);
     let cfg = GptConfig {
-        vocab: data.vocab_size(),
+        vocab: data.vocab,
         context: 16,
         d_model: 32,
         heads: 2,
@@ -140,9 +141,7 @@ fn resident_transformer_steps_on_the_ane_engine_equal_the_cpu_engines() {
         Trainer::new(&model.loss, store.params(), &[], options(engine)).unwrap()
     };
     let batch = |step| {
-        let (x, y) = data
-            .batch(Split::Train, 4, 16, &mut batch_rng(6, 0, step))
-            .unwrap();
+        let (x, y) = data.batch(4, 16, &mut batch_rng(6, 0, step));
         vec![("tokens", Vec::new(), x), ("targets", Vec::new(), y)]
     };
     let losses = train_on_both(build, batch, 8, 3e-3);

@@ -2,22 +2,26 @@
 //! moments, step count for bias correction, loss scale and data position), files are written
 //! atomically, and damaged or mismatched files give errors naming the file.
 
+mod text_support;
+
 use aneforge::autograd;
 use aneforge::autograd::Optimizer;
 use aneforge::engine::HostSlice;
 use aneforge::graph::{input, DType};
-use aneforge::train::data::{batch_rng, CharDataset, Split};
 use aneforge::train::models::{gpt_training, mlp, GptConfig};
-use aneforge::train::{Checkpoint, LossScale, ParamStore, Trainer, TrainerOptions, UpdateMode};
+use aneforge::train::{
+    batch_rng, Checkpoint, LossScale, ParamStore, Trainer, TrainerOptions, UpdateMode,
+};
 use rand::RngExt;
+use text_support::Text;
 
 const TEXT: &str = "to be, or not to be, that is the question: whether 'tis nobler in the mind \
 to suffer the slings and arrows of outrageous fortune, or to take arms against a sea of troubles";
 
-fn gpt_trainer(options: TrainerOptions) -> (Trainer, CharDataset) {
-    let data = CharDataset::new(TEXT, 0.1).unwrap();
+fn gpt_trainer(options: TrainerOptions) -> (Trainer, Text) {
+    let data = Text::new(TEXT);
     let cfg = GptConfig {
-        vocab: data.vocab_size(),
+        vocab: data.vocab,
         context: 8,
         d_model: 16,
         heads: 2,
@@ -31,12 +35,10 @@ fn gpt_trainer(options: TrainerOptions) -> (Trainer, CharDataset) {
 }
 
 /// Runs steps `from..to`; the batch of step `s` depends only on `(seed, s)`.
-fn run(trainer: &mut Trainer, data: &CharDataset, from: u64, to: u64) -> Vec<f32> {
+fn run(trainer: &mut Trainer, data: &Text, from: u64, to: u64) -> Vec<f32> {
     (from..to)
         .map(|s| {
-            let (x, y) = data
-                .batch(Split::Train, 3, 8, &mut batch_rng(21, 0, s))
-                .unwrap();
+            let (x, y) = data.batch(3, 8, &mut batch_rng(21, 0, s));
             trainer
                 .step(
                     &[

@@ -2,14 +2,17 @@
 //! program) against the host-optimizer mode step for step, loss scaling with skipped overflow
 //! steps, gradient clipping, and learning on a small problem.
 
+mod text_support;
+
 use aneforge::autograd::Optimizer;
 use aneforge::engine::HostSlice;
 use aneforge::graph::{input, DType};
-use aneforge::train::data::batch_rng;
+use aneforge::train::batch_rng;
 use aneforge::train::models::{image_classifier, mlp};
 use aneforge::train::{ParamStore, Trainer, TrainerOptions, UpdateMode};
 use aneforge::{autograd, AneArch, Target};
 use rand::RngExt;
+use text_support::Text;
 
 /// A classification batch for the MLP: `x` [8, 6] and labels from a fixed linear teacher.
 fn mlp_batch(step: u64) -> (Vec<f32>, Vec<i32>) {
@@ -276,12 +279,11 @@ fn bad_parameters_and_metrics_are_rejected() {
 /// legalisation) and trains there with loss scaling, run on the CPU engine's fp16 semantics.
 #[test]
 fn transformer_trains_on_the_fp16_ane_target() {
-    use aneforge::train::data::{CharDataset, Split};
     use aneforge::train::models::{gpt_training, GptConfig};
     let text = "the quick brown fox jumps over the lazy dog. ".repeat(20);
-    let data = CharDataset::new(&text, 0.1).unwrap();
+    let data = Text::new(&text);
     let cfg = GptConfig {
-        vocab: data.vocab_size(),
+        vocab: data.vocab,
         context: 16,
         d_model: 32,
         heads: 2,
@@ -304,9 +306,7 @@ fn transformer_trains_on_the_fp16_ane_target() {
     let mut trainer = Trainer::new(&model.loss, store.params(), &[], options).unwrap();
     let mut losses = Vec::new();
     for step in 0..60u64 {
-        let (x, y) = data
-            .batch(Split::Train, 4, 16, &mut batch_rng(3, 0, step))
-            .unwrap();
+        let (x, y) = data.batch(4, 16, &mut batch_rng(3, 0, step));
         let s = trainer
             .step(
                 &[

@@ -1,7 +1,7 @@
 //! `aneforge bench train`: training steps of the demo configuration, next to PyTorch in the same run.
 
 use crate::engine_args::EngineArgs;
-use aneforge::train::char_lm::{CharLm, CharLmConfig};
+use aneforge_apps::char_lm::{CharLm, CharLmConfig};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Instant;

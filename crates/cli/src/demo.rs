@@ -2,8 +2,8 @@
 //! samples from it.
 
 use crate::engine_args::EngineArgs;
-use aneforge::train::char_lm::{CharLm, CharLmConfig};
-use aneforge::train::data::CharDataset;
+use aneforge_apps::char_lm::{CharLm, CharLmConfig};
+use aneforge_apps::data::CharDataset;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -104,8 +104,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!(
         "{} training / {} validation characters, vocabulary {}; batch {} × {}, AdamW lr {}; \
          engine {engine:?}, target {target}",
-        data.split_len(aneforge::train::data::Split::Train),
-        data.split_len(aneforge::train::data::Split::Validation),
+        data.split_len(aneforge_apps::data::Split::Train),
+        data.split_len(aneforge_apps::data::Split::Validation),
         data.vocab_size(),
         cfg.batch,
         cfg.context,

@@ -1,8 +1,8 @@
 //! `aneforge train-digits`: a small CNN on the 8×8 handwritten digits, with held-out accuracy.
 
 use crate::engine_args::EngineArgs;
-use aneforge::train::data::Digits;
-use aneforge::train::digits::{DigitsClassifier, DigitsConfig};
+use aneforge_apps::data::Digits;
+use aneforge_apps::digits::{DigitsClassifier, DigitsConfig};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Instant;

@@ -1,4 +1,4 @@
-//! The aneforge CPU engine: executes one function of a MIL program (issue 3).
+//! The aneforge CPU engine: executes one function of a MIL program.
 //!
 //! `compile()` validates a function against coremltools' op definitions, resolves static shapes,
 //! decodes constants once, fuses patterns and lays out an arena; `Plan::instantiate()` gives an

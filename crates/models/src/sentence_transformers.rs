@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::config::{read_json, read_json_if_exists, ConfigError};
+use crate::model_dir::ModelDir;
 
 /// One entry of `modules.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -212,6 +213,16 @@ impl SentenceTransformerFiles {
     /// `modules.json` is required (it is what makes a directory a sentence-transformers model).
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let dir = dir.as_ref();
+        let bert = read_json_if_exists(dir.join("sentence_bert_config.json"))?.unwrap_or_default();
+        Self::load_with(dir, bert)
+    }
+
+    /// The files of an opened model directory, whose `sentence_bert_config.json` is parsed already.
+    pub fn from_model_dir(dir: &ModelDir) -> Result<Self, ConfigError> {
+        Self::load_with(&dir.path, dir.sentence_bert.clone())
+    }
+
+    fn load_with(dir: &Path, bert: SentenceBertConfig) -> Result<Self, ConfigError> {
         let modules_path = dir.join("modules.json");
         let mut modules: Vec<ModuleEntry> = read_json(&modules_path)?;
         modules.sort_by_key(|m| m.idx);
@@ -224,7 +235,6 @@ impl SentenceTransformerFiles {
                 });
             }
         }
-        let bert = read_json_if_exists(dir.join("sentence_bert_config.json"))?.unwrap_or_default();
         let st =
             read_json_if_exists(dir.join("config_sentence_transformers.json"))?.unwrap_or_default();
         let pooling = match modules.iter().find(|m| m.kind() == ModuleKind::Pooling) {

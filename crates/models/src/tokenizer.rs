@@ -9,8 +9,8 @@ use tokenizers::{
     EncodeInput, Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
 };
 
-use crate::config::{ConfigError, ModelConfig};
-use crate::sentence_transformers::SentenceBertConfig;
+use crate::config::ConfigError;
+use crate::model_dir::ModelDir;
 use crate::tokenizer_config::TokenizerConfig;
 
 #[derive(Debug, thiserror::Error)]
@@ -126,8 +126,16 @@ impl TextTokenizer {
     /// `dir/tokenizer.json` with the pad token and padding side of `tokenizer_config.json`.
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self, TokenizerError> {
         let dir = dir.as_ref();
+        Self::with_config(dir, &TokenizerConfig::load_dir(dir)?)
+    }
+
+    /// [`TextTokenizer::from_dir`] of an opened model directory.
+    pub fn from_model_dir(dir: &ModelDir) -> Result<Self, TokenizerError> {
+        Self::with_config(&dir.path, &dir.tokenizer_config)
+    }
+
+    fn with_config(dir: &Path, config: &TokenizerConfig) -> Result<Self, TokenizerError> {
         let mut tokenizer = Self::from_file(dir.join("tokenizer.json"))?;
-        let config = TokenizerConfig::load_dir(dir)?;
         if let Some(pad) = &config.pad_token {
             tokenizer = tokenizer.with_pad_token(pad.content())?;
         }
@@ -137,29 +145,29 @@ impl TextTokenizer {
         Ok(tokenizer)
     }
 
-    /// The tokenizer of a sentence-transformers model directory, set up the way
-    /// sentence-transformers sets it up: truncation to `max_seq_length` from
-    /// `sentence_bert_config.json`, else to the smaller of `model_max_length`
+    /// The tokenizer of a sentence-transformers model directory; see
+    /// [`TextTokenizer::for_sentence_transformer_model`].
+    pub fn for_sentence_transformer(dir: impl AsRef<Path>) -> Result<Self, TokenizerError> {
+        Self::for_sentence_transformer_model(&ModelDir::open(dir)?)
+    }
+
+    /// The tokenizer set up the way sentence-transformers sets it up: truncation to
+    /// `max_seq_length` from `sentence_bert_config.json`, else to the smaller of `model_max_length`
     /// (`tokenizer_config.json`) and `max_position_embeddings` (`config.json`); lowercasing first
     /// when `do_lower_case` is set.
-    pub fn for_sentence_transformer(dir: impl AsRef<Path>) -> Result<Self, TokenizerError> {
-        let dir = dir.as_ref();
-        let tokenizer = Self::from_dir(dir)?;
-        let bert: SentenceBertConfig =
-            crate::config::read_json_if_exists(dir.join("sentence_bert_config.json"))?
-                .unwrap_or_default();
+    pub fn for_sentence_transformer_model(dir: &ModelDir) -> Result<Self, TokenizerError> {
+        let tokenizer = Self::from_model_dir(dir)?;
+        let bert = &dir.sentence_bert;
         let max_length = match bert.max_seq_length {
             Some(n) => Some(n),
             None => {
-                let from_tokenizer = TokenizerConfig::load_dir(dir)?.max_length();
-                let config_path = dir.join("config.json");
-                let from_model = if config_path.is_file() {
-                    ModelConfig::load(&config_path)?
+                let from_tokenizer = dir.tokenizer_config.max_length();
+                let from_model = match &dir.config {
+                    Some(config) => config
                         .get::<i64>("max_position_embeddings")?
                         .filter(|&n| n > 0)
-                        .map(|n| n as usize)
-                } else {
-                    None
+                        .map(|n| n as usize),
+                    None => None,
                 };
                 match (from_tokenizer, from_model) {
                     (Some(a), Some(b)) => Some(a.min(b)),

@@ -11,13 +11,12 @@
 //! - outputs: `loss`, the metrics, `p__next`, `p__m__next` ... , and `grads_finite` (with loss
 //!   scaling: 1 when every gradient was finite and the update was applied, 0 when it was skipped).
 
-pub mod char_lm;
+mod batches;
 mod checkpoint;
-pub mod data;
-pub mod digits;
 mod init;
 pub mod models;
 
+pub use batches::{batch_rng, windows};
 pub use checkpoint::{Checkpoint, CheckpointError, NamedArray, StateTensor};
 pub use init::{fan_in, ParamStore, WeightLayout};
 

@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+pub use crate::activation::Activation;
 use crate::config::{ConfigError, ModelConfig};
 
 /// The `model_type` values the encoders load.
@@ -70,38 +71,6 @@ impl Family {
             self,
             Family::Roberta | Family::XlmRoberta | Family::Camembert
         )
-    }
-}
-
-/// The feed-forward activation (`hidden_act` / `activation`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Activation {
-    /// Exact (erf) GELU: `gelu`, `gelu_python`.
-    Gelu,
-    /// tanh-approximated GELU: `gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`.
-    GeluTanh,
-    Relu,
-    /// `silu` / `swish`.
-    Silu,
-}
-
-impl Activation {
-    const NAMES: [(&'static str, Activation); 8] = [
-        ("gelu", Activation::Gelu),
-        ("gelu_python", Activation::Gelu),
-        ("gelu_new", Activation::GeluTanh),
-        ("gelu_pytorch_tanh", Activation::GeluTanh),
-        ("gelu_fast", Activation::GeluTanh),
-        ("relu", Activation::Relu),
-        ("silu", Activation::Silu),
-        ("swish", Activation::Silu),
-    ];
-
-    fn parse(name: &str) -> Option<Activation> {
-        Self::NAMES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|&(_, a)| a)
     }
 }
 
@@ -211,12 +180,11 @@ impl EncoderConfig {
         };
         let act = |field: &str, name: &str| {
             Activation::parse(name).ok_or_else(|| {
-                let known: Vec<&str> = Activation::NAMES.iter().map(|(n, _)| *n).collect();
                 invalid(
                     field,
                     format!(
                         "activation '{name}' is not supported (supported: {})",
-                        known.join(", ")
+                        Activation::supported()
                     ),
                 )
             })

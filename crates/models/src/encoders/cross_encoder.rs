@@ -10,6 +10,7 @@ use super::graph::Head;
 use super::runtime::{EncoderOptions, Row};
 use super::{load_parts, EncoderError, Loaded};
 use crate::config::read_json_if_exists;
+use crate::model_dir::ModelDir;
 use crate::tokenizer::TextTokenizer;
 
 /// What turns logits into scores.
@@ -87,7 +88,7 @@ impl CrossEncoder {
         options: EncoderOptions,
     ) -> Result<CrossEncoder, EncoderError> {
         let dir = dir.as_ref();
-        let loaded = load_parts(dir, &options, true)?;
+        let loaded = load_parts(&ModelDir::open(dir)?, &options, true)?;
         let num_labels = loaded
             .runtime
             .classifier

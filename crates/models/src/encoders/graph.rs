@@ -25,7 +25,7 @@
 use aneforge::graph::{concat, constant, input, nn::MASKED, sdpa};
 use aneforge::{DType, GraphError, HostArray as GraphArray, Tensor};
 
-use super::config::{Activation, EncoderConfig, Positions};
+use super::config::{EncoderConfig, Positions};
 use super::pooling::Pooling;
 use super::weights::{ClassifierHead, EncoderWeights, Linear, Norm};
 use super::EncoderError;
@@ -83,15 +83,6 @@ fn linear(x: &Tensor, l: &Linear) -> Result<Tensor, GraphError> {
 
 fn layer_norm(x: &Tensor, n: &Norm, eps: f32) -> Result<Tensor, GraphError> {
     x.layer_norm(&[-1], Some(&c(&n.gamma)), Some(&c(&n.beta)), eps)
-}
-
-fn activate(x: &Tensor, a: Activation) -> Result<Tensor, GraphError> {
-    match a {
-        Activation::Gelu => x.gelu(),
-        Activation::GeluTanh => x.gelu_tanh(),
-        Activation::Relu => x.relu(),
-        Activation::Silu => x.silu(),
-    }
 }
 
 fn dims(shape: &[usize]) -> Vec<isize> {
@@ -238,7 +229,7 @@ impl Encoder<'_> {
             &l.attention_norm,
             eps,
         )?;
-        let inner = activate(&linear(&x, &l.ffn_in)?, self.cfg.activation)?;
+        let inner = self.cfg.activation.apply(&linear(&x, &l.ffn_in)?)?;
         layer_norm(&linear(&inner, &l.ffn_out)?.add(&x)?, &l.ffn_norm, eps)
     }
 

@@ -18,7 +18,7 @@ mod sentence;
 mod weights;
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub use config::{Activation, EncoderConfig, Family, Positions, SUPPORTED_MODEL_TYPES};
 pub use cross_encoder::{CrossEncoder, Ranked, ScoreActivation};
@@ -27,7 +27,8 @@ pub use runtime::EncoderOptions;
 pub use sentence::{Embeddings, EncodeOptions, SentenceEncoder};
 pub use weights::{ClassifierHead, EncoderWeights};
 
-use crate::config::{ConfigError, ModelConfig};
+use crate::config::ConfigError;
+use crate::model_dir::ModelDir;
 use crate::resolve::ResolveError;
 use crate::tokenizer::{TextTokenizer, TokenizerError};
 use crate::weights::{VarBuilder, WeightError};
@@ -73,15 +74,15 @@ impl Loaded {
     }
 }
 
-/// Loads `dir`'s config, weights and tokenizer. With `classifier`, the checkpoint must carry a
+/// Loads `model`'s config, weights and tokenizer. With `classifier`, the checkpoint must carry a
 /// sequence-classification head.
 pub(crate) fn load_parts(
-    dir: &Path,
+    model: &ModelDir,
     options: &EncoderOptions,
     classifier: bool,
 ) -> Result<Loaded, EncoderError> {
-    let model_config = ModelConfig::load(dir)?;
-    let cfg = EncoderConfig::from_model_config(&model_config)?;
+    let dir = &model.path;
+    let cfg = EncoderConfig::from_model_config(model.config()?)?;
     let root = VarBuilder::from_dir(dir)?;
     let prefix = weights::encoder_prefix(&root)?;
     let encoder = root.pp(&prefix);
@@ -111,7 +112,7 @@ pub(crate) fn load_parts(
     };
 
     let capacity = cfg.max_sequence_length();
-    let mut tokenizer = TextTokenizer::for_sentence_transformer(dir)?;
+    let mut tokenizer = TextTokenizer::for_sentence_transformer_model(model)?;
     let wanted = options
         .max_length
         .or(tokenizer.max_length())

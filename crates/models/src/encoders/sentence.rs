@@ -9,6 +9,7 @@ use super::graph::Head;
 use super::pooling::Pooling;
 use super::runtime::{EncoderOptions, Row};
 use super::{load_parts, EncoderError, Loaded};
+use crate::model_dir::ModelDir;
 use crate::sentence_transformers::{ModuleKind, SentenceTransformerFiles};
 use crate::tokenizer::TextTokenizer;
 
@@ -81,8 +82,9 @@ impl SentenceEncoder {
         options: EncoderOptions,
     ) -> Result<SentenceEncoder, EncoderError> {
         let dir = dir.as_ref();
+        let model = ModelDir::open(dir)?;
         let st = if dir.join("modules.json").is_file() {
-            Some(SentenceTransformerFiles::load(dir)?)
+            Some(SentenceTransformerFiles::from_model_dir(&model)?)
         } else {
             None
         };
@@ -110,7 +112,7 @@ impl SentenceEncoder {
                 )));
             }
         }
-        let loaded = load_parts(dir, &options, false)?;
+        let loaded = load_parts(&model, &options, false)?;
         let (pooling, include_prompt) = match st.as_ref().and_then(|s| s.pooling.as_ref()) {
             Some(p) => (
                 p.modes.iter().copied().map(Pooling::from).collect(),

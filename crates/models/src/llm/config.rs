@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub use crate::activation::Activation;
 use crate::config::{ConfigError, ModelConfig};
 use crate::gguf::{GgufError, GgufFile, MetaValue};
 
@@ -40,28 +41,6 @@ pub enum NormKind {
     Rms { eps: f32, plus_one: bool },
     /// LayerNorm with weight and bias.
     Layer { eps: f32 },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    Silu,
-    /// Exact erf GELU.
-    Gelu,
-    /// The tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`).
-    GeluTanh,
-    Relu,
-}
-
-impl Activation {
-    fn parse(name: &str) -> Option<Activation> {
-        Some(match name {
-            "silu" | "swish" => Activation::Silu,
-            "gelu" => Activation::Gelu,
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" | "gelu_tanh" => Activation::GeluTanh,
-            "relu" => Activation::Relu,
-            _ => return None,
-        })
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -673,7 +652,8 @@ impl LlmConfig {
                 ))
             }
         };
-        let has_qkv_bias = file.tensor("blk.0.attn_q.bias").is_some();
+        let has_qkv_bias = file.tensor("blk.0.attn_q.bias").is_some()
+            || file.tensor("blk.0.attn_qkv.bias").is_some();
         let has_o_bias = file.tensor("blk.0.attn_output.bias").is_some();
         let act = if family == Family::Gemma {
             Activation::GeluTanh

@@ -1,7 +1,6 @@
-//! Decoder LLMs (issue 8): Llama (2/3, SmolLM2, TinyLlama), Mistral, Qwen2/2.5, Qwen3, Gemma and
-//! GPT-2 from Hugging Face safetensors or GGUF; prefill and decode programs with resident KV
-//! caches; sampling, generation with streaming and stop conditions, chat templates and exact
-//! speculative decoding.
+//! Decoder LLMs: Llama (2/3, SmolLM2, TinyLlama), Mistral, Qwen2/2.5, Qwen3, Gemma and GPT-2 from
+//! Hugging Face safetensors or GGUF; prefill and decode programs with resident KV caches; sampling,
+//! generation with streaming and stop conditions, chat templates and exact speculative decoding.
 //!
 //! [`Llm`] is a loaded model (config, weights as graph constants, tokenizer, chat template);
 //! [`Runner`] compiles its step programs and holds one sequence's KV state; [`generate`] drives a
@@ -32,9 +31,9 @@ pub use speculative::{speculative_generate, SpeculativeStats};
 pub use weights::{LoadOptions, ModelWeights, WeightFormat};
 
 use crate::gguf::{GgufError, GgufFile, GgufTokenizer};
+use crate::model_dir::ModelDir;
 use crate::resolve::{ModelSource, ResolveError, ResolvedModel};
 use crate::tokenizer::{TextTokenizer, TokenizerError};
-use crate::tokenizer_config::TokenizerConfig;
 use crate::weights::{VarBuilder, WeightError};
 
 #[derive(Debug, thiserror::Error)]
@@ -149,12 +148,17 @@ impl Llm {
     /// A Hugging Face directory: `config.json`, safetensors (single or sharded), `tokenizer.json`,
     /// `tokenizer_config.json` (chat template, special tokens).
     pub fn from_hf_dir(dir: &Path, opts: LoadOptions) -> Result<Llm, LlmError> {
-        let hf = crate::config::ModelConfig::load(dir)?;
-        let config = LlmConfig::from_hf(&hf)?;
+        Self::from_model_dir(&ModelDir::open(dir)?, opts)
+    }
+
+    /// [`Llm::from_hf_dir`] of an opened directory.
+    pub fn from_model_dir(model: &ModelDir, opts: LoadOptions) -> Result<Llm, LlmError> {
+        let dir = &model.path;
+        let config = LlmConfig::from_hf(model.config()?)?;
         let vb = VarBuilder::from_dir(dir)?;
         let weights = weights::load_hf(&config, &vb, opts)?;
-        let tokenizer = TextTokenizer::from_dir(dir)?;
-        let tc = TokenizerConfig::load_dir(dir)?;
+        let tokenizer = TextTokenizer::from_model_dir(model)?;
+        let tc = &model.tokenizer_config;
         let mut eos: Vec<(u32, String)> = config
             .eos_token_ids
             .iter()

@@ -1,11 +1,12 @@
 //! Training data: character-level text with deterministic batches, and the 8×8 handwritten
 //! digits (scikit-learn's copy of the UCI optical digits test set) as a small image dataset.
 //!
-//! Batches are a pure function of `(seed, step)`, so a resumed run sees exactly the batches the
-//! uninterrupted run would have; the data position to checkpoint is the step count.
+//! Batches are a pure function of `(seed, step)` ([`batch_rng`]), so a resumed run sees exactly
+//! the batches the uninterrupted run would have; the data position to checkpoint is the step count.
 
+use aneforge::train::{batch_rng, windows};
 use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
+use rand::RngExt;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -26,18 +27,6 @@ fn invalid(what: &str, message: impl Into<String>) -> DataError {
         what: what.to_string(),
         message: message.into(),
     }
-}
-
-/// A generator for batch `index` of stream `stream` (train, validation, ...) under `seed`.
-pub fn batch_rng(seed: u64, stream: u64, index: u64) -> StdRng {
-    // SplitMix64 finaliser over the three words: nearby (seed, index) give unrelated streams.
-    let mut z = seed
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        .wrapping_add(stream.wrapping_mul(0xD1B5_4A32_D192_ED03))
-        .wrapping_add(index.wrapping_mul(0x8CB9_2BA7_2F3D_8DD7));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    StdRng::seed_from_u64(z ^ (z >> 31))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,14 +145,7 @@ impl CharDataset {
                 ),
             ));
         }
-        let mut x = Vec::with_capacity(batch * context);
-        let mut y = Vec::with_capacity(batch * context);
-        for _ in 0..batch {
-            let start = rng.random_range(0..ids.len() - context);
-            x.extend_from_slice(&ids[start..start + context]);
-            y.extend_from_slice(&ids[start + 1..start + context + 1]);
-        }
-        Ok((x, y))
+        Ok(windows(ids, batch, context, rng))
     }
 }
 

@@ -2,12 +2,14 @@
 //! [`CharDataset`], a resident AdamW trainer, a held-out validation loss, checkpoints that resume
 //! the same run, and sampling. `aneforge demo` drives this.
 
-use super::data::{batch_rng, CharDataset, DataError, Split};
-use super::models::{gpt, gpt_training, GptConfig};
-use super::{Checkpoint, Evaluator, ParamStore, StepStats, TrainError, Trainer, TrainerOptions};
-use crate::autograd::Optimizer;
-use crate::engine::{Engine, HostSlice};
-use crate::lower::Target;
+use crate::data::{CharDataset, DataError, Split};
+use aneforge::autograd::Optimizer;
+use aneforge::engine::{Engine, HostSlice};
+use aneforge::lower::Target;
+use aneforge::train::models::{gpt, gpt_training, GptConfig};
+use aneforge::train::{
+    batch_rng, Checkpoint, Evaluator, ParamStore, StepStats, TrainError, Trainer, TrainerOptions,
+};
 use rand::RngExt;
 use std::path::Path;
 

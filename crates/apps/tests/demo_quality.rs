@@ -5,9 +5,9 @@
 //! on the same held-out batches), so it has learnt more than which characters are common.
 
 use aneforge::engine::Engine;
-use aneforge::train::char_lm::{CharLm, CharLmConfig};
-use aneforge::train::data::CharDataset;
 use aneforge::Target;
+use aneforge_apps::char_lm::{CharLm, CharLmConfig};
+use aneforge_apps::data::CharDataset;
 use std::collections::HashMap;
 use std::path::Path;
 

@@ -1,12 +1,12 @@
 //! A small CNN trained on the 8×8 handwritten digits, reporting held-out accuracy.
 //! `aneforge train-digits` drives this.
 
-use super::data::Digits;
-use super::models::image_classifier;
-use super::{Evaluator, ParamStore, TrainError, Trainer, TrainerOptions};
-use crate::autograd::Optimizer;
-use crate::engine::{Engine, HostSlice};
-use crate::lower::Target;
+use crate::data::Digits;
+use aneforge::autograd::Optimizer;
+use aneforge::engine::{Engine, HostSlice};
+use aneforge::lower::Target;
+use aneforge::train::models::image_classifier;
+use aneforge::train::{Evaluator, ParamStore, TrainError, Trainer, TrainerOptions};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct DigitsConfig {

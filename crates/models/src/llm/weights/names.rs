@@ -1,0 +1,138 @@
+//! How each source names a decoder's tensors. A [`NameMap`] per source (Hugging Face, GPT-2's
+//! Hugging Face layout, llama.cpp's GGUF) is all that differs between them; one loader reads
+//! every source through it.
+
+use crate::llm::LlmError;
+
+/// The role of one of a layer's tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Part {
+    AttnNorm,
+    Q,
+    K,
+    V,
+    /// q, k and v stored as one matrix.
+    Qkv,
+    QNorm,
+    KNorm,
+    O,
+    MlpNorm,
+    Gate,
+    Up,
+    Down,
+}
+
+pub(super) struct NameMap {
+    /// Layer `i`'s tensors are `{layers}{i}.{stem}.weight` (and `.bias`).
+    layers: String,
+    /// The stem of each part this source stores; `None` for parts it never has.
+    stem: fn(Part) -> Option<&'static str>,
+    pub embed: String,
+    /// Learned position embeddings, for sources that have them.
+    pub positions: Option<String>,
+    /// The final norm's stem (`.weight`, `.bias`).
+    pub final_norm: String,
+    pub head: String,
+    /// Layer matrices are stored `[in, out]` (GPT-2's Conv1D) and are transposed on load.
+    pub transposed: bool,
+    /// q and k rows are in llama.cpp's interleaved RoPE order.
+    pub rope_permuted: bool,
+}
+
+impl NameMap {
+    /// Hugging Face's Llama-style names (`model.layers.N.self_attn.q_proj.weight`).
+    pub fn hf() -> NameMap {
+        NameMap {
+            layers: "model.layers.".into(),
+            stem: |part| {
+                Some(match part {
+                    Part::AttnNorm => "input_layernorm",
+                    Part::Q => "self_attn.q_proj",
+                    Part::K => "self_attn.k_proj",
+                    Part::V => "self_attn.v_proj",
+                    Part::Qkv => return None,
+                    Part::QNorm => "self_attn.q_norm",
+                    Part::KNorm => "self_attn.k_norm",
+                    Part::O => "self_attn.o_proj",
+                    Part::MlpNorm => "post_attention_layernorm",
+                    Part::Gate => "mlp.gate_proj",
+                    Part::Up => "mlp.up_proj",
+                    Part::Down => "mlp.down_proj",
+                })
+            },
+            embed: "model.embed_tokens.weight".into(),
+            positions: None,
+            final_norm: "model.norm".into(),
+            head: "lm_head.weight".into(),
+            transposed: false,
+            rope_permuted: false,
+        }
+    }
+
+    /// GPT-2's Hugging Face names (`h.N.attn.c_attn.weight`), under `prefix` (`transformer.` in
+    /// `GPT2LMHeadModel` checkpoints, empty in bare `GPT2Model` ones).
+    pub fn hf_gpt2(prefix: &str) -> NameMap {
+        NameMap {
+            layers: format!("{prefix}h."),
+            stem: |part| {
+                Some(match part {
+                    Part::AttnNorm => "ln_1",
+                    Part::Qkv => "attn.c_attn",
+                    Part::O => "attn.c_proj",
+                    Part::MlpNorm => "ln_2",
+                    Part::Up => "mlp.c_fc",
+                    Part::Down => "mlp.c_proj",
+                    _ => return None,
+                })
+            },
+            embed: format!("{prefix}wte.weight"),
+            positions: Some(format!("{prefix}wpe.weight")),
+            final_norm: format!("{prefix}ln_f"),
+            head: "lm_head.weight".into(),
+            transposed: true,
+            rope_permuted: false,
+        }
+    }
+
+    /// llama.cpp's names (`blk.N.attn_q.weight`, `token_embd.weight`, ...). Llama-architecture
+    /// files store q and k permuted for llama.cpp's adjacent-pair RoPE.
+    pub fn gguf(rope_permuted: bool) -> NameMap {
+        NameMap {
+            layers: "blk.".into(),
+            stem: |part| {
+                Some(match part {
+                    Part::AttnNorm => "attn_norm",
+                    Part::Q => "attn_q",
+                    Part::K => "attn_k",
+                    Part::V => "attn_v",
+                    Part::Qkv => "attn_qkv",
+                    Part::QNorm => "attn_q_norm",
+                    Part::KNorm => "attn_k_norm",
+                    Part::O => "attn_output",
+                    Part::MlpNorm => "ffn_norm",
+                    Part::Gate => "ffn_gate",
+                    Part::Up => "ffn_up",
+                    Part::Down => "ffn_down",
+                })
+            },
+            embed: "token_embd.weight".into(),
+            positions: Some("position_embd.weight".into()),
+            final_norm: "output_norm".into(),
+            head: "output.weight".into(),
+            transposed: false,
+            rope_permuted,
+        }
+    }
+
+    pub fn has(&self, part: Part) -> bool {
+        (self.stem)(part).is_some()
+    }
+
+    /// The stem of layer `i`'s `part`: append `.weight` or `.bias`.
+    pub fn layer(&self, i: usize, part: Part) -> Result<String, LlmError> {
+        let stem = (self.stem)(part).ok_or_else(|| {
+            LlmError::Internal(format!("no tensor name for {part:?} in {}", self.layers))
+        })?;
+        Ok(format!("{}{i}.{stem}", self.layers))
+    }
+}
