@@ -5,8 +5,8 @@
 use aneforge::engine::HostSlice;
 use aneforge::engine::{Accumulation, EngineOptions};
 use aneforge::graph::{input, HostArray};
-use aneforge::{compile_named, AneArch, CompileOptions, Engine, Model, Target, Tensor};
 use aneforge::target::preflight;
+use aneforge::{compile_named, AneArch, CompileOptions, Engine, Model, Target, Tensor};
 use half::f16;
 
 /// Rows of width `w`: one with a 3e4 "massive activation" channel among values near 1, one of
@@ -185,7 +185,10 @@ fn preflight_names_what_stays_unscaled() {
         "{text}"
     );
     let report = preflight(&[("y", &x.exp().unwrap())], arch).unwrap();
-    assert!(report.to_string().contains("exp of an unshifted value"), "{report}");
+    assert!(
+        report.to_string().contains("exp of an unshifted value"),
+        "{report}"
+    );
     let normed = x.rms_norm(None, 1e-5).unwrap();
     let soft = x.log_softmax(-1).unwrap();
     let report = preflight(&[("y", &normed), ("z", &soft)], arch).unwrap();

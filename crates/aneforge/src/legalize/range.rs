@@ -286,7 +286,13 @@ pub fn note_unscaled(cx: &mut Cx, outputs: &[Tensor]) {
             Op::Unary(UnaryOp::Exp) => {
                 let x = &node.srcs()[0];
                 let shifted = matches!(x.op(), Op::Binary(BinaryOp::Sub))
-                    && matches!(x.srcs()[1].op(), Op::Reduce { op: ReduceOp::Max, .. });
+                    && matches!(
+                        x.srcs()[1].op(),
+                        Op::Reduce {
+                            op: ReduceOp::Max,
+                            ..
+                        }
+                    );
                 if !shifted {
                     cx.note(
                         &node,
