@@ -5,8 +5,8 @@ mod ane_support;
 
 use ane_support::{sim_engine, sim_engine_with, simulator_library, write_program};
 use aneforge::engine::ane::{library_path, AneError};
-use aneforge::engine::ane_host::{BufferMut, BufferRef, HostSlice};
 use aneforge::engine::{AneEngine, AneOptions};
+use aneforge::engine::{BufferMut, BufferRef, Executable, HostSlice, Port};
 use aneforge_mil::DType;
 use half::f16;
 use std::path::PathBuf;
@@ -85,7 +85,7 @@ fn ports_come_from_function_main_and_unknown_names_are_errors() {
     let engine = sim_engine(scratch.path());
     let dir = write_program(scratch.path(), "acc", ACCUMULATE, None);
     let mut program = engine.load_dir(&dir).unwrap();
-    let names = |ports: &[aneforge::engine::ane_host::PortInfo]| {
+    let names = |ports: &[Port]| {
         ports
             .iter()
             .map(|p| (p.name.clone(), p.dtype, p.shape.clone()))
