@@ -1,138 +1,12 @@
-//! Host data and the one conversion between it and port buffers: a port's elements densely
+//! The one conversion between host data and port buffers: a port's elements densely
 //! packed in its dtype (native-endian, bools as bytes 0 and 1). f32 and f16 data convert into
 //! either float dtype; every other kind must match the port. Integers and bools that a float port
 //! carries (ANE programs) convert through [`Carried`].
 
 use crate::port::{Port, PortError};
+use crate::tensor::{BufferMut, BufferRef, HostSlice, HostTensor};
 use aneforge_mil::DType;
 use half::f16;
-
-/// Host data handed to an input port.
-#[derive(Clone, Copy, Debug)]
-pub enum HostSlice<'a> {
-    F32(&'a [f32]),
-    F16(&'a [f16]),
-    I32(&'a [i32]),
-    I8(&'a [i8]),
-    U8(&'a [u8]),
-    Bool(&'a [bool]),
-}
-
-impl HostSlice<'_> {
-    pub fn len(&self) -> usize {
-        match self {
-            HostSlice::F32(v) => v.len(),
-            HostSlice::F16(v) => v.len(),
-            HostSlice::I32(v) => v.len(),
-            HostSlice::I8(v) => v.len(),
-            HostSlice::U8(v) => v.len(),
-            HostSlice::Bool(v) => v.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn kind(&self) -> &'static str {
-        match self {
-            HostSlice::F32(_) => "f32",
-            HostSlice::F16(_) => "f16",
-            HostSlice::I32(_) => "i32",
-            HostSlice::I8(_) => "i8",
-            HostSlice::U8(_) => "u8",
-            HostSlice::Bool(_) => "bool",
-        }
-    }
-}
-
-/// An owned copy of a port's data, in the port's dtype.
-#[derive(Clone, Debug, PartialEq)]
-pub enum HostTensor {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
-    I32(Vec<i32>),
-    I8(Vec<i8>),
-    U8(Vec<u8>),
-    Bool(Vec<bool>),
-}
-
-impl HostTensor {
-    pub fn len(&self) -> usize {
-        match self {
-            HostTensor::F32(v) => v.len(),
-            HostTensor::F16(v) => v.len(),
-            HostTensor::I32(v) => v.len(),
-            HostTensor::I8(v) => v.len(),
-            HostTensor::U8(v) => v.len(),
-            HostTensor::Bool(v) => v.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The NumPy name of the element type (`float32`, `int8`, ...).
-    pub fn numpy_dtype(&self) -> &'static str {
-        match self {
-            HostTensor::F32(_) => "float32",
-            HostTensor::F16(_) => "float16",
-            HostTensor::I32(_) => "int32",
-            HostTensor::I8(_) => "int8",
-            HostTensor::U8(_) => "uint8",
-            HostTensor::Bool(_) => "bool",
-        }
-    }
-
-    /// Every element widened to f32 (bools as 0/1).
-    pub fn to_f32(&self) -> Vec<f32> {
-        match self {
-            HostTensor::F32(v) => v.clone(),
-            HostTensor::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
-            HostTensor::I32(v) => v.iter().map(|&x| x as f32).collect(),
-            HostTensor::I8(v) => v.iter().map(|&x| x as f32).collect(),
-            HostTensor::U8(v) => v.iter().map(|&x| x as f32).collect(),
-            HostTensor::Bool(v) => v.iter().map(|&x| x as u8 as f32).collect(),
-        }
-    }
-}
-
-/// A zero-copy view of a port buffer.
-#[derive(Debug)]
-pub enum BufferRef<'a> {
-    F32(&'a [f32]),
-    F16(&'a [f16]),
-    I32(&'a [i32]),
-    I8(&'a [i8]),
-    U8(&'a [u8]),
-    Bool(&'a [bool]),
-}
-
-/// A zero-copy mutable view of an input port buffer.
-#[derive(Debug)]
-pub enum BufferMut<'a> {
-    F32(&'a mut [f32]),
-    F16(&'a mut [f16]),
-    I32(&'a mut [i32]),
-    I8(&'a mut [i8]),
-    U8(&'a mut [u8]),
-    Bool(&'a mut [bool]),
-}
-
-impl HostTensor {
-    /// The tensor's data as a slice to feed a port.
-    pub fn as_slice(&self) -> HostSlice<'_> {
-        match self {
-            HostTensor::F32(v) => HostSlice::F32(v),
-            HostTensor::F16(v) => HostSlice::F16(v),
-            HostTensor::I32(v) => HostSlice::I32(v),
-            HostTensor::I8(v) => HostSlice::I8(v),
-            HostTensor::U8(v) => HostSlice::U8(v),
-            HostTensor::Bool(v) => HostSlice::Bool(v),
-        }
-    }
-}
 
 /// Whether `data` may be written into a port of `dtype`.
 pub fn accepts(dtype: DType, data: &HostSlice<'_>) -> bool {
@@ -260,31 +134,30 @@ fn no_bool_view(port: &Port) -> PortError {
     }
 }
 
+/// `bytes` of a non-bool `port` typed as a `$view` variant, each slice made by `$cast`.
+macro_rules! typed_view {
+    ($view:ident, $cast:ident, $port:expr, $bytes:expr) => {{
+        check_len($port, $bytes.len())?;
+        Ok(match $port.dtype {
+            DType::Fp32 => $view::F32($cast($port, $bytes)?),
+            DType::Fp16 => $view::F16($cast($port, $bytes)?),
+            DType::Int32 => $view::I32($cast($port, $bytes)?),
+            DType::Int8 => $view::I8($cast($port, $bytes)?),
+            DType::Uint8 => $view::U8($bytes),
+            _ => return Err(no_bool_view($port)),
+        })
+    }};
+}
+
 /// A zero-copy view of `port`'s dense bytes. Bool ports have none: their bytes are not known to
 /// be valid bools.
 pub fn view<'a>(port: &Port, bytes: &'a [u8]) -> Result<BufferRef<'a>, PortError> {
-    check_len(port, bytes.len())?;
-    Ok(match port.dtype {
-        DType::Fp32 => BufferRef::F32(cast(port, bytes)?),
-        DType::Fp16 => BufferRef::F16(cast(port, bytes)?),
-        DType::Int32 => BufferRef::I32(cast(port, bytes)?),
-        DType::Int8 => BufferRef::I8(cast(port, bytes)?),
-        DType::Uint8 => BufferRef::U8(bytes),
-        _ => return Err(no_bool_view(port)),
-    })
+    typed_view!(BufferRef, cast, port, bytes)
 }
 
 /// A zero-copy mutable view of `port`'s dense bytes; none for bool ports, as for [`view`].
 pub fn view_mut<'a>(port: &Port, bytes: &'a mut [u8]) -> Result<BufferMut<'a>, PortError> {
-    check_len(port, bytes.len())?;
-    Ok(match port.dtype {
-        DType::Fp32 => BufferMut::F32(cast_mut(port, bytes)?),
-        DType::Fp16 => BufferMut::F16(cast_mut(port, bytes)?),
-        DType::Int32 => BufferMut::I32(cast_mut(port, bytes)?),
-        DType::Int8 => BufferMut::I8(cast_mut(port, bytes)?),
-        DType::Uint8 => BufferMut::U8(bytes),
-        _ => return Err(no_bool_view(port)),
-    })
+    typed_view!(BufferMut, cast_mut, port, bytes)
 }
 
 /// Values a float port carries for the host: ANE programs compute in fp16 only, so i32 ports

@@ -1,11 +1,11 @@
 //! `Instance`: port buffers, the arena and scratch of one running copy of a plan.
 
-use crate::codec::{self, BufferMut, BufferRef, HostSlice, HostTensor};
+use crate::codec;
 use crate::error::{CpuError, Result};
 use crate::kernels::Cx;
 use crate::plan::Plan;
 use crate::port::{find_port, Direction, Port, PortError};
-use crate::tensor::{AlignedBuf, SendPtr};
+use crate::tensor::{AlignedBuf, BufferMut, BufferRef, HostSlice, HostTensor, SendPtr};
 use aneforge_mil::DType;
 use std::cell::RefCell;
 use std::sync::Arc;

@@ -22,10 +22,11 @@ mod shared_weights;
 pub mod simd;
 mod tensor;
 
-pub use codec::{BufferMut, BufferRef, Carried, HostSlice, HostTensor};
+pub use codec::Carried;
 pub use compile::{compile, compile_dir, CompileOptions};
 pub use error::CpuError;
 pub use instance::{Instance, KernelTime};
 pub use known::BlobStore;
 pub use plan::Plan;
 pub use port::{find_port, Direction, Port, PortError};
+pub use tensor::{BufferMut, BufferRef, HostSlice, HostTensor};
