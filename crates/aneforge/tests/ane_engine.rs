@@ -141,7 +141,7 @@ fn host_data_converts_into_port_buffers_and_views_see_it() {
     let err = program
         .set_input("x", HostSlice::F32(&[1.0; 5]))
         .unwrap_err();
-    assert_eq!(err.to_string(), "port `x` holds 6 elements, got 5");
+    assert_eq!(err.to_string(), "port `x` [2, 3] holds 6 elements, got 5");
 }
 
 #[test]

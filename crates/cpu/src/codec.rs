@@ -60,6 +60,7 @@ pub fn encode(port: &Port, data: HostSlice<'_>, dst: &mut [u8]) -> Result<(), Po
     if data.len() != port.len() {
         return Err(PortError::Length {
             port: port.name.clone(),
+            shape: port.shape.clone(),
             expected: port.len(),
             found: data.len(),
         });
@@ -213,7 +214,7 @@ mod tests {
         let err = encode(&p, HostSlice::I32(&[1, 2, 3]), &mut bytes).unwrap_err();
         assert_eq!(err.to_string(), "port `x` is fp16, host data is i32");
         let err = encode(&p, HostSlice::F32(&[1.0]), &mut bytes).unwrap_err();
-        assert_eq!(err.to_string(), "port `x` holds 3 elements, got 1");
+        assert_eq!(err.to_string(), "port `x` [3] holds 3 elements, got 1");
     }
 
     #[test]

@@ -114,9 +114,10 @@ pub enum PortError {
         name: String,
         available: String,
     },
-    #[error("port `{port}` holds {expected} elements, got {found}")]
+    #[error("port `{port}` {shape:?} holds {expected} elements, got {found}")]
     Length {
         port: String,
+        shape: Vec<usize>,
         expected: usize,
         found: usize,
     },
