@@ -87,10 +87,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let feeds = read_inputs(&args.inputs, &inputs)?;
     let engine = args.engine.select()?;
-    let key = engine::content_hash(&program_dir);
     let mut loaded = engine::load_program(
         &program_dir,
-        key,
+        None,
         &function,
         engine,
         EngineOptions::default(),

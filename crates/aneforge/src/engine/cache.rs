@@ -65,14 +65,7 @@ pub(crate) fn cpu_plan(
             return Ok(plan);
         }
     }
-    let plan = aneforge_cpu::compile_dir(
-        program,
-        function,
-        &aneforge_cpu::CompileOptions {
-            quantize_activations: options.quantize_activations,
-            ..Default::default()
-        },
-    )?;
+    let plan = compile(program, function, options)?;
     let mut c = lock();
     *c.compiles.entry(hash).or_insert(0) += 1;
     if let Some(existing) = c.plans.get(&key).cloned() {
@@ -86,4 +79,20 @@ pub(crate) fn cpu_plan(
     c.order.push_back(key.clone());
     c.plans.insert(key, plan.clone());
     Ok(plan)
+}
+
+/// Plans one function of `program` on the CPU engine, bypassing the cache.
+pub(crate) fn compile(
+    program: &ProgramDir,
+    function: &str,
+    options: super::EngineOptions,
+) -> Result<Arc<Plan>, EngineError> {
+    Ok(aneforge_cpu::compile_dir(
+        program,
+        function,
+        &aneforge_cpu::CompileOptions {
+            quantize_activations: options.quantize_activations,
+            ..Default::default()
+        },
+    )?)
 }

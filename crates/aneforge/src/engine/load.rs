@@ -40,22 +40,29 @@ fn find<'a>(program: &'a ProgramDir, function: &str) -> Result<&'a mil::Function
 }
 
 /// Loads `function` of `program` into `engine`. `key` is the program's [`content_hash`] (or
-/// another hash that changes whenever the contents do, such as an artifact's).
+/// another hash that changes whenever the contents do, such as an artifact's) when the caller has
+/// it or will load the program again: the CPU engine then plans it once per process. Without one
+/// the CPU plans afresh and the ANE engine hashes the program for its program cache.
 pub fn load_program(
     program: &ProgramDir,
-    key: [u8; 32],
+    key: Option<[u8; 32]>,
     function: &str,
     engine: Engine,
     options: EngineOptions,
 ) -> Result<Box<dyn Executable>, EngineError> {
     let f = find(program, function)?;
     match engine {
-        Engine::Cpu => Ok(Box::new(
-            cache::cpu_plan(program, key, function, options)?.instantiate(),
-        )),
+        Engine::Cpu => {
+            let plan = match key {
+                Some(key) => cache::cpu_plan(program, key, function, options)?,
+                None => cache::compile(program, function, options)?,
+            };
+            Ok(Box::new(plan.instantiate()))
+        }
         Engine::Ane => {
             // the ANE runtime retains function `main`: a one-function view over the same blobs,
             // keyed by the program and the function
+            let key = key.unwrap_or_else(|| content_hash(program));
             let whole = program.program.functions.len() == 1 && function == "main";
             let (single, key) = if whole {
                 (program.clone(), key)
@@ -104,7 +111,7 @@ pub fn load_function_with(
 ) -> Result<Box<dyn Executable>, EngineError> {
     load_program(
         &artifact.program_dir()?,
-        artifact.content_hash(),
+        Some(artifact.content_hash()),
         function,
         engine,
         options,
