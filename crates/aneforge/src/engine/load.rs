@@ -62,27 +62,25 @@ pub fn load_program(
         Engine::Ane => {
             // the ANE runtime retains function `main`: a one-function view over the same blobs,
             // keyed by the program and the function
+            let ane = AneEngine::global()?;
             let key = key.unwrap_or_else(|| content_hash(program));
-            let whole = program.program.functions.len() == 1 && function == "main";
-            let (single, key) = if whole {
-                (program.clone(), key)
-            } else {
-                let mut main = f.clone();
-                main.name = "main".into();
-                let single = ProgramDir {
-                    program: mil::Program {
-                        version: program.program.version.clone(),
-                        attributes: program.program.attributes.clone(),
-                        functions: vec![main],
-                    },
-                    blobs: program.blobs.clone(),
-                };
-                let mut h = Sha256::new();
-                h.update(key);
-                h.update(function.as_bytes());
-                (single, h.finalize().into())
+            if program.program.functions.len() == 1 && function == "main" {
+                return Ok(Box::new(ane.load_keyed(program, key)?));
+            }
+            let mut main = f.clone();
+            main.name = "main".into();
+            let single = ProgramDir {
+                program: mil::Program {
+                    version: program.program.version.clone(),
+                    attributes: program.program.attributes.clone(),
+                    functions: vec![main],
+                },
+                blobs: program.blobs.clone(),
             };
-            Ok(Box::new(AneEngine::global()?.load_keyed(&single, key)?))
+            let mut h = Sha256::new();
+            h.update(key);
+            h.update(function.as_bytes());
+            Ok(Box::new(ane.load_keyed(&single, h.finalize().into())?))
         }
     }
 }
