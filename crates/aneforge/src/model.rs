@@ -1,7 +1,8 @@
 //! The public entry points: [`compile`] a graph into a [`Model`], then run it.
 
 use crate::engine::{
-    self, slice_kind, BufferMut, BufferRef, Engine, EngineError, Executable, HostSlice, HostTensor,
+    self, BufferMut, BufferRef, Carried, Direction, Engine, EngineError, Executable, HostSlice,
+    HostTensor, PortError,
 };
 use crate::graph::{GraphError, HostData, Tensor};
 use crate::lower::{
@@ -180,23 +181,11 @@ impl Model {
     }
 
     fn input_port(&self, name: &str) -> Result<&PortSpec, EngineError> {
-        self.inputs()
-            .iter()
-            .find(|p| p.name == name)
-            .ok_or_else(|| EngineError::UnknownInput {
-                name: name.to_string(),
-                available: self.input_names().iter().map(|s| s.to_string()).collect(),
-            })
+        find(self.inputs(), Direction::Input, name)
     }
 
     fn output_port(&self, name: &str) -> Result<&PortSpec, EngineError> {
-        self.outputs()
-            .iter()
-            .find(|p| p.name == name)
-            .ok_or_else(|| EngineError::UnknownOutput {
-                name: name.to_string(),
-                available: self.output_names().iter().map(|s| s.to_string()).collect(),
-            })
+        find(self.outputs(), Direction::Output, name)
     }
 
     /// Copies host data into an input; f32 or f16 data feeds float ports (converted to the port's
@@ -204,40 +193,9 @@ impl Model {
     /// bool inputs (whose ports carry 0 and 1 in the program's float type).
     pub fn set_input(&mut self, name: &str, data: HostSlice<'_>) -> Result<(), Error> {
         let port = self.input_port(name)?;
-        let (given, len) = slice_kind(&data);
-        let bool_port = port.dtype == crate::DType::Bool;
-        // ANE programs carry i32 ports as fp16 (exact for |v| <= 2048).
-        let carried_int = port.dtype == crate::DType::I32 && port.mil_dtype.is_float();
-        let ok = engine::accepts(port.mil_dtype, given)
-            || (bool_port && given == "bool")
-            || (carried_int && given == "i32");
-        if !ok {
-            return Err(EngineError::DType {
-                name: name.to_string(),
-                port: port.mil_dtype,
-                given,
-            }
-            .into());
-        }
-        if len != port.len() {
-            return Err(EngineError::Length {
-                name: name.to_string(),
-                shape: port.shape.clone(),
-                expected: port.len(),
-                got: len,
-            }
-            .into());
-        }
-        match data {
-            HostSlice::Bool(v) if bool_port => {
-                let as_float: Vec<f32> = v.iter().map(|&b| f32::from(u8::from(b))).collect();
-                self.exec.set_input(name, HostSlice::F32(&as_float))?;
-            }
-            HostSlice::I32(v) if carried_int => {
-                let as_float: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-                self.exec.set_input(name, HostSlice::F32(&as_float))?;
-            }
-            data => self.exec.set_input(name, data)?,
+        match carried(port).and_then(|c| c.widen(&data)) {
+            Some(as_float) => self.exec.set_input(name, HostSlice::F32(&as_float))?,
+            None => self.exec.set_input(name, data)?,
         }
         self.provided.insert(name.to_string());
         Ok(())
@@ -257,9 +215,9 @@ impl Model {
             .iter()
             .find(|p| !self.provided.contains(&p.name))
         {
-            Some(p) => Err(EngineError::Unset {
-                name: p.name.clone(),
-            }),
+            Some(p) => Err(EngineError::from(PortError::Unset {
+                port: p.name.clone(),
+            })),
             None => Ok(()),
         }
     }
@@ -277,17 +235,10 @@ impl Model {
     /// An owned copy of an output: bool outputs as bool, others in the port's dtype.
     pub fn read_output(&self, name: &str) -> Result<HostTensor, Error> {
         let port = self.output_port(name)?;
-        if port.dtype == crate::DType::Bool {
-            let v = self.exec.read_output_f32(name)?;
-            return Ok(HostTensor::Bool(v.iter().map(|&x| x != 0.0).collect()));
+        match carried(port) {
+            Some(c) => Ok(c.narrow(&self.exec.read_output_f32(name)?)),
+            None => Ok(self.exec.read_output(name)?),
         }
-        if port.dtype == crate::DType::I32 && port.mil_dtype.is_float() {
-            let v = self.exec.read_output_f32(name)?;
-            return Ok(HostTensor::I32(
-                v.iter().map(|&x| x.round() as i32).collect(),
-            ));
-        }
-        Ok(self.exec.read_output(name)?)
     }
 
     /// An output as f32; an output returned in tiles (see [`Model::tiled_output`]) is assembled.
@@ -339,13 +290,15 @@ impl Model {
     /// Before the first execute: `input` reads what `output` wrote in the previous execute; its
     /// initial value is whatever was set (a parameter's initial value, or `set_input`).
     pub fn share_buffer(&mut self, output: &str, input: &str) -> Result<(), Error> {
-        let share_err = |reason: String| EngineError::Share {
-            output: output.to_string(),
-            input: input.to_string(),
-            reason,
+        let share_err = |message: String| {
+            EngineError::from(PortError::Share {
+                output: output.to_string(),
+                input: input.to_string(),
+                message,
+            })
         };
         if self.executed {
-            return Err(share_err("only allowed before the first execute".into()).into());
+            return Err(share_err("must be called before the first execute".into()).into());
         }
         let (i, o) = (self.input_port(input)?, self.output_port(output)?);
         if i.mil_dtype != o.mil_dtype || i.shape != o.shape {
@@ -364,9 +317,9 @@ impl Model {
         let mut seen = HashSet::new();
         for (name, data) in inputs {
             if !seen.insert(*name) {
-                return Err(EngineError::Repeated {
-                    name: name.to_string(),
-                }
+                return Err(EngineError::from(PortError::Repeated {
+                    port: name.to_string(),
+                })
                 .into());
             }
             self.set_input(name, *data)?;
@@ -392,4 +345,23 @@ impl Model {
     pub fn release(self) {
         self.exec.release();
     }
+}
+
+/// How a port's program dtype carries its graph dtype, when they differ.
+fn carried(port: &PortSpec) -> Option<Carried> {
+    match port.dtype {
+        crate::DType::Bool => Some(Carried::Bool),
+        crate::DType::I32 if port.mil_dtype.is_float() => Some(Carried::I32),
+        _ => None,
+    }
+}
+
+fn find<'a>(
+    ports: &'a [PortSpec],
+    direction: Direction,
+    name: &str,
+) -> Result<&'a PortSpec, EngineError> {
+    ports.iter().find(|p| p.name == name).ok_or_else(|| {
+        PortError::unknown(direction, name, ports.iter().map(|p| p.name.as_str())).into()
+    })
 }

@@ -5,8 +5,8 @@ mod ane_support;
 
 use ane_support::{sim_engine, sim_engine_with, simulator_library, write_program};
 use aneforge::engine::ane::{library_path, AneError};
-use aneforge::engine::ane_host::{BufferMut, BufferRef, HostSlice};
 use aneforge::engine::{AneEngine, AneOptions};
+use aneforge::engine::{BufferMut, BufferRef, Executable, HostSlice, Port};
 use aneforge_mil::DType;
 use half::f16;
 use std::path::PathBuf;
@@ -85,7 +85,7 @@ fn ports_come_from_function_main_and_unknown_names_are_errors() {
     let engine = sim_engine(scratch.path());
     let dir = write_program(scratch.path(), "acc", ACCUMULATE, None);
     let mut program = engine.load_dir(&dir).unwrap();
-    let names = |ports: &[aneforge::engine::ane_host::PortInfo]| {
+    let names = |ports: &[Port]| {
         ports
             .iter()
             .map(|p| (p.name.clone(), p.dtype, p.shape.clone()))
@@ -141,7 +141,7 @@ fn host_data_converts_into_port_buffers_and_views_see_it() {
     let err = program
         .set_input("x", HostSlice::F32(&[1.0; 5]))
         .unwrap_err();
-    assert_eq!(err.to_string(), "port `x` holds 6 elements, got 5");
+    assert_eq!(err.to_string(), "port `x` [2, 3] holds 6 elements, got 5");
 }
 
 #[test]

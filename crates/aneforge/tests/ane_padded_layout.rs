@@ -5,7 +5,7 @@ mod ane_support;
 
 use ane_support::suite::{self, Agreement};
 use ane_support::{sim_engine, simulator_library, write_program};
-use aneforge::engine::ane_host::{BufferMut, HostSlice};
+use aneforge::engine::{BufferMut, Executable, HostSlice};
 use std::ffi::c_int;
 
 type Configure = unsafe extern "C" fn(u64, c_int, u64) -> i64;

@@ -67,7 +67,7 @@ fn resident_state_survives_release_under_the_program_limit() {
     let mut second = engine.load_dir(&b.join("training_step")).unwrap();
     first.share_buffer("acc_out", "acc").unwrap();
     second.share_buffer("w_out", "w").unwrap();
-    use aneforge::engine::ane_host::HostSlice;
+    use aneforge::engine::{Executable, HostSlice};
     first.set_input("acc", HostSlice::F32(&[0.0; 6])).unwrap();
     first.set_input("x", HostSlice::F32(&[1.0; 6])).unwrap();
     second.set_input("x", HostSlice::F32(&[0.0; 8])).unwrap();
@@ -100,7 +100,7 @@ fn programs_on_several_threads_share_one_engine() {
             let engine = engine.clone();
             let dir = dir.clone();
             std::thread::spawn(move || {
-                use aneforge::engine::ane_host::HostSlice;
+                use aneforge::engine::{Executable, HostSlice};
                 let mut program = engine.load_dir(&dir).unwrap();
                 program.share_buffer("acc_out", "acc").unwrap();
                 program

@@ -18,13 +18,11 @@ pub fn run(command: MilCommand) -> anyhow::Result<()> {
         MilCommand::Check { dir } => {
             let program = aneforge_mil::ProgramDir::load(&dir)
                 .with_context(|| format!("{} is not a valid program directory", dir.display()))?;
-            let blobs = crate::run::blob_store(&program);
             let mut unchecked = Vec::new();
             for function in &program.program.functions {
-                let planned = aneforge_cpu::compile(
-                    &program.program,
+                let planned = aneforge_cpu::compile_dir(
+                    &program,
                     &function.name,
-                    &blobs,
                     &aneforge_cpu::CompileOptions::default(),
                 );
                 match planned {

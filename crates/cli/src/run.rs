@@ -2,13 +2,11 @@
 //! `weights/weight.bin`, as `aneforge compile` writes them) on an engine, with `.npy` inputs and
 //! outputs.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use aneforge::engine::{AneEngine, EngineKind, HostSlice, HostTensor};
-use aneforge::Engine;
-use aneforge_mil::{DType, ProgramDir};
+use aneforge::engine::{self, codec, EngineKind, EngineOptions, HostTensor, Port};
+use aneforge_mil::ProgramDir;
 use anyhow::{bail, Context};
 
 use aneforge_models::npy;
@@ -47,50 +45,6 @@ pub struct RunArgs {
     pub ports: bool,
 }
 
-/// One port as the program declares it.
-struct Port {
-    name: String,
-    dtype: DType,
-    shape: Vec<usize>,
-}
-
-impl std::fmt::Display for Port {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {} {:?}", self.name, self.dtype, self.shape)
-    }
-}
-
-/// A loaded program on either engine.
-enum Loaded {
-    Cpu(aneforge_cpu::Instance),
-    Ane(aneforge::engine::AneProgram),
-}
-
-impl Loaded {
-    fn set_input(&mut self, name: &str, data: HostSlice<'_>) -> anyhow::Result<()> {
-        match self {
-            Loaded::Cpu(i) => i.set_input(name, data)?,
-            Loaded::Ane(p) => p.set_input(name, data)?,
-        }
-        Ok(())
-    }
-
-    fn execute(&mut self) -> anyhow::Result<()> {
-        match self {
-            Loaded::Cpu(i) => i.execute()?,
-            Loaded::Ane(p) => p.execute()?,
-        }
-        Ok(())
-    }
-
-    fn read_output(&self, name: &str) -> anyhow::Result<HostTensor> {
-        Ok(match self {
-            Loaded::Cpu(i) => i.read_output(name)?,
-            Loaded::Ane(p) => p.read_output(name)?,
-        })
-    }
-}
-
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.threads.apply()?;
     if !args.dir.join("model.mil").is_file() {
@@ -105,22 +59,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let program_dir = ProgramDir::load(&args.dir)?;
     let function = choose_function(&program_dir, args.function.as_deref(), &args.dir)?;
-    // the CPU engine's planner checks the whole function and knows every port's type; the CPU
-    // engine runs this plan
-    let plan = aneforge_cpu::compile(
-        &program_dir.program,
-        &function,
-        &blob_store(&program_dir),
-        &aneforge_cpu::CompileOptions::default(),
+    // the ports come from the function's signature; loading checks the rest
+    let (inputs, outputs) = Port::signature(
+        program_dir
+            .program
+            .function(&function)
+            .expect("choose_function returns a function of the program"),
     )
-    .with_context(|| format!("checking {} ({function})", args.dir.display()))?;
-    let convert = |p: &aneforge_cpu::PortInfo| Port {
-        name: p.name.clone(),
-        dtype: p.dtype,
-        shape: p.shape.clone(),
-    };
-    let inputs: Vec<Port> = plan.inputs().iter().map(convert).collect();
-    let outputs: Vec<Port> = plan.outputs().iter().map(convert).collect();
+    .with_context(|| format!("{} ({function})", args.dir.display()))?;
     let format = args.format.get();
     if args.ports && format != Format::Text {
         let rows: Vec<serde_json::Value> = [("input", &inputs), ("output", &outputs)]
@@ -141,12 +87,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let feeds = read_inputs(&args.inputs, &inputs)?;
     let engine = args.engine.select()?;
-    let mut loaded = load(&program_dir, &function, &plan, engine)
-        .with_context(|| format!("loading {} on the {engine:?} engine", args.dir.display()))?;
+    let mut loaded = engine::load_program(
+        &program_dir,
+        None,
+        &function,
+        engine,
+        EngineOptions::default(),
+    )
+    .with_context(|| format!("loading {} on the {engine:?} engine", args.dir.display()))?;
     for port in &inputs {
         let tensor = &feeds[&port.name];
         loaded
-            .set_input(&port.name, slice(tensor))
+            .set_input(&port.name, tensor.as_slice())
             .with_context(|| format!("input {}", port.name))?;
     }
     loaded
@@ -247,34 +199,6 @@ fn choose_function(
     }
 }
 
-pub fn blob_store(program_dir: &ProgramDir) -> aneforge_cpu::BlobStore {
-    program_dir
-        .blobs
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect::<HashMap<_, _>>()
-}
-
-fn load(
-    program_dir: &ProgramDir,
-    function: &str,
-    plan: &Arc<aneforge_cpu::Plan>,
-    engine: Engine,
-) -> anyhow::Result<Loaded> {
-    match engine {
-        Engine::Ane => {
-            // the runtime retains function `main`: a one-function program whose main is `function`
-            let mut single = program_dir.clone();
-            single.program.functions.retain(|f| f.name == function);
-            if let Some(f) = single.program.functions.first_mut() {
-                f.name = "main".into();
-            }
-            Ok(Loaded::Ane(AneEngine::global()?.load(&single)?))
-        }
-        _ => Ok(Loaded::Cpu(plan.instantiate())),
-    }
-}
-
 /// Parses `NAME=FILE` pairs and reads every file, checking names, shapes and dtypes against the
 /// ports.
 fn read_inputs(specs: &[String], ports: &[Port]) -> anyhow::Result<BTreeMap<String, HostTensor>> {
@@ -306,7 +230,7 @@ fn read_inputs(specs: &[String], ports: &[Port]) -> anyhow::Result<BTreeMap<Stri
                 port.shape
             );
         }
-        if !accepts(port.dtype, &tensor) {
+        if !codec::accepts(port.dtype, &tensor.as_slice()) {
             bail!(
                 "{}: {} data, but input {} is {}",
                 path.display(),
@@ -378,28 +302,6 @@ fn float64_npy(bytes: &[u8]) -> Option<(Vec<usize>, Vec<f32>)> {
         .map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default()) as f32)
         .collect();
     Some((shape, values))
-}
-
-fn accepts(port: DType, tensor: &HostTensor) -> bool {
-    match port {
-        DType::Fp32 | DType::Fp16 => matches!(tensor, HostTensor::F32(_) | HostTensor::F16(_)),
-        DType::Int32 => matches!(tensor, HostTensor::I32(_)),
-        DType::Int8 => matches!(tensor, HostTensor::I8(_)),
-        DType::Uint8 => matches!(tensor, HostTensor::U8(_)),
-        DType::Bool => matches!(tensor, HostTensor::Bool(_)),
-        _ => false,
-    }
-}
-
-fn slice(tensor: &HostTensor) -> HostSlice<'_> {
-    match tensor {
-        HostTensor::F32(v) => HostSlice::F32(v),
-        HostTensor::F16(v) => HostSlice::F16(v),
-        HostTensor::I32(v) => HostSlice::I32(v),
-        HostTensor::I8(v) => HostSlice::I8(v),
-        HostTensor::U8(v) => HostSlice::U8(v),
-        HostTensor::Bool(v) => HostSlice::Bool(v),
-    }
 }
 
 fn values(tensor: &HostTensor) -> serde_json::Value {

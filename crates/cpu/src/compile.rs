@@ -3,7 +3,8 @@
 use crate::error::{CpuError, Result};
 use crate::kernels::Kernel;
 use crate::known::{decode_literal, BlobStore, Known};
-use crate::plan::{op_error, ArenaAlloc, Home, Node, Plan, PortInfo, Value, Vid};
+use crate::plan::{op_error, ArenaAlloc, Home, Node, Plan, Value, Vid};
+use crate::port::Port;
 use crate::tensor::Elem;
 use aneforge_mil::{Argument, DType, Literal, Operation, Program, ValueType};
 use std::collections::HashMap;
@@ -451,7 +452,7 @@ pub fn compile(
             return Err(bad("defined twice".into()));
         }
         b.add_value(nv.name.clone(), ty.dtype, shape.clone(), Home::Input(i));
-        inputs.push(PortInfo {
+        inputs.push(Port {
             name: nv.name.clone(),
             dtype: ty.dtype,
             shape,
@@ -489,7 +490,7 @@ pub fn compile(
                 val.dtype
             )));
         }
-        outputs.push(PortInfo {
+        outputs.push(Port {
             name: name.clone(),
             dtype: val.dtype,
             shape: val.shape.clone(),
@@ -513,8 +514,8 @@ pub fn compile(
 
 fn finish(
     mut b: Builder<'_>,
-    inputs: Vec<PortInfo>,
-    outputs: Vec<PortInfo>,
+    inputs: Vec<Port>,
+    outputs: Vec<Port>,
     output_vids: Vec<Vid>,
     threads: usize,
 ) -> Result<Arc<Plan>> {

@@ -1,6 +1,6 @@
 //! Errors of the CPU engine. Compile errors name the op (its `name` attribute and type).
 
-use aneforge_mil::DType;
+use crate::port::PortError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CpuError {
@@ -16,30 +16,8 @@ pub enum CpuError {
     Input { name: String, message: String },
     #[error("program: {0}")]
     Program(String),
-    #[error("no {kind} port named `{name}` (ports: {available})")]
-    UnknownPort {
-        kind: &'static str,
-        name: String,
-        available: String,
-    },
-    #[error("port `{port}` holds {expected} elements, got {found}")]
-    Length {
-        port: String,
-        expected: usize,
-        found: usize,
-    },
-    #[error("port `{port}` is {expected}, host data is {found}")]
-    Dtype {
-        port: String,
-        expected: DType,
-        found: &'static str,
-    },
-    #[error("share_buffer({output}, {input}): {message}")]
-    Share {
-        output: String,
-        input: String,
-        message: String,
-    },
+    #[error(transparent)]
+    Port(#[from] PortError),
     #[error("execute: {0}")]
     Execute(String),
 }

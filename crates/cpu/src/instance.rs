@@ -1,8 +1,10 @@
 //! `Instance`: port buffers, the arena and scratch of one running copy of a plan.
 
+use crate::codec;
 use crate::error::{CpuError, Result};
 use crate::kernels::Cx;
-use crate::plan::{Home, Plan, PortInfo};
+use crate::plan::{Home, Plan};
+use crate::port::{find_port, Direction, Port, PortError};
 use crate::tensor::{AlignedBuf, BufferMut, BufferRef, Elem, HostSlice, HostTensor, SendPtr};
 use aneforge_mil::DType;
 use half::f16;
@@ -132,17 +134,13 @@ fn value_stats(cx: &Cx<'_>, n: &crate::plan::Node, v: crate::plan::Vid) -> Value
     }
 }
 
-fn port_bytes(p: &PortInfo) -> usize {
-    p.len() * Elem::from_dtype(p.dtype).map_or(0, |e| e.size())
-}
-
 impl Instance {
     pub(crate) fn new(plan: Arc<Plan>) -> Instance {
         let nin = plan.inputs.len();
         let nout = plan.outputs.len();
         let mut storage = Vec::new();
         for p in plan.inputs.iter().chain(plan.outputs.iter()) {
-            storage.push(AlignedBuf::zeroed(port_bytes(p)));
+            storage.push(AlignedBuf::zeroed(p.dense_bytes()));
         }
         let mut inst = Instance {
             scratch: vec![0.0; plan.scratch_floats.max(1)],
@@ -176,91 +174,39 @@ impl Instance {
     }
 
     fn input_index(&self, name: &str) -> Result<usize> {
-        self.plan
-            .inputs
-            .iter()
-            .position(|p| p.name == name)
-            .ok_or_else(|| CpuError::UnknownPort {
-                kind: "input",
-                name: name.to_string(),
-                available: self
-                    .plan
-                    .inputs
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
+        Ok(find_port(&self.plan.inputs, Direction::Input, name)?)
     }
 
     fn output_index(&self, name: &str) -> Result<usize> {
-        self.plan
-            .outputs
-            .iter()
-            .position(|p| p.name == name)
-            .ok_or_else(|| CpuError::UnknownPort {
-                kind: "output",
-                name: name.to_string(),
-                available: self
-                    .plan
-                    .outputs
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
+        Ok(find_port(&self.plan.outputs, Direction::Output, name)?)
     }
 
     /// Copies (and converts) host data into an input port.
     pub fn set_input(&mut self, name: &str, data: HostSlice<'_>) -> Result<()> {
         let i = self.input_index(name)?;
-        let port = &self.plan.inputs[i];
-        if data.len() != port.len() {
-            return Err(CpuError::Length {
-                port: name.to_string(),
-                expected: port.len(),
-                found: data.len(),
-            });
-        }
-        let dtype = port.dtype;
-        let mismatch = || CpuError::Dtype {
-            port: name.to_string(),
-            expected: dtype,
-            found: data.kind(),
-        };
-        let s = self.bind[i];
-        let buf = &mut self.storage[s];
-        match (Elem::from_dtype(dtype), data) {
-            (Some(Elem::F32), HostSlice::F32(v)) => buf.typed_mut::<f32>().copy_from_slice(v),
-            (Some(Elem::F32), HostSlice::F16(v)) => {
-                for (d, x) in buf.typed_mut::<f32>().iter_mut().zip(v) {
-                    *d = x.to_f32();
-                }
-            }
-            (Some(Elem::F16), HostSlice::F16(v)) => buf.typed_mut::<f16>().copy_from_slice(v),
-            (Some(Elem::F16), HostSlice::F32(v)) => {
-                use half::slice::HalfFloatSliceExt;
-                buf.typed_mut::<f16>().convert_from_f32_slice(v)
-            }
-            (Some(Elem::I32), HostSlice::I32(v)) => buf.typed_mut::<i32>().copy_from_slice(v),
-            (Some(Elem::I8), HostSlice::I8(v)) => buf.typed_mut::<i8>().copy_from_slice(v),
-            (Some(Elem::U8), HostSlice::U8(v)) => buf.typed_mut::<u8>().copy_from_slice(v),
-            (Some(Elem::Bool), HostSlice::Bool(v)) => {
-                for (d, &x) in buf.typed_mut::<u8>().iter_mut().zip(v) {
-                    *d = x as u8;
-                }
-            }
-            _ => return Err(mismatch()),
-        }
-        Ok(())
+        let buf = &mut self.storage[self.bind[i]];
+        Ok(codec::encode(&self.plan.inputs[i], data, buf.bytes_mut())?)
+    }
+
+    /// Copies an input's dense bytes in the codec's form (bool bytes may be any value).
+    pub fn write_input_bytes(&mut self, name: &str, bytes: &[u8]) -> Result<()> {
+        let i = self.input_index(name)?;
+        let buf = &mut self.storage[self.bind[i]];
+        Ok(codec::copy_dense(
+            &self.plan.inputs[i],
+            bytes,
+            buf.bytes_mut(),
+        )?)
     }
 
     /// Binds input `input` to output `output`'s buffer so state stays resident across executes.
     pub fn share_buffer(&mut self, output: &str, input: &str) -> Result<()> {
-        let err = |m: &str| CpuError::Share {
-            output: output.to_string(),
-            input: input.to_string(),
-            message: m.to_string(),
+        let err = |m: &str| {
+            CpuError::Port(PortError::Share {
+                output: output.to_string(),
+                input: input.to_string(),
+                message: m.to_string(),
+            })
         };
         if self.executed {
             return Err(err("must be called before the first execute"));
@@ -301,7 +247,7 @@ impl Instance {
         let in_place = self.plan.inplace[j] == Some(i);
         if self.plan.output_direct[j] && !in_place {
             let staging = self.storage.len();
-            self.storage.push(AlignedBuf::zeroed(port_bytes(op)));
+            self.storage.push(AlignedBuf::zeroed(op.dense_bytes()));
             self.bind[nin + j] = staging;
             self.end_copies.push((staging, out_storage));
         }
@@ -415,60 +361,49 @@ impl Instance {
         Ok(())
     }
 
-    fn out_buf(&self, name: &str) -> Result<(&AlignedBuf, &PortInfo)> {
+    fn out_buf(&self, name: &str) -> Result<(&AlignedBuf, &Port)> {
         let j = self.output_index(name)?;
         Ok((&self.storage[self.out_store[j]], &self.plan.outputs[j]))
     }
 
     pub fn read_output(&self, name: &str) -> Result<HostTensor> {
         let (b, p) = self.out_buf(name)?;
-        Ok(match Elem::from_dtype(p.dtype) {
-            Some(Elem::F32) => HostTensor::F32(b.typed::<f32>().to_vec()),
-            Some(Elem::F16) => HostTensor::F16(b.typed::<f16>().to_vec()),
-            Some(Elem::I32) => HostTensor::I32(b.typed::<i32>().to_vec()),
-            Some(Elem::I8) => HostTensor::I8(b.typed::<i8>().to_vec()),
-            Some(Elem::U8) => HostTensor::U8(b.bytes().to_vec()),
-            _ => HostTensor::Bool(b.bytes().iter().map(|&x| x != 0).collect()),
-        })
+        Ok(codec::decode(p, b.bytes())?)
     }
 
     pub fn read_output_f32(&self, name: &str) -> Result<Vec<f32>> {
         Ok(self.read_output(name)?.to_f32())
     }
 
+    /// An output's dense bytes in the codec's form.
+    pub fn output_bytes(&self, name: &str) -> Result<&[u8]> {
+        Ok(self.out_buf(name)?.0.bytes())
+    }
+
     pub fn output_view(&self, name: &str) -> Result<BufferRef<'_>> {
         let (b, p) = self.out_buf(name)?;
-        Ok(match Elem::from_dtype(p.dtype) {
-            Some(Elem::F32) => BufferRef::F32(b.typed()),
-            Some(Elem::F16) => BufferRef::F16(b.typed()),
-            Some(Elem::I32) => BufferRef::I32(b.typed()),
-            Some(Elem::I8) => BufferRef::I8(b.typed()),
-            Some(Elem::U8) => BufferRef::U8(b.typed()),
-            // SAFETY: bool storage only ever holds 0 or 1.
-            _ => BufferRef::Bool(unsafe {
+        if p.dtype == DType::Bool {
+            // SAFETY: bool storage only ever holds 0 or 1 (every write goes through the codec or
+            // a `&mut [bool]` view).
+            return Ok(BufferRef::Bool(unsafe {
                 std::slice::from_raw_parts(b.as_ptr() as *const bool, b.len())
-            }),
-        })
+            }));
+        }
+        Ok(codec::view(p, b.bytes())?)
     }
 
     pub fn input_view_mut(&mut self, name: &str) -> Result<BufferMut<'_>> {
         let i = self.input_index(name)?;
-        let dtype = self.plan.inputs[i].dtype;
+        let p = &self.plan.inputs[i];
         let b = &mut self.storage[self.bind[i]];
-        Ok(match Elem::from_dtype(dtype) {
-            Some(Elem::F32) => BufferMut::F32(b.typed_mut()),
-            Some(Elem::F16) => BufferMut::F16(b.typed_mut()),
-            Some(Elem::I32) => BufferMut::I32(b.typed_mut()),
-            Some(Elem::I8) => BufferMut::I8(b.typed_mut()),
-            Some(Elem::U8) => BufferMut::U8(b.typed_mut()),
-            _ => {
-                let n = b.len();
-                // SAFETY: bool storage holds 0/1; `bool` has the same layout as u8. Callers can
-                // only write valid bools through `&mut [bool]`.
-                BufferMut::Bool(unsafe {
-                    std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut bool, n)
-                })
-            }
-        })
+        if p.dtype == DType::Bool {
+            let n = b.len();
+            // SAFETY: bool storage holds 0/1; `bool` has the same layout as u8. Callers can only
+            // write valid bools through `&mut [bool]`.
+            return Ok(BufferMut::Bool(unsafe {
+                std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut bool, n)
+            }));
+        }
+        Ok(codec::view_mut(p, b.bytes_mut())?)
     }
 }

@@ -7,6 +7,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod bench;
+pub mod codec;
 mod compile;
 mod error;
 mod fuse;
@@ -15,14 +16,17 @@ mod kernels;
 mod known;
 mod ops;
 mod plan;
+mod port;
 mod shared_weights;
 #[doc(hidden)]
 pub mod simd;
 mod tensor;
 
+pub use codec::Carried;
 pub use compile::{compile, compile_dir, Accumulation, CompileOptions};
 pub use error::CpuError;
 pub use instance::{Instance, KernelTime, ValueStats};
 pub use known::BlobStore;
-pub use plan::{Plan, PortInfo};
+pub use plan::Plan;
+pub use port::{find_port, Direction, Port, PortError};
 pub use tensor::{BufferMut, BufferRef, HostSlice, HostTensor};

@@ -2,6 +2,7 @@
 
 use crate::error::CpuError;
 use crate::kernels::Kernel;
+use crate::port::Port;
 use crate::tensor::{AlignedBuf, Elem};
 use aneforge_mil::DType;
 use std::sync::Arc;
@@ -51,24 +52,6 @@ pub(crate) struct Node {
     pub writes: Vec<Vid>,
 }
 
-/// Public description of one input or output port.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PortInfo {
-    pub name: String,
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-}
-
-impl PortInfo {
-    pub fn len(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// An immutable, validated execution plan for one function. Share it between instances.
 pub struct Plan {
     pub(crate) values: Vec<Value>,
@@ -77,8 +60,8 @@ pub struct Plan {
     pub(crate) locs: Vec<(usize, usize)>,
     pub(crate) nodes: Vec<Node>,
     pub(crate) consts: Vec<AlignedBuf>,
-    pub(crate) inputs: Vec<PortInfo>,
-    pub(crate) outputs: Vec<PortInfo>,
+    pub(crate) inputs: Vec<Port>,
+    pub(crate) outputs: Vec<Port>,
     pub(crate) output_vids: Vec<Vid>,
     /// Output j is written in place by its producer (otherwise copied at the end of execute).
     pub(crate) output_direct: Vec<bool>,
@@ -103,11 +86,11 @@ impl std::fmt::Debug for Plan {
 }
 
 impl Plan {
-    pub fn inputs(&self) -> &[PortInfo] {
+    pub fn inputs(&self) -> &[Port] {
         &self.inputs
     }
 
-    pub fn outputs(&self) -> &[PortInfo] {
+    pub fn outputs(&self) -> &[Port] {
         &self.outputs
     }
 

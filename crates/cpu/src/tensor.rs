@@ -153,6 +153,20 @@ pub enum BufferMut<'a> {
     Bool(&'a mut [bool]),
 }
 
+impl HostTensor {
+    /// The tensor's data as a slice to feed a port.
+    pub fn as_slice(&self) -> HostSlice<'_> {
+        match self {
+            HostTensor::F32(v) => HostSlice::F32(v),
+            HostTensor::F16(v) => HostSlice::F16(v),
+            HostTensor::I32(v) => HostSlice::I32(v),
+            HostTensor::I8(v) => HostSlice::I8(v),
+            HostTensor::U8(v) => HostSlice::U8(v),
+            HostTensor::Bool(v) => HostSlice::Bool(v),
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([u8; 64]);
@@ -197,17 +211,6 @@ impl AlignedBuf {
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as above, uniquely borrowed.
         unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), self.len) }
-    }
-
-    pub fn typed<T: bytemuck::Pod>(&self) -> &[T] {
-        bytemuck::cast_slice(
-            &self.bytes()[..self.len / std::mem::size_of::<T>() * std::mem::size_of::<T>()],
-        )
-    }
-
-    pub fn typed_mut<T: bytemuck::Pod>(&mut self) -> &mut [T] {
-        let n = self.len / std::mem::size_of::<T>() * std::mem::size_of::<T>();
-        bytemuck::cast_slice_mut(&mut self.bytes_mut()[..n])
     }
 }
 

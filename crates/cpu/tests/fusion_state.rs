@@ -1,5 +1,5 @@
 mod common;
-use aneforge_cpu::{compile, BlobStore, CompileOptions, CpuError, HostSlice};
+use aneforge_cpu::{compile, BlobStore, CompileOptions, CpuError, HostSlice, PortError};
 use aneforge_mil::{BlobFile, BlobWriter, DType, Literal, TensorType};
 use common::*;
 
@@ -237,7 +237,7 @@ fn share_buffer_accumulates_across_executes() {
         }
         assert!(matches!(
             inst.share_buffer(&y, "acc"),
-            Err(CpuError::Share { .. })
+            Err(CpuError::Port(PortError::Share { .. }))
         ));
     }
 }
@@ -389,28 +389,28 @@ fn errors_name_the_op_and_the_problem() {
     let mut inst = plan.instantiate();
     assert!(matches!(
         inst.set_input("x", HostSlice::F32(&[1.0; 5])),
-        Err(CpuError::Length {
+        Err(CpuError::Port(PortError::Length {
             expected: 6,
             found: 5,
             ..
-        })
+        }))
     ));
     assert!(matches!(
         inst.set_input("nope", HostSlice::F32(&[1.0; 6])),
-        Err(CpuError::UnknownPort { .. })
+        Err(CpuError::Port(PortError::UnknownPort { .. }))
     ));
     assert!(matches!(
         inst.set_input("x", HostSlice::I32(&[1; 6])),
-        Err(CpuError::Dtype { .. })
+        Err(CpuError::Port(PortError::Dtype { .. }))
     ));
     assert!(matches!(
         inst.read_output("x"),
-        Err(CpuError::UnknownPort { .. })
+        Err(CpuError::Port(PortError::UnknownPort { .. }))
     ));
     inst.execute().unwrap();
     assert!(matches!(
         inst.share_buffer(&y, "x"),
-        Err(CpuError::Share { .. })
+        Err(CpuError::Port(PortError::Share { .. }))
     ));
 }
 

@@ -1,8 +1,7 @@
 //! What runs a planned function: the CPU engine (`aneforge-cpu`) behind two small traits, so the
 //! simulator's handle layer deals in dense port bytes only.
 
-use crate::program::PortSpec;
-use aneforge_cpu::{BufferMut, BufferRef, CompileOptions, Instance};
+use aneforge_cpu::{CompileOptions, Instance, Port};
 use std::sync::Arc;
 
 pub use aneforge_cpu::BlobStore;
@@ -25,8 +24,8 @@ pub fn plan(
     program: &aneforge_mil::Program,
     function: &str,
     blobs: &BlobStore,
-    inputs: &[PortSpec],
-    outputs: &[PortSpec],
+    inputs: &[Port],
+    outputs: &[Port],
 ) -> Result<Arc<dyn Plan>, String> {
     let plan = aneforge_cpu::compile(program, function, blobs, &CompileOptions::default())
         .map_err(|e| format!("function `{function}`: {e}"))?;
@@ -34,22 +33,10 @@ pub fn plan(
         ("input", plan.inputs(), inputs),
         ("output", plan.outputs(), outputs),
     ] {
-        let same = planned.len() == declared.len()
-            && planned
-                .iter()
-                .zip(declared)
-                .all(|(p, d)| p.name == d.name && p.dtype == d.dtype && p.shape == d.shape);
-        if !same {
+        if planned != declared {
             return Err(format!(
-                "function `{function}`: the CPU engine planned {kind}s {:?}, the program declares {:?}",
-                planned
-                    .iter()
-                    .map(|p| (&p.name, p.dtype, &p.shape))
-                    .collect::<Vec<_>>(),
-                declared
-                    .iter()
-                    .map(|p| (&p.name, p.dtype, &p.shape))
-                    .collect::<Vec<_>>()
+                "function `{function}`: the CPU engine planned {kind}s {planned:?}, the program \
+                 declares {declared:?}"
             ));
         }
     }
@@ -89,52 +76,12 @@ fn name(names: &[String], index: usize) -> Result<&str, String> {
         .ok_or_else(|| format!("no port {index}"))
 }
 
-fn copy_in<T: bytemuck::Pod>(dst: &mut [T], src: &[u8]) -> Result<(), String> {
-    let dst: &mut [u8] = bytemuck::cast_slice_mut(dst);
-    if dst.len() != src.len() {
-        return Err(format!("port holds {} bytes, got {}", dst.len(), src.len()));
-    }
-    dst.copy_from_slice(src);
-    Ok(())
-}
-
-fn copy_out<T: bytemuck::Pod>(src: &[T], dst: &mut [u8]) -> Result<(), String> {
-    let src: &[u8] = bytemuck::cast_slice(src);
-    if dst.len() != src.len() {
-        return Err(format!(
-            "port holds {} bytes, asked for {}",
-            src.len(),
-            dst.len()
-        ));
-    }
-    dst.copy_from_slice(src);
-    Ok(())
-}
-
 impl Executable for CpuExecutable {
     fn write_input(&mut self, index: usize, bytes: &[u8]) -> Result<(), String> {
         let port = name(&self.inputs, index)?;
-        let view = self
-            .instance
-            .input_view_mut(port)
-            .map_err(|e| e.to_string())?;
-        match view {
-            BufferMut::F32(v) => copy_in(v, bytes),
-            BufferMut::F16(v) => copy_in(v, bytes),
-            BufferMut::I32(v) => copy_in(v, bytes),
-            BufferMut::I8(v) => copy_in(v, bytes),
-            BufferMut::U8(v) => copy_in(v, bytes),
-            BufferMut::Bool(v) => {
-                if v.len() != bytes.len() {
-                    return Err(format!("port holds {} bytes, got {}", v.len(), bytes.len()));
-                }
-                for (d, &b) in v.iter_mut().zip(bytes) {
-                    *d = b != 0;
-                }
-                Ok(())
-            }
-        }
-        .map_err(|e| format!("input `{port}`: {e}"))
+        self.instance
+            .write_input_bytes(port, bytes)
+            .map_err(|e| format!("input `{port}`: {e}"))
     }
 
     fn execute(&mut self) -> Result<(), String> {
@@ -143,27 +90,18 @@ impl Executable for CpuExecutable {
 
     fn read_output(&self, index: usize, dst: &mut [u8]) -> Result<(), String> {
         let port = name(&self.outputs, index)?;
-        let view = self.instance.output_view(port).map_err(|e| e.to_string())?;
-        match view {
-            BufferRef::F32(v) => copy_out(v, dst),
-            BufferRef::F16(v) => copy_out(v, dst),
-            BufferRef::I32(v) => copy_out(v, dst),
-            BufferRef::I8(v) => copy_out(v, dst),
-            BufferRef::U8(v) => copy_out(v, dst),
-            BufferRef::Bool(v) => {
-                if v.len() != dst.len() {
-                    return Err(format!(
-                        "port holds {} bytes, asked for {}",
-                        v.len(),
-                        dst.len()
-                    ));
-                }
-                for (d, &b) in dst.iter_mut().zip(v) {
-                    *d = u8::from(b);
-                }
-                Ok(())
-            }
+        let src = self
+            .instance
+            .output_bytes(port)
+            .map_err(|e| format!("output `{port}`: {e}"))?;
+        if src.len() != dst.len() {
+            return Err(format!(
+                "output `{port}`: port holds {} bytes, asked for {}",
+                src.len(),
+                dst.len()
+            ));
         }
-        .map_err(|e| format!("output `{port}`: {e}"))
+        dst.copy_from_slice(src);
+        Ok(())
     }
 }

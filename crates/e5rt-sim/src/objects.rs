@@ -5,8 +5,10 @@
 use crate::backend::Executable;
 use crate::error::{Code, Result, SimError};
 use crate::memory::Memory;
-use crate::program::{CompiledFunction, CompiledProgram, Layout, PortSpec};
+use crate::program::{elem, CompiledFunction, CompiledProgram, Layout};
+// the function's port, as opposed to the e5rt port object `Port` below
 use crate::{config, program};
+use aneforge_cpu::Port as PortSpec;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -399,7 +401,7 @@ impl TensorDesc {
         let unit = if config::strides_in_bytes() {
             1
         } else {
-            spec.elem
+            elem(spec)
         };
         TensorDesc {
             shape: spec.shape.iter().map(|&d| d as u64).collect(),

@@ -4,28 +4,10 @@
 use crate::backend::{self, BlobStore, Plan};
 use crate::config;
 use crate::error::{Code, Result, SimError};
-use aneforge_mil::{DType, ProgramDir, ValueType};
+use aneforge_cpu::Port;
+use aneforge_mil::ProgramDir;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// One function input or output.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PortSpec {
-    pub name: String,
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-    pub elem: usize,
-}
-
-impl PortSpec {
-    pub fn len(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    pub fn dense_bytes(&self) -> usize {
-        self.len() * self.elem
-    }
-}
 
 /// Where a port's elements live in a buffer bound to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,9 +20,9 @@ pub struct Layout {
 
 impl Layout {
     /// Dense rows, or rows padded to `row_alignment` bytes when that is non-zero.
-    pub fn for_port(spec: &PortSpec, row_alignment: usize) -> Layout {
+    pub fn for_port(spec: &Port, row_alignment: usize) -> Layout {
         let rank = spec.shape.len();
-        let mut strides = vec![spec.elem; rank];
+        let mut strides = vec![elem(spec); rank];
         for i in (0..rank.saturating_sub(1)).rev() {
             let inner = strides[i + 1] * spec.shape[i + 1];
             strides[i] = if i + 2 == rank && row_alignment > 0 {
@@ -57,12 +39,12 @@ impl Layout {
                 .zip(&strides)
                 .map(|(&d, &s)| (d - 1) * s)
                 .sum::<usize>()
-                + spec.elem
+                + elem(spec)
         };
         Layout { strides, extent }
     }
 
-    fn rows<'a>(&'a self, spec: &'a PortSpec) -> impl Iterator<Item = usize> + 'a {
+    fn rows<'a>(&'a self, spec: &'a Port) -> impl Iterator<Item = usize> + 'a {
         let outer = &spec.shape[..spec.shape.len().saturating_sub(1)];
         let count: usize = outer.iter().product();
         (0..count).map(move |mut r| {
@@ -76,16 +58,16 @@ impl Layout {
     }
 
     /// Copies the port's elements out of a bound buffer into dense `dst`.
-    pub fn gather(&self, spec: &PortSpec, src: &[u8], dst: &mut [u8]) {
-        let row = spec.shape.last().copied().unwrap_or(1) * spec.elem;
+    pub fn gather(&self, spec: &Port, src: &[u8], dst: &mut [u8]) {
+        let row = spec.shape.last().copied().unwrap_or(1) * elem(spec);
         for (r, offset) in self.rows(spec).enumerate() {
             dst[r * row..(r + 1) * row].copy_from_slice(&src[offset..offset + row]);
         }
     }
 
     /// Copies dense `src` into a bound buffer, leaving padding bytes untouched.
-    pub fn scatter(&self, spec: &PortSpec, src: &[u8], dst: &mut [u8]) {
-        let row = spec.shape.last().copied().unwrap_or(1) * spec.elem;
+    pub fn scatter(&self, spec: &Port, src: &[u8], dst: &mut [u8]) {
+        let row = spec.shape.last().copied().unwrap_or(1) * elem(spec);
         for (r, offset) in self.rows(spec).enumerate() {
             dst[offset..offset + row].copy_from_slice(&src[r * row..(r + 1) * row]);
         }
@@ -95,8 +77,8 @@ impl Layout {
 /// One planned function of a compiled program.
 pub struct CompiledFunction {
     pub name: String,
-    pub inputs: Vec<PortSpec>,
-    pub outputs: Vec<PortSpec>,
+    pub inputs: Vec<Port>,
+    pub outputs: Vec<Port>,
     pub plan: Arc<dyn Plan>,
 }
 
@@ -113,13 +95,9 @@ impl CompiledProgram {
     }
 }
 
-fn element_size(dtype: DType) -> Option<usize> {
-    Some(match dtype {
-        DType::Fp32 | DType::Int32 => 4,
-        DType::Fp16 => 2,
-        DType::Int8 | DType::Uint8 | DType::Bool => 1,
-        _ => return None,
-    })
+/// Bytes per element of a port from a signature (which only has exchangeable dtypes).
+pub fn elem(port: &Port) -> usize {
+    port.elem_bytes().expect("signature ports have host dtypes")
 }
 
 fn compile_error(path: &Path, message: impl std::fmt::Display) -> SimError {
@@ -127,45 +105,6 @@ fn compile_error(path: &Path, message: impl std::fmt::Display) -> SimError {
         Code::CompileFailed,
         format!("{}: {message}", path.display()),
     )
-}
-
-fn ports(path: &Path, function: &aneforge_mil::Function) -> Result<(Vec<PortSpec>, Vec<PortSpec>)> {
-    let spec = |name: &str, ty: Option<&ValueType>| -> Result<PortSpec> {
-        let what = format!("port `{name}` of function `{}`", function.name);
-        let tensor = ty
-            .and_then(ValueType::tensor)
-            .ok_or_else(|| compile_error(path, format!("{what} is not a tensor")))?;
-        let shape = tensor
-            .static_shape()
-            .ok_or_else(|| compile_error(path, format!("{what} has a symbolic shape")))?;
-        let elem = element_size(tensor.dtype).ok_or_else(|| {
-            compile_error(
-                path,
-                format!(
-                    "{what} has dtype {}, which ports cannot carry",
-                    tensor.dtype
-                ),
-            )
-        })?;
-        Ok(PortSpec {
-            name: name.to_string(),
-            dtype: tensor.dtype,
-            shape,
-            elem,
-        })
-    };
-    let inputs = function
-        .inputs
-        .iter()
-        .map(|v| spec(&v.name, Some(&v.ty)))
-        .collect::<Result<Vec<_>>>()?;
-    let outputs = function
-        .body
-        .outputs
-        .iter()
-        .map(|name| spec(name, function.value_type(name)))
-        .collect::<Result<Vec<_>>>()?;
-    Ok((inputs, outputs))
 }
 
 /// Compiles the program at `path` (the `model.mil` of a program directory), claiming one of the
@@ -184,7 +123,7 @@ pub fn compile(path: &Path) -> Result<CompiledProgram> {
     let program = loaded.program;
     let mut functions = Vec::with_capacity(program.functions.len());
     for function in &program.functions {
-        let (inputs, outputs) = ports(path, function)?;
+        let (inputs, outputs) = Port::signature(function).map_err(|e| compile_error(path, e))?;
         let plan = backend::plan(&program, &function.name, &blobs, &inputs, &outputs)
             .map_err(|e| compile_error(path, e))?;
         functions.push(Arc::new(CompiledFunction {

@@ -12,11 +12,13 @@
 //! - compile failures back off: a program whose compile failed is not recompiled until a delay
 //!   that doubles with every failure has passed.
 
-use super::ane_ffi::{BufferMemory, Direction, Handle, Runtime, DEVICE_ANE};
-use super::ane_host::{BufferMut, BufferRef, HostSlice, HostTensor, PortInfo};
-use super::ane_layout::{self, element_size, PortLayout};
-use aneforge_mil::{DType, ProgramDir, ValueType};
-use half::f16;
+use super::ane_ffi::{BufferMemory, Handle, Runtime, DEVICE_ANE};
+use super::ane_layout::PortLayout;
+use super::{
+    codec, find_port, BufferMut, BufferRef, Direction, EngineError, Executable, HostSlice,
+    HostTensor, Port, PortError,
+};
+use aneforge_mil::ProgramDir;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -64,32 +66,8 @@ pub enum AneError {
     Program { path: PathBuf, message: String },
     #[error("{}: {message}", path.display())]
     Io { path: PathBuf, message: String },
-    #[error("no {kind} port named `{name}` (ports: {available})")]
-    UnknownPort {
-        kind: &'static str,
-        name: String,
-        available: String,
-    },
-    #[error("port `{port}` holds {expected} elements, got {found}")]
-    Length {
-        port: String,
-        expected: usize,
-        found: usize,
-    },
-    #[error("port `{port}` is {expected}, host data is {found}")]
-    Dtype {
-        port: String,
-        expected: DType,
-        found: &'static str,
-    },
-    #[error("share_buffer({output}, {input}): {message}")]
-    Share {
-        output: String,
-        input: String,
-        message: String,
-    },
-    #[error("port `{port}`: {message}")]
-    View { port: String, message: String },
+    #[error(transparent)]
+    Port(#[from] PortError),
     #[error(
         "{}: compiling failed {failures} time(s); not retrying for another {retry_in_ms} ms \
          (last error: {last_error})",
@@ -401,17 +379,7 @@ impl AneEngine {
     /// Saves `program` in the program cache, in a directory named by its content hash (kept
     /// across processes; compiled bundles are not), then loads it.
     pub fn load(self: &Arc<Self>, program: &ProgramDir) -> Result<AneProgram, AneError> {
-        let text = aneforge_mil::print(&program.program);
-        let mut h = Sha256::new();
-        h.update((text.len() as u64).to_le_bytes());
-        h.update(text.as_bytes());
-        for (path, blob) in &program.blobs {
-            h.update((path.len() as u64).to_le_bytes());
-            h.update(path.as_bytes());
-            h.update((blob.bytes().len() as u64).to_le_bytes());
-            h.update(blob.bytes());
-        }
-        self.load_keyed(program, h.finalize().into())
+        self.load_keyed(program, super::content_hash(program))
     }
 
     /// [`AneEngine::load`] for a program whose content hash `key` the caller already has (such as
@@ -444,39 +412,25 @@ impl AneEngine {
         let text = std::fs::read_to_string(&mil_path).map_err(|e| io_err(&mil_path, e))?;
         let key = program_key(dir, &text);
         let (inputs, outputs) = main_ports(&mil_path, &text)?;
-        let (input_infos, output_infos) = (inputs.clone(), outputs.clone());
         let mil_path_str = path_str(&mil_path)?.to_string();
-        let mut ports = Vec::with_capacity(inputs.len() + outputs.len());
-        for (info, direction) in inputs
-            .into_iter()
-            .map(|p| (p, Direction::Input))
-            .chain(outputs.into_iter().map(|p| (p, Direction::Output)))
-        {
-            let elem = element_size(info.dtype).ok_or_else(|| AneError::Program {
-                path: mil_path.clone(),
-                message: format!(
-                    "port `{}` has dtype {}, which the ANE engine cannot exchange with the host",
-                    info.name, info.dtype
-                ),
-            })?;
-            let layout = PortLayout::dense(&info.shape, elem);
-            ports.push(Port {
-                info,
-                direction,
-                layout,
+        let bindings = inputs
+            .iter()
+            .chain(&outputs)
+            .map(|port| Binding {
+                layout: PortLayout::dense(&port.shape, port.elem_bytes().unwrap_or(1)),
                 buffer: usize::MAX,
                 shared: false,
-            });
-        }
+            })
+            .collect();
         let mut program = AneProgram {
             engine: Arc::clone(self),
             id: 0,
             dir: dir.to_path_buf(),
             mil_path: mil_path_str,
             key,
-            ports,
-            inputs: input_infos,
-            outputs: output_infos,
+            inputs,
+            outputs,
+            bindings,
             buffers: Vec::new(),
             executed: false,
         };
@@ -583,7 +537,7 @@ impl AneEngine {
             function: None,
             op_options: None,
             operation: None,
-            ports: Vec::with_capacity(program.ports.len()),
+            ports: Vec::with_capacity(program.bindings.len()),
             event: None,
             stream: None,
             encoded: false,
@@ -594,30 +548,30 @@ impl AneEngine {
         let op_options = loaded.op_options.insert(rt.op_options(function, "main")?);
         let operation = &*loaded.operation.insert(rt.operation(op_options)?);
         let first_load = program.buffers.is_empty();
-        for i in 0..program.ports.len() {
-            let (name, direction) = {
-                let p = &program.ports[i];
-                (p.info.name.clone(), p.direction)
-            };
+        for i in 0..program.bindings.len() {
+            let (name, direction) = (program.port(i).name.clone(), program.direction(i));
             let port = rt.retain_port(operation, direction, &name)?;
+            let binding = &program.bindings[i];
             let layout = match rt.port_layout(&port, &name)? {
-                Some(reported) => {
-                    let p = &program.ports[i];
-                    PortLayout::from_reported(&name, &p.info.shape, p.layout.elem, &reported)?
-                }
-                None => program.ports[i].layout.clone(),
+                Some(reported) => PortLayout::from_reported(
+                    &name,
+                    &program.port(i).shape,
+                    binding.layout.elem,
+                    &reported,
+                )?,
+                None => binding.layout.clone(),
             };
             if first_load {
-                program.ports[i].layout = layout;
-                program.ports[i].buffer = i;
-                let buffer = rt.buffer(program.ports[i].layout.buffer_bytes())?;
+                let buffer = rt.buffer(layout.buffer_bytes())?;
+                program.bindings[i].layout = layout;
+                program.bindings[i].buffer = i;
                 program.buffers.push(Some(buffer));
-            } else if layout != program.ports[i].layout {
+            } else if layout != binding.layout {
                 return Err(AneError::BadLayout {
                     port: name,
                     message: format!(
                         "after recompiling, the runtime reports {layout:?}, earlier {:?}",
-                        program.ports[i].layout
+                        binding.layout
                     ),
                 });
             }
@@ -688,7 +642,7 @@ impl AneEngine {
         let state = lock(&self.state);
         if let Some(loaded) = state.slots.get(&program.id).and_then(|s| s.loaded.as_ref()) {
             let port = &loaded.ports[input];
-            let name = &program.ports[input].info.name;
+            let name = &program.port(input).name;
             self.runtime
                 .bind(port, program.bound_buffer(input)?, name)?;
         }
@@ -736,8 +690,8 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The inputs and outputs of function `main`, with static shapes.
-fn main_ports(mil_path: &Path, text: &str) -> Result<(Vec<PortInfo>, Vec<PortInfo>), AneError> {
+/// The inputs and outputs of function `main`, from its signature.
+fn main_ports(mil_path: &Path, text: &str) -> Result<(Vec<Port>, Vec<Port>), AneError> {
     let err = |message: String| AneError::Program {
         path: mil_path.to_path_buf(),
         message,
@@ -750,45 +704,18 @@ fn main_ports(mil_path: &Path, text: &str) -> Result<(Vec<PortInfo>, Vec<PortInf
             names.join(", ")
         ))
     })?;
-    let port = |name: &str, ty: Option<&ValueType>| -> Result<PortInfo, AneError> {
-        let tensor = ty
-            .and_then(ValueType::tensor)
-            .ok_or_else(|| err(format!("port `{name}` of `main` is not a tensor")))?;
-        let shape = tensor.static_shape().ok_or_else(|| {
-            err(format!(
-                "port `{name}` of `main` has a symbolic shape; the ANE engine needs static shapes"
-            ))
-        })?;
-        Ok(PortInfo {
-            name: name.to_string(),
-            dtype: tensor.dtype,
-            shape,
-        })
-    };
-    let inputs = main
-        .inputs
-        .iter()
-        .map(|v| port(&v.name, Some(&v.ty)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let outputs = main
-        .body
-        .outputs
-        .iter()
-        .map(|name| port(name, main.value_type(name)))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((inputs, outputs))
+    Port::signature(main).map_err(|e| err(e.to_string()))
 }
 
-struct Port {
-    info: PortInfo,
-    direction: Direction,
+/// Where a port's data lives: its layout and the buffer bound to it.
+struct Binding {
     layout: PortLayout,
     /// Index into `AneProgram::buffers` of the buffer bound to this port.
     buffer: usize,
     shared: bool,
 }
 
-/// A program loaded in the ANE engine: the Instance API of CONTRACTS.md over e5rt buffers.
+/// A program loaded in the ANE engine, run through [`Executable`] over e5rt buffers.
 ///
 /// Port buffers are allocated once and live as long as the program, also across a release and
 /// reload forced by the loaded-program limit, so views and resident state stay valid.
@@ -798,10 +725,10 @@ pub struct AneProgram {
     dir: PathBuf,
     mil_path: String,
     key: [u8; 32],
-    /// Inputs, then outputs, in function order.
-    ports: Vec<Port>,
-    inputs: Vec<PortInfo>,
-    outputs: Vec<PortInfo>,
+    inputs: Vec<Port>,
+    outputs: Vec<Port>,
+    /// One per port: inputs, then outputs, in function order.
+    bindings: Vec<Binding>,
     buffers: Vec<Option<BufferMemory>>,
     executed: bool,
 }
@@ -810,8 +737,8 @@ impl std::fmt::Debug for AneProgram {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AneProgram")
             .field("dir", &self.dir)
-            .field("inputs", &self.inputs())
-            .field("outputs", &self.outputs())
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
             .finish()
     }
 }
@@ -834,207 +761,185 @@ impl AneProgram {
         &self.engine
     }
 
-    pub fn inputs(&self) -> &[PortInfo] {
+    /// Port `i` of the bindings' order (inputs, then outputs).
+    fn port(&self, i: usize) -> &Port {
+        self.inputs
+            .get(i)
+            .unwrap_or_else(|| &self.outputs[i - self.inputs.len()])
+    }
+
+    fn direction(&self, i: usize) -> Direction {
+        if i < self.inputs.len() {
+            Direction::Input
+        } else {
+            Direction::Output
+        }
+    }
+
+    fn input_index(&self, name: &str) -> Result<usize, PortError> {
+        find_port(&self.inputs, Direction::Input, name)
+    }
+
+    fn output_index(&self, name: &str) -> Result<usize, PortError> {
+        find_port(&self.outputs, Direction::Output, name).map(|j| self.inputs.len() + j)
+    }
+
+    fn unbound(&self, i: usize) -> PortError {
+        PortError::View {
+            port: self.port(i).name.clone(),
+            message: "no buffer is bound".to_string(),
+        }
+    }
+
+    fn bound_buffer(&self, i: usize) -> Result<&BufferMemory, PortError> {
+        self.buffers
+            .get(self.bindings[i].buffer)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| self.unbound(i))
+    }
+
+    /// The index of the buffer bound to port `i`, checked to be there.
+    fn bound_index(&self, i: usize) -> Result<usize, PortError> {
+        let b = self.bindings[i].buffer;
+        match self.buffers.get(b) {
+            Some(Some(_)) => Ok(b),
+            _ => Err(self.unbound(i)),
+        }
+    }
+
+    fn bound_buffer_mut(&mut self, i: usize) -> Result<&mut BufferMemory, PortError> {
+        let b = self.bound_index(i)?;
+        Ok(self.buffers[b].as_mut().expect("bound_index checked it"))
+    }
+
+    /// Dense views need a dense layout; padded ports go through the codec's copies.
+    fn check_dense(&self, i: usize) -> Result<(), PortError> {
+        let layout = &self.bindings[i].layout;
+        if layout.is_dense() {
+            return Ok(());
+        }
+        Err(PortError::View {
+            port: self.port(i).name.clone(),
+            message: format!(
+                "the runtime lays this port out with padding (byte strides {:?}), so it has no \
+                 dense view; use set_input/read_output",
+                layout.strides
+            ),
+        })
+    }
+}
+
+impl Executable for AneProgram {
+    fn inputs(&self) -> &[Port] {
         &self.inputs
     }
 
-    pub fn outputs(&self) -> &[PortInfo] {
+    fn outputs(&self) -> &[Port] {
         &self.outputs
     }
 
-    fn ports_of(&self, direction: Direction) -> impl Iterator<Item = (usize, &Port)> {
-        self.ports
-            .iter()
-            .enumerate()
-            .filter(move |(_, p)| p.direction == direction)
-    }
-
-    fn port_index(&self, direction: Direction, name: &str) -> Result<usize, AneError> {
-        self.ports_of(direction)
-            .find(|(_, p)| p.info.name == name)
-            .map(|(i, _)| i)
-            .ok_or_else(|| AneError::UnknownPort {
-                kind: match direction {
-                    Direction::Input => "input",
-                    Direction::Output => "output",
-                },
-                name: name.to_string(),
-                available: self
-                    .ports_of(direction)
-                    .map(|(_, p)| p.info.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
-    }
-
-    fn bound_buffer(&self, port: usize) -> Result<&BufferMemory, AneError> {
-        self.buffers
-            .get(self.ports[port].buffer)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| AneError::View {
-                port: self.ports[port].info.name.clone(),
-                message: "no buffer is bound".to_string(),
-            })
-    }
-
-    fn bound_buffer_mut(&mut self, port: usize) -> Result<(&Port, &mut BufferMemory), AneError> {
-        let p = &self.ports[port];
-        let buffer = self
-            .buffers
-            .get_mut(p.buffer)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| AneError::View {
-                port: p.info.name.clone(),
-                message: "no buffer is bound".to_string(),
-            })?;
-        Ok((p, buffer))
-    }
-
-    /// Copies (and converts, f32 ↔ f16) host data into an input port's buffer.
-    pub fn set_input(&mut self, name: &str, data: HostSlice<'_>) -> Result<(), AneError> {
-        let i = self.port_index(Direction::Input, name)?;
-        let (port, buffer) = self.bound_buffer_mut(i)?;
-        let layout = &port.layout;
+    fn set_input(&mut self, name: &str, data: HostSlice<'_>) -> Result<(), EngineError> {
+        let i = self.input_index(name)?;
+        let b = self.bound_index(i)?;
+        let (port, layout) = (&self.inputs[i], &self.bindings[i].layout);
+        let buffer = self.buffers[b].as_mut().expect("bound").bytes_mut();
         if layout.is_dense() {
-            let n = layout.dense_bytes();
-            ane_layout::encode_dense(&port.info, data, &mut buffer.bytes_mut()[..n])
+            codec::encode(port, data, &mut buffer[..layout.dense_bytes()])?;
         } else {
             let mut dense = vec![0u8; layout.dense_bytes()];
-            ane_layout::encode_dense(&port.info, data, &mut dense)?;
-            layout.scatter(&dense, buffer.bytes_mut());
-            Ok(())
-        }
-    }
-
-    /// Runs the program once; encodes it into its execution stream on the first call (and again
-    /// after a release forced by the loaded-program limit).
-    pub fn execute(&mut self) -> Result<(), AneError> {
-        let engine = Arc::clone(&self.engine);
-        engine.execute(self)
-    }
-
-    fn read_port(&self, i: usize) -> Result<HostTensor, AneError> {
-        let port = &self.ports[i];
-        let buffer = self.bound_buffer(i)?;
-        let layout = &port.layout;
-        if layout.is_dense() {
-            ane_layout::decode_dense(&port.info, &buffer.bytes()[..layout.dense_bytes()])
-        } else {
-            let mut dense = vec![0u8; layout.dense_bytes()];
-            layout.gather(buffer.bytes(), &mut dense);
-            ane_layout::decode_dense(&port.info, &dense)
-        }
-    }
-
-    /// An owned copy of an output, in the port's dtype.
-    pub fn read_output(&self, name: &str) -> Result<HostTensor, AneError> {
-        let i = self.port_index(Direction::Output, name)?;
-        self.read_port(i)
-    }
-
-    pub fn read_output_f32(&self, name: &str) -> Result<Vec<f32>, AneError> {
-        Ok(self.read_output(name)?.to_f32())
-    }
-
-    fn check_viewable(port: &Port) -> Result<(), AneError> {
-        if !port.layout.is_dense() {
-            return Err(AneError::View {
-                port: port.info.name.clone(),
-                message: format!(
-                    "the runtime lays this port out with padding (byte strides {:?}), so it has no \
-                     dense view; use set_input/read_output",
-                    port.layout.strides
-                ),
-            });
-        }
-        if port.info.dtype == DType::Bool {
-            return Err(AneError::View {
-                port: port.info.name.clone(),
-                message: "bool ports have no zero-copy view (the runtime may store any byte); \
-                          use set_input/read_output"
-                    .to_string(),
-            });
+            codec::encode(port, data, &mut dense)?;
+            layout.scatter(&dense, buffer);
         }
         Ok(())
     }
 
-    /// A zero-copy view of an output's buffer.
-    pub fn output_view(&self, name: &str) -> Result<BufferRef<'_>, AneError> {
-        let i = self.port_index(Direction::Output, name)?;
-        let port = &self.ports[i];
-        Self::check_viewable(port)?;
-        let bytes = &self.bound_buffer(i)?.bytes()[..port.layout.dense_bytes()];
-        let n = port.info.name.as_str();
-        Ok(match port.info.dtype {
-            DType::Fp32 => BufferRef::F32(ane_layout::typed_view(n, bytes)?),
-            DType::Fp16 => BufferRef::F16(ane_layout::typed_view::<f16>(n, bytes)?),
-            DType::Int32 => BufferRef::I32(ane_layout::typed_view(n, bytes)?),
-            DType::Int8 => BufferRef::I8(ane_layout::typed_view(n, bytes)?),
-            _ => BufferRef::U8(bytes),
-        })
+    /// Runs the program once; encodes it into its execution stream on the first call (and again
+    /// after a release forced by the loaded-program limit).
+    fn execute(&mut self) -> Result<(), EngineError> {
+        let engine = Arc::clone(&self.engine);
+        Ok(engine.execute(self)?)
     }
 
-    /// A zero-copy mutable view of an input's buffer.
-    pub fn input_view_mut(&mut self, name: &str) -> Result<BufferMut<'_>, AneError> {
-        let i = self.port_index(Direction::Input, name)?;
-        Self::check_viewable(&self.ports[i])?;
-        let (port, buffer) = self.bound_buffer_mut(i)?;
-        let bytes = &mut buffer.bytes_mut()[..port.layout.dense_bytes()];
-        let n = port.info.name.as_str();
-        Ok(match port.info.dtype {
-            DType::Fp32 => BufferMut::F32(ane_layout::typed_view_mut(n, bytes)?),
-            DType::Fp16 => BufferMut::F16(ane_layout::typed_view_mut::<f16>(n, bytes)?),
-            DType::Int32 => BufferMut::I32(ane_layout::typed_view_mut(n, bytes)?),
-            DType::Int8 => BufferMut::I8(ane_layout::typed_view_mut(n, bytes)?),
-            _ => BufferMut::U8(bytes),
-        })
+    fn read_output(&self, name: &str) -> Result<HostTensor, EngineError> {
+        let i = self.output_index(name)?;
+        let layout = &self.bindings[i].layout;
+        let buffer = self.bound_buffer(i)?.bytes();
+        if layout.is_dense() {
+            return Ok(codec::decode(
+                self.port(i),
+                &buffer[..layout.dense_bytes()],
+            )?);
+        }
+        let mut dense = vec![0u8; layout.dense_bytes()];
+        layout.gather(buffer, &mut dense);
+        Ok(codec::decode(self.port(i), &dense)?)
     }
 
-    /// Before the first execute only: binds input port `input` to output `output`'s buffer (same
-    /// dtype and shape), so the state stays resident across executes. The input's current
-    /// contents become the initial state.
-    pub fn share_buffer(&mut self, output: &str, input: &str) -> Result<(), AneError> {
-        let err = |message: &str| AneError::Share {
+    fn input_view_mut(&mut self, name: &str) -> Result<BufferMut<'_>, EngineError> {
+        let i = self.input_index(name)?;
+        self.check_dense(i)?;
+        let b = self.bound_index(i)?;
+        let n = self.bindings[i].layout.dense_bytes();
+        let buffer = self.buffers[b].as_mut().expect("bound").bytes_mut();
+        Ok(codec::view_mut(&self.inputs[i], &mut buffer[..n])?)
+    }
+
+    fn output_view(&self, name: &str) -> Result<BufferRef<'_>, EngineError> {
+        let i = self.output_index(name)?;
+        self.check_dense(i)?;
+        let n = self.bindings[i].layout.dense_bytes();
+        Ok(codec::view(
+            self.port(i),
+            &self.bound_buffer(i)?.bytes()[..n],
+        )?)
+    }
+
+    /// Binds input port `input` to output `output`'s buffer; the input's current contents become
+    /// the initial state.
+    fn share_buffer(&mut self, output: &str, input: &str) -> Result<(), EngineError> {
+        let err = |message: &str| PortError::Share {
             output: output.to_string(),
             input: input.to_string(),
             message: message.to_string(),
         };
         if self.executed {
-            return Err(err("must be called before the first execute"));
+            return Err(err("must be called before the first execute").into());
         }
-        let o = self.port_index(Direction::Output, output)?;
-        let i = self.port_index(Direction::Input, input)?;
-        let (op, ip) = (&self.ports[o], &self.ports[i]);
-        if op.info.dtype != ip.info.dtype || op.info.shape != ip.info.shape {
+        let o = self.output_index(output)?;
+        let i = self.input_index(input)?;
+        let (op, ip) = (self.port(o), self.port(i));
+        if op.dtype != ip.dtype || op.shape != ip.shape {
             return Err(err(&format!(
                 "output is {} {:?} but input is {} {:?}",
-                op.info.dtype, op.info.shape, ip.info.dtype, ip.info.shape
-            )));
+                op.dtype, op.shape, ip.dtype, ip.shape
+            ))
+            .into());
         }
-        if op.layout != ip.layout {
+        let (ob, ib) = (&self.bindings[o], &self.bindings[i]);
+        if ob.layout != ib.layout {
             return Err(err(&format!(
                 "the runtime lays the ports out differently (byte strides {:?} and {:?})",
-                op.layout.strides, ip.layout.strides
-            )));
+                ob.layout.strides, ib.layout.strides
+            ))
+            .into());
         }
-        if ip.shared {
-            return Err(err("the input is already shared"));
+        if ib.shared {
+            return Err(err("the input is already shared").into());
         }
-        if op.shared {
-            return Err(err("the output is already shared"));
+        if ob.shared {
+            return Err(err("the output is already shared").into());
         }
-        let (from, to) = (ip.buffer, op.buffer);
+        let (from, to) = (ib.buffer, ob.buffer);
         let current = self.bound_buffer(i)?.bytes().to_vec();
-        let (_, out_buffer) = self.bound_buffer_mut(o)?;
-        out_buffer.bytes_mut()[..current.len()].copy_from_slice(&current);
-        self.ports[i].buffer = to;
+        self.bound_buffer_mut(o)?.bytes_mut()[..current.len()].copy_from_slice(&current);
+        self.bindings[i].buffer = to;
         let engine = Arc::clone(&self.engine);
         if let Err(e) = engine.rebind(self, i) {
-            self.ports[i].buffer = from;
-            return Err(e);
+            self.bindings[i].buffer = from;
+            return Err(e.into());
         }
-        self.ports[i].shared = true;
-        self.ports[o].shared = true;
+        self.bindings[i].shared = true;
+        self.bindings[o].shared = true;
         if let Some(old) = self.buffers.get_mut(from) {
             drop(old.take());
         }

@@ -144,11 +144,7 @@ pub(crate) enum Kind {
     TensorDesc,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Direction {
-    Input,
-    Output,
-}
+pub(crate) use aneforge_cpu::Direction;
 
 /// The layout the runtime reports for a port: shape and per-dimension strides, as it gives them.
 #[derive(Clone, Debug, PartialEq, Eq)]

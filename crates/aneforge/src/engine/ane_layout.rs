@@ -1,24 +1,11 @@
-//! Port buffer layouts (dense, or rows padded by the runtime) and the conversion between host
-//! data and port bytes.
+//! Port buffer layouts: dense, or rows padded by the runtime. Host data converts to and from the
+//! dense form through the codec.
 
 use super::ane::AneError;
 use super::ane_ffi::ReportedLayout;
-use super::ane_host::{HostSlice, HostTensor, PortInfo};
-use aneforge_mil::DType;
-use half::f16;
 
 /// Buffer objects are allocated in whole 64-byte lines.
 pub(crate) const BUFFER_ALIGN: usize = 64;
-
-/// Bytes per element of a dtype the engine can exchange with the host.
-pub(crate) fn element_size(dtype: DType) -> Option<usize> {
-    Some(match dtype {
-        DType::Fp32 | DType::Int32 => 4,
-        DType::Fp16 => 2,
-        DType::Int8 | DType::Uint8 | DType::Bool => 1,
-        _ => return None,
-    })
-}
 
 /// Where each element of a port lives in its buffer: per-axis byte strides over the port's shape.
 /// The innermost axis is always contiguous; outer axes may be padded (e.g. rows rounded up to 64
@@ -194,97 +181,6 @@ impl PortLayout {
     }
 }
 
-pub(crate) fn typed_view_mut<'a, T: bytemuck::Pod>(
-    port: &str,
-    bytes: &'a mut [u8],
-) -> Result<&'a mut [T], AneError> {
-    bytemuck::try_cast_slice_mut(bytes).map_err(|e| AneError::View {
-        port: port.to_string(),
-        message: format!(
-            "buffer is not addressable as {}: {e}",
-            std::any::type_name::<T>()
-        ),
-    })
-}
-
-pub(crate) fn typed_view<'a, T: bytemuck::Pod>(
-    port: &str,
-    bytes: &'a [u8],
-) -> Result<&'a [T], AneError> {
-    bytemuck::try_cast_slice(bytes).map_err(|e| AneError::View {
-        port: port.to_string(),
-        message: format!(
-            "buffer is not addressable as {}: {e}",
-            std::any::type_name::<T>()
-        ),
-    })
-}
-
-/// Converts host data into the densely packed bytes of `port` (`dst` holds exactly those bytes).
-/// f32 and f16 convert into each other; every other kind must match the port's dtype.
-pub(crate) fn encode_dense(
-    port: &PortInfo,
-    data: HostSlice<'_>,
-    dst: &mut [u8],
-) -> Result<(), AneError> {
-    if data.len() != port.len() {
-        return Err(AneError::Length {
-            port: port.name.clone(),
-            expected: port.len(),
-            found: data.len(),
-        });
-    }
-    let name = port.name.as_str();
-    match (port.dtype, data) {
-        (DType::Fp32, HostSlice::F32(v)) => typed_view_mut::<f32>(name, dst)?.copy_from_slice(v),
-        (DType::Fp32, HostSlice::F16(v)) => {
-            for (d, x) in typed_view_mut::<f32>(name, dst)?.iter_mut().zip(v) {
-                *d = x.to_f32();
-            }
-        }
-        (DType::Fp16, HostSlice::F16(v)) => typed_view_mut::<f16>(name, dst)?.copy_from_slice(v),
-        (DType::Fp16, HostSlice::F32(v)) => {
-            use half::slice::HalfFloatSliceExt;
-            typed_view_mut::<f16>(name, dst)?.convert_from_f32_slice(v)
-        }
-        (DType::Int32, HostSlice::I32(v)) => typed_view_mut::<i32>(name, dst)?.copy_from_slice(v),
-        (DType::Int8, HostSlice::I8(v)) => typed_view_mut::<i8>(name, dst)?.copy_from_slice(v),
-        (DType::Uint8, HostSlice::U8(v)) => dst.copy_from_slice(v),
-        (DType::Bool, HostSlice::Bool(v)) => {
-            for (d, &x) in dst.iter_mut().zip(v) {
-                *d = u8::from(x);
-            }
-        }
-        (expected, data) => {
-            return Err(AneError::Dtype {
-                port: port.name.clone(),
-                expected,
-                found: data.kind(),
-            })
-        }
-    }
-    Ok(())
-}
-
-/// An owned copy of the densely packed bytes of `port`, in the port's dtype.
-pub(crate) fn decode_dense(port: &PortInfo, src: &[u8]) -> Result<HostTensor, AneError> {
-    let name = port.name.as_str();
-    Ok(match port.dtype {
-        DType::Fp32 => HostTensor::F32(typed_view::<f32>(name, src)?.to_vec()),
-        DType::Fp16 => HostTensor::F16(typed_view::<f16>(name, src)?.to_vec()),
-        DType::Int32 => HostTensor::I32(typed_view::<i32>(name, src)?.to_vec()),
-        DType::Int8 => HostTensor::I8(typed_view::<i8>(name, src)?.to_vec()),
-        DType::Uint8 => HostTensor::U8(src.to_vec()),
-        DType::Bool => HostTensor::Bool(src.iter().map(|&b| b != 0).collect()),
-        other => {
-            return Err(AneError::View {
-                port: name.to_string(),
-                message: format!("dtype {other} cannot be exchanged with the host"),
-            })
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,24 +238,5 @@ mod tests {
         let odd_unit =
             PortLayout::from_reported("x", &[2, 4], 4, &reported(&[2, 4], &[12, 3])).unwrap_err();
         assert!(odd_unit.to_string().contains("innermost"), "{odd_unit}");
-    }
-
-    #[test]
-    fn conversions_follow_the_port_dtype() {
-        let port = PortInfo {
-            name: "x".into(),
-            dtype: DType::Fp16,
-            shape: vec![3],
-        };
-        let mut bytes = vec![0u8; 6];
-        encode_dense(&port, HostSlice::F32(&[1.0, -2.5, 65504.0]), &mut bytes).unwrap();
-        assert_eq!(
-            decode_dense(&port, &bytes).unwrap().to_f32(),
-            vec![1.0, -2.5, 65504.0]
-        );
-        let err = encode_dense(&port, HostSlice::I32(&[1, 2, 3]), &mut bytes).unwrap_err();
-        assert!(err.to_string().contains("`x`"), "{err}");
-        let err = encode_dense(&port, HostSlice::F32(&[1.0]), &mut bytes).unwrap_err();
-        assert!(err.to_string().contains('3'), "{err}");
     }
 }

@@ -2,8 +2,8 @@
 //! once.
 
 use super::EngineError;
-use crate::lower::Artifact;
 use aneforge_cpu::Plan;
+use aneforge_mil::ProgramDir;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -50,13 +50,13 @@ pub fn cache_stats() -> CacheStats {
     }
 }
 
-/// The plan for one function of `artifact`, compiled on first use.
+/// The plan for one function of `program` (whose content hash is `hash`), compiled on first use.
 pub(crate) fn cpu_plan(
-    artifact: &Artifact,
+    program: &ProgramDir,
+    hash: [u8; 32],
     function: &str,
     options: super::EngineOptions,
 ) -> Result<Arc<Plan>, EngineError> {
-    let hash = artifact.content_hash();
     let key = (hash, function.to_string(), options);
     {
         let mut c = lock();
@@ -65,18 +65,7 @@ pub(crate) fn cpu_plan(
             return Ok(plan);
         }
     }
-    let blobs = artifact.blob_store()?;
-    let plan = aneforge_cpu::compile(
-        artifact.program(),
-        function,
-        &blobs,
-        &aneforge_cpu::CompileOptions {
-            quantize_activations: options.quantize_activations,
-            accumulation: options.accumulation,
-            fuse: !options.inspect,
-            ..Default::default()
-        },
-    )?;
+    let plan = compile(program, function, options)?;
     let mut c = lock();
     *c.compiles.entry(hash).or_insert(0) += 1;
     if let Some(existing) = c.plans.get(&key).cloned() {
@@ -90,4 +79,22 @@ pub(crate) fn cpu_plan(
     c.order.push_back(key.clone());
     c.plans.insert(key, plan.clone());
     Ok(plan)
+}
+
+/// Plans one function of `program` on the CPU engine, bypassing the cache.
+pub(crate) fn compile(
+    program: &ProgramDir,
+    function: &str,
+    options: super::EngineOptions,
+) -> Result<Arc<Plan>, EngineError> {
+    Ok(aneforge_cpu::compile_dir(
+        program,
+        function,
+        &aneforge_cpu::CompileOptions {
+            quantize_activations: options.quantize_activations,
+            accumulation: options.accumulation,
+            fuse: !options.inspect,
+            ..Default::default()
+        },
+    )?)
 }

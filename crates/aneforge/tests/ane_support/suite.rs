@@ -4,8 +4,7 @@
 //! (where the ANE's own fp16 arithmetic is compared with a tolerance).
 
 use super::write_program;
-use aneforge::engine::ane_host::HostSlice;
-use aneforge::engine::{AneEngine, AneError, AneProgram};
+use aneforge::engine::{AneEngine, AneProgram, EngineError, Executable, HostSlice, PortError};
 use aneforge_mil::ProgramDir;
 use half::f16;
 use std::collections::BTreeMap;
@@ -381,7 +380,10 @@ pub fn misuse_is_reported(engine: &Arc<AneEngine>, scratch: &Path) {
     let err = program
         .set_input("nope", HostSlice::F32(&[0.0; 4]))
         .unwrap_err();
-    assert!(matches!(err, AneError::UnknownPort { .. }), "{err:?}");
+    assert!(
+        matches!(err, EngineError::Port(PortError::UnknownPort { .. })),
+        "{err:?}"
+    );
     program.set_input("x", HostSlice::F32(&[1.0; 4])).unwrap();
     program.execute().unwrap();
     let err = program.share_buffer("s_out", "s").unwrap_err();
