@@ -62,6 +62,53 @@ pub fn model_or_skip(spec: &str) -> Option<ResolvedModel> {
     }
 }
 
+/// Copies the model directory `src` (its files at the top level) into `dst`, with every element
+/// of safetensors tensor `tensor` in `model.safetensors` multiplied by `factor`: a model whose
+/// activations leave a number format's range, for tests of what catches that.
+pub fn copy_with_scaled_tensor(
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    tensor: &str,
+    factor: f32,
+) -> Result<(), String> {
+    use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", src.display());
+    for entry in std::fs::read_dir(src).map_err(|e| err(&e))? {
+        let path = entry.map_err(|e| err(&e))?.path();
+        if path.is_file() && path.file_name().is_some_and(|n| n != "model.safetensors") {
+            std::fs::copy(&path, dst.join(path.file_name().unwrap_or_default()))
+                .map_err(|e| err(&e))?;
+        }
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).map_err(|e| err(&e))?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| err(&e))?;
+    let mut data: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut found = false;
+    for (name, view) in st.tensors() {
+        let mut raw = view.data().to_vec();
+        if name == tensor {
+            if view.dtype() != Dtype::F32 {
+                return Err(format!("{tensor} is {:?}, not F32", view.dtype()));
+            }
+            for c in raw.chunks_exact_mut(4) {
+                let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * factor;
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+            found = true;
+        }
+        data.push((name, view.dtype(), view.shape().to_vec(), raw));
+    }
+    if !found {
+        return Err(format!("{} has no tensor {tensor}", src.display()));
+    }
+    let views = data
+        .iter()
+        .map(|(n, t, s, d)| Ok((n.clone(), TensorView::new(*t, s.clone(), d)?)))
+        .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()
+        .map_err(|e| err(&e))?;
+    safetensors::serialize_to_file(views, None, &dst.join("model.safetensors")).map_err(|e| err(&e))
+}
+
 /// `let model = require_model!("sentence-transformers/all-MiniLM-L6-v2");` — returns from the
 /// enclosing test (skipping it, with a message) when the model is not available locally.
 #[macro_export]

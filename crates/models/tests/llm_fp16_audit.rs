@@ -13,7 +13,6 @@ use aneforge_models::llm::{
     audit_fp16, Llm, LlmError, LoadOptions, Runner, RunnerOptions, WeightFormat,
 };
 use llm_fixtures::{file_ints, tiny};
-use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 
 fn h16() -> Target {
     Target::Ane("h16".parse::<AneArch>().unwrap())
@@ -31,35 +30,14 @@ fn load(dir: &Path) -> Arc<Llm> {
 
 /// A copy of the tiny Llama whose layer-0 up projection is multiplied by `factor`.
 fn scaled_copy(factor: f32) -> tempfile::TempDir {
-    let src = tiny("llama");
     let dir = tempfile::tempdir().unwrap();
-    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
-        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
-    }
-    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut data: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-    for (name, view) in st.tensors() {
-        assert_eq!(view.dtype(), Dtype::F32, "{name}");
-        let mut raw = view.data().to_vec();
-        if name == "model.layers.0.mlp.up_proj.weight" {
-            for c in raw.chunks_exact_mut(4) {
-                let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * factor;
-                c.copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        data.push((name, view.shape().to_vec(), raw));
-    }
-    let views: Vec<(String, TensorView<'_>)> = data
-        .iter()
-        .map(|(n, s, d)| {
-            (
-                n.clone(),
-                TensorView::new(Dtype::F32, s.clone(), d).unwrap(),
-            )
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, &dir.path().join("model.safetensors")).unwrap();
+    aneforge_models::testing::copy_with_scaled_tensor(
+        &tiny("llama"),
+        dir.path(),
+        "model.layers.0.mlp.up_proj.weight",
+        factor,
+    )
+    .unwrap();
     dir
 }
 
