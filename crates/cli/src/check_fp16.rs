@@ -80,7 +80,7 @@ pub fn run(args: CheckFp16Args) -> anyhow::Result<()> {
         "f16" => Accumulation::F16,
         _ => Accumulation::F32,
     };
-    if !(args.drift > 0.0) {
+    if args.drift.is_nan() || args.drift <= 0.0 {
         bail!("--drift takes a positive fraction, got {}", args.drift);
     }
     eprintln!(
@@ -223,17 +223,6 @@ fn encoder_texts(args: &CheckFp16Args) -> anyhow::Result<Vec<String>> {
     Ok(texts)
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb).max(f64::MIN_POSITIVE)
-}
-
 /// A sentence encoder's fp16 embeddings against its fp32 embeddings, text by text.
 fn encoder(args: &CheckFp16Args, target: Target) -> anyhow::Result<()> {
     use aneforge_models::encoders::{EncoderOptions, SentenceEncoder};
@@ -259,7 +248,12 @@ fn encoder(args: &CheckFp16Args, target: Target) -> anyhow::Result<()> {
     let rows: Vec<(f64, usize)> = want
         .iter()
         .zip(got.iter())
-        .map(|(a, b)| (cosine(a, b), b.iter().filter(|x| !x.is_finite()).count()))
+        .map(|(a, b)| {
+            (
+                aneforge_models::encoders::cosine(a, b),
+                b.iter().filter(|x| !x.is_finite()).count(),
+            )
+        })
         .collect();
     let (worst, at) = rows
         .iter()

@@ -9,6 +9,7 @@
 //! fp16 cross-encoder logits within 2% of the largest expected |logit|. Every model is checked
 //! before a test fails, so a failure lists all models' numbers.
 
+use aneforge_models::encoders::cosine;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -67,17 +68,6 @@ struct CrossMeta {
 fn read<T: for<'a> Deserialize<'a>>(name: &str) -> T {
     let text = std::fs::read_to_string(out_dir().join(format!("{name}.json"))).unwrap();
     serde_json::from_str(&text).unwrap()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
 }
 
 /// max |got − want| / max |want|; infinite when `got` holds a non-finite value.

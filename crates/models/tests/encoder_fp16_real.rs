@@ -7,6 +7,7 @@
 //!
 //! Every text must clear the bar; a failure names the worst text and how many fall short.
 
+use aneforge_models::encoders::cosine;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -39,17 +40,6 @@ fn out_dir() -> PathBuf {
 fn meta() -> Meta {
     let text = std::fs::read_to_string(out_dir().join("fp16_corpus.json")).unwrap();
     serde_json::from_str(&text).unwrap()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
 }
 
 /// The corpus the fixture promises: 200 distinct texts, at least 30 of 256+ tokens.

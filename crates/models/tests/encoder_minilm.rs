@@ -1,6 +1,7 @@
 //! The real all-MiniLM-L6-v2 against sentence-transformers on a 54-text corpus of mixed length
 //! (tools/fixtures/encoders/minilm.py). Skips with a message when the weights are absent.
 
+use aneforge_models::encoders::cosine;
 use std::path::{Path, PathBuf};
 
 use aneforge::{lower::AneArch, Target};
@@ -24,17 +25,6 @@ fn fixture() -> (Meta, Vec<f32>) {
     let (shape, data) = npy::read(out.join("minilm.npy")).unwrap();
     assert_eq!(shape, vec![meta.texts.len(), meta.dim]);
     (meta, data)
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
 }
 
 /// The worst cosine similarity over the corpus; fails below `bar`.

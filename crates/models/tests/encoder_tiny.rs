@@ -2,6 +2,7 @@
 //! (tools/fixtures/encoders/tiny_models.py): fp32 CPU-target programs and fp16 ANE-target
 //! programs, both run on the CPU engine.
 
+use aneforge_models::encoders::cosine;
 use std::path::PathBuf;
 
 use aneforge::{lower::AneArch, Target};
@@ -25,17 +26,6 @@ struct Meta {
 fn meta(name: &str) -> Meta {
     let text = std::fs::read_to_string(out_dir().join(format!("{name}.json"))).unwrap();
     serde_json::from_str(&text).unwrap()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
 }
 
 fn run_options(run: &str) -> EncodeOptions {

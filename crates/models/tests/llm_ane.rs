@@ -10,6 +10,7 @@
 //! that guarantee.
 
 mod llm_fixtures;
+use aneforge_models::llm::sampling::{argmax, top2_margin as margin};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -39,23 +40,6 @@ fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {
 
 fn ane() -> Target {
     Target::Ane(AneArch::default())
-}
-
-fn argmax(v: &[f32]) -> usize {
-    v.iter()
-        .enumerate()
-        .fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
-}
-
-/// Top-1 minus top-2.
-fn margin(v: &[f32]) -> f32 {
-    let top = argmax(v);
-    let second = v
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != top)
-        .fold(f32::NEG_INFINITY, |m, (_, &x)| m.max(x));
-    v[top] - second
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -92,7 +76,7 @@ fn ane_target_in_fp16_follows_the_greedy_tokens_where_margins_allow() {
         let mut guaranteed = want.len();
         let (mut checked, mut worst) = (0, 0f32);
         for (i, &tok) in want.iter().enumerate() {
-            assert_eq!(argmax(&a), tok as usize, "{family} step {i}: fp32 run");
+            assert_eq!(argmax(&a), tok, "{family} step {i}: fp32 run");
             let dev = max_abs_diff(&a, &b);
             let scale = a.iter().fold(0f32, |m, &x| m.max(x.abs()));
             worst = worst.max(dev / scale);
@@ -103,7 +87,7 @@ fn ane_target_in_fp16_follows_the_greedy_tokens_where_margins_allow() {
             if margin(&a) > 2.0 * dev {
                 assert_eq!(
                     argmax(&b),
-                    tok as usize,
+                    tok,
                     "{family} step {i}: margin {} > 2 × {dev}",
                     margin(&a)
                 );
@@ -169,7 +153,7 @@ fn prefill_and_a_decode_step_through_the_ane_engine_on_the_simulator() {
         let dev = max_abs_diff(&a, &c);
         assert_eq!(dev, 0.0, "step {step}: ANE engine vs CPU engine");
         let to_fp32 = max_abs_diff(&a, &r);
-        let want_tok = want[step] as usize;
+        let want_tok = want[step];
         assert_eq!(argmax(&r), want_tok);
         if margin(&r) > 2.0 * to_fp32 {
             assert_eq!(argmax(&a), want_tok, "step {step}");

@@ -13,6 +13,7 @@
 //! Every family is checked before the test fails, so a failure lists all families' numbers.
 
 mod llm_fixtures;
+use aneforge_models::llm::sampling::argmax;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -128,12 +129,6 @@ fn max_abs(v: &[f32]) -> f32 {
     v.iter().fold(0f32, |m, &x| m.max(x.abs()))
 }
 
-fn argmax(v: &[f32]) -> usize {
-    v.iter()
-        .enumerate()
-        .fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
-}
-
 #[test]
 fn fixtures_reach_realistic_magnitudes() {
     let manifest = manifest();
@@ -202,7 +197,7 @@ fn fp16_family(family: &str, arch: &str) -> Vec<String> {
         }
         if want.step_margins[i] >= FP16_MARGIN {
             checked += 1;
-            if argmax(&logits) != tok as usize {
+            if argmax(&logits) != tok {
                 wrong += 1;
             }
         }

@@ -12,6 +12,7 @@
 //! are then no longer comparable, so the comparison stops there and the tie is printed).
 
 mod llm_fixtures;
+use aneforge_models::llm::sampling::{argmax, top2_margin as margin};
 use std::sync::Arc;
 
 use aneforge::engine::{AneEngine, AneOptions};
@@ -45,23 +46,6 @@ fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {
     Runner::new(llm, opts).unwrap()
 }
 
-fn argmax(v: &[f32]) -> usize {
-    v.iter()
-        .enumerate()
-        .fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
-}
-
-/// Top-1 minus top-2.
-fn margin(v: &[f32]) -> f32 {
-    let top = argmax(v);
-    let second = v
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != top)
-        .fold(f32::NEG_INFINITY, |m, (_, &x)| m.max(x));
-    v[top] - second
-}
-
 /// Greedy tokens after `prompt` and the top-2 gap of the logits each was picked from.
 fn greedy(r: &mut Runner, prompt: &[u32], steps: usize) -> Vec<(u32, f32)> {
     r.reset();
@@ -73,7 +57,7 @@ fn greedy(r: &mut Runner, prompt: &[u32], steps: usize) -> Vec<(u32, f32)> {
             "non-finite logits after {} tokens",
             out.len()
         );
-        let tok = argmax(&logits) as u32;
+        let tok = argmax(&logits);
         out.push((tok, margin(&logits)));
         logits = r.feed(&[tok]).unwrap();
     }

@@ -297,6 +297,40 @@ impl Tensor {
         }
     }
 
+    /// `self · gamma + beta` for a `layer_norm` result normalised over `axes`: the operands
+    /// `[gamma?, beta?]` (as `layer_norm` takes them, shaped like the normalised axes) broadcast
+    /// along the other axes.
+    pub fn layer_norm_affine(
+        &self,
+        axes: &[usize],
+        has_gamma: bool,
+        has_beta: bool,
+        operands: &[Tensor],
+    ) -> Result<Tensor, GraphError> {
+        let full: Vec<isize> = (0..self.rank())
+            .map(|i| {
+                if axes.contains(&i) {
+                    self.shape()[i] as isize
+                } else {
+                    1
+                }
+            })
+            .collect();
+        let mut out = self.clone();
+        let mut rest = operands.iter();
+        if has_gamma {
+            if let Some(g) = rest.next() {
+                out = out.mul(&g.reshape(&full)?)?;
+            }
+        }
+        if has_beta {
+            if let Some(b) = rest.next() {
+                out = out.add(&b.reshape(&full)?)?;
+            }
+        }
+        Ok(out)
+    }
+
     /// Group normalisation of `[N, C, *S]` with per-channel `gamma[C]`, `beta[C]`.
     pub fn group_norm(
         &self,

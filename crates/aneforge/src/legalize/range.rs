@@ -222,27 +222,9 @@ pub fn layer_norm(
     let (d, xs) = rescale(x, axes, target(n, 2.0), *eps)?;
     let centred = xs.sub(&reduce_in_pieces(&xs, ReduceOp::Mean, axes)?)?;
     let var = reduce_in_pieces(&centred.mul(&centred)?, ReduceOp::Mean, axes)?;
-    let mut out = centred.mul(&var.add(&scaled_eps(&d, *eps)?)?.rsqrt()?)?;
-    let full: Vec<isize> = (0..x.rank())
-        .map(|i| {
-            if axes.contains(&i) {
-                x.shape()[i] as isize
-            } else {
-                1
-            }
-        })
-        .collect();
-    let mut rest = srcs[1..].iter();
-    if *has_gamma {
-        if let Some(g) = rest.next() {
-            out = out.mul(&g.reshape(&full)?)?;
-        }
-    }
-    if *has_beta {
-        if let Some(b) = rest.next() {
-            out = out.add(&b.reshape(&full)?)?;
-        }
-    }
+    let out = centred
+        .mul(&var.add(&scaled_eps(&d, *eps)?)?.rsqrt()?)?
+        .layer_norm_affine(axes, *has_gamma, *has_beta, &srcs[1..])?;
     cx.rewritten(
         node,
         format!("layer_norm over {n} values → fp16-safe rescaled arithmetic"),

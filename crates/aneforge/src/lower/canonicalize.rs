@@ -75,28 +75,7 @@ fn rewrite(
                 },
                 vec![x.clone()],
             )?;
-            let full: Vec<isize> = (0..x.rank())
-                .map(|i| {
-                    if axes.contains(&i) {
-                        x.shape()[i] as isize
-                    } else {
-                        1
-                    }
-                })
-                .collect();
-            let mut out = normed;
-            let mut rest = srcs[1..].iter();
-            if *has_gamma {
-                if let Some(g) = rest.next() {
-                    out = out.mul(&g.reshape(&full)?)?;
-                }
-            }
-            if *has_beta {
-                if let Some(b) = rest.next() {
-                    out = out.add(&b.reshape(&full)?)?;
-                }
-            }
-            out
+            normed.layer_norm_affine(axes, *has_gamma, *has_beta, &srcs[1..])?
         }
         Op::BatchNorm {
             eps,

@@ -155,3 +155,16 @@ pub(crate) fn load_parts(
         special_ids,
     })
 }
+
+/// Cosine similarity of two vectors, summed in f64 (sentence-transformers' `util.cos_sim` for one
+/// pair); NaN when either is all zeros.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use aneforge::engine::{Accumulation, ValueStats};
 use aneforge::{Engine, Target};
 
+use super::sampling::{argmax, top2_margin};
 use super::{Llm, LlmError, Runner, RunnerOptions};
 
 /// The largest finite fp16 value.
@@ -66,12 +67,6 @@ impl Fp16Audit {
                 .as_ref()
                 .is_some_and(|l| l.non_finite == 0 && l.top1_fp16 == l.top1_fp32)
     }
-}
-
-fn argmax(v: &[f32]) -> usize {
-    v.iter()
-        .enumerate()
-        .fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
 }
 
 fn max_abs(v: &[f32]) -> f32 {
@@ -157,12 +152,6 @@ pub fn audit_fp16(
     largest.sort_by(|a, b| b.max_abs.total_cmp(&a.max_abs));
     largest.truncate(5);
     let logits = got.map(|got| {
-        let top = argmax(&want);
-        let second = want
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| i != top)
-            .fold(f32::NEG_INFINITY, |m, (_, &x)| m.max(x));
         let diff = want
             .iter()
             .zip(&got)
@@ -171,9 +160,9 @@ pub fn audit_fp16(
         LogitsDrift {
             max_abs_diff: diff,
             relative: if scale > 0.0 { diff / scale } else { diff },
-            top1_fp32: top,
-            top1_fp16: argmax(&got),
-            margin_fp32: want[top] - second,
+            top1_fp32: argmax(&want) as usize,
+            top1_fp16: argmax(&got) as usize,
+            margin_fp32: top2_margin(&want),
             non_finite: got.iter().filter(|x| !x.is_finite()).count(),
         }
     });

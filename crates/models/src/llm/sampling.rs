@@ -82,6 +82,18 @@ pub struct Sampler {
 }
 
 /// The index of the first largest value (NaN never wins).
+/// The largest value minus the second largest (how far the greedy pick leads); infinite for a
+/// single value.
+pub fn top2_margin(v: &[f32]) -> f32 {
+    let top = argmax(v) as usize;
+    let second = v
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != top)
+        .fold(f32::NEG_INFINITY, |m, (_, &x)| m.max(x));
+    v.get(top).map_or(0.0, |t| t - second)
+}
+
 pub fn argmax(v: &[f32]) -> u32 {
     let mut best = 0;
     let mut best_v = f32::NEG_INFINITY;
