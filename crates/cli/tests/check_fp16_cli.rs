@@ -3,19 +3,17 @@
 //! overflows and exits 1, and `generate` on that model's fp16 program fails instead of printing
 //! text sampled from inf/NaN logits.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn tiny_llama() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/llm/out/tiny/llama")
 }
 
 fn aneforge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_aneforge"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .unwrap()
+    common::run(args)
 }
 
 #[test]

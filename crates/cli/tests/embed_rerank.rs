@@ -1,7 +1,9 @@
 //! `aneforge embed` and `aneforge rerank` as processes, on the tiny fixture models.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn fixture(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -12,11 +14,7 @@ fn fixture(name: &str) -> String {
 }
 
 fn aneforge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_aneforge"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .unwrap()
+    common::run(args)
 }
 
 fn stdout(out: &Output) -> String {

@@ -1,22 +1,17 @@
 //! `--engine`/`--target` across commands, `aneforge run` on both engines, and the CPU engine's
 //! `bench gemm|gemv|conv|attention|overhead` at tiny sizes, as processes.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const UNAVAILABLE: &str = "error: the ANE engine needs macOS on Apple Silicon, or \
                            ANEFORGE_E5RT_LIB pointing at an e5rt implementation (such as this \
                            repo's simulator)";
 
 fn aneforge(args: &[&str], env: &[(&str, &Path)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_aneforge"));
-    c.args(args)
-        .env_remove("ANEFORGE_TARGET")
-        .env_remove("ANEFORGE_E5RT_LIB");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
+    common::run_with(args, env)
 }
 
 fn stdout(o: &Output) -> String {

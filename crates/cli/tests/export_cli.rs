@@ -1,15 +1,13 @@
 //! `aneforge export DIR -o NAME.mlpackage` and `compile --mlpackage`: Core ML packages of program
 //! directories.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn aneforge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_aneforge"))
-        .args(args)
-        .env_remove("ANEFORGE_TARGET")
-        .output()
-        .unwrap()
+    common::run(args)
 }
 
 fn ok(args: &[&str]) {

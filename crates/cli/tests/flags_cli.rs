@@ -2,25 +2,12 @@
 //! `-o/--output`, `--compress`, `-t/--threads`, and llama.cpp's `-p`, `--temp`, `-c`, `-s`, `-f`
 //! and an unmistakable `--draft-model`.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn repo(path: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
-        .display()
-        .to_string()
-}
+use std::process::Output;
 
 fn aneforge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_aneforge"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .env_remove("RAYON_NUM_THREADS")
-        .env_remove("ANEFORGE_TARGET")
-        .output()
-        .unwrap()
+    common::run(args)
 }
 
 fn stdout(args: &[&str]) -> String {
@@ -47,7 +34,7 @@ fn json_lines(text: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn format_json_and_jsonl_mean_the_same_everywhere() {
-    let ce = repo("tools/fixtures/encoders/out/ce_bert");
+    let ce = common::repo("tools/fixtures/encoders/out/ce_bert");
     let rerank = |format: &[&str]| {
         let mut args = vec!["rerank", "-m", &ce, "--query", "q", "a horse", "a king"];
         args.extend(format);
@@ -60,7 +47,7 @@ fn format_json_and_jsonl_mean_the_same_everywhere() {
     assert_eq!(json_lines(&rerank(&["--json"])), array);
     assert_eq!(rerank(&[]).lines().count(), 2);
 
-    let st = repo("tools/fixtures/out/st_tiny");
+    let st = common::repo("tools/fixtures/out/st_tiny");
     let rows: Vec<serde_json::Value> =
         serde_json::from_str(&stdout(&["embed", "-m", &st, "a", "b"])).unwrap();
     let lines = json_lines(&stdout(&[
@@ -112,7 +99,7 @@ fn format_json_and_jsonl_mean_the_same_everywhere() {
 
 #[test]
 fn threads_size_the_cpu_engine() {
-    let llama = repo("tools/fixtures/llm/out/tiny/llama");
+    let llama = common::repo("tools/fixtures/llm/out/tiny/llama");
     for threads in ["1", "3"] {
         let text = stdout(&[
             "bench",
@@ -133,14 +120,14 @@ fn threads_size_the_cpu_engine() {
         let v = &json_lines(&text)[0];
         assert_eq!(v["threads"].to_string(), threads, "{v}");
     }
-    let st = repo("tools/fixtures/out/st_tiny");
+    let st = common::repo("tools/fixtures/out/st_tiny");
     stdout(&["embed", "-m", &st, "--threads", "1", "x"]);
     assert!(stderr(&["embed", "-m", &st, "-t", "0", "x"]).contains("--threads"));
 }
 
 #[test]
 fn llama_cpp_spellings_of_the_sampling_and_context_flags() {
-    let llama = repo("tools/fixtures/llm/out/tiny/llama");
+    let llama = common::repo("tools/fixtures/llm/out/tiny/llama");
     let long = stdout(&[
         "generate",
         "-m",
@@ -166,7 +153,7 @@ fn llama_cpp_spellings_of_the_sampling_and_context_flags() {
 
 #[test]
 fn draft_model_is_spelled_out_and_the_old_flag_still_works() {
-    let llama = repo("tools/fixtures/llm/out/tiny/llama");
+    let llama = common::repo("tools/fixtures/llm/out/tiny/llama");
     let args = [
         "generate", "-m", &llama, "ROMEO:", "-n", "10", "--temp", "0",
     ];
@@ -187,7 +174,7 @@ fn draft_model_is_spelled_out_and_the_old_flag_still_works() {
 
 #[test]
 fn compress_takes_the_same_values_everywhere() {
-    let llama = repo("tools/fixtures/llm/out/tiny/llama");
+    let llama = common::repo("tools/fixtures/llm/out/tiny/llama");
     let args = ["generate", "-m", &llama, "ROMEO:", "-n", "6", "--temp", "0"];
     let plain = stdout(&args);
     for value in ["none", "dense", "stored"] {
@@ -195,7 +182,7 @@ fn compress_takes_the_same_values_everywhere() {
         with.extend(["--compress", value]);
         assert_eq!(stdout(&with), plain, "--compress {value}");
     }
-    let st = repo("tools/fixtures/out/st_tiny");
+    let st = common::repo("tools/fixtures/out/st_tiny");
     for err in [
         stderr(&["embed", "-m", &st, "--compress", "int3", "x"]),
         stderr(&[
@@ -239,7 +226,7 @@ fn output_is_dash_o_for_files_and_directories() {
     ]);
     assert!(legacy.join("model.mil").is_file());
 
-    let st = repo("tools/fixtures/out/st_tiny");
+    let st = common::repo("tools/fixtures/out/st_tiny");
     let npy = tmp.path().join("e.npy");
     stdout(&[
         "embed",

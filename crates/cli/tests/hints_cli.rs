@@ -2,24 +2,13 @@
 //! model name is matched against the Hugging Face cache, `run` converts float64 `.npy` inputs
 //! with a warning, and `mil check` catches declared types that `run` would reject.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn repo(path: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
-        .display()
-        .to_string()
-}
+use std::path::Path;
+use std::process::Output;
 
 fn aneforge(args: &[&str], env: &[(&str, &Path)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_aneforge"));
-    c.args(args).env_remove("RUST_BACKTRACE");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
+    common::run_with(args, env)
 }
 
 fn failure(args: &[&str], env: &[(&str, &Path)]) -> String {
@@ -32,7 +21,7 @@ fn failure(args: &[&str], env: &[(&str, &Path)]) -> String {
 
 #[test]
 fn a_model_of_the_wrong_kind_names_the_right_command() {
-    let llama = repo("tools/fixtures/llm/out/tiny/llama");
+    let llama = common::repo("tools/fixtures/llm/out/tiny/llama");
     let err = failure(&["embed", "-m", &llama, "hello"], &[]);
     assert!(
         err.contains("is a decoder LLM") && err.contains(&format!("aneforge generate -m {llama}")),
@@ -41,7 +30,7 @@ fn a_model_of_the_wrong_kind_names_the_right_command() {
     let err = failure(&["rerank", "-m", &llama, "--query", "q", "a"], &[]);
     assert!(err.contains("is a decoder LLM"), "{err}");
 
-    let encoder = repo("tools/fixtures/out/st_tiny");
+    let encoder = common::repo("tools/fixtures/out/st_tiny");
     let err = failure(&["generate", "-m", &encoder, "hello"], &[]);
     assert!(
         err.contains("is a text encoder") && err.contains("aneforge embed -m"),
@@ -165,6 +154,12 @@ fn mil_check_rejects_declared_shapes_and_types_the_ops_do_not_produce() {
         "{}",
         String::from_utf8_lossy(&ok.stderr)
     );
+    let (x, y) = (tmp.path().join("x.npy"), tmp.path().join("y.npy"));
+    for p in [&x, &y] {
+        aneforge_models::npy::write(p, &[2, 3], &[1.0; 6]).unwrap();
+    }
+    let xi = format!("x={}", x.display());
+    let yi = format!("y={}", y.display());
 
     for (bad, needle) in [
         (
@@ -179,7 +174,8 @@ fn mil_check_rejects_declared_shapes_and_types_the_ops_do_not_produce() {
         std::fs::write(dir.join("model.mil"), ADD_PROGRAM.replace(bad, needle)).unwrap();
         let check = failure(&["mil", "check", dir.to_str().unwrap()], &[]);
         assert!(check.contains("output `z` is declared"), "{check}");
-        let run = failure(&["run", dir.to_str().unwrap(), "--ports"], &[]);
+        // `run --ports` reads the signature alone; running the program plans it and rejects it
+        let run = failure(&["run", dir.to_str().unwrap(), "-i", &xi, "-i", &yi], &[]);
         assert!(run.contains("output `z` is declared"), "{run}");
     }
 }

@@ -3,9 +3,10 @@
 //! status 1 without a backtrace, and shells get completion scripts.
 #![cfg(unix)]
 
+mod common;
+
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 fn aneforge() -> Command {
@@ -15,14 +16,6 @@ fn aneforge() -> Command {
         .env_remove("RUST_BACKTRACE")
         .env_remove("RUST_LIB_BACKTRACE");
     c
-}
-
-fn repo(path: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
-        .display()
-        .to_string()
 }
 
 /// The write end of a pipe whose read end is already closed: the first write to it fails.
@@ -48,8 +41,8 @@ fn into_closed_pipe(args: &[&str]) -> Output {
 
 #[test]
 fn a_closed_stdout_ends_every_command_quietly() {
-    let llama = repo("tools/fixtures/llm/out/tiny/llama");
-    let encoder = repo("tools/fixtures/out/st_tiny");
+    let llama = common::repo("tools/fixtures/llm/out/tiny/llama");
+    let encoder = common::repo("tools/fixtures/out/st_tiny");
     let commands: [&[&str]; 6] = [
         &["targets"],
         &["ops", "--target", "h16", "--mil"],

@@ -1,17 +1,10 @@
 //! Texts and prompts from stdin: `embed`, `rerank` and `generate` read stdin when given no texts,
 //! and take `-` for stdin wherever they take a file; `-f/--file` reads a file.
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+mod common;
 
-fn repo(path: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
-        .display()
-        .to_string()
-}
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
 
 fn aneforge(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_aneforge"))
@@ -40,7 +33,7 @@ fn stdout(args: &[&str], stdin: &str) -> String {
 
 #[test]
 fn embed_reads_texts_from_stdin_a_dash_or_a_file() {
-    let model = repo("tools/fixtures/out/st_tiny");
+    let model = common::repo("tools/fixtures/out/st_tiny");
     let want = stdout(&["embed", "-m", &model, "the king", "a queen"], "");
     let rows: Vec<Vec<f32>> = serde_json::from_str(&want).unwrap();
     assert_eq!(rows.len(), 2);
@@ -63,7 +56,7 @@ fn embed_reads_texts_from_stdin_a_dash_or_a_file() {
 
 #[test]
 fn rerank_reads_passages_from_stdin() {
-    let model = repo("tools/fixtures/encoders/out/ce_bert");
+    let model = common::repo("tools/fixtures/encoders/out/ce_bert");
     let args = [
         "rerank", "-m", &model, "--query", "love", "--format", "json",
     ];
@@ -77,7 +70,7 @@ fn rerank_reads_passages_from_stdin() {
 
 #[test]
 fn generate_reads_the_prompt_from_stdin_a_dash_or_a_file() {
-    let model = repo("tools/fixtures/llm/out/tiny/llama");
+    let model = common::repo("tools/fixtures/llm/out/tiny/llama");
     let prompt = "ROMEO: But soft, what light";
     let common = ["generate", "-m", &model, "-n", "8", "--temperature", "0"];
     let with = |extra: &[&str], stdin: &str| {

@@ -1,14 +1,11 @@
 //! `aneforge targets`, `aneforge ops` and `aneforge compile` as processes.
 
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
 
 fn aneforge(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_aneforge"));
-    c.args(args).env_remove("ANEFORGE_TARGET");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
+    common::run_with(args, env)
 }
 
 fn stdout(o: &Output) -> String {

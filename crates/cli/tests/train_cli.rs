@@ -2,16 +2,13 @@
 //! and a sampled continuation and resumes from its checkpoint onto the uninterrupted run; the
 //! digits CNN reaches a measured test accuracy.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_aneforge"))
-        .args(args)
-        .env_remove("ANEFORGE_TARGET")
-        .env_remove("ANEFORGE_E5RT_LIB")
-        .output()
-        .unwrap()
+    common::run(args)
 }
 
 fn aneforge(args: &[&str]) -> Output {
