@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use aneforge_models::llm::{
-    generate, ChatMessage, GenerateOptions, Llm, LlmError, LoadOptions, Runner, RunnerOptions,
-    SamplingOptions, WeightFormat,
+    generate, ChatMessage, ChatTemplate, GenerateOptions, Llm, LlmError, LoadOptions, Runner,
+    RunnerOptions, SamplingOptions, WeightFormat,
 };
 use aneforge_models::require_model;
 
@@ -242,6 +242,12 @@ fn chat_templates_that_fail_are_errors() {
         let msg = err.to_string();
         assert!(msg.contains(expected), "{template}: {msg}");
     }
+
+    // a string doubled 64 times, printed as it grows: the output is capped, not the machine's RAM
+    let doubling = "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{{ ns.s }}{% set ns.s = ns.s ~ ns.s %}{% endfor %}";
+    let template = ChatTemplate::new(doubling, None, None).unwrap();
+    let msg = template.render(&messages, true).unwrap_err().to_string();
+    assert!(msg.contains("exceeds") && msg.contains("bytes"), "{msg}");
 
     let dir = edited_copy("qwen2", "tokenizer_config.json", |c| {
         c.as_object_mut().unwrap().remove("chat_template");
