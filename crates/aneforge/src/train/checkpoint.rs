@@ -179,7 +179,7 @@ impl Checkpoint {
             .map_err(|_| content("metadata step is not an integer".into()))?;
         let loss_scale = match (meta.get("loss_scale"), meta.get("loss_scale_good_steps")) {
             (Some(s), Some(g)) => Some((
-                s.parse()
+                s.parse::<f32>()
                     .map_err(|_| content(format!("loss_scale {s:?} is not a number")))?,
                 g.parse().map_err(|_| {
                     content(format!("loss_scale_good_steps {g:?} is not an integer"))
@@ -187,6 +187,13 @@ impl Checkpoint {
             )),
             _ => None,
         };
+        if let Some((scale, _)) = loss_scale {
+            if !(scale.is_finite() && scale > 0.0) {
+                return Err(content(format!(
+                    "loss_scale {scale} is not a finite positive number"
+                )));
+            }
+        }
         let mut names: Vec<String> = tensors.names().into_iter().map(str::to_string).collect();
         names.sort();
         let mut params = Vec::new();
@@ -206,6 +213,13 @@ impl Checkpoint {
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect();
+            if let Some(i) = data.iter().position(|x| !x.is_finite()) {
+                return Err(content(format!(
+                    "tensor {name} holds a non-finite value ({}) at index {i}; training from it \
+                     would only produce NaN",
+                    data[i]
+                )));
+            }
             let shape = view.shape().to_vec();
             if let Some(p) = name.strip_prefix("param.") {
                 params.push((p.to_string(), shape, data));
