@@ -147,10 +147,10 @@ fn parse(bytes: &[u8]) -> Result<(Vec<usize>, HostTensor), String> {
         .get(start..start + header_len)
         .ok_or("truncated header")?;
     let header = std::str::from_utf8(header).map_err(|_| "the header is not UTF-8")?;
+    // the header is a Python dict literal: of duplicate keys, the last wins (as in numpy)
     let field = |key: &str| -> Result<&str, String> {
-        let rest = header
-            .split(&format!("'{key}':"))
-            .nth(1)
+        let (_, rest) = header
+            .rsplit_once(&format!("'{key}':"))
             .ok_or_else(|| format!("no '{key}' in the header {header:?}"))?;
         Ok(rest.trim_start())
     };
@@ -165,13 +165,16 @@ fn parse(bytes: &[u8]) -> Result<(Vec<usize>, HostTensor), String> {
         .strip_prefix('(')
         .and_then(|r| r.split(')').next())
         .ok_or("the header's shape is not a tuple")?;
-    let shape = shape_text
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
+    // a Python tuple: `()`, `(n,)`, `(a, b)` or `(a, b,)`; only one trailing comma may be empty
+    let mut dims: Vec<&str> = shape_text.split(',').map(str::trim).collect();
+    if dims.last() == Some(&"") {
+        dims.pop();
+    }
+    let shape = dims
+        .iter()
         .map(|s| {
             s.parse::<usize>()
-                .map_err(|_| format!("bad dimension {s:?}"))
+                .map_err(|_| format!("bad dimension {s:?} in the shape ({shape_text})"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let count = shape
