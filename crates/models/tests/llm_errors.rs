@@ -327,3 +327,24 @@ fn chat_templates_that_fail_are_errors() {
     let msg = load(dir.path()).unwrap().chat().unwrap_err().to_string();
     assert!(msg.contains("chat template"), "{msg}");
 }
+
+/// The decode count is the tokens generated: a one-token prompt (or the one uncached token of a
+/// repeated prompt) is prefill, so `max_new_tokens = 0` reports no decode.
+#[test]
+fn decode_counts_only_generated_tokens() {
+    let llm = Arc::new(load(&tiny("llama")).unwrap());
+    let mut r = small_runner(llm, 32);
+    for (prompt, n) in [(&[1u32][..], 0), (&[1, 2, 3][..], 0), (&[1, 2, 3][..], 2)] {
+        let g = generate(&mut r, prompt, &greedy(n), &mut |_| true).unwrap();
+        assert_eq!(g.tokens.len(), n);
+        assert_eq!(
+            g.timings.decode_tokens,
+            g.tokens.len().saturating_sub(1),
+            "{prompt:?} -n {n}"
+        );
+        assert_eq!(
+            g.timings.prefill_tokens, g.prefill_tokens,
+            "{prompt:?} -n {n}"
+        );
+    }
+}
