@@ -73,28 +73,18 @@ pub fn to_bytes(shape: &[usize], data: &[f32]) -> Vec<u8> {
     tensor_to_bytes(shape, &HostTensor::F32(data.to_vec()))
 }
 
-/// Writes `path` atomically: a temporary file in the same directory, synced, renamed into place.
+/// Writes `path` with [`aneforge::output::write_output`]: atomically when it is a regular file.
 pub fn write_tensor(
     path: impl AsRef<Path>,
     shape: &[usize],
     tensor: &HostTensor,
 ) -> Result<(), NpyError> {
     let path = path.as_ref();
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = (|| -> std::io::Result<()> {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&tensor_to_bytes(shape, tensor))?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(|source| NpyError::Io {
-        path: path.to_path_buf(),
-        source,
+    aneforge::output::write_output(path, &tensor_to_bytes(shape, tensor)).map_err(|source| {
+        NpyError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     })
 }
 

@@ -62,7 +62,8 @@ fn bytes_of(v: &[f32]) -> Vec<u8> {
 }
 
 impl Checkpoint {
-    /// Writes the checkpoint to `path` atomically (a sibling temporary file renamed into place).
+    /// Writes the checkpoint to `path` with [`crate::output::write_output`]: atomically (a uniquely
+    /// named sibling temporary file renamed into place) when `path` is a regular file.
     pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
         let io = |source| CheckpointError::Io {
             path: path.to_path_buf(),
@@ -111,22 +112,7 @@ impl Checkpoint {
             _ => PathBuf::from("."),
         };
         std::fs::create_dir_all(&dir).map_err(io)?;
-        let file_name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "checkpoint".into());
-        let tmp = dir.join(format!(".{file_name}.tmp.{}", std::process::id()));
-        let written = (|| {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io(e));
-        }
+        crate::output::write_output(path, &bytes).map_err(io)?;
         Ok(())
     }
 
