@@ -3,7 +3,6 @@
 //! little-endian. Used for `aneforge run` ports, embedding output and test fixtures. Writes go
 //! through a temporary file renamed into place.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use aneforge::engine::HostTensor;

@@ -310,7 +310,7 @@ impl ChatTemplate {
                 .saturating_add(OUTPUT_ALLOWANCE),
             exceeded: false,
         };
-        match template.render_to_write(ctx, &mut out) {
+        match template.render_captured_to(ctx, &mut out) {
             Ok(_) => String::from_utf8(out.text)
                 .map_err(|e| ChatTemplateError::Render(format!("output is not UTF-8: {e}"))),
             Err(_) if out.exceeded => Err(ChatTemplateError::TooLong { limit: out.limit }),
