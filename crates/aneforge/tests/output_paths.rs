@@ -30,25 +30,25 @@ fn regular_files_are_replaced_and_unrelated_siblings_kept() {
 #[cfg(unix)]
 #[test]
 fn symlinks_are_written_through() {
+    let is_link = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    };
     let dir = tempfile::tempdir().unwrap();
     let real = dir.path().join("real.json");
     std::fs::write(&real, "old").unwrap();
     let link = dir.path().join("link.json");
     std::os::unix::fs::symlink("real.json", &link).unwrap();
     write_output(&link, b"new").unwrap();
-    assert!(std::fs::symlink_metadata(&link)
-        .unwrap()
-        .file_type()
-        .is_symlink());
+    assert!(is_link(&link));
     assert_eq!(std::fs::read(&real).unwrap(), b"new");
     // a dangling link creates its target
     let dangling = dir.path().join("dangling.json");
     std::os::unix::fs::symlink("made.json", &dangling).unwrap();
     write_output(&dangling, b"made").unwrap();
-    assert!(std::fs::symlink_metadata(&dangling)
-        .unwrap()
-        .file_type()
-        .is_symlink());
+    assert!(is_link(&dangling));
     assert_eq!(
         std::fs::read(dir.path().join("made.json")).unwrap(),
         b"made"
