@@ -9,6 +9,7 @@ pub mod graph;
 pub mod legalize;
 pub mod lower;
 mod model;
+pub mod output;
 pub mod target;
 pub mod train;
 

@@ -178,6 +178,27 @@ fn damaged_and_mismatched_checkpoints_are_errors() {
     let err = t2.restore(&wrong_shape).unwrap_err().to_string();
     assert!(err.contains("shape"), "{err}");
 
+    // NaN or inf in a parameter or in Adam's moments: refused on load, naming the tensor
+    for (label, poison) in [("param", f32::NAN), ("optim", f32::INFINITY)] {
+        let mut bad = Checkpoint::load(&path).unwrap();
+        let tensor = if label == "param" {
+            bad.params[0].2[0] = poison;
+            format!("param.{}", bad.params[0].0)
+        } else {
+            bad.state[0].data[0] = poison;
+            format!("optim.{}.{}", bad.state[0].param, bad.state[0].state)
+        };
+        let bad_path = dir.path().join(format!("{label}_nonfinite.safetensors"));
+        bad.save(&bad_path).unwrap();
+        let err = Checkpoint::load(&bad_path).unwrap_err().to_string();
+        assert!(
+            err.contains("non-finite")
+                && err.contains(&tensor)
+                && err.contains(&*bad_path.to_string_lossy()),
+            "{err}"
+        );
+    }
+
     // a plain safetensors file that is not a checkpoint
     let plain = safetensors::serialize(
         [(

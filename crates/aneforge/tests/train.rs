@@ -100,6 +100,42 @@ fn resident_training_equals_host_optimizer_training() {
 }
 
 #[test]
+fn a_non_finite_learning_rate_or_loss_stops_training() {
+    for mode in [UpdateMode::Resident, UpdateMode::Host] {
+        let mut options = TrainerOptions::new(Optimizer::adam());
+        options.mode = mode;
+        let mut trainer = mlp_trainer(options);
+        let (x, labels) = mlp_batch(1);
+        let batch = [
+            ("x", HostSlice::F32(&x)),
+            ("labels", HostSlice::I32(&labels)),
+        ];
+        for lr in [f32::NAN, f32::INFINITY, -1e-3] {
+            let err = trainer.step(&batch, lr).unwrap_err().to_string();
+            assert!(
+                err.contains("learning rate") && err.contains(&lr.to_string()),
+                "{err}"
+            );
+        }
+        assert_eq!(trainer.step_count(), 0);
+        trainer.step(&batch, 1e-3).unwrap();
+
+        // relu maps a NaN input to 0, but sums that overflow to ±inf give NaN logits
+        let poisoned: Vec<f32> = x.iter().map(|v| v.signum() * f32::MAX).collect();
+        let batch = [
+            ("x", HostSlice::F32(&poisoned)),
+            ("labels", HostSlice::I32(&labels)),
+        ];
+        let err = trainer.step(&batch, 1e-3).unwrap_err().to_string();
+        assert!(
+            err.contains("step 2") && err.contains("NaN"),
+            "{mode:?}: {err}"
+        );
+        assert_eq!(trainer.step_count(), 1);
+    }
+}
+
+#[test]
 fn a_step_feeds_only_the_batch_and_scalars() {
     let trainer = mlp_trainer(TrainerOptions::new(Optimizer::adam()));
     let mut fed: Vec<&str> = trainer

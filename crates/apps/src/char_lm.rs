@@ -197,6 +197,11 @@ impl CharLm {
 
     /// The mean loss over the first `batches` fixed held-out batches.
     pub fn val_loss(&mut self, batches: u64) -> Result<f32, TrainError> {
+        if batches == 0 {
+            return Err(TrainError::Invalid(
+                "the validation loss needs at least 1 validation batch, found 0".into(),
+            ));
+        }
         self.val.load_from(&self.trainer)?;
         let mut total = 0.0f64;
         for i in 0..batches {
@@ -207,7 +212,7 @@ impl CharLm {
             ])?;
             total += f64::from(out[0][0]);
         }
-        Ok((total / batches.max(1) as f64) as f32)
+        Ok((total / batches as f64) as f32)
     }
 
     /// Saves parameters, AdamW state, the step (which is also the data position) and the
@@ -248,6 +253,16 @@ impl CharLm {
         self.trainer.restore(&ckpt)
     }
 
+    /// A sampling temperature [`CharLm::sample`] accepts: finite and >= 0.
+    pub fn check_temperature(temperature: f32) -> Result<(), TrainError> {
+        if temperature.is_finite() && temperature >= 0.0 {
+            return Ok(());
+        }
+        Err(TrainError::Invalid(format!(
+            "temperature must be a finite number >= 0, found {temperature}"
+        )))
+    }
+
     /// Continues `prompt` by `chars` characters sampled at `temperature` (0 is greedy).
     pub fn sample(
         &mut self,
@@ -256,6 +271,7 @@ impl CharLm {
         temperature: f32,
         seed: u64,
     ) -> Result<String, TrainError> {
+        Self::check_temperature(temperature)?;
         let t = self.cfg.context;
         let v = self.data.vocab_size();
         if self.sampler.is_none() {
@@ -288,7 +304,11 @@ impl CharLm {
             window[..ctx.len()].copy_from_slice(ctx);
             let logits = sampler.run(&[("tokens", HostSlice::I32(&window))])?;
             let row = &logits[0][(ctx.len() - 1) * v..ctx.len() * v];
-            let next = pick(row, temperature, &mut rng);
+            let next = pick(row, temperature, &mut rng).ok_or_else(|| {
+                TrainError::Invalid(
+                    "the model's logits are not finite; it cannot be sampled".into(),
+                )
+            })?;
             ids.push(next as i32);
             out.push(next as i32);
         }
@@ -296,26 +316,33 @@ impl CharLm {
     }
 }
 
-fn pick(logits: &[f32], temperature: f32, rng: &mut rand::rngs::StdRng) -> usize {
+/// The next id; `None` when the logits give no finite distribution.
+fn pick(logits: &[f32], temperature: f32, rng: &mut rand::rngs::StdRng) -> Option<usize> {
     let best =
         logits.iter().enumerate().fold(
             (0, f32::NEG_INFINITY),
             |b, (i, &x)| if x > b.1 { (i, x) } else { b },
         );
+    if logits.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
     if temperature <= 0.0 {
-        return best.0;
+        return Some(best.0);
     }
     let weights: Vec<f64> = logits
         .iter()
         .map(|&x| (f64::from(x - best.1) / f64::from(temperature)).exp())
         .collect();
     let total: f64 = weights.iter().sum();
+    if !(total.is_finite() && total > 0.0) {
+        return None;
+    }
     let mut r = rng.random_range(0.0..total);
     for (i, w) in weights.iter().enumerate() {
         if r < *w {
-            return i;
+            return Some(i);
         }
         r -= w;
     }
-    best.0
+    Some(best.0)
 }

@@ -170,10 +170,6 @@ fn write_plan(plan: &Plan, out: &Path) -> anyhow::Result<()> {
 }
 
 fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension(format!("txt.tmp{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })?;
-    Ok(())
+    aneforge::output::write_output(path, text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
 }

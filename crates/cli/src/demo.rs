@@ -73,6 +73,11 @@ pub fn training_text(path: Option<&std::path::Path>) -> anyhow::Result<(CharData
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+    // flags that would only fail after training are checked before it
+    CharLm::check_temperature(args.temperature).context("--temperature")?;
+    if args.val_batches == 0 {
+        anyhow::bail!("--val-batches must be at least 1 (the validation loss is a mean over them)");
+    }
     let (engine, target) = args.engine.select()?;
     let checkpoint = match (&args.checkpoint, &args.output) {
         (Some(file), _) => file.clone(),

@@ -58,11 +58,10 @@ fn parse_pooling(s: &str) -> anyhow::Result<Vec<Pooling>> {
         .collect()
 }
 
-/// Writes `bytes` to `path` through a temporary file renamed into place.
+/// Writes `bytes` to `path` (see [`aneforge::output::write_output`]).
 fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    aneforge::output::write_output(path, bytes)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 pub fn run(args: EmbedArgs) -> anyhow::Result<()> {

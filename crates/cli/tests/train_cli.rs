@@ -150,6 +150,35 @@ fn demo_resume_from_a_foreign_or_broken_checkpoint_is_an_error_naming_it() {
     assert!(err.contains("broken.safetensors"), "{err}");
 }
 
+#[test]
+fn hyper_parameters_that_cannot_work_fail_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("c.safetensors");
+    let cases: [(&[&str], &str); 3] = [
+        (&["--temperature", "NaN"], "temperature"),
+        (&["--temperature=-1"], "temperature"),
+        (&["--val-batches", "0"], "--val-batches"),
+    ];
+    for (flags, expected) in cases {
+        let mut args = vec!["demo", "--steps", "1", "--checkpoint"];
+        args.push(checkpoint.to_str().unwrap());
+        args.extend_from_slice(flags);
+        let o = run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{flags:?} succeeded");
+        assert!(err.contains(expected), "{flags:?}: {err}");
+        assert!(!stdout(&o).contains("val loss"), "{flags:?} trained");
+        assert!(!checkpoint.exists(), "{flags:?} saved a checkpoint");
+    }
+    let o = run(&["train-digits", "--epochs", "1", "--lr", "NaN"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("learning rate"),
+        "{err}"
+    );
+    assert!(!stdout(&o).contains("accuracy"), "{}", stdout(&o));
+}
+
 /// Measured with the release CLI at 8 epochs: seeds 0, 1, 2 and 3 reach 97.2%, 96.1%, 97.5% and
 /// 95.5% test accuracy (359 held-out images).
 const DIGITS_ACCURACY_BOUND: f64 = 93.0;

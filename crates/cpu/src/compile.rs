@@ -670,6 +670,7 @@ fn finish(
         .map(|n| n.kernel.scratch_floats(&b.values, threads))
         .max()
         .unwrap_or(0);
+    check_memory(&b, &output_vids, arena.top, scratch_floats, threads)?;
     let parallel = threads > 1 && b.nodes.iter().any(|n| n.kernel.wants_threads(&b.values));
     let pool = if parallel { pool_for(threads)? } else { None };
     Ok(Arc::new(Plan {
@@ -688,6 +689,106 @@ fn finish(
         pool,
         parallel,
     }))
+}
+
+/// The environment variable that sets [`memory_limit`], in bytes with an optional `K`, `M`, `G`
+/// or `T` (binary) suffix.
+pub const MAX_MEMORY_ENV: &str = "ANEFORGE_MAX_MEMORY";
+
+/// The most memory one plan may need at run time (arena, port buffers and scratch together):
+/// `ANEFORGE_MAX_MEMORY` if set, else three quarters of physical RAM (`/proc/meminfo`), else
+/// unlimited where RAM cannot be read.
+pub fn memory_limit() -> Result<usize> {
+    if let Ok(text) = std::env::var(MAX_MEMORY_ENV) {
+        return parse_bytes(&text).ok_or_else(|| {
+            CpuError::Program(format!(
+                "{MAX_MEMORY_ENV}={text:?}: expected a byte count such as 8G, 512M or 1000000"
+            ))
+        });
+    }
+    let total_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+    });
+    Ok(total_kib.map_or(usize::MAX, |k| k.saturating_mul(1024) / 4 * 3))
+}
+
+fn parse_bytes(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (digits, shift) = match text.char_indices().last()? {
+        (i, 'K' | 'k') => (&text[..i], 10),
+        (i, 'M' | 'm') => (&text[..i], 20),
+        (i, 'G' | 'g') => (&text[..i], 30),
+        (i, 'T' | 't') => (&text[..i], 40),
+        _ => (text, 0),
+    };
+    digits.trim().parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
+/// Fails, naming the op with the largest result, when the plan's run-time memory (arena, input
+/// and output buffers, scratch) exceeds [`memory_limit`]: sizes come from the program text, and a
+/// program of a few hundred bytes can ask for terabytes.
+fn check_memory(
+    b: &Builder<'_>,
+    output_vids: &[Vid],
+    arena_bytes: usize,
+    scratch_floats: usize,
+    threads: usize,
+) -> Result<()> {
+    let limit = memory_limit()?;
+    let inputs: usize = b
+        .values
+        .iter()
+        .filter(|v| matches!(v.home, Home::Input(_)))
+        .fold(0, |sum, v| sum.saturating_add(v.bytes()));
+    let outputs: usize = output_vids
+        .iter()
+        .fold(0, |sum, &v| sum.saturating_add(b.values[v].bytes()));
+    let scratch = scratch_floats.saturating_mul(4);
+    let total = arena_bytes
+        .saturating_add(inputs)
+        .saturating_add(outputs)
+        .saturating_add(scratch);
+    if total <= limit {
+        return Ok(());
+    }
+    let largest = |n: &Node| {
+        n.writes
+            .iter()
+            .map(|&w| b.values[w].bytes())
+            .max()
+            .unwrap_or(0)
+            .max(
+                n.kernel
+                    .scratch_floats(&b.values, threads)
+                    .saturating_mul(4),
+            )
+    };
+    let message = format!(
+        "the program needs {total} bytes (arena {arena_bytes}, inputs {inputs}, outputs \
+         {outputs}, scratch {scratch}), over the limit of {limit} bytes (set {MAX_MEMORY_ENV} \
+         to change it)"
+    );
+    Err(match b.nodes.iter().max_by_key(|n| largest(n)) {
+        Some(n) => {
+            let shapes: Vec<String> = n
+                .writes
+                .iter()
+                .map(|&w| format!("{:?} {}", b.values[w].shape, b.values[w].dtype))
+                .collect();
+            CpuError::Op {
+                name: n.name.clone(),
+                op_type: n.op_type.clone(),
+                message: format!(
+                    "needs {} bytes (result {}); {message}",
+                    largest(n),
+                    shapes.join(", ")
+                ),
+            }
+        }
+        None => CpuError::Program(message),
+    })
 }
 
 /// [`compile`] for a loaded program directory (`model.mil` + its blob files).

@@ -23,7 +23,9 @@ pub mod simd;
 mod tensor;
 
 pub use codec::Carried;
-pub use compile::{compile, compile_dir, Accumulation, CompileOptions};
+pub use compile::{
+    compile, compile_dir, memory_limit, Accumulation, CompileOptions, MAX_MEMORY_ENV,
+};
 pub use error::CpuError;
 pub use instance::{Instance, KernelTime, ValueStats};
 pub use known::BlobStore;

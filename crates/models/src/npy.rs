@@ -3,7 +3,6 @@
 //! little-endian. Used for `aneforge run` ports, embedding output and test fixtures. Writes go
 //! through a temporary file renamed into place.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use aneforge::engine::HostTensor;
@@ -73,28 +72,18 @@ pub fn to_bytes(shape: &[usize], data: &[f32]) -> Vec<u8> {
     tensor_to_bytes(shape, &HostTensor::F32(data.to_vec()))
 }
 
-/// Writes `path` atomically: a temporary file in the same directory, synced, renamed into place.
+/// Writes `path` with [`aneforge::output::write_output`]: atomically when it is a regular file.
 pub fn write_tensor(
     path: impl AsRef<Path>,
     shape: &[usize],
     tensor: &HostTensor,
 ) -> Result<(), NpyError> {
     let path = path.as_ref();
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = (|| -> std::io::Result<()> {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&tensor_to_bytes(shape, tensor))?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(|source| NpyError::Io {
-        path: path.to_path_buf(),
-        source,
+    aneforge::output::write_output(path, &tensor_to_bytes(shape, tensor)).map_err(|source| {
+        NpyError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     })
 }
 
@@ -147,10 +136,10 @@ fn parse(bytes: &[u8]) -> Result<(Vec<usize>, HostTensor), String> {
         .get(start..start + header_len)
         .ok_or("truncated header")?;
     let header = std::str::from_utf8(header).map_err(|_| "the header is not UTF-8")?;
+    // the header is a Python dict literal: of duplicate keys, the last wins (as in numpy)
     let field = |key: &str| -> Result<&str, String> {
-        let rest = header
-            .split(&format!("'{key}':"))
-            .nth(1)
+        let (_, rest) = header
+            .rsplit_once(&format!("'{key}':"))
             .ok_or_else(|| format!("no '{key}' in the header {header:?}"))?;
         Ok(rest.trim_start())
     };
@@ -165,13 +154,16 @@ fn parse(bytes: &[u8]) -> Result<(Vec<usize>, HostTensor), String> {
         .strip_prefix('(')
         .and_then(|r| r.split(')').next())
         .ok_or("the header's shape is not a tuple")?;
-    let shape = shape_text
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
+    // a Python tuple: `()`, `(n,)`, `(a, b)` or `(a, b,)`; only one trailing comma may be empty
+    let mut dims: Vec<&str> = shape_text.split(',').map(str::trim).collect();
+    if dims.last() == Some(&"") {
+        dims.pop();
+    }
+    let shape = dims
+        .iter()
         .map(|s| {
             s.parse::<usize>()
-                .map_err(|_| format!("bad dimension {s:?}"))
+                .map_err(|_| format!("bad dimension {s:?} in the shape ({shape_text})"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let count = shape

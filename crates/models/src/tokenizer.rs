@@ -33,6 +33,53 @@ pub enum TokenizerError {
     Invalid(String),
 }
 
+/// The tokenizers crate deserializes a `TemplateProcessing` post-processor without the checks its
+/// builder makes, then panics while encoding when a template names a special token that
+/// `special_tokens` lacks. Check every template (nested `Sequence` processors included) up front.
+fn check_post_processor(tokenizer: &Tokenizer) -> Result<(), String> {
+    let Some(processor) = tokenizer.get_post_processor() else {
+        return Ok(());
+    };
+    let value = serde_json::to_value(processor).map_err(|e| format!("post_processor: {e}"))?;
+    check_template_value(&value)
+}
+
+fn check_template_value(value: &serde_json::Value) -> Result<(), String> {
+    use serde_json::Value;
+    if let Some(processors) = value.get("processors").and_then(Value::as_array) {
+        return processors.iter().try_for_each(check_template_value);
+    }
+    if value.get("type").and_then(Value::as_str) != Some("TemplateProcessing") {
+        return Ok(());
+    }
+    let specials = value.get("special_tokens").and_then(Value::as_object);
+    for (name, token) in specials.into_iter().flatten() {
+        let len = |key: &str| token.get(key).and_then(Value::as_array).map(Vec::len);
+        if len("ids") != len("tokens") {
+            return Err(format!(
+                "post_processor special token '{name}' has {:?} ids but {:?} tokens",
+                len("ids"),
+                len("tokens")
+            ));
+        }
+    }
+    for template in ["single", "pair"] {
+        let pieces = value.get(template).and_then(Value::as_array);
+        for piece in pieces.into_iter().flatten() {
+            let Some(id) = piece.pointer("/SpecialToken/id").and_then(Value::as_str) else {
+                continue;
+            };
+            if !specials.is_some_and(|s| s.contains_key(id)) {
+                return Err(format!(
+                    "post_processor template '{template}' uses special token '{id}', \
+                     which post_processor.special_tokens does not define"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Padding {
     /// Every sequence padded to the longest in the batch (transformers' `padding=True`).
@@ -104,6 +151,10 @@ impl TextTokenizer {
         let inner = Tokenizer::from_file(path).map_err(|e| TokenizerError::Load {
             path: path.to_path_buf(),
             message: e.to_string(),
+        })?;
+        check_post_processor(&inner).map_err(|message| TokenizerError::Load {
+            path: path.to_path_buf(),
+            message,
         })?;
         Self::from_tokenizer(inner)
     }

@@ -84,6 +84,16 @@ fn missing_weights_name_the_tensor() {
     assert!(err.contains("encoder.layer.2."), "{err}");
 }
 
+/// A layer count of 2^40 used to reserve memory for every layer before any tensor was checked,
+/// aborting the process; it is now the missing-tensor error of the first absent layer.
+#[test]
+fn a_huge_layer_count_is_checked_against_the_tensors() {
+    let tmp = copy_model("bert_mean");
+    edit_config(tmp.path(), |v| v["num_hidden_layers"] = (1u64 << 40).into());
+    let err = load_err(tmp.path());
+    assert!(err.contains("encoder.layer.2."), "{err}");
+}
+
 #[test]
 fn a_config_that_cannot_hold_its_heads_names_the_field() {
     let tmp = copy_model("bert_mean");

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use aneforge_models::llm::{
-    generate, ChatMessage, GenerateOptions, Llm, LlmError, LoadOptions, Runner, RunnerOptions,
-    SamplingOptions, WeightFormat,
+    generate, ChatMessage, ChatTemplate, GenerateOptions, Llm, LlmError, LoadOptions, Runner,
+    RunnerOptions, SamplingOptions, WeightFormat,
 };
 use aneforge_models::require_model;
 
@@ -82,6 +82,78 @@ fn unsupported_architectures_are_named() {
         msg.contains("unsupported architecture 'rwkv6'") && msg.contains("rwkv.gguf"),
         "{msg}"
     );
+}
+
+/// A GGUF v3 file for `llama` with the metadata the config needs, `extra` f32 entries, and a
+/// `token_embd.weight` [16, 8] f32 tensor.
+fn llama_gguf(extra: &[(&str, f32)]) -> Vec<u8> {
+    let mut kv: Vec<(String, u32, Vec<u8>)> = Vec::new();
+    let mut s = Vec::new();
+    gguf_string(&mut s, "llama");
+    kv.push(("general.architecture".into(), 8, s));
+    for (k, v) in [
+        ("embedding_length", 8u32),
+        ("block_count", 1),
+        ("attention.head_count", 2),
+        ("context_length", 32),
+        ("feed_forward_length", 16),
+    ] {
+        kv.push((format!("llama.{k}"), 4, v.to_le_bytes().to_vec()));
+    }
+    for (k, v) in extra {
+        kv.push((k.to_string(), 6, v.to_le_bytes().to_vec()));
+    }
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&1u64.to_le_bytes());
+    b.extend_from_slice(&(kv.len() as u64).to_le_bytes());
+    for (k, ty, v) in &kv {
+        gguf_string(&mut b, k);
+        b.extend_from_slice(&ty.to_le_bytes());
+        b.extend_from_slice(v);
+    }
+    gguf_string(&mut b, "token_embd.weight");
+    b.extend_from_slice(&2u32.to_le_bytes());
+    b.extend_from_slice(&8u64.to_le_bytes());
+    b.extend_from_slice(&16u64.to_le_bytes());
+    b.extend_from_slice(&0u32.to_le_bytes()); // f32
+    b.extend_from_slice(&0u64.to_le_bytes());
+    b.resize(b.len().div_ceil(32) * 32, 0);
+    b.extend_from_slice(&[0u8; 16 * 8 * 4]);
+    b
+}
+
+#[test]
+fn non_finite_or_negative_epsilons_and_rope_bases_are_errors() {
+    use aneforge_models::gguf::GgufFile;
+    use aneforge_models::llm::LlmConfig;
+    const EPS: &str = "llama.attention.layer_norm_rms_epsilon";
+    const BASE: &str = "llama.rope.freq_base";
+    let good = llama_gguf(&[(EPS, 1e-5), (BASE, 10_000.0)]);
+    LlmConfig::from_gguf(&GgufFile::from_bytes("good.gguf", good).unwrap()).unwrap();
+    for bad in [f32::NAN, f32::INFINITY, -1.0] {
+        for (key, other) in [(EPS, BASE), (BASE, EPS)] {
+            let bytes = llama_gguf(&[(key, bad), (other, 1.0)]);
+            let file = GgufFile::from_bytes("bad.gguf", bytes).unwrap();
+            let msg = LlmConfig::from_gguf(&file).unwrap_err().to_string();
+            assert!(
+                msg.contains("bad.gguf") && msg.contains(key) && msg.contains(&bad.to_string()),
+                "{msg}"
+            );
+        }
+    }
+    // JSON has no NaN or inf (serde_json writes null, read as absent): a negative value
+    for field in ["rms_norm_eps", "rope_theta"] {
+        let dir = edited_copy("llama", "config.json", |c| match field {
+            "rope_theta" => c["rope_parameters"][field] = (-1.0).into(),
+            _ => c[field] = (-1.0).into(),
+        });
+        let msg = load(dir.path()).unwrap_err().to_string();
+        assert!(
+            msg.contains("config.json") && msg.contains(field) && msg.contains("-1"),
+            "{field}: {msg}"
+        );
+    }
 }
 
 #[test]
@@ -243,9 +315,36 @@ fn chat_templates_that_fail_are_errors() {
         assert!(msg.contains(expected), "{template}: {msg}");
     }
 
+    // a string doubled 64 times, printed as it grows: the output is capped, not the machine's RAM
+    let doubling = "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{{ ns.s }}{% set ns.s = ns.s ~ ns.s %}{% endfor %}";
+    let template = ChatTemplate::new(doubling, None, None).unwrap();
+    let msg = template.render(&messages, true).unwrap_err().to_string();
+    assert!(msg.contains("exceeds") && msg.contains("bytes"), "{msg}");
+
     let dir = edited_copy("qwen2", "tokenizer_config.json", |c| {
         c.as_object_mut().unwrap().remove("chat_template");
     });
     let msg = load(dir.path()).unwrap().chat().unwrap_err().to_string();
     assert!(msg.contains("chat template"), "{msg}");
+}
+
+/// The decode count is the tokens generated: a one-token prompt (or the one uncached token of a
+/// repeated prompt) is prefill, so `max_new_tokens = 0` reports no decode.
+#[test]
+fn decode_counts_only_generated_tokens() {
+    let llm = Arc::new(load(&tiny("llama")).unwrap());
+    let mut r = small_runner(llm, 32);
+    for (prompt, n) in [(&[1u32][..], 0), (&[1, 2, 3][..], 0), (&[1, 2, 3][..], 2)] {
+        let g = generate(&mut r, prompt, &greedy(n), &mut |_| true).unwrap();
+        assert_eq!(g.tokens.len(), n);
+        assert_eq!(
+            g.timings.decode_tokens,
+            g.tokens.len().saturating_sub(1),
+            "{prompt:?} -n {n}"
+        );
+        assert_eq!(
+            g.timings.prefill_tokens, g.prefill_tokens,
+            "{prompt:?} -n {n}"
+        );
+    }
 }

@@ -199,3 +199,22 @@ fn whisper_tokenizer_json_matches_python_tokenizers() {
         }
     }
 }
+
+/// A post-processor template naming a special token its `special_tokens` map lacks used to panic
+/// inside the tokenizers crate on the first encode; it is now a load error naming the file.
+#[test]
+fn template_with_undefined_special_token_is_a_load_error() {
+    let out = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/fixtures/out");
+    let text = std::fs::read_to_string(format!("{out}/st_tiny/tokenizer.json")).unwrap();
+    let mut json: Value = serde_json::from_str(&text).unwrap();
+    json["post_processor"]["special_tokens"]
+        .as_object_mut()
+        .unwrap()
+        .remove("[SEP]");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokenizer.json");
+    std::fs::write(&path, serde_json::to_string(&json).unwrap()).unwrap();
+    let err = TextTokenizer::from_file(&path).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.json"), "{err}");
+    assert!(err.contains("[SEP]"), "{err}");
+}

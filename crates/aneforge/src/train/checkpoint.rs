@@ -62,7 +62,8 @@ fn bytes_of(v: &[f32]) -> Vec<u8> {
 }
 
 impl Checkpoint {
-    /// Writes the checkpoint to `path` atomically (a sibling temporary file renamed into place).
+    /// Writes the checkpoint to `path` with [`crate::output::write_output`]: atomically (a uniquely
+    /// named sibling temporary file renamed into place) when `path` is a regular file.
     pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
         let io = |source| CheckpointError::Io {
             path: path.to_path_buf(),
@@ -111,22 +112,7 @@ impl Checkpoint {
             _ => PathBuf::from("."),
         };
         std::fs::create_dir_all(&dir).map_err(io)?;
-        let file_name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "checkpoint".into());
-        let tmp = dir.join(format!(".{file_name}.tmp.{}", std::process::id()));
-        let written = (|| {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io(e));
-        }
+        crate::output::write_output(path, &bytes).map_err(io)?;
         Ok(())
     }
 
@@ -179,7 +165,7 @@ impl Checkpoint {
             .map_err(|_| content("metadata step is not an integer".into()))?;
         let loss_scale = match (meta.get("loss_scale"), meta.get("loss_scale_good_steps")) {
             (Some(s), Some(g)) => Some((
-                s.parse()
+                s.parse::<f32>()
                     .map_err(|_| content(format!("loss_scale {s:?} is not a number")))?,
                 g.parse().map_err(|_| {
                     content(format!("loss_scale_good_steps {g:?} is not an integer"))
@@ -187,6 +173,13 @@ impl Checkpoint {
             )),
             _ => None,
         };
+        if let Some((scale, _)) = loss_scale {
+            if !(scale.is_finite() && scale > 0.0) {
+                return Err(content(format!(
+                    "loss_scale {scale} is not a finite positive number"
+                )));
+            }
+        }
         let mut names: Vec<String> = tensors.names().into_iter().map(str::to_string).collect();
         names.sort();
         let mut params = Vec::new();
@@ -206,6 +199,13 @@ impl Checkpoint {
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect();
+            if let Some(i) = data.iter().position(|x| !x.is_finite()) {
+                return Err(content(format!(
+                    "tensor {name} holds a non-finite value ({}) at index {i}; training from it \
+                     would only produce NaN",
+                    data[i]
+                )));
+            }
             let shape = view.shape().to_vec();
             if let Some(p) = name.strip_prefix("param.") {
                 params.push((p.to_string(), shape, data));

@@ -438,6 +438,11 @@ impl Trainer {
     ) -> Result<StepStats, TrainError> {
         let opt = self.options.optimizer;
         let t = self.step + 1;
+        if !(lr.is_finite() && lr >= 0.0) {
+            return Err(TrainError::Invalid(format!(
+                "step {t}: the learning rate must be a finite number >= 0, found {lr}"
+            )));
+        }
         for (name, data) in batch {
             self.model.set_input(name, *data)?;
         }
@@ -470,6 +475,14 @@ impl Trainer {
             Some(_) => self.read_scalar(GRADS_FINITE)? != 0.0,
             None => true,
         };
+        // loss scaling skips a step whose gradients overflowed; anything else non-finite is a
+        // run gone bad, and the caller must not save what it now holds
+        if finite && !loss.is_finite() {
+            return Err(TrainError::Invalid(format!(
+                "step {t}: the loss is {loss}; training stopped (the parameters may no longer be \
+                 finite, so do not save them)"
+            )));
+        }
         if finite {
             if let Some(host) = &mut self.host {
                 for (i, slot) in self.slots.iter().enumerate() {

@@ -187,7 +187,9 @@ impl EncoderWeights {
         };
         let embedding_norm = norm(&emb, "LayerNorm", h)?;
         let f = cfg.intermediate_size;
-        let mut layers = Vec::with_capacity(cfg.num_layers);
+        // `num_layers` comes from config.json: grow with the layers actually found rather than
+        // reserving for a count no tensor has backed yet.
+        let mut layers = Vec::new();
         for i in 0..cfg.num_layers {
             layers.push(match cfg.family {
                 Family::DistilBert => {

@@ -14,6 +14,8 @@ pub enum ChatTemplateError {
     Compile(String),
     #[error("chat template failed to render: {0}")]
     Render(String),
+    #[error("chat template output exceeds {limit} bytes (the cap for these messages); a template that grows its text without bound?")]
+    TooLong { limit: usize },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -33,6 +35,32 @@ impl ChatMessage {
 
 /// Execution budget of one render (template instructions).
 const FUEL: u64 = 5_000_000;
+
+/// Rendered text allowed beyond twice the messages' own bytes: fuel bounds the instructions of a
+/// render but not the text one instruction can produce (a string doubled 64 times).
+const OUTPUT_ALLOWANCE: usize = 16 << 20;
+
+/// A `Write` that refuses to grow past `limit` bytes.
+struct CappedOutput {
+    text: Vec<u8>,
+    limit: usize,
+    exceeded: bool,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.text.len().saturating_add(buf.len()) > self.limit {
+            self.exceeded = true;
+            return Err(std::io::Error::other("chat template output too long"));
+        }
+        self.text.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -271,9 +299,23 @@ impl ChatTemplate {
             tools => Value::from(()),
             documents => Value::from(()),
         };
-        template
-            .render(ctx)
-            .map_err(|e| ChatTemplateError::Render(describe(&e)))
+        let message_bytes: usize = messages
+            .iter()
+            .map(|m| m.role.len() + m.content.len())
+            .sum();
+        let mut out = CappedOutput {
+            text: Vec::new(),
+            limit: message_bytes
+                .saturating_mul(2)
+                .saturating_add(OUTPUT_ALLOWANCE),
+            exceeded: false,
+        };
+        match template.render_captured_to(ctx, &mut out) {
+            Ok(_) => String::from_utf8(out.text)
+                .map_err(|e| ChatTemplateError::Render(format!("output is not UTF-8: {e}"))),
+            Err(_) if out.exceeded => Err(ChatTemplateError::TooLong { limit: out.limit }),
+            Err(e) => Err(ChatTemplateError::Render(describe(&e))),
+        }
     }
 }
 

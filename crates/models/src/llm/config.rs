@@ -201,6 +201,18 @@ fn token_ids(c: &ModelConfig, field: &str) -> Result<Vec<u32>, LlmConfigError> {
     }
 }
 
+/// `value` of `field` if it is a finite number > 0 (epsilons, rope bases, scaling factors).
+fn finite_positive(path: &Path, field: &str, value: f64) -> Result<f64, LlmConfigError> {
+    if value.is_finite() && value > 0.0 {
+        return Ok(value);
+    }
+    Err(invalid(
+        path,
+        field,
+        format!("must be a finite number > 0, found {value}"),
+    ))
+}
+
 fn positive(c: &ModelConfig, field: &str) -> Result<usize, LlmConfigError> {
     let v: usize = c.require(field)?;
     if v == 0 {
@@ -241,13 +253,7 @@ fn hf_rope(c: &ModelConfig, head_dim: usize, default_theta: f64) -> Result<Rope,
         Some(t) => t,
         None => c.get::<f64>("rope_theta")?.unwrap_or(default_theta),
     };
-    if !(theta.is_finite() && theta > 0.0) {
-        return Err(invalid(
-            path,
-            "rope_theta",
-            format!("must be positive, found {theta}"),
-        ));
-    }
+    let theta = finite_positive(path, "rope_theta", theta)?;
     let kind = field("rope_type")
         .or_else(|| field("type"))
         .and_then(|v| v.as_str())
@@ -381,7 +387,8 @@ impl LlmConfig {
             Family::Qwen2 => (true, false),
             _ => (attention_bias, attention_bias),
         };
-        let eps: f32 = c.get("rms_norm_eps")?.unwrap_or(1e-6);
+        let eps = c.get::<f64>("rms_norm_eps")?.unwrap_or(1e-6);
+        let eps = finite_positive(&path, "rms_norm_eps", eps)? as f32;
         let default_theta = 10_000.0;
         let rope = hf_rope(c, head_dim, default_theta)?;
         let sliding_window = match family {
@@ -481,7 +488,11 @@ impl LlmConfig {
             n_kv_heads: n_heads,
             head_dim: hidden_size / n_heads,
             norm: NormKind::Layer {
-                eps: c.get("layer_norm_epsilon")?.unwrap_or(1e-5),
+                eps: finite_positive(
+                    &path,
+                    "layer_norm_epsilon",
+                    c.get::<f64>("layer_norm_epsilon")?.unwrap_or(1e-5),
+                )? as f32,
             },
             mlp: MlpKind::Plain(act),
             positions: Positions::Learned { max },
@@ -600,7 +611,8 @@ impl LlmConfig {
             .and_then(|v| u32::try_from(v).ok());
         let tied_embeddings = file.tensor("output.weight").is_none();
         if family == Family::Gpt2 {
-            let eps = file.require_f64(&key("attention.layer_norm_epsilon"))? as f32;
+            let k = key("attention.layer_norm_epsilon");
+            let eps = finite_positive(&path, &k, file.require_f64(&k)?)? as f32;
             return Ok(LlmConfig {
                 family,
                 vocab_size,
@@ -626,8 +638,10 @@ impl LlmConfig {
                 source: ConfigSource::Gguf(path),
             });
         }
-        let eps = file.require_f64(&key("attention.layer_norm_rms_epsilon"))? as f32;
-        let theta = file.get_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+        let k = key("attention.layer_norm_rms_epsilon");
+        let eps = finite_positive(&path, &k, file.require_f64(&k)?)? as f32;
+        let k = key("rope.freq_base");
+        let theta = finite_positive(&path, &k, file.get_f64(&k)?.unwrap_or(10_000.0))?;
         let dims = opt_size("rope.dimension_count")?.unwrap_or(head_dim);
         if !dims.is_multiple_of(2) || dims > head_dim {
             return Err(invalid(
@@ -638,12 +652,17 @@ impl LlmConfig {
         }
         let scaling = match file.get_str(&key("rope.scaling.type"))? {
             None | Some("none") => match file.get_f64(&key("rope.scale_linear"))? {
-                Some(f) if f != 1.0 => RopeScaling::Linear { factor: f },
+                Some(f) if f != 1.0 => RopeScaling::Linear {
+                    factor: finite_positive(&path, &key("rope.scale_linear"), f)?,
+                },
                 _ => RopeScaling::None,
             },
-            Some("linear") => RopeScaling::Linear {
-                factor: file.require_f64(&key("rope.scaling.factor"))?,
-            },
+            Some("linear") => {
+                let k = key("rope.scaling.factor");
+                RopeScaling::Linear {
+                    factor: finite_positive(&path, &k, file.require_f64(&k)?)?,
+                }
+            }
             Some(other) => {
                 return Err(invalid(
                     &path,

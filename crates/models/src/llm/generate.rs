@@ -246,7 +246,7 @@ pub fn generate(
         .count()
         .min(prompt.len() - 1);
     runner.truncate(common);
-    let mut logits = runner.feed(&prompt[common..])?;
+    let mut logits = runner.feed_prompt(&prompt[common..])?;
     let first_token_at = started.elapsed().as_secs_f64();
     let mut sampler = Sampler::new(opts.sampling.clone());
     let stops = StopStrings::new(&opts.stop);

@@ -378,6 +378,22 @@ impl Runner {
         Ok(logits)
     }
 
+    /// [`Runner::feed`] for (the uncached rest of) a prompt: timed as prefill even when it is a
+    /// single token, so a generation's decode count is the tokens it generated.
+    pub fn feed_prompt(&mut self, tokens: &[u32]) -> Result<Vec<f32>, LlmError> {
+        let before = self.timings;
+        let logits = self.feed(tokens)?;
+        let decoded = self.timings.decode_tokens - before.decode_tokens;
+        if decoded > 0 {
+            let spent = self.timings.decode - before.decode;
+            self.timings.decode = before.decode;
+            self.timings.decode_tokens = before.decode_tokens;
+            self.timings.prefill += spent;
+            self.timings.prefill_tokens += decoded;
+        }
+        Ok(logits)
+    }
+
     /// Appends `tokens` and returns the logits of every one (`[tokens.len(), vocab]` row-major).
     pub fn feed_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>, LlmError> {
         if self.opts.all_logits_chunks.is_empty() {
