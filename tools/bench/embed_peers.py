@@ -20,7 +20,9 @@ import time
 MODEL = os.environ.get("MODEL", "sentence-transformers/all-MiniLM-L6-v2")
 BATCH = int(os.environ.get("BATCH", "32"))
 RUNS = int(os.environ.get("RUNS", "5"))
-SHAKESPEARE = os.environ.get("SHAKESPEARE", "/work/shared/data/text/shakespeare.txt")
+SHAKESPEARE = os.environ.get(
+    "SHAKESPEARE",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "shakespeare.txt"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 

@@ -6,9 +6,9 @@ Each peer runs in its own process so its peak resident memory is its own. Prints
 peer: {"peer", "threads", "prompt_tokens", "prefill_tok_s", "decode_tokens", "decode_tok_s",
 "peak_rss_mb", "version"} plus the best runs' CPU seconds ("prefill_cpu_s", "decode_cpu_s").
 
-Environments (kept out of the repository):
-  llama.cpp:    python3 -m venv /work/venv-llamacpp && /work/venv-llamacpp/bin/pip install llama-cpp-python
-  transformers: /work/venv-ref (tools/fixtures/requirements.txt)
+Environments (kept out of the repository; each defaults to this interpreter):
+  llama.cpp:    LLAMACPP_PYTHON, a venv with `pip install llama-cpp-python`
+  transformers: REF_PYTHON, a venv of tools/fixtures/requirements.txt
 Run: python3 tools/bench/llm_peers.py [--threads 2] [--peers llama.cpp,transformers] [--repeat 3]
 """
 import argparse
@@ -20,12 +20,13 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENVS = {
-    "llama.cpp": os.environ.get("LLAMACPP_PYTHON", "/work/venv-llamacpp/bin/python"),
-    "transformers": os.environ.get("REF_PYTHON", "/work/venv-ref/bin/python"),
+    "llama.cpp": os.environ.get("LLAMACPP_PYTHON", sys.executable),
+    "transformers": os.environ.get("REF_PYTHON", sys.executable),
 }
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
 FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SHAKESPEARE = os.environ.get("ANEFORGE_SHAKESPEARE", "/work/shared/data/text/shakespeare.txt")
+SHAKESPEARE = os.environ.get(
+    "ANEFORGE_SHAKESPEARE", os.path.join(HERE, "..", "..", "data", "shakespeare.txt"))
 
 
 def gguf_path():
