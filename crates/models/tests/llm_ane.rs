@@ -17,8 +17,7 @@ use std::sync::Arc;
 use aneforge::engine::{AneEngine, AneOptions};
 use aneforge::{AneArch, Engine, Target};
 use aneforge_models::llm::{
-    generate, GenerateOptions, Llm, LoadOptions, Runner, RunnerOptions, SamplingOptions,
-    WeightFormat,
+    generate, GenerateOptions, Llm, LoadOptions, Runner, SamplingOptions, WeightFormat,
 };
 use llm_fixtures::{file_ints, tiny};
 
@@ -27,15 +26,7 @@ const FAMILIES: [&str; 7] = [
 ];
 
 fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {
-    let opts = RunnerOptions {
-        target,
-        engine,
-        max_context: 128,
-        min_context: 128,
-        prefill_chunks: vec![16],
-        ..RunnerOptions::default()
-    };
-    Runner::new(llm, opts).unwrap()
+    llm_fixtures::small_runner(llm, target, engine, 16)
 }
 
 fn ane() -> Target {

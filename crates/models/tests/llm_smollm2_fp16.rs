@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use aneforge::engine::{AneEngine, AneOptions};
 use aneforge::{AneArch, Engine, Target};
-use aneforge_models::llm::{ChatMessage, Llm, LoadOptions, Runner, RunnerOptions, WeightFormat};
+use aneforge_models::llm::{ChatMessage, Llm, LoadOptions, Runner, WeightFormat};
 use aneforge_models::require_model;
 
 const MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
@@ -35,15 +35,7 @@ const PROMPTS: [&str; 4] = [
 ];
 
 fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {
-    let opts = RunnerOptions {
-        target,
-        engine,
-        max_context: 128,
-        min_context: 128,
-        prefill_chunks: vec![32],
-        ..RunnerOptions::default()
-    };
-    Runner::new(llm, opts).unwrap()
+    llm_fixtures::small_runner(llm, target, engine, 32)
 }
 
 /// Greedy tokens after `prompt` and the top-2 gap of the logits each was picked from.

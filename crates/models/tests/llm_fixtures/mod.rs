@@ -3,6 +3,10 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use aneforge::{Engine, Target};
+use aneforge_models::llm::{Llm, Runner, RunnerOptions};
 
 use safetensors::SafeTensors;
 
@@ -44,4 +48,17 @@ pub fn tiny_large(family: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tools/fixtures/llm/out/tiny_large")
         .join(family)
+}
+
+/// A runner with one context bucket of 128 positions and prefill chunks of `chunk` tokens.
+pub fn small_runner(llm: Arc<Llm>, target: Target, engine: Engine, chunk: usize) -> Runner {
+    let opts = RunnerOptions {
+        target,
+        engine,
+        max_context: 128,
+        min_context: 128,
+        prefill_chunks: vec![chunk],
+        ..RunnerOptions::default()
+    };
+    Runner::new(llm, opts).unwrap()
 }
