@@ -3,6 +3,7 @@
 //! Build a graph with [`graph`], compile it with [`compile`] for a [`Target`], run the resulting
 //! [`Model`] on an [`Engine`].
 
+pub mod arch;
 pub mod autograd;
 pub mod engine;
 pub mod graph;
@@ -10,10 +11,15 @@ pub mod legalize;
 pub mod lower;
 mod model;
 pub mod output;
-pub mod target;
+pub mod pipeline;
 pub mod train;
 
+pub use arch::AneArch;
 pub use engine::Engine;
 pub use graph::{DType, GraphError, HostArray, Tensor};
-pub use lower::{AneArch, Artifact, Compress, FunctionSpec, LowerError, ParameterMode, Target};
+pub use lower::{Artifact, LowerError, ParameterMode, Target};
 pub use model::{compile, compile_named, CompileOptions, Error, Model};
+pub use pipeline::{
+    compile_artifact, compile_functions, compile_program, CompileError, Compiled, Compress,
+    FunctionSpec, ProgramOptions,
+};

@@ -5,9 +5,8 @@ use crate::engine::{
     HostTensor, PortError,
 };
 use crate::graph::{GraphError, HostData, Tensor};
-use crate::lower::{
-    self, Artifact, Compress, LowerError, ParameterMode, PortKind, PortSpec, Target, TiledOutput,
-};
+use crate::lower::{Artifact, ParameterMode, PortKind, PortSpec, Target, TiledOutput};
+use crate::pipeline::{compile_artifact, CompileError, Compress, ProgramOptions};
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -25,7 +24,7 @@ pub enum Error {
     #[error(transparent)]
     Graph(#[from] GraphError),
     #[error(transparent)]
-    Lower(#[from] LowerError),
+    Compile(#[from] CompileError),
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error(transparent)]
@@ -49,9 +48,15 @@ pub fn compile_named(
     outputs: &[(&str, &Tensor)],
     options: &CompileOptions,
 ) -> Result<Model, Error> {
-    let artifact = lower::lower(outputs, &options.target, options.parameters)?;
-    let (artifact, _) =
-        crate::target::compress::compress(artifact, options.compress).map_err(LowerError::from)?;
+    let artifact = compile_artifact(
+        outputs,
+        &ProgramOptions {
+            target: options.target.clone(),
+            parameters: options.parameters,
+            compress: options.compress,
+            weight_ceiling: None,
+        },
+    )?;
     Model::load(Arc::new(artifact), options.engine)
 }
 

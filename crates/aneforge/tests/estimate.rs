@@ -1,12 +1,13 @@
 //! The roofline estimate: flops and bytes counted independently here from the shapes, time as
 //! `overhead + Σ max(flops/peak, bytes/bandwidth)` with the chip's published figures.
 
+use aneforge::arch::estimate::{estimate, figures, Bound, DISPATCH_US};
+use aneforge::arch::AneArch;
 use aneforge::graph::{constant, input, DType, HostArray};
-use aneforge::lower::{lower, Compress, ParameterMode};
-use aneforge::target::compress::compress;
-use aneforge::target::estimate::{estimate, figures, Bound, DISPATCH_US};
-use aneforge::target::AneArch;
+use aneforge::lower::ParameterMode;
+use aneforge::pipeline::compress;
 use aneforge::Target;
+use aneforge::{compile_artifact, Compress, ProgramOptions};
 
 fn arch(n: &str) -> AneArch {
     AneArch::new(n).unwrap()
@@ -19,7 +20,11 @@ fn a_large_matmul_is_compute_bound_with_the_expected_time() {
     let w = constant(HostArray::full(&[n, k], 0.01).unwrap());
     let y = x.linear(&w, None).unwrap();
     for a in ["h13", "h14", "h15", "h16", "h17"] {
-        let program = lower(&[("y", &y)], &Target::Ane(arch(a)), ParameterMode::Input).unwrap();
+        let program = compile_artifact(
+            &[("y", &y)],
+            &ProgramOptions::new(&Target::Ane(arch(a)), ParameterMode::Input),
+        )
+        .unwrap();
         let e = estimate(program.program(), arch(a));
         let op = e.ops.iter().find(|o| o.op_type == "linear").unwrap();
         let flops = 2.0 * (m * n * k) as f64 + (m * n) as f64;
@@ -44,7 +49,11 @@ fn elementwise_work_is_memory_bound_and_newer_chips_are_faster() {
     let y = a.add(&b).unwrap().relu().unwrap();
     let mut last = f64::INFINITY;
     for name in ["m1", "m2", "m4", "m5"] {
-        let p = lower(&[("y", &y)], &Target::Ane(arch(name)), ParameterMode::Input).unwrap();
+        let p = compile_artifact(
+            &[("y", &y)],
+            &ProgramOptions::new(&Target::Ane(arch(name)), ParameterMode::Input),
+        )
+        .unwrap();
         let e = estimate(p.program(), arch(name));
         assert!(e.ops.iter().all(|o| o.bound == Bound::Memory), "{e}");
         let add = e.ops.iter().find(|o| o.op_type == "add").unwrap();
@@ -62,8 +71,13 @@ fn natively_streamed_compression_cuts_the_bytes_of_a_weight_bound_gemv() {
         .collect();
     let w = constant(HostArray::from_f32(&[1024, 1024], values).unwrap());
     let y = x.linear(&w, None).unwrap();
-    let lowered =
-        |a: &str| lower(&[("y", &y)], &Target::Ane(arch(a)), ParameterMode::Input).unwrap();
+    let lowered = |a: &str| {
+        compile_artifact(
+            &[("y", &y)],
+            &ProgramOptions::new(&Target::Ane(arch(a)), ParameterMode::Input),
+        )
+        .unwrap()
+    };
     let plain = estimate(lowered("h13").program(), arch("h13"));
     let (lut, _) = compress(lowered("h13"), Compress::Int4).unwrap();
     let native = estimate(lut.program(), arch("h13"));

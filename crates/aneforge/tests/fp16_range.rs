@@ -5,7 +5,7 @@
 use aneforge::engine::HostSlice;
 use aneforge::engine::{Accumulation, EngineOptions};
 use aneforge::graph::{input, HostArray};
-use aneforge::target::preflight;
+use aneforge::pipeline::preflight;
 use aneforge::{compile_named, AneArch, CompileOptions, Engine, Model, Target, Tensor};
 use half::f16;
 

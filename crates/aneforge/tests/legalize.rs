@@ -4,13 +4,14 @@
 
 mod legalize_support;
 
+use aneforge::arch::{check_program, AneArch, FindingKind};
 use aneforge::graph::{
     self, constant, input, nn, scalar, CompareOp, ConvAttrs, DType, HostArray, Op, ReduceOp, Tensor,
 };
 use aneforge::legalize::{legalize, Legalized};
-use aneforge::lower::{lower, topo_order, ParameterMode};
-use aneforge::target::{check_program, AneArch, FindingKind};
+use aneforge::lower::ParameterMode;
 use aneforge::Target;
+use aneforge::{compile_artifact, graph::topo_order, ProgramOptions};
 use legalize_support::{eval, max_diff, V};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -64,8 +65,11 @@ fn legal(outputs: &[(&str, &Tensor)], a: &str, rewrite: &str) -> Legalized {
             l.report
         );
     }
-    let artifact = lower(outputs, &Target::Ane(arch(a)), ParameterMode::Input)
-        .unwrap_or_else(|e| panic!("lowering for {a}: {e}"));
+    let artifact = compile_artifact(
+        outputs,
+        &ProgramOptions::new(&Target::Ane(arch(a)), ParameterMode::Input),
+    )
+    .unwrap_or_else(|e| panic!("lowering for {a}: {e}"));
     assert!(check_program(artifact.program(), arch(a)).is_empty());
     l
 }
@@ -118,10 +122,9 @@ fn a_dynamic_gather_over_a_vocabulary_is_rejected_for_the_host() {
         f.to_string().contains("50257") && f.to_string().contains("host"),
         "{f}"
     );
-    let err = lower(
+    let err = compile_artifact(
         &[("emb", &emb)],
-        &Target::Ane(arch("h16")),
-        ParameterMode::Input,
+        &ProgramOptions::new(&Target::Ane(arch("h16")), ParameterMode::Input),
     )
     .unwrap_err()
     .to_string();
@@ -499,10 +502,9 @@ fn bool_inputs_are_fed_as_fp16() {
         .unwrap();
     let l = legal(&[("y", &y), ("z", &z)], "h13", "");
     assert!(l.retyped.contains(&("m".to_string(), DType::Bool)));
-    let artifact = lower(
+    let artifact = compile_artifact(
         &[("y", &y), ("z", &z)],
-        &Target::Ane(arch("h13")),
-        ParameterMode::Input,
+        &ProgramOptions::new(&Target::Ane(arch("h13")), ParameterMode::Input),
     )
     .unwrap();
     let m_port = artifact.inputs().iter().find(|p| p.name == "m").unwrap();
@@ -516,9 +518,9 @@ fn bool_inputs_are_fed_as_fp16() {
 
 #[test]
 fn the_op_catalog_matches_what_the_legalizer_does() {
+    use aneforge::arch::Family;
     use aneforge::graph::{BinaryOp, UnaryOp};
     use aneforge::legalize::catalog::{graph_ops, Status};
-    use aneforge::target::Family;
     for family in Family::ALL {
         let rows = graph_ops(family);
         let status = |op: &str| rows.iter().find(|r| r.op == op).unwrap().status;

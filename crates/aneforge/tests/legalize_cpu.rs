@@ -1,10 +1,11 @@
 //! Every ANE rewrite executed: the legalized fp16 program (ANE target) and the direct fp32
 //! program (CPU target) of the same graph run on the CPU engine and agree to fp16 tolerance.
 
+use aneforge::arch::{check_program, AneArch};
 use aneforge::graph::{constant, input, nn, ConvAttrs, DType, HostArray, ReduceOp, Tensor};
-use aneforge::lower::{lower, Artifact, ParameterMode, PortKind};
-use aneforge::target::{check_program, AneArch};
+use aneforge::lower::{Artifact, ParameterMode, PortKind};
 use aneforge::Target;
+use aneforge::{compile_artifact, ProgramOptions};
 use aneforge_cpu::{compile, CompileOptions, HostSlice};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -64,9 +65,16 @@ fn agree_with(
     tol: f32,
 ) {
     let arch = AneArch::new(arch).unwrap();
-    let cpu = lower(reference, &Target::Cpu, ParameterMode::Input).unwrap();
-    let ane =
-        lower(outputs, &Target::Ane(arch), ParameterMode::Input).unwrap_or_else(|e| panic!("{e}"));
+    let cpu = compile_artifact(
+        reference,
+        &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
+    )
+    .unwrap();
+    let ane = compile_artifact(
+        outputs,
+        &ProgramOptions::new(&Target::Ane(arch), ParameterMode::Input),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     assert!(check_program(ane.program(), arch).is_empty());
     dump(&ane, &format!("legalize_{}_{arch}", outputs[0].0));
     let want = run(&cpu, feeds);

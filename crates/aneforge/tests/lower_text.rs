@@ -1,7 +1,8 @@
 //! Lowering output: program structure, naming, constants, round trip through the MIL parser.
 
 use aneforge::graph::{constant, input, DType, HostArray};
-use aneforge::lower::{lower, ParameterMode};
+use aneforge::lower::ParameterMode;
+use aneforge::{compile_artifact, ProgramOptions};
 use aneforge::{AneArch, Target};
 
 #[test]
@@ -17,14 +18,17 @@ fn small_program_prints_and_parses() {
         .unwrap()
         .add_scalar(1.0)
         .unwrap();
-    let a = lower(&[("y", &y)], &Target::Cpu, ParameterMode::Input).unwrap();
+    let a = compile_artifact(
+        &[("y", &y)],
+        &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
+    )
+    .unwrap();
     println!("{}", a.mil_text());
     let parsed = aneforge_mil::parse(a.mil_text()).unwrap();
     assert_eq!(&parsed, a.program());
-    let h = lower(
+    let h = compile_artifact(
         &[("y", &y)],
-        &Target::Ane(AneArch::default()),
-        ParameterMode::Input,
+        &ProgramOptions::new(&Target::Ane(AneArch::default()), ParameterMode::Input),
     )
     .unwrap();
     println!("{}", h.mil_text());

@@ -3,7 +3,7 @@
 
 use aneforge::engine::HostSlice;
 use aneforge::graph::{constant, input, DType, HostArray};
-use aneforge::lower::lower_functions;
+use aneforge::{compile_functions, ProgramOptions};
 use aneforge::{Engine, FunctionSpec, Model, ParameterMode, Target};
 use std::sync::Arc;
 
@@ -43,16 +43,15 @@ fn functions_share_one_copy_of_their_weights() {
         .unwrap()
         .relu()
         .unwrap();
-    let single = lower_functions(
+    let single = compile_functions(
         &[FunctionSpec {
             name: "decode",
             outputs: &[("y", &y1)],
         }],
-        &Target::Cpu,
-        ParameterMode::Input,
+        &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
     )
     .unwrap();
-    let both = lower_functions(
+    let both = compile_functions(
         &[
             FunctionSpec {
                 name: "decode",
@@ -63,8 +62,7 @@ fn functions_share_one_copy_of_their_weights() {
                 outputs: &[("y", &y4)],
             },
         ],
-        &Target::Cpu,
-        ParameterMode::Input,
+        &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
     )
     .unwrap();
     assert_eq!(both.weights().len(), single.weights().len());
@@ -96,31 +94,28 @@ fn function_names_are_checked() {
     let y = x.relu().unwrap();
     let outputs: &[(&str, &aneforge::Tensor)] = &[("y", &y)];
     let bad = |name: &'static str| {
-        lower_functions(
+        compile_functions(
             &[FunctionSpec { name, outputs }],
-            &Target::Cpu,
-            ParameterMode::Input,
+            &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
         )
         .unwrap_err()
         .to_string()
     };
     assert!(bad("no spaces").contains("function name"));
-    let twice = lower_functions(
+    let twice = compile_functions(
         &[
             FunctionSpec { name: "f", outputs },
             FunctionSpec { name: "f", outputs },
         ],
-        &Target::Cpu,
-        ParameterMode::Input,
+        &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
     )
     .unwrap_err()
     .to_string();
     assert!(twice.contains("\"f\""), "{twice}");
     let one = Arc::new(
-        lower_functions(
+        compile_functions(
             &[FunctionSpec { name: "f", outputs }],
-            &Target::Cpu,
-            ParameterMode::Input,
+            &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
         )
         .unwrap(),
     );

@@ -1,8 +1,9 @@
 //! The preflight report: every rejected, rewritten and oversized node, naming the node, op,
 //! shape and limit, collected without stopping at the first problem.
 
+use aneforge::arch::{AneArch, FindingKind};
 use aneforge::graph::{constant, input, DType, HostArray};
-use aneforge::target::{preflight, AneArch, FindingKind};
+use aneforge::pipeline::preflight;
 
 #[test]
 fn every_problem_of_a_graph_is_listed() {

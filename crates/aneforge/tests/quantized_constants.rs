@@ -3,7 +3,7 @@
 
 use aneforge::engine::HostSlice;
 use aneforge::graph::{constant, input, BlockQuantized, DType, HostArray, QuantFormat};
-use aneforge::lower::lower_functions;
+use aneforge::{compile_functions, ProgramOptions};
 use aneforge::{
     compile_named, AneArch, CompileOptions, Engine, FunctionSpec, Model, ParameterMode, Target,
 };
@@ -138,16 +138,15 @@ fn functions_share_quantized_blob_entries_and_ane_scales_are_fp16() {
     let x4 = input("x", &[4, COLS], DType::F32).unwrap();
     let y1 = x1.linear(&constant(q.clone()), None).unwrap();
     let y4 = x4.linear(&constant(q.clone()), None).unwrap();
-    let one = lower_functions(
+    let one = compile_functions(
         &[FunctionSpec {
             name: "a",
             outputs: &[("y", &y1)],
         }],
-        &Target::Cpu,
-        ParameterMode::Constant,
+        &ProgramOptions::new(&Target::Cpu, ParameterMode::Constant),
     )
     .unwrap();
-    let two = lower_functions(
+    let two = compile_functions(
         &[
             FunctionSpec {
                 name: "a",
@@ -158,8 +157,7 @@ fn functions_share_quantized_blob_entries_and_ane_scales_are_fp16() {
                 outputs: &[("y", &y4)],
             },
         ],
-        &Target::Cpu,
-        ParameterMode::Constant,
+        &ProgramOptions::new(&Target::Cpu, ParameterMode::Constant),
     )
     .unwrap();
     assert_eq!(one.weights().len(), two.weights().len());

@@ -1,6 +1,6 @@
 //! The architecture table, aliases, bad names, and host detection's brand-string parsing.
 
-use aneforge::target::{host, AneArch, Family, TargetError, ARCHS};
+use aneforge::arch::{host, AneArch, ArchError, Family, ARCHS};
 
 #[test]
 fn the_table_has_28_architectures_in_five_groups() {
@@ -87,10 +87,7 @@ fn every_capable_architecture_round_trips_through_its_name() {
 fn unknown_names_are_errors_listing_valid_ones() {
     for bad in ["h19", "m6", "x", "", "h16x", "a12", "gpu"] {
         let err = AneArch::new(bad).unwrap_err();
-        assert!(
-            matches!(err, TargetError::UnknownArch { .. }),
-            "{bad}: {err}"
-        );
+        assert!(matches!(err, ArchError::UnknownArch { .. }), "{bad}: {err}");
         let msg = err.to_string();
         assert!(msg.contains(&format!("{bad:?}")), "{msg}");
         for valid in ["h13", "h16", "h17d", "u3", "m1", "a18"] {
@@ -104,7 +101,7 @@ fn unknown_names_are_errors_listing_valid_ones() {
 fn below_mil_architectures_are_rejected_with_a_reason() {
     for old in ["h11", "h12", "m9", "t0", "H12"] {
         let err = AneArch::new(old).unwrap_err();
-        assert!(matches!(err, TargetError::BelowMilFloor { .. }), "{old}");
+        assert!(matches!(err, ArchError::BelowMilFloor { .. }), "{old}");
         assert!(err.to_string().contains("MIL floor"), "{err}");
     }
 }

@@ -1,7 +1,7 @@
 //! The program checker on hand-written MIL: each kind of violation is found and named, and a
 //! clean program passes.
 
-use aneforge::target::{check_program, AneArch};
+use aneforge::arch::{check_program, AneArch};
 
 fn check(text: &str, arch: &str) -> Vec<String> {
     let program = aneforge_mil::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));

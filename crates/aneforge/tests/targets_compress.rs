@@ -2,11 +2,14 @@
 //! honoured anywhere, the accuracy gate, and the blockwise format decoded independently from
 //! its op definition (`constexpr_blockwise_shift_scale`: output = scale · data, block-repeated).
 
+use aneforge::arch::native_schemes;
+use aneforge::arch::{check_program, AneArch, Family};
 use aneforge::graph::{constant, input, DType, HostArray, Tensor};
-use aneforge::lower::{lower, Artifact, Compress, ParameterMode, BLOB_PATH};
-use aneforge::target::compress::{compress, native_schemes, GATE_REL};
-use aneforge::target::{check_program, AneArch, Family, TargetError};
+use aneforge::lower::{Artifact, ParameterMode, BLOB_PATH};
+use aneforge::pipeline::{compress, GATE_REL};
+use aneforge::CompileError;
 use aneforge::Target;
+use aneforge::{compile_artifact, Compress, ProgramOptions};
 use aneforge_mil::encode::Scheme;
 use aneforge_mil::{Argument, BlobFile, Literal};
 use half::f16;
@@ -49,10 +52,12 @@ fn model(seed: u64) -> Model {
 
 fn lowered(m: &Model, arch: &str) -> Artifact {
     let _ = &m.x;
-    lower(
+    compile_artifact(
         &[("y", &m.y)],
-        &Target::Ane(AneArch::new(arch).unwrap()),
-        ParameterMode::Input,
+        &ProgramOptions::new(
+            &Target::Ane(AneArch::new(arch).unwrap()),
+            ParameterMode::Input,
+        ),
     )
     .unwrap()
 }
@@ -167,10 +172,12 @@ fn the_gate_declines_formats_that_lose_outliers() {
     let w = constant(HostArray::from_f32(&[128, 64], values).unwrap());
     let x = input("x", &[1, 64], DType::F32).unwrap();
     let y = x.linear(&w, None).unwrap();
-    let plain = lower(
+    let plain = compile_artifact(
         &[("y", &y)],
-        &Target::Ane(AneArch::new("h14").unwrap()),
-        ParameterMode::Input,
+        &ProgramOptions::new(
+            &Target::Ane(AneArch::new("h14").unwrap()),
+            ParameterMode::Input,
+        ),
     )
     .unwrap();
     let (_, report) = compress(plain, Compress::Auto).unwrap();
@@ -183,10 +190,18 @@ fn the_gate_declines_formats_that_lose_outliers() {
 #[test]
 fn cpu_programs_are_not_compressed() {
     let m = model(5);
-    let cpu = lower(&[("y", &m.y)], &Target::Cpu, ParameterMode::Input).unwrap();
+    let cpu = compile_artifact(
+        &[("y", &m.y)],
+        &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
+    )
+    .unwrap();
     let err = compress(cpu, Compress::Auto).unwrap_err();
-    assert!(matches!(err, TargetError::CompressCpu), "{err}");
-    let cpu = lower(&[("y", &m.y)], &Target::Cpu, ParameterMode::Input).unwrap();
+    assert!(matches!(err, CompileError::CompressCpu), "{err}");
+    let cpu = compile_artifact(
+        &[("y", &m.y)],
+        &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
+    )
+    .unwrap();
     assert!(compress(cpu, Compress::None).is_ok());
 }
 
@@ -225,10 +240,12 @@ fn compressed_programs_execute_within_the_gate_on_the_cpu_engine() {
         let w = constant(HostArray::from_f32(&[96, 128], weights.clone()).unwrap());
         let input_x = input("x", &[2, 128], DType::F32).unwrap();
         let y = input_x.linear(&w, None).unwrap();
-        let plain = lower(
+        let plain = compile_artifact(
             &[("y", &y)],
-            &Target::Ane(AneArch::new("h16").unwrap()),
-            ParameterMode::Input,
+            &ProgramOptions::new(
+                &Target::Ane(AneArch::new("h16").unwrap()),
+                ParameterMode::Input,
+            ),
         )
         .unwrap();
         let want = run_cpu(&plain, &x);

@@ -2,10 +2,14 @@
 //! weight-heavy graphs cut into segments that pass activations through the host; both executed
 //! on the CPU engine against the direct fp32 program of the same graph.
 
+use aneforge::arch::{check_program, AneArch};
 use aneforge::graph::{constant, input, DType, HostArray, Tensor};
-use aneforge::lower::{lower, ParameterMode};
-use aneforge::target::{check_program, compile_ane, AneArch, PlanOptions, Source};
-use aneforge::Target;
+use aneforge::lower::ParameterMode;
+use aneforge::pipeline::{Source, WEIGHT_CEILING};
+use aneforge::{
+    compile_artifact, compile_program, CompileError, Compiled, Compress, FunctionSpec,
+    ProgramOptions, Target,
+};
 use aneforge_cpu::{compile, CompileOptions, HostSlice};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -22,7 +26,11 @@ fn weight(rng: &mut StdRng, shape: &[usize], scale: f32) -> Tensor {
 
 /// The fp32 CPU-target program of the same outputs, run directly.
 fn reference(outputs: &[(&str, &Tensor)], feeds: &HashMap<String, Vec<f32>>) -> Vec<Vec<f32>> {
-    let a = lower(outputs, &Target::Cpu, ParameterMode::Input).unwrap();
+    let a = compile_artifact(
+        outputs,
+        &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
+    )
+    .unwrap();
     let plan = compile(
         a.program(),
         "main",
@@ -69,7 +77,7 @@ fn wide_vocabulary_heads_are_tiled_under_the_family_cap() {
         let w = weight(&mut rng, &[vocab, 16], 0.2);
         let logits = h.linear(&w, None).unwrap();
         let arch = AneArch::new(arch).unwrap();
-        let plan = compile_ane(&[("logits", &logits)], arch, &PlanOptions::default())
+        let plan = compile_ane(&[("logits", &logits)], arch, WEIGHT_CEILING)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(plan.segments.len(), 1);
         let out = &plan.outputs[0];
@@ -78,7 +86,7 @@ fn wide_vocabulary_heads_are_tiled_under_the_family_cap() {
         let a = &plan.segments[0].artifact;
         assert!(check_program(a.program(), arch).is_empty());
         for p in a.outputs() {
-            assert!(p.shape[2] <= aneforge::target::Limits::of(arch.family()).max_spatial);
+            assert!(p.shape[2] <= aneforge::arch::Limits::of(arch.family()).max_spatial);
         }
         if tiles > 1 {
             assert!(
@@ -110,12 +118,9 @@ fn weights_over_the_ceiling_split_the_program_into_segments() {
     let side = h.mul_scalar(2.0).unwrap();
     let outputs = [("y", &y), ("side", &side)];
     let per_layer = 64 * 64 * 2 + 64 * 2;
-    let options = PlanOptions {
-        weight_ceiling: (2 * per_layer + 100) as u64,
-        ..PlanOptions::default()
-    };
+    let ceiling = (2 * per_layer + 100) as u64;
     let arch = AneArch::new("h14").unwrap();
-    let plan = compile_ane(&outputs, arch, &options).unwrap();
+    let plan = compile_ane(&outputs, arch, ceiling).unwrap();
     assert_eq!(plan.segments.len(), 3);
     for s in &plan.segments {
         assert!(check_program(s.artifact.program(), arch).is_empty());
@@ -126,7 +131,7 @@ fn weights_over_the_ceiling_split_the_program_into_segments() {
             .iter()
             .map(|(_, _, ty)| ty.num_elements().unwrap() * 2)
             .sum();
-        assert!(consts as u64 <= options.weight_ceiling, "{consts}");
+        assert!(consts as u64 <= ceiling, "{consts}");
     }
     for (i, s) in plan.segments.iter().enumerate().skip(1) {
         assert!(
@@ -148,7 +153,7 @@ fn weights_over_the_ceiling_split_the_program_into_segments() {
     close("y", &want[0], &got["y"], 1e-2);
     close("side", &want[1], &got["side"], 1e-2);
 
-    let whole = compile_ane(&outputs, arch, &PlanOptions::default()).unwrap();
+    let whole = compile_ane(&outputs, arch, WEIGHT_CEILING).unwrap();
     assert_eq!(whole.segments.len(), 1);
 }
 
@@ -157,15 +162,89 @@ fn illegal_graphs_fail_with_the_preflight_report() {
     let table = constant(HostArray::full(&[30000, 4], 1.0).unwrap());
     let ids = input("ids", &[2], DType::I32).unwrap();
     let e = table.gather(&ids, 0).unwrap();
-    let err = compile_ane(
-        &[("e", &e)],
-        AneArch::new("h15").unwrap(),
-        &PlanOptions::default(),
-    )
-    .unwrap_err()
-    .to_string();
+    let err = compile_ane(&[("e", &e)], AneArch::new("h15").unwrap(), WEIGHT_CEILING)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("cannot run on h15") && err.contains("gather") && err.contains("host"),
         "{err}"
     );
+}
+
+/// One ANE compile under a weight ceiling, segmented if needed.
+fn compile_ane(
+    outputs: &[(&str, &Tensor)],
+    arch: AneArch,
+    ceiling: u64,
+) -> Result<Compiled, CompileError> {
+    compile_program(
+        &[FunctionSpec {
+            name: "main",
+            outputs,
+        }],
+        &ProgramOptions {
+            target: Target::Ane(arch),
+            weight_ceiling: Some(ceiling),
+            ..ProgramOptions::default()
+        },
+    )
+}
+
+#[test]
+fn the_pipeline_runs_each_stage_once_per_function_and_reports_it() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let x = input("x", &[2, 64], DType::F32).unwrap();
+    let w = weight(&mut rng, &[64, 64], 0.2);
+    let y = x.linear(&w, None).unwrap().tanh().unwrap();
+    let arch = AneArch::new("h15").unwrap();
+    let plan = compile_program(
+        &[FunctionSpec {
+            name: "main",
+            outputs: &[("y", &y)],
+        }],
+        &ProgramOptions {
+            target: Target::Ane(arch),
+            compress: Compress::Int8,
+            weight_ceiling: Some(WEIGHT_CEILING),
+            ..ProgramOptions::default()
+        },
+    )
+    .unwrap();
+    let ran: Vec<(&str, usize)> = plan
+        .report
+        .stages
+        .iter()
+        .map(|s| (s.stage, s.runs))
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            ("tile", 1),
+            ("canonicalize", 1),
+            ("legalize", 1),
+            ("split", 1),
+            ("emit", 1),
+            ("check", 1),
+            ("compress", 1)
+        ]
+    );
+    assert!(plan.report.legality.as_ref().is_some_and(|r| r.is_legal()));
+    assert_eq!(plan.report.compression.weights.len(), 1);
+    assert!(
+        plan.report.to_string().contains("stages: tile"),
+        "{}",
+        plan.report
+    );
+
+    let cpu = compile_program(
+        &[FunctionSpec {
+            name: "main",
+            outputs: &[("y", &y)],
+        }],
+        &ProgramOptions::default(),
+    )
+    .unwrap();
+    let ran: Vec<&str> = cpu.report.stages.iter().map(|s| s.stage).collect();
+    assert_eq!(ran, ["canonicalize", "emit", "check", "compress"]);
+    assert!(cpu.report.legality.is_none());
 }

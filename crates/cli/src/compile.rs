@@ -3,8 +3,9 @@
 //! preflight, compression and estimate reports.
 
 use crate::examples;
-use aneforge::lower::Compress;
-use aneforge::target::{compile_ane, AneArch, Plan, PlanOptions, Source, WEIGHT_CEILING};
+use aneforge::arch::AneArch;
+use aneforge::pipeline::{Source, WEIGHT_CEILING};
+use aneforge::{compile_program, Compiled, Compress, FunctionSpec, ProgramOptions, Target};
 use anyhow::Context;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -72,16 +73,23 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
         )
     })?;
     let arch = AneArch::new(&args.target)?;
-    let options = PlanOptions {
+    let options = ProgramOptions {
+        target: Target::Ane(arch),
         compress: parse_compress(&args.compress)?,
-        weight_ceiling: args.weight_ceiling,
-        ..PlanOptions::default()
+        weight_ceiling: Some(args.weight_ceiling),
+        ..ProgramOptions::default()
     };
     let outputs = (example.build)().with_context(|| format!("building {name}"))?;
     let named: Vec<(&str, &aneforge::Tensor)> = outputs.iter().map(|(n, t)| (*n, t)).collect();
-    let plan = compile_ane(&named, arch, &options)
-        .with_context(|| format!("compiling {name} for {arch}"))?;
-    write_plan(&plan, out).with_context(|| format!("writing {}", out.display()))?;
+    let plan = compile_program(
+        &[FunctionSpec {
+            name: "main",
+            outputs: &named,
+        }],
+        &options,
+    )
+    .with_context(|| format!("compiling {name} for {arch}"))?;
+    write_plan(&plan, arch, out).with_context(|| format!("writing {}", out.display()))?;
     if let Some(package) = &args.mlpackage {
         if plan.segments.len() != 1 {
             anyhow::bail!(
@@ -107,7 +115,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn segment_dir(out: &Path, plan: &Plan, index: usize) -> PathBuf {
+fn segment_dir(out: &Path, plan: &Compiled, index: usize) -> PathBuf {
     if plan.segments.len() == 1 {
         out.to_path_buf()
     } else {
@@ -115,13 +123,13 @@ fn segment_dir(out: &Path, plan: &Plan, index: usize) -> PathBuf {
     }
 }
 
-fn write_plan(plan: &Plan, out: &Path) -> anyhow::Result<()> {
+fn write_plan(plan: &Compiled, arch: AneArch, out: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(out)?;
     for (i, s) in plan.segments.iter().enumerate() {
         s.artifact.save(&segment_dir(out, plan, i))?;
     }
     let mut text = String::new();
-    writeln!(text, "target {} ({})", plan.arch, plan.arch.family())?;
+    writeln!(text, "target {arch} ({})", arch.family())?;
     for (i, s) in plan.segments.iter().enumerate() {
         let dir = segment_dir(out, plan, i);
         let rel = dir.strip_prefix(out).unwrap_or(&dir);
@@ -159,9 +167,14 @@ fn write_plan(plan: &Plan, out: &Path) -> anyhow::Result<()> {
         )?;
     }
     write_atomic(&out.join("plan.txt"), &text)?;
-    let mut report = plan.report.to_string();
-    if !plan.compression.weights.is_empty() {
-        report.push_str(&plan.compression.to_string());
+    let mut report = plan
+        .report
+        .legality
+        .as_ref()
+        .map(|r| r.to_string())
+        .unwrap_or_default();
+    if !plan.report.compression.weights.is_empty() {
+        report.push_str(&plan.report.compression.to_string());
     }
     for e in plan.estimates() {
         report.push_str(&e.to_string());

@@ -1,8 +1,8 @@
 //! `--engine`, `--target` and `--threads`: how every command that runs a program chooses the
 //! engine that runs it, the target its programs are compiled for, and the CPU engine's threads.
 
+use aneforge::arch::host;
 use aneforge::engine::EngineKind;
-use aneforge::target::host;
 use aneforge::{AneArch, Engine, Target};
 use anyhow::{bail, Context};
 

@@ -187,7 +187,7 @@ fn load(
         opts.prefill_chunks = p;
     }
     if target.is_ane() {
-        opts.segment_bytes = Some(aneforge::target::WEIGHT_CEILING as usize);
+        opts.segment_bytes = Some(aneforge::pipeline::WEIGHT_CEILING as usize);
     }
     Ok(Loaded {
         llm: Arc::new(llm),

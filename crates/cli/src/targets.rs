@@ -1,9 +1,9 @@
 //! `aneforge targets` and `aneforge ops`: the architecture table and per-family op status.
 
+use aneforge::arch::estimate::figures;
+use aneforge::arch::mil_ops::{requirement, Requirement};
+use aneforge::arch::{host, AneArch, ALIASES, ARCHS};
 use aneforge::legalize::catalog::graph_ops;
-use aneforge::target::estimate::figures;
-use aneforge::target::mil_ops::{requirement, Requirement};
-use aneforge::target::{host, AneArch, ALIASES, ARCHS};
 use serde_json::json;
 
 use crate::output::{print_json, Format};
@@ -109,7 +109,7 @@ pub fn ops(target: &str, mil: bool, format: Format) -> anyhow::Result<()> {
     let mut names: Vec<&str> = if mil {
         aneforge_mil::ops::signatures().map(|s| s.op_type).collect()
     } else {
-        aneforge::target::mil_ops::listed_ops().collect()
+        aneforge::arch::mil_ops::listed_ops().collect()
     };
     names.sort_unstable();
     names.dedup();

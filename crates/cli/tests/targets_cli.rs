@@ -25,7 +25,7 @@ fn targets_lists_every_architecture_and_the_host() {
         .lines()
         .filter(|l| {
             let first = l.split_whitespace().next().unwrap_or("");
-            aneforge::target::ARCHS.iter().any(|a| a.name == first)
+            aneforge::arch::ARCHS.iter().any(|a| a.name == first)
         })
         .count();
     assert_eq!(rows, 28, "{text}");

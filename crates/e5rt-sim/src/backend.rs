@@ -7,7 +7,7 @@ use std::sync::Arc;
 pub use aneforge_cpu::BlobStore;
 
 /// A function planned once per compiled program; shared by every operation created from it.
-pub trait Plan: Send + Sync {
+pub trait Executor: Send + Sync {
     fn instantiate(&self) -> Box<dyn Executable>;
 }
 
@@ -26,7 +26,7 @@ pub fn plan(
     blobs: &BlobStore,
     inputs: &[Port],
     outputs: &[Port],
-) -> Result<Arc<dyn Plan>, String> {
+) -> Result<Arc<dyn Executor>, String> {
     let plan = aneforge_cpu::compile(program, function, blobs, &CompileOptions::default())
         .map_err(|e| format!("function `{function}`: {e}"))?;
     for (kind, planned, declared) in [
@@ -53,7 +53,7 @@ struct CpuPlan {
     outputs: Vec<String>,
 }
 
-impl Plan for CpuPlan {
+impl Executor for CpuPlan {
     fn instantiate(&self) -> Box<dyn Executable> {
         Box::new(CpuExecutable {
             instance: self.plan.instantiate(),

@@ -1,7 +1,7 @@
 //! Compiling a `model.mil` for the simulator: parse, resolve its blob files relative to the
 //! program directory, and plan every function on the CPU engine.
 
-use crate::backend::{self, BlobStore, Plan};
+use crate::backend::{self, BlobStore, Executor};
 use crate::config;
 use crate::error::{Code, Result, SimError};
 use aneforge_cpu::Port;
@@ -79,7 +79,7 @@ pub struct CompiledFunction {
     pub name: String,
     pub inputs: Vec<Port>,
     pub outputs: Vec<Port>,
-    pub plan: Arc<dyn Plan>,
+    pub plan: Arc<dyn Executor>,
 }
 
 /// A compiled program: its functions, and the process program slot it occupies.

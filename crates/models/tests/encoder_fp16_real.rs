@@ -11,7 +11,7 @@ use aneforge_models::encoders::cosine;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use aneforge::{lower::AneArch, Target};
+use aneforge::{arch::AneArch, Target};
 use aneforge_models::encoders::{EncoderOptions, SentenceEncoder};
 use aneforge_models::{npy, require_model};
 use serde::Deserialize;

@@ -4,7 +4,7 @@
 use aneforge_models::encoders::cosine;
 use std::path::{Path, PathBuf};
 
-use aneforge::{lower::AneArch, Target};
+use aneforge::{arch::AneArch, Target};
 use aneforge_models::encoders::{EncoderOptions, SentenceEncoder};
 use aneforge_models::{npy, require_model};
 use serde::Deserialize;

@@ -5,7 +5,7 @@
 use aneforge_models::encoders::cosine;
 use std::path::PathBuf;
 
-use aneforge::{lower::AneArch, Target};
+use aneforge::{arch::AneArch, Target};
 use aneforge_models::encoders::{EncodeOptions, EncoderOptions, SentenceEncoder};
 use aneforge_models::npy;
 use serde::Deserialize;

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use aneforge::{lower::AneArch, Target};
+use aneforge::{arch::AneArch, Target};
 use aneforge_models::encoders::{CrossEncoder, EncoderOptions, ScoreActivation};
 use serde::Deserialize;
 

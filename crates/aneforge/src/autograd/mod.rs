@@ -15,8 +15,8 @@ pub use loss::{accuracy, mse, softmax_cross_entropy};
 pub use optim::{clip_by_global_norm, Optimizer};
 pub use util::{one_hot, sum_to};
 
+use crate::graph::topo_order;
 use crate::graph::{constant, DType, GraphError, HostArray, NodeId, Op, Tensor};
-use crate::lower::topo_order;
 use std::collections::{HashMap, HashSet};
 
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,9 @@ mod error;
 mod host;
 pub mod nn;
 pub mod op;
+mod order;
 mod quant;
+mod rewrite;
 pub mod shape;
 mod tensor;
 
@@ -25,7 +27,9 @@ pub use op::{
     BinaryOp, CompareOp, ConvAttrs, Op, PadMode, PoolAttrs, PoolKind, ReduceOp, UnaryOp,
     UpsampleMode,
 };
+pub use order::topo_order;
 pub use quant::{BlockQuantized, QuantFormat};
+pub use rewrite::rewrite_graph;
 pub(crate) use tensor::is_identifier;
 pub use tensor::{constant, full, input, parameter, scalar, NodeId, Tensor};
 

@@ -56,6 +56,8 @@ impl UnaryOp {
         UnaryOp::Sign,
     ];
 
+    /// The op's name, which is also its MIL op (except `gelu_tanh`, MIL `gelu` in tanh mode, and
+    /// `neg`, emitted as a multiply by −1).
     pub fn name(self) -> &'static str {
         match self {
             UnaryOp::Relu => "relu",

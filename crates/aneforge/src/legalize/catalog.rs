@@ -1,8 +1,8 @@
 //! The per-family status of every graph op on the ANE, as the legalizer treats it — what
 //! `aneforge ops --target …` prints. Tests check it against the legalizer's behaviour.
 
+use crate::arch::Family;
 use crate::graph::{BinaryOp, CompareOp, UnaryOp};
-use crate::target::Family;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {

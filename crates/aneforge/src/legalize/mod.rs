@@ -1,6 +1,6 @@
 //! ANE legalization: graph rewrites that leave only what an ANE family accepts.
 //!
-//! Runs on the canonical graph (after `lower`'s canonicalization) for ANE targets only; the CPU
+//! Runs on the canonical graph (after canonicalization, in the compile pipeline) for ANE targets only; the CPU
 //! target keeps the direct ops. Each node is visited once, bottom-up, with its already-legalized
 //! operands; a rule either replaces it, leaves it, or records why it cannot run. Nothing stops at
 //! the first problem: the [`Report`] lists every rejected, rewritten and oversized node, and is
@@ -21,9 +21,8 @@ mod range;
 mod scan;
 mod shapes;
 
-use crate::graph::{DType, GraphError, NodeId, Op, Tensor};
-use crate::lower::topo_order;
-use crate::target::{AneArch, Family, Finding, FindingKind, Limits, Report};
+use crate::arch::{AneArch, Family, Finding, FindingKind, Limits, Report};
+use crate::graph::{rewrite_graph, topo_order, DType, GraphError, NodeId, Op, Tensor};
 use std::collections::{HashMap, HashSet};
 
 /// A legalized graph and what was done to it.
@@ -56,43 +55,41 @@ pub fn legalize(outputs: &[(&str, &Tensor)], arch: AneArch) -> Legalized {
         }
         cx.labels.insert(node.id(), label);
     }
-    let mut map: HashMap<NodeId, Tensor> = HashMap::new();
-    for node in &order {
-        let srcs: Vec<Tensor> = node
-            .srcs()
-            .iter()
-            .map(|s| map.get(&s.id()).cloned().unwrap_or_else(|| s.clone()))
-            .collect();
-        cx.current = cx.labels.get(&node.id()).cloned().unwrap_or_default();
-        let replaced = match rule(&mut cx, node, &srcs) {
-            Ok(r) => r,
-            Err(e) => {
-                cx.reject(node, format!("rewrite failed: {e}"));
-                None
-            }
-        };
-        let new = match replaced {
-            Some(t) => t,
-            None if srcs.iter().zip(node.srcs()).all(|(a, b)| a == b) => node.clone(),
-            None => match Tensor::from_op(node.op().clone(), srcs) {
-                Ok(t) => t,
+    let rewritten = rewrite_graph(
+        &roots,
+        |node, srcs| -> Result<Option<Tensor>, GraphError> {
+            cx.current = cx.labels.get(&node.id()).cloned().unwrap_or_default();
+            let replaced = match rule(&mut cx, node, srcs) {
+                Ok(r) => r,
                 Err(e) => {
-                    if cx.report.is_legal() {
-                        cx.reject(node, format!("cannot rebuild over legalized operands: {e}"));
-                    }
-                    node.clone()
+                    cx.reject(node, format!("rewrite failed: {e}"));
+                    None
                 }
-            },
-        };
-        cx.adopt(&new);
-        map.insert(node.id(), new);
-    }
+            };
+            let new = match replaced {
+                Some(t) => t,
+                None if srcs.iter().zip(node.srcs()).all(|(a, b)| a == b) => node.clone(),
+                None => match Tensor::from_op(node.op().clone(), srcs.to_vec()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        if cx.report.is_legal() {
+                            cx.reject(node, format!("cannot rebuild over legalized operands: {e}"));
+                        }
+                        node.clone()
+                    }
+                },
+            };
+            cx.adopt(&new);
+            Ok(Some(new))
+        },
+        |_, e| e,
+    );
+    // The rule above never fails and never leaves a node to be rebuilt.
+    let rewritten = rewritten.unwrap_or_else(|_| roots.clone());
     let mapped: Vec<(String, Tensor, DType)> = outputs
         .iter()
-        .map(|(name, t)| {
-            let new = map.get(&t.id()).cloned().unwrap_or_else(|| (*t).clone());
-            (name.to_string(), new, t.dtype())
-        })
+        .zip(rewritten)
+        .map(|((name, t), new)| (name.to_string(), new, t.dtype()))
         .collect();
     let legal = outputs::fix_outputs(&mut cx, mapped);
     scan::scan_limits(&mut cx, &legal);

@@ -18,8 +18,7 @@
 //! `x / sqrt(mean(x²) + eps)`), so every family that composes them is covered.
 
 use super::Cx;
-use crate::graph::{BinaryOp, GraphError, Op, ReduceOp, Tensor, UnaryOp};
-use crate::lower::topo_order;
+use crate::graph::{topo_order, BinaryOp, GraphError, Op, ReduceOp, Tensor, UnaryOp};
 
 /// The largest value a rescaled sum of `n` squares may reach (half of fp16's maximum).
 const SUM_BOUND: f64 = 32768.0;

@@ -2,8 +2,7 @@
 //! value the ANE cannot carry.
 
 use super::Cx;
-use crate::graph::{DType, Op, Tensor};
-use crate::lower::topo_order;
+use crate::graph::{topo_order, DType, Op, Tensor};
 
 pub fn scan_limits(cx: &mut Cx, outputs: &[Tensor]) {
     let l = cx.limits;

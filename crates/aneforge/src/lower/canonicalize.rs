@@ -1,19 +1,27 @@
 //! Graph-to-graph rewrites run before emission: every node left afterwards maps onto MIL ops
-//! one-to-one. The pass is single: nodes a rule builds must already be canonical. MIL requires some operands to be compile-time constants (`linear` weights,
+//! one-to-one. The pass is single: nodes a rule builds must already be canonical.
+//! MIL requires some operands to be compile-time constants (`linear` weights,
 //! `layer_norm` gamma/beta, `batch_norm` statistics); where they are not, the op is expanded into
 //! elementwise arithmetic. Target legalisation (ANE walls) adds its own rewrites the same way.
 
-use super::rewrite::rewrite_graph;
 use super::{LowerError, ParameterMode};
 use crate::graph::nn::causal_additive_mask;
-use crate::graph::{self, constant, GraphError, Op, Tensor, MAX_RANK};
+use crate::graph::{self, constant, rewrite_graph, GraphError, Op, Tensor, MAX_RANK};
 
 /// Rewrites the graph reachable from `outputs`; returns the new outputs, in order.
 pub fn canonicalize(
     outputs: &[Tensor],
     parameters: ParameterMode,
 ) -> Result<Vec<Tensor>, LowerError> {
-    rewrite_graph(outputs, |node, srcs| rewrite(node, srcs, parameters))
+    let fail = |node: &Tensor, source| LowerError::Rewrite {
+        op: node.op().name(),
+        source,
+    };
+    rewrite_graph(
+        outputs,
+        |node, srcs| rewrite(node, srcs, parameters).map_err(|e| fail(node, e)),
+        fail,
+    )
 }
 
 fn is_const(t: &Tensor) -> bool {

@@ -617,7 +617,6 @@ impl<'t> Emitter<'t> {
     fn unary(&mut self, node: &Tensor, u: UnaryOp) {
         let x = self.arg(&node.srcs()[0]);
         let op = match u {
-            UnaryOp::Relu => "relu",
             UnaryOp::Gelu | UnaryOp::GeluTanh => {
                 let mode = if u == UnaryOp::Gelu {
                     "EXACT"
@@ -630,23 +629,8 @@ impl<'t> Emitter<'t> {
                 let minus_one = self.float_lit(-1.0);
                 return self.push(node, "mul", vec![("x", x), ("y", minus_one)]);
             }
-            UnaryOp::Silu => "silu",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Square => "square",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Erf => "erf",
-            UnaryOp::Softplus => "softplus",
-            UnaryOp::Floor => "floor",
-            UnaryOp::Ceil => "ceil",
-            UnaryOp::Round => "round",
-            UnaryOp::Sign => "sign",
+            // Every other unary op is the MIL op of its graph name.
+            _ => u.name(),
         };
         self.push(node, op, vec![("x", x)])
     }

@@ -1,22 +1,20 @@
-//! Lowering: a graph's outputs to one MIL program (`func main<ios18>`) plus its weights blob.
+//! Lowering: canonical (and, for ANE targets, legalized) graphs to one MIL program
+//! (`func main<ios18>` and any further functions) plus the weights blob they share.
 //!
-//! Passes: canonicalize (graph rewrites so every node maps onto MIL ops) → topological order with
-//! dead nodes dropped → emit (constants deduplicated, large ones into the blob) → print and hash.
+//! Two passes, both called by the compile pipeline (`crate::pipeline`): canonicalize (graph
+//! rewrites so every node maps onto MIL ops), then emit (topological order with dead nodes
+//! dropped, constants deduplicated, large ones into the blob, ports typed).
 
 mod artifact;
 pub(crate) mod canonicalize;
 mod consts;
 mod emit;
-mod order;
-mod rewrite;
 
 pub use artifact::{Artifact, FunctionPorts, PortKind, PortSpec, TiledOutput};
 pub use consts::{to_f16, BLOB_PATH, INLINE_MAX_ELEMENTS};
-pub use order::topo_order;
-pub use rewrite::rewrite_graph;
 
-use crate::graph::{GraphError, Tensor};
-pub use crate::target::AneArch;
+use crate::arch::AneArch;
+use crate::graph::{topo_order, DType, GraphError, Tensor};
 use aneforge_mil as mil;
 use std::fmt;
 
@@ -52,26 +50,6 @@ impl fmt::Display for Target {
     }
 }
 
-/// Weight storage. `None` stores weights at the program's float precision (fp32 on the CPU
-/// target, fp16 on the ANE target); the other modes compress large weights of ANE programs
-/// (`target::compress`): `Auto` picks, per weight, the smallest scheme the family streams
-/// natively that passes the accuracy gate; the explicit modes use their scheme on any family.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Compress {
-    #[default]
-    None,
-    Auto,
-    /// int8 per output channel (`constexpr_affine_dequantize`).
-    Int8,
-    /// 16-entry LUT (`constexpr_lut_to_dense`).
-    Int4,
-    /// Zero mask + values (`constexpr_sparse_to_dense`), for weights at least half zeros.
-    Sparse,
-    /// int4 with one scale per block of 32 (`constexpr_blockwise_shift_scale`).
-    Blockwise,
-}
-
 /// How `parameter` leaves are compiled.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ParameterMode {
@@ -93,8 +71,6 @@ pub enum LowerError {
     BadFunctionName { name: String },
     #[error("compile: output name {name:?} must match [A-Za-z_][A-Za-z0-9_]*")]
     BadOutputName { name: String },
-    #[error(transparent)]
-    Target(#[from] crate::target::TargetError),
     #[error("{op} with operand shapes {shapes:?} cannot be lowered for target {target}: {reason}")]
     Unsupported {
         target: String,
@@ -110,97 +86,37 @@ pub enum LowerError {
     },
     #[error("weights blob: {0}")]
     Blob(#[from] mil::BlobError),
-    #[error("the lowered program fails MIL validation (a lowering bug): {0}")]
-    Invalid(mil::ValidationErrors),
 }
 
-/// Lowers named outputs to a program for `target` with one function, `main`.
-pub fn lower(
-    outputs: &[(&str, &Tensor)],
-    target: &Target,
-    parameters: ParameterMode,
-) -> Result<Artifact, LowerError> {
-    lower_functions(
-        &[FunctionSpec {
-            name: "main",
-            outputs,
-        }],
-        target,
-        parameters,
-    )
+/// One function ready for emission: its name, its outputs (canonical graphs, legalized for ANE
+/// targets, with valid unique names), the ports whose graph dtype the program carries as fp16,
+/// and the outputs the host assembles from tiles.
+#[derive(Clone, Debug)]
+pub struct ReadyFunction {
+    pub name: String,
+    pub outputs: Vec<(String, Tensor)>,
+    pub retyped: Vec<(String, DType)>,
+    pub tiled: Vec<TiledOutput>,
 }
 
-/// One function of a multi-function program: its name and its named outputs.
-#[derive(Clone, Copy, Debug)]
-pub struct FunctionSpec<'a> {
-    pub name: &'a str,
-    pub outputs: &'a [(&'a str, &'a Tensor)],
-}
-
-/// Lowers several functions into one program whose weights blob they share: a constant used by
-/// more than one function (the same data) is stored once. Prefill and decode programs of one model
-/// are the typical case; the first function is the default one.
-pub fn lower_functions(
-    functions: &[FunctionSpec<'_>],
-    target: &Target,
-    parameters: ParameterMode,
-) -> Result<Artifact, LowerError> {
+/// Emits functions into one program whose weights blob they share: a constant used by more than
+/// one function (the same data) is stored once. The first function is the default one. The
+/// program is not yet validated; the pipeline's check stage does that.
+pub fn emit_program(functions: &[ReadyFunction], target: &Target) -> Result<Artifact, LowerError> {
     if functions.is_empty() {
         return Err(LowerError::NoOutputs);
-    }
-    let mut names = std::collections::HashSet::new();
-    for f in functions {
-        if !crate::graph::is_identifier(f.name) || !names.insert(f.name) {
-            return Err(LowerError::BadFunctionName {
-                name: f.name.to_string(),
-            });
-        }
     }
     let mut consts = consts::ConstTable::new(target.float_dtype());
     let mut mil_functions = Vec::with_capacity(functions.len());
     let mut ports = Vec::with_capacity(functions.len());
-    // Canonical graphs stay alive until every function is emitted: the constant table identifies
-    // constants it has seen by the address of their data.
-    let mut keep_alive = Vec::with_capacity(functions.len());
     for f in functions {
-        // Outputs wider than an ANE family's dimension cap (vocabulary heads) become tile ports.
-        let (tiled_outputs, tiled) = match target {
-            Target::Ane(arch) => {
-                let prepared = crate::target::prepare(f.outputs, *arch)?;
-                let tiled: Vec<TiledOutput> = prepared
-                    .host
-                    .iter()
-                    .filter(|h| h.parts.len() > 1)
-                    .map(|h| TiledOutput {
-                        name: h.name.clone(),
-                        shape: h.shape.clone(),
-                        parts: h.parts.iter().map(|(_, p)| p.clone()).collect(),
-                    })
-                    .collect();
-                (Some(prepared.outputs), tiled)
-            }
-            Target::Cpu => (None, Vec::new()),
-        };
-        let named: Vec<(&str, &Tensor)>;
-        let spec = match &tiled_outputs {
-            Some(outs) => {
-                named = outs.iter().map(|(n, t)| (n.as_str(), t)).collect();
-                FunctionSpec {
-                    name: f.name,
-                    outputs: &named,
-                }
-            }
-            None => *f,
-        };
-        let (function, inputs, outputs, canonical) =
-            lower_function(&spec, target, parameters, &mut consts)?;
-        keep_alive.push(canonical);
+        let (function, inputs, outputs) = emit_function(f, target, &mut consts)?;
         mil_functions.push(function);
         ports.push(FunctionPorts {
-            name: f.name.to_string(),
+            name: f.name.clone(),
             inputs,
             outputs,
-            tiled,
+            tiled: f.tiled.clone(),
         });
     }
     let program = mil::Program {
@@ -209,62 +125,23 @@ pub fn lower_functions(
         functions: mil_functions,
     };
     let weights = std::sync::Arc::new(consts.finish());
-    drop(keep_alive);
-    let blobs = artifact::blob_store(&weights)?;
-    mil::validate_with_blobs(&program, &blobs).map_err(LowerError::Invalid)?;
-    if let Target::Ane(arch) = target {
-        let violations = crate::target::check_program(&program, *arch);
-        if !violations.is_empty() {
-            return Err(crate::target::TargetError::Check {
-                arch: *arch,
-                violations,
-            }
-            .into());
-        }
-    }
     Ok(Artifact::new(program, weights, target.clone(), ports))
 }
 
-type LoweredFunction = (mil::Function, Vec<PortSpec>, Vec<PortSpec>, Vec<Tensor>);
+type EmittedFunction = (mil::Function, Vec<PortSpec>, Vec<PortSpec>);
 
-fn lower_function(
-    spec: &FunctionSpec<'_>,
+fn emit_function(
+    spec: &ReadyFunction,
     target: &Target,
-    parameters: ParameterMode,
     consts: &mut consts::ConstTable,
-) -> Result<LoweredFunction, LowerError> {
-    let outputs = spec.outputs;
+) -> Result<EmittedFunction, LowerError> {
+    let outputs: Vec<(&str, &Tensor)> = spec.outputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
     if outputs.is_empty() {
         return Err(LowerError::NoOutputs);
     }
-    let mut reserved = std::collections::HashSet::new();
-    for (name, _) in outputs {
-        if !crate::graph::is_identifier(name) {
-            return Err(LowerError::BadOutputName {
-                name: name.to_string(),
-            });
-        }
-        if !reserved.insert(name.to_string()) {
-            return Err(LowerError::DuplicateName {
-                name: name.to_string(),
-            });
-        }
-    }
-    let roots: Vec<Tensor> = outputs.iter().map(|(_, t)| (*t).clone()).collect();
-    let mut canonical = canonicalize::canonicalize(&roots, parameters)?;
-    let mut retyped = Vec::new();
-    if let Target::Ane(arch) = target {
-        let named: Vec<(&str, &Tensor)> = outputs.iter().map(|(n, _)| *n).zip(&canonical).collect();
-        let legal = crate::legalize::legalize(&named, *arch);
-        if !legal.report.is_legal() {
-            return Err(crate::target::TargetError::NotLegal {
-                report: Box::new(legal.report),
-            }
-            .into());
-        }
-        canonical = legal.outputs;
-        retyped = legal.retyped;
-    }
+    let mut reserved: std::collections::HashSet<String> =
+        outputs.iter().map(|(n, _)| n.to_string()).collect();
+    let canonical: Vec<Tensor> = outputs.iter().map(|(_, t)| (*t).clone()).collect();
     let order = topo_order(&canonical);
 
     let mut leaves: Vec<&Tensor> = order
@@ -292,7 +169,7 @@ fn lower_function(
     consts.begin_function();
     let table = std::mem::replace(consts, consts::ConstTable::new(target.float_dtype()));
     let mut emitter = emit::Emitter::new(target, reserved, table);
-    let emitted = emit_nodes(&mut emitter, outputs, &canonical, &leaves, &order);
+    let emitted = emit_nodes(&mut emitter, &outputs, &canonical, &leaves, &order);
     *consts = std::mem::replace(
         &mut emitter.consts,
         consts::ConstTable::new(target.float_dtype()),
@@ -310,7 +187,7 @@ fn lower_function(
         })
         .collect();
     let function = mil::Function {
-        name: spec.name.into(),
+        name: spec.name.clone(),
         opset: "ios18".into(),
         inputs: std::mem::take(&mut emitter.inputs),
         attributes: Vec::new(),
@@ -323,11 +200,11 @@ fn lower_function(
     let mut input_ports = std::mem::take(&mut emitter.ports);
     let mut output_ports: Vec<PortSpec> = output_ports;
     for port in input_ports.iter_mut().chain(output_ports.iter_mut()) {
-        if let Some((_, dtype)) = retyped.iter().find(|(n, _)| *n == port.name) {
+        if let Some((_, dtype)) = spec.retyped.iter().find(|(n, _)| *n == port.name) {
             port.dtype = *dtype;
         }
     }
-    Ok((function, input_ports, output_ports, canonical))
+    Ok((function, input_ports, output_ports))
 }
 
 fn emit_nodes(

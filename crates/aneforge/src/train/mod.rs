@@ -204,7 +204,7 @@ impl std::fmt::Debug for Trainer {
 
 /// The parameter leaves `loss` depends on, in topological order.
 pub fn parameters_of(loss: &Tensor) -> Vec<Tensor> {
-    crate::lower::topo_order(std::slice::from_ref(loss))
+    crate::graph::topo_order(std::slice::from_ref(loss))
         .into_iter()
         .filter(|t| matches!(t.op(), Op::Parameter { .. }))
         .collect()

@@ -30,7 +30,7 @@ pub fn host(data: &HostData, shape: &[usize]) -> Nd {
 
 /// Evaluates `outputs` in f64.
 pub fn eval(outputs: &[Tensor], env: &Env) -> Vec<Nd> {
-    let order = aneforge::lower::topo_order(outputs);
+    let order = aneforge::graph::topo_order(outputs);
     let mut vals: HashMap<NodeId, Nd> = HashMap::new();
     for node in &order {
         let s: Vec<&Nd> = node.srcs().iter().map(|t| &vals[&t.id()]).collect();

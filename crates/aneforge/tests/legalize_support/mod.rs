@@ -4,10 +4,10 @@
 
 #![allow(dead_code)]
 
+use aneforge::graph::topo_order;
 use aneforge::graph::{
     BinaryOp, CompareOp, DType, HostData, NodeId, Op, ReduceOp, Tensor, UnaryOp,
 };
-use aneforge::lower::topo_order;
 use std::collections::HashMap;
 
 #[derive(Clone, Debug, PartialEq)]

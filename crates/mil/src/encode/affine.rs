@@ -1,12 +1,12 @@
 //! int8 symmetric per-output-channel quantization (`constexpr_affine_dequantize`, iOS16).
 
-use super::{f16_bytes, DeclineReason, Payload, PayloadData, Placement, Plan, Weight};
+use super::{f16_bytes, DeclineReason, Encoding, Payload, PayloadData, Placement, Weight};
 use crate::ast::{DType, Literal, TensorType};
 use half::f16;
 
 const QMAX: f64 = 127.0;
 
-pub(crate) fn plan(weight: &Weight<'_>) -> Result<Plan, DeclineReason> {
+pub(crate) fn plan(weight: &Weight<'_>) -> Result<Encoding, DeclineReason> {
     let Some(&channels) = weight.shape.first() else {
         return Err(DeclineReason::NeedsRank1);
     };
@@ -29,7 +29,7 @@ pub(crate) fn plan(weight: &Weight<'_>) -> Result<Plan, DeclineReason> {
         }
         scales.push(scale);
     }
-    Ok(Plan {
+    Ok(Encoding {
         payloads: vec![
             Payload {
                 param: "quantized_data",

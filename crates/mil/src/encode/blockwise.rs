@@ -4,7 +4,7 @@
 //! `q = clamp(round(w / scale), −8, 7)`, decoded `fp16(scale · q)`. When the axis is not a
 //! multiple of [`BLOCK`], the block is the largest power of two that divides it.
 
-use super::{f16_bytes, DeclineReason, Payload, PayloadData, Placement, Plan, Weight};
+use super::{f16_bytes, DeclineReason, Encoding, Payload, PayloadData, Placement, Weight};
 use crate::ast::{DType, TensorType};
 use half::f16;
 
@@ -12,7 +12,7 @@ use half::f16;
 pub const BLOCK: usize = 32;
 const QMAX: f64 = 7.0;
 
-pub(crate) fn plan(weight: &Weight<'_>) -> Result<Plan, DeclineReason> {
+pub(crate) fn plan(weight: &Weight<'_>) -> Result<Encoding, DeclineReason> {
     if weight.shape.is_empty() {
         return Err(DeclineReason::NeedsRank1);
     }
@@ -60,7 +60,7 @@ pub(crate) fn plan(weight: &Weight<'_>) -> Result<Plan, DeclineReason> {
             }
         }
     }
-    Ok(Plan {
+    Ok(Encoding {
         payloads: vec![
             Payload {
                 param: "data",

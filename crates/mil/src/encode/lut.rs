@@ -6,14 +6,14 @@
 //! most [`ITERATIONS`] times. With 16 or fewer distinct values the LUT is those values. The result
 //! is rounded to fp16, and every weight maps to its nearest fp16 entry (ties: lower index).
 
-use super::{f16_bytes, DeclineReason, Payload, PayloadData, Placement, Plan, Weight};
+use super::{f16_bytes, DeclineReason, Encoding, Payload, PayloadData, Placement, Weight};
 use crate::ast::{DType, TensorType};
 use half::f16;
 
 pub const ENTRIES: usize = 16;
 pub const ITERATIONS: usize = 30;
 
-pub(crate) fn plan(weight: &Weight<'_>) -> Result<Plan, DeclineReason> {
+pub(crate) fn plan(weight: &Weight<'_>) -> Result<Encoding, DeclineReason> {
     if weight.shape.is_empty() {
         return Err(DeclineReason::NeedsRank1);
     }
@@ -28,7 +28,7 @@ pub(crate) fn plan(weight: &Weight<'_>) -> Result<Plan, DeclineReason> {
     }
     let mut lut_shape = vec![1usize; weight.shape.len()];
     lut_shape.extend([ENTRIES, 1]);
-    Ok(Plan {
+    Ok(Encoding {
         payloads: vec![
             Payload {
                 param: "indices",

@@ -315,7 +315,7 @@ pub fn encode_first(
 }
 
 /// What one scheme computed before anything is written.
-pub(crate) struct Plan {
+pub(crate) struct Encoding {
     /// The op's parameters in coremltools' definition order.
     pub payloads: Vec<Payload>,
     pub placement: Placement,
@@ -343,10 +343,10 @@ pub(crate) enum PayloadData {
     Inline(Literal),
 }
 
-fn fp16_plan(weight: &Weight<'_>) -> Plan {
+fn fp16_plan(weight: &Weight<'_>) -> Encoding {
     let halves: Vec<f16> = weight.values.iter().map(|&v| f16::from_f32(v)).collect();
     let decoded = halves.iter().map(|h| h.to_f64()).collect();
-    Plan {
+    Encoding {
         payloads: vec![Payload {
             param: "val",
             ty: TensorType::new(DType::Fp16, weight.shape),

@@ -1,13 +1,13 @@
 //! Unstructured sparsity (`constexpr_sparse_to_dense`, iOS18): uint1 mask + fp16 nonzero values.
 
 use super::{
-    f16_bytes, DeclineReason, Payload, PayloadData, Placement, Plan, Weight,
+    f16_bytes, DeclineReason, Encoding, Payload, PayloadData, Placement, Weight,
     SPARSE_MIN_ZERO_FRACTION,
 };
 use crate::ast::{DType, TensorType};
 use half::f16;
 
-pub(crate) fn plan(weight: &Weight<'_>) -> Result<Plan, DeclineReason> {
+pub(crate) fn plan(weight: &Weight<'_>) -> Result<Encoding, DeclineReason> {
     if weight.shape.is_empty() {
         return Err(DeclineReason::NeedsRank1);
     }
@@ -33,7 +33,7 @@ pub(crate) fn plan(weight: &Weight<'_>) -> Result<Plan, DeclineReason> {
             decoded.push(h.to_f64());
         }
     }
-    Ok(Plan {
+    Ok(Encoding {
         payloads: vec![
             Payload {
                 param: "nonzero_data",

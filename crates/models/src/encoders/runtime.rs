@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use aneforge::engine::{Executable, HostSlice};
-use aneforge::{Compress, Engine, ParameterMode, Target};
+use aneforge::{Compress, Engine, ParameterMode, ProgramOptions, Target};
 
 use super::config::{EncoderConfig, Positions};
 use super::graph::{
@@ -403,14 +403,16 @@ impl Runtime {
         }
         .build(key)?;
         let program_error = |e: aneforge::Error| EncoderError::Program(e);
-        let artifact = aneforge::lower::lower(
+        let artifact = aneforge::compile_artifact(
             &[(OUTPUT, &graph)],
-            &self.options.target,
-            ParameterMode::Constant,
+            &ProgramOptions {
+                target: self.options.target.clone(),
+                parameters: ParameterMode::Constant,
+                compress: self.options.compress,
+                weight_ceiling: None,
+            },
         )
         .map_err(|e| program_error(e.into()))?;
-        let (artifact, _) = aneforge::target::compress::compress(artifact, self.options.compress)
-            .map_err(|e| program_error(aneforge::LowerError::from(e).into()))?;
         let exec = aneforge::engine::load(&artifact, self.options.engine)
             .map_err(|e| program_error(e.into()))?;
         Ok(Program {

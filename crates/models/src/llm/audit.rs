@@ -134,7 +134,7 @@ pub fn audit_fp16(
             .fold(0f32, |acc, (x, y)| acc.max((x - y).abs()));
         probes.push(ProbeDrift {
             name: name
-                .trim_start_matches(super::plan::PROBE_PREFIX)
+                .trim_start_matches(super::step::PROBE_PREFIX)
                 .to_string(),
             max_abs: m,
             max_abs_diff: diff,

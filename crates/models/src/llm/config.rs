@@ -1,6 +1,6 @@
 //! One hyperparameter set for every decoder family, read from a Hugging Face `config.json` or from
 //! GGUF metadata. Family differences become explicit fields (norm kind, MLP shape, positions,
-//! biases, q/k norms, embedding scale) that the layer plan follows.
+//! biases, q/k norms, embedding scale) that the step graph follows.
 
 use std::path::{Path, PathBuf};
 

@@ -11,10 +11,10 @@ pub mod chat;
 pub mod config;
 mod generate;
 mod matrix;
-pub mod plan;
 mod runner;
 pub mod sampling;
 mod speculative;
+pub mod step;
 mod weights;
 
 use std::path::{Path, PathBuf};
@@ -56,8 +56,6 @@ pub enum LlmError {
     Graph(#[from] aneforge::GraphError),
     #[error("compiling the model: {0}")]
     Compile(#[from] aneforge::Error),
-    #[error("lowering the model: {0}")]
-    Lower(#[from] aneforge::LowerError),
     #[error("token id {id} is out of range for a vocabulary of {vocab}")]
     TokenOutOfRange { id: u64, vocab: usize },
     #[error("{tokens} tokens do not fit the context of {context} positions{hint}")]

@@ -18,11 +18,12 @@ use std::time::{Duration, Instant};
 
 use aneforge::engine::{Accumulation, ValueStats};
 use aneforge::engine::{BufferMut, BufferRef, HostSlice};
-use aneforge::lower::lower_functions;
-use aneforge::{Artifact, Engine, FunctionSpec, Model, ParameterMode, Target};
+use aneforge::{
+    compile_functions, Artifact, Engine, FunctionSpec, Model, ParameterMode, ProgramOptions, Target,
+};
 
 use super::config::Positions;
-use super::plan::{self, EmbedInput, LogitsRows, StepSpec};
+use super::step::{self, EmbedInput, LogitsRows, StepSpec};
 use super::{Llm, LlmError};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -50,7 +51,7 @@ pub struct RunnerOptions {
     /// CPU engine: the width of running sums in fp16 (ANE-target) programs.
     pub accumulation: Accumulation,
     /// Numerics audit: step programs also return every layer's hidden states
-    /// ([`plan::PROBE_PREFIX`] outputs, read by [`Runner::probes`]) and the CPU engine runs each
+    /// ([`step::PROBE_PREFIX`] outputs, read by [`Runner::probes`]) and the CPU engine runs each
     /// op unfused, recording what it wrote ([`Runner::inspection`]). Slow.
     pub probes: bool,
 }
@@ -238,7 +239,7 @@ impl Runner {
                     },
                     probes: opts.probes,
                 };
-                graphs.push((f.name(), plan::build_step(cfg, &llm.weights, &spec)?));
+                graphs.push((f.name(), step::build_step(cfg, &llm.weights, &spec)?));
             }
             let named: Vec<Vec<(&str, &aneforge::Tensor)>> = graphs
                 .iter()
@@ -249,7 +250,11 @@ impl Runner {
                 .zip(&named)
                 .map(|((name, _), outputs)| FunctionSpec { name, outputs })
                 .collect();
-            let artifact = lower_functions(&specs, &opts.target, ParameterMode::Constant)?;
+            let artifact = compile_functions(
+                &specs,
+                &ProgramOptions::new(&opts.target, ParameterMode::Constant),
+            )
+            .map_err(aneforge::Error::from)?;
             segments.push(Segment {
                 layers,
                 artifact: Arc::new(artifact),
@@ -494,8 +499,8 @@ impl Runner {
                 },
             )?;
             for l in segment.layers.clone() {
-                model.share_buffer(&plan::k_cache_out(l), &plan::k_cache(l))?;
-                model.share_buffer(&plan::v_cache_out(l), &plan::v_cache(l))?;
+                model.share_buffer(&step::k_cache_out(l), &step::k_cache(l))?;
+                model.share_buffer(&step::v_cache_out(l), &step::v_cache(l))?;
             }
             segment.loaded.insert(key, model);
         }
@@ -525,8 +530,8 @@ impl Runner {
                     .ok_or_else(|| LlmError::Internal("migration target not loaded".into()))?;
                 for l in segment.layers.clone() {
                     for (out, inp) in [
-                        (plan::k_cache_out(l), plan::k_cache(l)),
-                        (plan::v_cache_out(l), plan::v_cache(l)),
+                        (step::k_cache_out(l), step::k_cache(l)),
+                        (step::v_cache_out(l), step::v_cache(l)),
                     ] {
                         copy_prefix(
                             &from,
@@ -585,25 +590,25 @@ impl Runner {
             if first && !host_embeddings {
                 let mut ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
                 ids.resize(t, 0);
-                model.set_input(plan::INPUT_IDS, HostSlice::I32(&ids))?;
+                model.set_input(step::INPUT_IDS, HostSlice::I32(&ids))?;
                 if matches!(cfg.positions, Positions::Learned { .. }) {
                     let max = match cfg.positions {
                         Positions::Learned { max } => max,
                         _ => 0,
                     };
                     let p: Vec<i32> = (0..t).map(|i| (pos + i).min(max - 1) as i32).collect();
-                    model.set_input(plan::POSITIONS, HostSlice::I32(&p))?;
+                    model.set_input(step::POSITIONS, HostSlice::I32(&p))?;
                 }
             } else {
-                model.set_input(plan::HIDDEN_IN, HostSlice::F32(hidden))?;
+                model.set_input(step::HIDDEN_IN, HostSlice::F32(hidden))?;
             }
             if rope_dims > 0 {
                 write_rope(model, inv_freq, rope_dims, cfg.head_dim, pos, t)?;
             }
-            model.set_input(plan::WRITE_POS, HostSlice::I32(&[0, pos as i32, 0]))?;
+            model.set_input(step::WRITE_POS, HostSlice::I32(&[0, pos as i32, 0]))?;
             write_mask(model, pos, t, s, window, cpu_target)?;
             if last && !all && t > 1 {
-                model.set_input(plan::LAST_INDEX, HostSlice::I32(&[(n - 1) as i32]))?;
+                model.set_input(step::LAST_INDEX, HostSlice::I32(&[(n - 1) as i32]))?;
             }
             if self.opts.probes {
                 if first {
@@ -612,7 +617,7 @@ impl Runner {
                 }
                 self.inspection.extend(model.execute_inspected()?);
                 for port in model.outputs() {
-                    if port.name.starts_with(plan::PROBE_PREFIX) {
+                    if port.name.starts_with(step::PROBE_PREFIX) {
                         let v = model.read_output_f32(&port.name)?;
                         self.probes.push((port.name.clone(), v));
                     }
@@ -626,12 +631,12 @@ impl Runner {
                     logits.clear();
                 }
                 let rows = if all { n } else { 1 };
-                if model.tiled_output(plan::LOGITS).is_some() {
+                if model.tiled_output(step::LOGITS).is_some() {
                     // a vocabulary head over an ANE family's width cap comes in tiles
-                    let v = model.read_output_f32(plan::LOGITS)?;
+                    let v = model.read_output_f32(step::LOGITS)?;
                     logits.extend_from_slice(&v[..rows * vocab]);
                 } else {
-                    match model.output_view(plan::LOGITS)? {
+                    match model.output_view(step::LOGITS)? {
                         BufferRef::F32(v) => logits.extend_from_slice(&v[..rows * vocab]),
                         BufferRef::F16(v) => {
                             logits.extend(v[..rows * vocab].iter().map(|x| x.to_f32()))
@@ -649,7 +654,7 @@ impl Runner {
                 }
             } else {
                 hidden.clear();
-                match model.output_view(plan::HIDDEN_OUT)? {
+                match model.output_view(step::HIDDEN_OUT)? {
                     BufferRef::F32(v) => hidden.extend_from_slice(&v[..t * d]),
                     BufferRef::F16(v) => hidden.extend(v[..t * d].iter().map(|x| x.to_f32())),
                     _ => return Err(LlmError::Internal("hidden state is not float".into())),
@@ -753,7 +758,7 @@ fn write_rope(
             }
         }
     };
-    for (name, cos) in [(plan::ROPE_COS, true), (plan::ROPE_SIN, false)] {
+    for (name, cos) in [(step::ROPE_COS, true), (step::ROPE_SIN, false)] {
         match model.input_view_mut(name)? {
             BufferMut::F32(b) => fill(b, cos),
             BufferMut::F16(b) => {
@@ -795,7 +800,7 @@ fn write_mask(
             masked
         }
     };
-    match model.input_view_mut(plan::MASK)? {
+    match model.input_view_mut(step::MASK)? {
         BufferMut::F32(b) => {
             for i in 0..t {
                 for j in 0..s {

@@ -206,7 +206,7 @@ pub fn load_hf(
 }
 
 /// A GGUF file. Llama-architecture q/k rows are put back in Hugging Face order (pairs
-/// `i, i + half`), which the layer plan rotates.
+/// `i, i + half`), which the step graph rotates.
 pub fn load_gguf(
     cfg: &LlmConfig,
     gguf: &Arc<GgufFile>,

@@ -6,7 +6,7 @@
 //! ANE; naming one is an error, as is any unknown string (Apple's compiler silently falls back
 //! to the host chip for unknown names; we do not).
 
-use super::TargetError;
+use super::ArchError;
 use std::fmt;
 
 /// A MIL-capable ANE capability family, ordered oldest first.
@@ -193,20 +193,20 @@ pub struct AneArch {
 
 impl AneArch {
     /// Parses an architecture string or alias, case-insensitively (`h16`, `H15g`, `m1`, `a17`).
-    pub fn new(name: &str) -> Result<AneArch, TargetError> {
+    pub fn new(name: &str) -> Result<AneArch, ArchError> {
         let lower = name.trim().to_ascii_lowercase();
         let resolved = ALIASES
             .iter()
             .find(|(alias, _)| *alias == lower)
             .map_or(lower.as_str(), |(_, arch)| arch);
         let Some(index) = ARCHS.iter().position(|a| a.name == resolved) else {
-            return Err(TargetError::UnknownArch {
+            return Err(ArchError::UnknownArch {
                 name: name.to_string(),
                 valid: valid_names(),
             });
         };
         if ARCHS[index].family.is_none() {
-            return Err(TargetError::BelowMilFloor {
+            return Err(ArchError::BelowMilFloor {
                 name: name.to_string(),
             });
         }
@@ -268,8 +268,8 @@ impl fmt::Display for AneArch {
 }
 
 impl std::str::FromStr for AneArch {
-    type Err = TargetError;
-    fn from_str(s: &str) -> Result<AneArch, TargetError> {
+    type Err = ArchError;
+    fn from_str(s: &str) -> Result<AneArch, ArchError> {
         AneArch::new(s)
     }
 }

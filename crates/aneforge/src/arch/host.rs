@@ -4,7 +4,7 @@
 //! the M-series generation, which maps onto an architecture (`mN` → `h(N+12)`). `ANEFORGE_TARGET`
 //! overrides detection. An unrecognised chip falls back to the lowest family, with a warning.
 
-use super::{AneArch, Family, TargetError};
+use super::{AneArch, ArchError, Family};
 
 /// The environment variable that overrides host detection.
 pub const TARGET_ENV: &str = "ANEFORGE_TARGET";
@@ -40,9 +40,9 @@ pub fn arch_from_brand(brand: &str) -> Option<AneArch> {
 
 /// Resolves the host's architecture from an override and a brand string (either may be absent).
 /// An invalid override is an error; an unknown brand falls back to the lowest family.
-pub fn resolve(override_value: Option<&str>, brand: Option<&str>) -> Result<Detected, TargetError> {
+pub fn resolve(override_value: Option<&str>, brand: Option<&str>) -> Result<Detected, ArchError> {
     if let Some(value) = override_value.filter(|v| !v.trim().is_empty()) {
-        let arch = AneArch::new(value).map_err(|e| TargetError::BadOverride {
+        let arch = AneArch::new(value).map_err(|e| ArchError::BadOverride {
             variable: TARGET_ENV,
             source: Box::new(e),
         })?;
@@ -73,7 +73,7 @@ pub fn resolve(override_value: Option<&str>, brand: Option<&str>) -> Result<Dete
 }
 
 /// Detects the host: `ANEFORGE_TARGET`, else the CPU brand string on macOS, else the fallback.
-pub fn detect() -> Result<Detected, TargetError> {
+pub fn detect() -> Result<Detected, ArchError> {
     let override_value = std::env::var(TARGET_ENV).ok();
     resolve(override_value.as_deref(), brand_string().as_deref())
 }

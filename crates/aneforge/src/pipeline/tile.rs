@@ -1,10 +1,83 @@
 //! Wide matmuls at the outputs (vocabulary heads of 50257 or 151936 columns) tiled under the
 //! family's width cap: each tile is its own program output, and the host concatenates them.
 
+use super::segmented::HostOutput;
+use crate::arch::{AneArch, Finding, FindingKind, Limits};
 use crate::graph::{constant, GraphError, HostArray, HostData, Op, Tensor};
+use crate::lower::{LowerError, TiledOutput};
+
+/// Outputs after tiling: what the program returns and how the host reassembles each graph output.
+pub(crate) struct Tiled {
+    pub outputs: Vec<(String, Tensor)>,
+    pub host: Vec<HostOutput>,
+    pub findings: Vec<Finding>,
+}
+
+impl Tiled {
+    /// The graph outputs returned in more than one tile, as the artifact records them.
+    pub fn tiled_ports(&self) -> Vec<TiledOutput> {
+        self.host
+            .iter()
+            .filter(|h| h.parts.len() > 1)
+            .map(|h| TiledOutput {
+                name: h.name.clone(),
+                shape: h.shape.clone(),
+                parts: h.parts.iter().map(|(_, p)| p.clone()).collect(),
+            })
+            .collect()
+    }
+}
+
+/// Tiles every output wider than `arch`'s dimension cap; other outputs pass through.
+pub(crate) fn tile_outputs(
+    outputs: &[(&str, &Tensor)],
+    arch: AneArch,
+) -> Result<Tiled, LowerError> {
+    let cap = Limits::of(arch.family()).max_spatial;
+    let mut tiled = Tiled {
+        outputs: Vec::new(),
+        host: Vec::new(),
+        findings: Vec::new(),
+    };
+    for (name, t) in outputs {
+        let tiles = tile_output(t, cap).map_err(|source| LowerError::Rewrite {
+            op: t.op().name(),
+            source,
+        })?;
+        let parts: Vec<(String, Tensor)> = match tiles {
+            Some(parts) => {
+                tiled.findings.push(Finding {
+                    node: format!("(output '{name}')"),
+                    op: t.op().name().to_string(),
+                    shape: t.shape().to_vec(),
+                    kind: FindingKind::Rewritten {
+                        rewrite: format!(
+                            "wide matmul → {} tiles of ≤ {cap} columns, separate ports, concatenated on the host",
+                            parts.len()
+                        ),
+                    },
+                });
+                parts
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, p)| (format!("{name}__{k}"), p))
+                    .collect()
+            }
+            None => vec![(name.to_string(), (*t).clone())],
+        };
+        tiled.host.push(HostOutput {
+            name: name.to_string(),
+            shape: t.shape().to_vec(),
+            axis: t.rank().saturating_sub(1),
+            parts: parts.iter().map(|(n, _)| (0, n.clone())).collect(),
+        });
+        tiled.outputs.extend(parts);
+    }
+    Ok(tiled)
+}
 
 /// The pieces of one wide output, concatenated on the host along the last axis.
-pub fn tile_output(t: &Tensor, cap: usize) -> Result<Option<Vec<Tensor>>, GraphError> {
+fn tile_output(t: &Tensor, cap: usize) -> Result<Option<Vec<Tensor>>, GraphError> {
     let width = t.shape().last().copied().unwrap_or(0);
     if width <= cap {
         return Ok(None);

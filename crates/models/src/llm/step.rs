@@ -1,4 +1,4 @@
-//! The layer plan: one decoder step as a graph. A step takes `T` new tokens at a runtime position,
+//! One decoder step as a graph. A step takes `T` new tokens at a runtime position,
 //! writes their keys and values into the resident per-layer caches `[kv_heads, S, head_dim]` (a
 //! `slice_update` at that position; the ANE legalisation turns it into a one-hot write) and attends
 //! over the cache's `S` positions under a host-built additive mask. Prefill (`T` > 1), decode

@@ -27,7 +27,7 @@
 //! Engine for the Pro and Max parts. The dispatch overhead is the middle of the 70–200 µs per
 //! call that DESIGN.md §6 records for the runtime.
 
-use super::compress::{is_native, scheme_of_op};
+use super::formats::{is_native, scheme_of_op};
 use super::{AneArch, Chip};
 use aneforge_mil as mil;
 use mil::{Argument, Literal, Operation, TensorType, ValueType};

@@ -1,13 +1,14 @@
 //! Weight compression of ANE programs: large fp16 weight constants of an emitted program are
 //! re-encoded with the MIL encoders (`aneforge_mil::encode`), each behind its accuracy gate.
 //!
-//! Which formats each family streams natively (decompressed by the engine as it reads them,
-//! so the memory traffic shrinks): A13 int4 LUT and sparse; A14 adds int8; A15 and later add
-//! blockwise. `Compress::Auto` picks only native formats; an explicit mode is honoured on any
-//! family (non-native formats are expanded when the program loads).
+//! `Compress::Auto` picks only the formats the family streams natively
+//! ([`crate::arch::formats`]); an explicit mode is honoured on any family (non-native formats are
+//! expanded when the program loads). The compressed program is validated and checked again: the
+//! re-encoding must leave a program the family accepts.
 
-use super::{AneArch, Family, TargetError};
-use crate::lower::{Artifact, Compress, Target, BLOB_PATH};
+use super::{CompileError, Compress};
+use crate::arch::{check_program, is_native, native_schemes, AneArch};
+use crate::lower::{Artifact, LowerError, Target, BLOB_PATH};
 use aneforge_mil as mil;
 use mil::encode::{encode_first, Decline, EncodeOptions, Scheme, Weight};
 use mil::{Argument, BlobFile, BlobWriter, Literal, Operation};
@@ -18,30 +19,6 @@ pub const MIN_ELEMENTS: usize = 4096;
 /// The accuracy gate: a format is accepted when its largest reconstruction error is at most
 /// this fraction of the weight's largest magnitude.
 pub const GATE_REL: f64 = 0.08;
-
-/// Formats the family streams natively, in the order `Auto` tries them (smallest first).
-pub fn native_schemes(family: Family) -> &'static [Scheme] {
-    match family {
-        Family::A13 => &[Scheme::Sparse, Scheme::Int4Lut],
-        Family::A14 => &[Scheme::Sparse, Scheme::Int4Lut, Scheme::Int8],
-        Family::A15 | Family::A16 => &[
-            Scheme::Sparse,
-            Scheme::Int4Lut,
-            Scheme::Blockwise,
-            Scheme::Int8,
-        ],
-    }
-}
-
-/// Whether `family` streams `scheme` natively (fp16 is the baseline and always is).
-pub fn is_native(scheme: Scheme, family: Family) -> bool {
-    scheme == Scheme::Fp16 || native_schemes(family).contains(&scheme)
-}
-
-/// The MIL op of a scheme back to the scheme.
-pub fn scheme_of_op(op_type: &str) -> Option<Scheme> {
-    Scheme::ALL.into_iter().find(|s| s.op_type() == op_type)
-}
 
 /// What happened to one weight.
 #[derive(Clone, Debug, PartialEq)]
@@ -101,12 +78,12 @@ impl std::fmt::Display for CompressionReport {
 pub fn compress(
     artifact: Artifact,
     mode: Compress,
-) -> Result<(Artifact, CompressionReport), TargetError> {
+) -> Result<(Artifact, CompressionReport), CompileError> {
     if mode == Compress::None {
         return Ok((artifact, CompressionReport::default()));
     }
     let Target::Ane(arch) = artifact.target() else {
-        return Err(TargetError::CompressCpu);
+        return Err(CompileError::CompressCpu);
     };
     let schemes: Vec<Scheme> = match mode {
         Compress::Auto => native_schemes(arch.family()).to_vec(),
@@ -114,9 +91,9 @@ pub fn compress(
         Compress::Int4 => vec![Scheme::Int4Lut],
         Compress::Sparse => vec![Scheme::Sparse],
         Compress::Blockwise => vec![Scheme::Blockwise],
-        _ => return Err(TargetError::CompressMode),
+        _ => return Err(CompileError::CompressMode),
     };
-    let blob = BlobFile::parse(BLOB_PATH, artifact.weights().clone())?;
+    let blob = BlobFile::parse(BLOB_PATH, artifact.weights().clone()).map_err(LowerError::Blob)?;
     let mut writer = BlobWriter::new();
     let mut report = CompressionReport::default();
     let mut program = artifact.program().clone();
@@ -151,11 +128,11 @@ pub fn compress(
         artifact.target().clone(),
         artifact.functions().to_vec(),
     );
-    let blobs = compressed.blob_store()?;
-    mil::validate_with_blobs(compressed.program(), &blobs).map_err(TargetError::Invalid)?;
-    let violations = super::check_program(compressed.program(), *arch);
+    let blobs = compressed.blob_store().map_err(LowerError::Blob)?;
+    mil::validate_with_blobs(compressed.program(), &blobs).map_err(CompileError::Invalid)?;
+    let violations = check_program(compressed.program(), *arch);
     if !violations.is_empty() {
-        return Err(TargetError::Check {
+        return Err(CompileError::Check {
             arch: *arch,
             violations,
         });
@@ -166,7 +143,7 @@ pub fn compress(
 type Candidate = (String, Vec<usize>, Vec<f32>);
 
 /// A `const` with a large fp16 blob value: (name, shape, values).
-fn candidate(op: &Operation, blob: &BlobFile) -> Result<Option<Candidate>, TargetError> {
+fn candidate(op: &Operation, blob: &BlobFile) -> Result<Option<Candidate>, CompileError> {
     if op.op_type != "const" {
         return Ok(None);
     }
@@ -202,7 +179,7 @@ fn encode_weight(
     values: &[f32],
     schemes: &[Scheme],
     arch: AneArch,
-) -> Result<(Vec<Operation>, WeightChoice), TargetError> {
+) -> Result<(Vec<Operation>, WeightChoice), CompileError> {
     let max = values.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
     let options = EncodeOptions {
         atol: GATE_REL * max,
@@ -259,8 +236,8 @@ fn rewrite_blobs(
     mut op: Operation,
     blob: &BlobFile,
     writer: &mut BlobWriter,
-) -> Result<Operation, TargetError> {
-    fn literal(l: &mut Literal, blob: &BlobFile, w: &mut BlobWriter) -> Result<(), TargetError> {
+) -> Result<Operation, CompileError> {
+    fn literal(l: &mut Literal, blob: &BlobFile, w: &mut BlobWriter) -> Result<(), CompileError> {
         match l {
             Literal::Blob { ty, offset, .. } => {
                 let bytes = blob.payload(*offset, ty)?;
@@ -276,7 +253,7 @@ fn rewrite_blobs(
         }
         Ok(())
     }
-    fn argument(a: &mut Argument, blob: &BlobFile, w: &mut BlobWriter) -> Result<(), TargetError> {
+    fn argument(a: &mut Argument, blob: &BlobFile, w: &mut BlobWriter) -> Result<(), CompileError> {
         match a {
             Argument::Literal(l) => literal(l, blob, w),
             Argument::List(items) => items.iter_mut().try_for_each(|i| argument(i, blob, w)),

@@ -1,6 +1,6 @@
 //! Topological order of the nodes reachable from a set of outputs (unreachable nodes are dropped).
 
-use crate::graph::{NodeId, Tensor};
+use super::{NodeId, Tensor};
 use std::collections::HashSet;
 
 /// Every node reachable from `outputs`, each after all its sources; deterministic for a given
