@@ -202,507 +202,560 @@ fn resolve_reshape(cx: &OpCx, xs: &[usize], shape: &[i64]) -> Result<Vec<usize>>
     Ok(out)
 }
 
-pub(crate) fn build(cx: &mut OpCx, t: &str) -> Result<()> {
-    match t {
-        "fill" => {
-            let shape = cx.req_ints("shape")?;
-            let v = cx.opt_input("value")?;
-            let (dtype, val) = match v {
-                Some(v) => {
-                    let k = cx
-                        .known(v)
-                        .ok_or_else(|| cx.err("value must be a constant"))?;
-                    (
-                        k.dtype,
-                        k.f32s().and_then(|f| f.first().copied()).unwrap_or(0.0),
-                    )
-                }
-                None => (DType::Fp32, 0.0),
-            };
-            let shape: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
-            let n = shape.iter().product();
-            let data = match dtype {
-                DType::Fp16 => Data::F16(vec![half::f16::from_f32(val); n]),
-                DType::Fp32 => Data::F32(vec![val; n]),
-                DType::Int32 => Data::I32(vec![val as i32; n]),
-                DType::Bool => Data::Bool(vec![val != 0.0; n]),
-                d => return Err(cx.err(format!("fill value of type {d} is not supported"))),
-            };
-            cx.known_output(0, Known { dtype, shape, data })?;
-            return Ok(());
+pub(super) fn fill(cx: &mut OpCx) -> Result<()> {
+    let shape = cx.req_ints("shape")?;
+    let v = cx.opt_input("value")?;
+    let (dtype, val) = match v {
+        Some(v) => {
+            let k = cx
+                .known(v)
+                .ok_or_else(|| cx.err("value must be a constant"))?;
+            (
+                k.dtype,
+                k.f32s().and_then(|f| f.first().copied()).unwrap_or(0.0),
+            )
         }
-        "range_1d" => {
-            let (e, s, st) = (cx.input("end")?, cx.input("start")?, cx.input("step")?);
-            let d = cx.dtype(s);
-            let get = |v: Vid| {
-                cx.known(v)
-                    .and_then(|k| k.f32s())
-                    .and_then(|f| f.first().copied())
-            };
-            let (Some(e), Some(s), Some(st)) = (get(e), get(s), get(st)) else {
-                return Err(cx.err("start, end and step must be compile-time constants"));
-            };
-            if st == 0.0 {
-                return Err(cx.err("step is 0"));
-            }
-            let n = ((e - s) / st).ceil().max(0.0) as usize;
-            let vals: Vec<f32> = (0..n).map(|i| s + i as f32 * st).collect();
-            let k = match d {
-                DType::Int32 => Known {
-                    dtype: d,
-                    shape: vec![n],
-                    data: Data::I32(vals.iter().map(|&v| v as i32).collect()),
-                },
-                _ => Known::from_f32(d, vec![n], vals),
-            };
-            cx.known_output(0, k)?;
-            return Ok(());
-        }
-        "concat" => return concat(cx),
-        _ => {}
+        None => (DType::Fp32, 0.0),
+    };
+    let shape: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+    let n = shape.iter().product();
+    let data = match dtype {
+        DType::Fp16 => Data::F16(vec![half::f16::from_f32(val); n]),
+        DType::Fp32 => Data::F32(vec![val; n]),
+        DType::Int32 => Data::I32(vec![val as i32; n]),
+        DType::Bool => Data::Bool(vec![val != 0.0; n]),
+        d => return Err(cx.err(format!("fill value of type {d} is not supported"))),
+    };
+    cx.known_output(0, Known { dtype, shape, data })?;
+    Ok(())
+}
+
+pub(super) fn range_1d(cx: &mut OpCx) -> Result<()> {
+    let (e, s, st) = (cx.input("end")?, cx.input("start")?, cx.input("step")?);
+    let d = cx.dtype(s);
+    let get = |v: Vid| {
+        cx.known(v)
+            .and_then(|k| k.f32s())
+            .and_then(|f| f.first().copied())
+    };
+    let (Some(e), Some(s), Some(st)) = (get(e), get(s), get(st)) else {
+        return Err(cx.err("start, end and step must be compile-time constants"));
+    };
+    if st == 0.0 {
+        return Err(cx.err("step is 0"));
     }
+    let n = ((e - s) / st).ceil().max(0.0) as usize;
+    let vals: Vec<f32> = (0..n).map(|i| s + i as f32 * st).collect();
+    let k = match d {
+        DType::Int32 => Known {
+            dtype: d,
+            shape: vec![n],
+            data: Data::I32(vals.iter().map(|&v| v as i32).collect()),
+        },
+        _ => Known::from_f32(d, vec![n], vals),
+    };
+    cx.known_output(0, k)?;
+    Ok(())
+}
+
+pub(super) fn identity(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    cx.alias_output(0, x, xs)?;
+    Ok(())
+}
+
+pub(super) fn reshape(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    let shape = cx.req_ints("shape")?;
+    let out = resolve_reshape(cx, &xs, &shape)?;
+    cx.alias_output(0, x, out)?;
+    Ok(())
+}
+
+pub(super) fn squeeze(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    let r = xs.len();
+    let out: Vec<usize> = match cx.ints("axes")? {
+        None => xs.iter().copied().filter(|&d| d != 1).collect(),
+        Some(axes) => {
+            let mut drop = vec![false; r];
+            for a in axes {
+                let a = cx.axis(a, r)?;
+                if xs[a] != 1 {
+                    return Err(cx.err(format!("cannot squeeze axis {a} of size {}", xs[a])));
+                }
+                drop[a] = true;
+            }
+            (0..r).filter(|&i| !drop[i]).map(|i| xs[i]).collect()
+        }
+    };
+    cx.alias_output(0, x, out)?;
+    Ok(())
+}
+
+pub(super) fn expand_dims(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    let r = xs.len();
+    let axes = cx.req_ints("axes")?;
+    let or = r + axes.len();
+    let mut pos = Vec::new();
+    for a in axes {
+        pos.push(cx.axis(a, or)?);
+    }
+    pos.sort_unstable();
+    let mut out = Vec::new();
+    let mut it = xs.iter();
+    for i in 0..or {
+        if pos.contains(&i) {
+            out.push(1);
+        } else {
+            out.push(*it.next().ok_or_else(|| cx.err("duplicate axes"))?);
+        }
+    }
+    cx.alias_output(0, x, out)?;
+    Ok(())
+}
+
+pub(super) fn transpose(cx: &mut OpCx) -> Result<()> {
     let x = cx.input("x")?;
     let xs = cx.shape(x);
     let r = xs.len();
     let dt = cx.dtype(x);
-    match t {
-        "identity" => {
-            cx.alias_output(0, x, xs)?;
-        }
-        "reshape" => {
-            let shape = cx.req_ints("shape")?;
-            let out = resolve_reshape(cx, &xs, &shape)?;
-            cx.alias_output(0, x, out)?;
-        }
-        "squeeze" => {
-            let out: Vec<usize> = match cx.ints("axes")? {
-                None => xs.iter().copied().filter(|&d| d != 1).collect(),
-                Some(axes) => {
-                    let mut drop = vec![false; r];
-                    for a in axes {
-                        let a = cx.axis(a, r)?;
-                        if xs[a] != 1 {
-                            return Err(
-                                cx.err(format!("cannot squeeze axis {a} of size {}", xs[a]))
-                            );
-                        }
-                        drop[a] = true;
-                    }
-                    (0..r).filter(|&i| !drop[i]).map(|i| xs[i]).collect()
-                }
-            };
-            cx.alias_output(0, x, out)?;
-        }
-        "expand_dims" => {
-            let axes = cx.req_ints("axes")?;
-            let or = r + axes.len();
-            let mut pos = Vec::new();
-            for a in axes {
-                pos.push(cx.axis(a, or)?);
-            }
-            pos.sort_unstable();
-            let mut out = Vec::new();
-            let mut it = xs.iter();
-            for i in 0..or {
-                if pos.contains(&i) {
-                    out.push(1);
-                } else {
-                    out.push(*it.next().ok_or_else(|| cx.err("duplicate axes"))?);
-                }
-            }
-            cx.alias_output(0, x, out)?;
-        }
-        "transpose" => {
-            let perm = cx.req_ints("perm")?;
-            if perm.len() != r {
-                return Err(cx.err(format!("perm has {} entries, x has rank {r}", perm.len())));
-            }
-            let mut seen = vec![false; r];
-            let mut p = Vec::new();
-            for &a in &perm {
-                let a = cx.axis(a, r)?;
-                if seen[a] {
-                    return Err(cx.err(format!("perm {perm:?} is not a permutation")));
-                }
-                seen[a] = true;
-                p.push(a);
-            }
-            let st = dense_strides(&xs);
-            let out_shape: Vec<usize> = p.iter().map(|&a| xs[a]).collect();
-            let out = cx.output(0, dt, out_shape.clone())?;
-            let piece = Piece {
-                src: x,
-                src_off: 0,
-                src_strides: p.iter().map(|&a| st[a]).collect(),
-                dst: out,
-                dst_off: 0,
-                dst_strides: dense_strides(&out_shape),
-                shape: out_shape,
-            };
-            emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
-        }
-        "slice_by_index" => {
-            let s = slice_spec(cx, &xs)?;
-            let out = cx.output(0, dt, s.squeezed.clone())?;
-            let piece = Piece {
-                src: x,
-                src_off: s.off,
-                src_strides: s.strides,
-                dst: out,
-                dst_off: 0,
-                dst_strides: dense_strides(&s.shape),
-                shape: s.shape,
-            };
-            emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
-        }
-        "slice_by_size" if runtime_begin(cx)? => {
-            let begin = cx.input("begin")?;
-            check_begin(cx, begin, r)?;
-            let size = cx.req_ints("size")?;
-            if size.len() != r
-                || (0..r).any(|i| size[i] < -1 || size[i] == 0 || size[i] > xs[i] as i64)
-            {
-                return Err(cx.err(format!(
-                    "size {size:?} must have {r} entries in 1..=dim (no -1 with a runtime begin) for {xs:?}"
-                )));
-            }
-            if size.contains(&-1) {
-                return Err(cx.err("size -1 needs a constant begin"));
-            }
-            let shape: Vec<usize> = size.iter().map(|&s| s as usize).collect();
-            let out = cx.output(0, dt, shape.clone())?;
-            let esize = esize(cx, x)?;
-            cx.emit(
-                Kernel::Window(Window {
-                    x,
-                    begin,
-                    x_shape: xs.clone(),
-                    shape,
-                    esize,
-                    side: Side::Read { out },
-                }),
-                vec![x, begin],
-                vec![out],
-            );
-        }
-        "slice_by_size" => {
-            let begin = cx.req_ints("begin")?;
-            let size = cx.req_ints("size")?;
-            if begin.len() != r || size.len() != r {
-                return Err(cx.err(format!("begin and size must have length {r}")));
-            }
-            let st = dense_strides(&xs);
-            let mut off = 0isize;
-            let mut shape = Vec::new();
-            for i in 0..r {
-                let b = if begin[i] < 0 {
-                    begin[i] + xs[i] as i64
-                } else {
-                    begin[i]
-                };
-                let sz = if size[i] == -1 {
-                    xs[i] as i64 - b
-                } else {
-                    size[i]
-                };
-                if b < 0 || sz < 0 || b + sz > xs[i] as i64 {
-                    return Err(cx.err(format!(
-                        "begin {begin:?} / size {size:?} out of range for {xs:?}"
-                    )));
-                }
-                off += b as isize * st[i];
-                shape.push(sz as usize);
-            }
-            let out = cx.output(0, dt, shape.clone())?;
-            let piece = Piece {
-                src: x,
-                src_off: off,
-                src_strides: st,
-                dst: out,
-                dst_off: 0,
-                dst_strides: dense_strides(&shape),
-                shape,
-            };
-            emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
-        }
-        "slice_update" if runtime_begin(cx)? => {
-            let u = cx.input("update")?;
-            if cx.dtype(u) != dt {
-                return Err(cx.err(format!("update is {} but x is {dt}", cx.dtype(u))));
-            }
-            let begin = cx.input("begin")?;
-            check_begin(cx, begin, r)?;
-            let end = cx.input("end")?;
-            check_begin(cx, end, r)?;
-            let plain_stride = cx.ints("stride")?.is_none_or(|s| s.iter().all(|&v| v == 1));
-            let no_masks = ["begin_mask", "end_mask", "squeeze_mask"]
-                .iter()
-                .all(|m| cx.op.input(m).is_none());
-            if !plain_stride || !no_masks {
-                return Err(
-                    cx.err("a runtime begin is supported with unit strides and without masks")
-                );
-            }
-            let us = cx.shape(u);
-            if us.len() != r || (0..r).any(|i| us[i] > xs[i]) {
-                return Err(cx.err(format!(
-                    "update {us:?} must have x's rank and fit inside x {xs:?}"
-                )));
-            }
-            let end = if cx.known(end).is_some() {
-                None
-            } else {
-                Some(end)
-            };
-            let out = cx.output(0, dt, xs.clone())?;
-            let esize = esize(cx, x)?;
-            let mut reads = vec![x, u, begin];
-            reads.extend(end);
-            cx.emit(
-                Kernel::Window(Window {
-                    x,
-                    begin,
-                    x_shape: xs.clone(),
-                    shape: us,
-                    esize,
-                    side: Side::Write {
-                        update: u,
-                        end,
-                        out,
-                    },
-                }),
-                reads,
-                vec![out],
-            );
-        }
-        "slice_update" => {
-            let u = cx.input("update")?;
-            if cx.dtype(u) != dt {
-                return Err(cx.err(format!("update is {} but x is {dt}", cx.dtype(u))));
-            }
-            let s = slice_spec(cx, &xs)?;
-            if cx.shape(u) != s.squeezed && cx.shape(u) != s.shape {
-                return Err(cx.err(format!(
-                    "update has shape {:?}, the slice has shape {:?}",
-                    cx.shape(u),
-                    s.squeezed
-                )));
-            }
-            let out = cx.output(0, dt, xs.clone())?;
-            let pieces = vec![
-                Piece::dense(x, out, &xs),
-                Piece {
-                    src: u,
-                    src_off: 0,
-                    src_strides: dense_strides(&s.shape),
-                    dst: out,
-                    dst_off: s.off,
-                    dst_strides: s.strides,
-                    shape: s.shape,
-                },
-            ];
-            emit_copy(cx, x, vec![x, u], vec![out], vec![], pieces, Some(x))?;
-        }
-        "split" => {
-            let axis = cx.int("axis", None)?;
-            let a = cx.axis(axis, r)?;
-            let d = xs[a];
-            let sizes: Vec<usize> = match (cx.ints("split_sizes")?, cx.ints("num_splits")?) {
-                (Some(s), _) => s.iter().map(|&v| v.max(0) as usize).collect(),
-                (None, Some(n)) if n.len() == 1 && n[0] > 0 => {
-                    let n = n[0] as usize;
-                    if !d.is_multiple_of(n) {
-                        return Err(
-                            cx.err(format!("dimension {d} is not divisible into {n} splits"))
-                        );
-                    }
-                    vec![d / n; n]
-                }
-                _ => return Err(cx.err("one of split_sizes or num_splits is required")),
-            };
-            if sizes.iter().sum::<usize>() != d {
-                return Err(cx.err(format!("split sizes {sizes:?} do not add up to {d}")));
-            }
-            let st = dense_strides(&xs);
-            let mut outs = Vec::new();
-            let mut pieces = Vec::new();
-            let mut at = 0;
-            for (i, &sz) in sizes.iter().enumerate() {
-                let mut s = xs.clone();
-                s[a] = sz;
-                let o = cx.output(i, dt, s.clone())?;
-                pieces.push(Piece {
-                    src: x,
-                    src_off: at as isize * st[a],
-                    src_strides: st.clone(),
-                    dst: o,
-                    dst_off: 0,
-                    dst_strides: dense_strides(&s),
-                    shape: s,
-                });
-                outs.push(o);
-                at += sz;
-            }
-            emit_copy(cx, x, vec![x], outs, vec![], pieces, None)?;
-        }
-        "tile" => {
-            let reps = cx.req_ints("reps")?;
-            if reps.len() != r || reps.iter().any(|&v| v < 1) {
-                return Err(cx.err(format!("reps {reps:?} must have {r} positive entries")));
-            }
-            let os: Vec<usize> = (0..r).map(|i| xs[i] * reps[i] as usize).collect();
-            let out = cx.output(0, dt, os.clone())?;
-            let (ist, ost) = (dense_strides(&xs), dense_strides(&os));
-            let mut shape = Vec::new();
-            let mut ss = Vec::new();
-            let mut ds = Vec::new();
-            for i in 0..r {
-                shape.push(reps[i] as usize);
-                ss.push(0);
-                ds.push(ost[i] * xs[i] as isize);
-                shape.push(xs[i]);
-                ss.push(ist[i]);
-                ds.push(ost[i]);
-            }
-            let piece = Piece {
-                src: x,
-                src_off: 0,
-                src_strides: ss,
-                dst: out,
-                dst_off: 0,
-                dst_strides: ds,
-                shape,
-            };
-            emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
-        }
-        "pad" => pad(cx, x, &xs)?,
-        "space_to_depth" | "depth_to_space" => {
-            let bs = cx.int("block_size", None)?;
-            if r != 4 || bs < 1 {
-                return Err(cx.err(format!(
-                    "x must be rank 4 and block_size ≥ 1; x {xs:?}, block_size {bs}"
-                )));
-            }
-            let b = bs as usize;
-            let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
-            let (small_c, big_h, big_w, os) = if t == "depth_to_space" {
-                if c % (b * b) != 0 {
-                    return Err(cx.err(format!(
-                        "channels {c} not divisible by block_size² = {}",
-                        b * b
-                    )));
-                }
-                (
-                    c / (b * b),
-                    h * b,
-                    w * b,
-                    vec![n, c / (b * b), h * b, w * b],
-                )
-            } else {
-                if h % b != 0 || w % b != 0 {
-                    return Err(cx.err(format!("spatial {h}x{w} not divisible by block_size {b}")));
-                }
-                (c, h, w, vec![n, c * b * b, h / b, w / b])
-            };
-            let out = cx.output(0, dt, os)?;
-            // space layout [n, c, hh, i, ww, j] ↔ depth layout [n, (i*b + j)*C + c, hh, ww]
-            let (hh, ww) = (big_h / b, big_w / b);
-            let shape = vec![n, small_c, hh, b, ww, b];
-            let sp: Vec<isize> = {
-                let s = dense_strides(&[n, small_c, big_h, big_w]);
-                vec![s[0], s[1], s[2] * b as isize, s[2], s[3] * b as isize, s[3]]
-            };
-            let dp: Vec<isize> = {
-                let s = dense_strides(&[n, small_c * b * b, hh, ww]);
-                vec![
-                    s[0],
-                    s[1],
-                    s[2],
-                    s[1] * (b * small_c) as isize,
-                    s[3],
-                    s[1] * small_c as isize,
-                ]
-            };
-            let (ss, ds) = if t == "depth_to_space" {
-                (dp, sp)
-            } else {
-                (sp, dp)
-            };
-            let piece = Piece {
-                src: x,
-                src_off: 0,
-                src_strides: ss,
-                dst: out,
-                dst_off: 0,
-                dst_strides: ds,
-                shape,
-            };
-            emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
-        }
-        "band_part" => {
-            let lower = cx.int("lower", Some(-1))?;
-            let upper = cx.int("upper", Some(-1))?;
-            if r < 2 {
-                return Err(cx.err("x must have rank ≥ 2"));
-            }
-            let (m, n) = (xs[r - 2], xs[r - 1]);
-            let mut mask = vec![false; m * n];
-            for i in 0..m {
-                for j in 0..n {
-                    let (i, j) = (i as i64, j as i64);
-                    mask[i as usize * n + j as usize] =
-                        (lower < 0 || i - j <= lower) && (upper < 0 || j - i <= upper);
-                }
-            }
-            let mk = cx.b.add_known(
-                format!("{}#mask", cx.name),
-                Known {
-                    dtype: DType::Bool,
-                    shape: vec![m, n],
-                    data: Data::Bool(mask),
-                },
-            );
-            let zero = cx.b.add_known(
-                format!("{}#zero", cx.name),
-                Known::from_f32(dt, vec![], vec![0.0]),
-            );
-            let out = cx.output(0, dt, xs.clone())?;
-            let oe = cx.elem(out)?;
-            if !oe.is_float() {
-                return Err(cx.err(format!("band_part on {dt} is not supported")));
-            }
-            let loads = vec![
-                Load {
-                    value: mk,
-                    elem: crate::tensor::Elem::Bool,
-                    strides: crate::kernels::ew::broadcast_strides(&[m, n], &xs),
-                },
-                Load {
-                    value: x,
-                    elem: oe,
-                    strides: crate::kernels::ew::broadcast_strides(&xs, &xs),
-                },
-                Load {
-                    value: zero,
-                    elem: oe,
-                    strides: vec![0; r],
-                },
-            ];
-            let c = Chain {
-                shape: xs.clone(),
-                loads,
-                instrs: vec![Instr::Select(3, 0, 1, 2)],
-                nregs: 4,
-                stores: vec![(3, out, oe)],
-            };
-            cx.emit(Kernel::Chain(c), vec![mk, x, zero], vec![out]);
-        }
-        _ => return Err(cx.err(format!("the CPU engine does not implement op type `{t}`"))),
+    let perm = cx.req_ints("perm")?;
+    if perm.len() != r {
+        return Err(cx.err(format!("perm has {} entries, x has rank {r}", perm.len())));
     }
+    let mut seen = vec![false; r];
+    let mut p = Vec::new();
+    for &a in &perm {
+        let a = cx.axis(a, r)?;
+        if seen[a] {
+            return Err(cx.err(format!("perm {perm:?} is not a permutation")));
+        }
+        seen[a] = true;
+        p.push(a);
+    }
+    let st = dense_strides(&xs);
+    let out_shape: Vec<usize> = p.iter().map(|&a| xs[a]).collect();
+    let out = cx.output(0, dt, out_shape.clone())?;
+    let piece = Piece {
+        src: x,
+        src_off: 0,
+        src_strides: p.iter().map(|&a| st[a]).collect(),
+        dst: out,
+        dst_off: 0,
+        dst_strides: dense_strides(&out_shape),
+        shape: out_shape,
+    };
+    emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
     Ok(())
 }
 
-fn pad(cx: &mut OpCx, x: Vid, xs: &[usize]) -> Result<()> {
+pub(super) fn slice_by_index(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    let dt = cx.dtype(x);
+    let s = slice_spec(cx, &xs)?;
+    let out = cx.output(0, dt, s.squeezed.clone())?;
+    let piece = Piece {
+        src: x,
+        src_off: s.off,
+        src_strides: s.strides,
+        dst: out,
+        dst_off: 0,
+        dst_strides: dense_strides(&s.shape),
+        shape: s.shape,
+    };
+    emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
+    Ok(())
+}
+
+pub(super) fn slice_by_size(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    let r = xs.len();
+    let dt = cx.dtype(x);
+    if runtime_begin(cx)? {
+        let begin = cx.input("begin")?;
+        check_begin(cx, begin, r)?;
+        let size = cx.req_ints("size")?;
+        if size.len() != r || (0..r).any(|i| size[i] < -1 || size[i] == 0 || size[i] > xs[i] as i64)
+        {
+            return Err(cx.err(format!(
+                "size {size:?} must have {r} entries in 1..=dim (no -1 with a runtime begin) for {xs:?}"
+            )));
+        }
+        if size.contains(&-1) {
+            return Err(cx.err("size -1 needs a constant begin"));
+        }
+        let shape: Vec<usize> = size.iter().map(|&s| s as usize).collect();
+        let out = cx.output(0, dt, shape.clone())?;
+        let esize = esize(cx, x)?;
+        cx.emit(
+            Kernel::Window(Window {
+                x,
+                begin,
+                x_shape: xs.clone(),
+                shape,
+                esize,
+                side: Side::Read { out },
+            }),
+            vec![x, begin],
+            vec![out],
+        );
+        return Ok(());
+    }
+    let begin = cx.req_ints("begin")?;
+    let size = cx.req_ints("size")?;
+    if begin.len() != r || size.len() != r {
+        return Err(cx.err(format!("begin and size must have length {r}")));
+    }
+    let st = dense_strides(&xs);
+    let mut off = 0isize;
+    let mut shape = Vec::new();
+    for i in 0..r {
+        let b = if begin[i] < 0 {
+            begin[i] + xs[i] as i64
+        } else {
+            begin[i]
+        };
+        let sz = if size[i] == -1 {
+            xs[i] as i64 - b
+        } else {
+            size[i]
+        };
+        if b < 0 || sz < 0 || b + sz > xs[i] as i64 {
+            return Err(cx.err(format!(
+                "begin {begin:?} / size {size:?} out of range for {xs:?}"
+            )));
+        }
+        off += b as isize * st[i];
+        shape.push(sz as usize);
+    }
+    let out = cx.output(0, dt, shape.clone())?;
+    let piece = Piece {
+        src: x,
+        src_off: off,
+        src_strides: st,
+        dst: out,
+        dst_off: 0,
+        dst_strides: dense_strides(&shape),
+        shape,
+    };
+    emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
+    Ok(())
+}
+
+pub(super) fn slice_update(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    let r = xs.len();
+    let dt = cx.dtype(x);
+    if runtime_begin(cx)? {
+        let u = cx.input("update")?;
+        if cx.dtype(u) != dt {
+            return Err(cx.err(format!("update is {} but x is {dt}", cx.dtype(u))));
+        }
+        let begin = cx.input("begin")?;
+        check_begin(cx, begin, r)?;
+        let end = cx.input("end")?;
+        check_begin(cx, end, r)?;
+        let plain_stride = cx.ints("stride")?.is_none_or(|s| s.iter().all(|&v| v == 1));
+        let no_masks = ["begin_mask", "end_mask", "squeeze_mask"]
+            .iter()
+            .all(|m| cx.op.input(m).is_none());
+        if !plain_stride || !no_masks {
+            return Err(cx.err("a runtime begin is supported with unit strides and without masks"));
+        }
+        let us = cx.shape(u);
+        if us.len() != r || (0..r).any(|i| us[i] > xs[i]) {
+            return Err(cx.err(format!(
+                "update {us:?} must have x's rank and fit inside x {xs:?}"
+            )));
+        }
+        let end = if cx.known(end).is_some() {
+            None
+        } else {
+            Some(end)
+        };
+        let out = cx.output(0, dt, xs.clone())?;
+        let esize = esize(cx, x)?;
+        let mut reads = vec![x, u, begin];
+        reads.extend(end);
+        cx.emit(
+            Kernel::Window(Window {
+                x,
+                begin,
+                x_shape: xs.clone(),
+                shape: us,
+                esize,
+                side: Side::Write {
+                    update: u,
+                    end,
+                    out,
+                },
+            }),
+            reads,
+            vec![out],
+        );
+        return Ok(());
+    }
+    let u = cx.input("update")?;
+    if cx.dtype(u) != dt {
+        return Err(cx.err(format!("update is {} but x is {dt}", cx.dtype(u))));
+    }
+    let s = slice_spec(cx, &xs)?;
+    if cx.shape(u) != s.squeezed && cx.shape(u) != s.shape {
+        return Err(cx.err(format!(
+            "update has shape {:?}, the slice has shape {:?}",
+            cx.shape(u),
+            s.squeezed
+        )));
+    }
+    let out = cx.output(0, dt, xs.clone())?;
+    let pieces = vec![
+        Piece::dense(x, out, &xs),
+        Piece {
+            src: u,
+            src_off: 0,
+            src_strides: dense_strides(&s.shape),
+            dst: out,
+            dst_off: s.off,
+            dst_strides: s.strides,
+            shape: s.shape,
+        },
+    ];
+    emit_copy(cx, x, vec![x, u], vec![out], vec![], pieces, Some(x))?;
+    Ok(())
+}
+
+pub(super) fn split(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    let r = xs.len();
+    let dt = cx.dtype(x);
+    let axis = cx.int("axis", None)?;
+    let a = cx.axis(axis, r)?;
+    let d = xs[a];
+    let sizes: Vec<usize> = match (cx.ints("split_sizes")?, cx.ints("num_splits")?) {
+        (Some(s), _) => s.iter().map(|&v| v.max(0) as usize).collect(),
+        (None, Some(n)) if n.len() == 1 && n[0] > 0 => {
+            let n = n[0] as usize;
+            if !d.is_multiple_of(n) {
+                return Err(cx.err(format!("dimension {d} is not divisible into {n} splits")));
+            }
+            vec![d / n; n]
+        }
+        _ => return Err(cx.err("one of split_sizes or num_splits is required")),
+    };
+    if sizes.iter().sum::<usize>() != d {
+        return Err(cx.err(format!("split sizes {sizes:?} do not add up to {d}")));
+    }
+    let st = dense_strides(&xs);
+    let mut outs = Vec::new();
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    for (i, &sz) in sizes.iter().enumerate() {
+        let mut s = xs.clone();
+        s[a] = sz;
+        let o = cx.output(i, dt, s.clone())?;
+        pieces.push(Piece {
+            src: x,
+            src_off: at as isize * st[a],
+            src_strides: st.clone(),
+            dst: o,
+            dst_off: 0,
+            dst_strides: dense_strides(&s),
+            shape: s,
+        });
+        outs.push(o);
+        at += sz;
+    }
+    emit_copy(cx, x, vec![x], outs, vec![], pieces, None)?;
+    Ok(())
+}
+
+pub(super) fn tile(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    let r = xs.len();
+    let dt = cx.dtype(x);
+    let reps = cx.req_ints("reps")?;
+    if reps.len() != r || reps.iter().any(|&v| v < 1) {
+        return Err(cx.err(format!("reps {reps:?} must have {r} positive entries")));
+    }
+    let os: Vec<usize> = (0..r).map(|i| xs[i] * reps[i] as usize).collect();
+    let out = cx.output(0, dt, os.clone())?;
+    let (ist, ost) = (dense_strides(&xs), dense_strides(&os));
+    let mut shape = Vec::new();
+    let mut ss = Vec::new();
+    let mut ds = Vec::new();
+    for i in 0..r {
+        shape.push(reps[i] as usize);
+        ss.push(0);
+        ds.push(ost[i] * xs[i] as isize);
+        shape.push(xs[i]);
+        ss.push(ist[i]);
+        ds.push(ost[i]);
+    }
+    let piece = Piece {
+        src: x,
+        src_off: 0,
+        src_strides: ss,
+        dst: out,
+        dst_off: 0,
+        dst_strides: ds,
+        shape,
+    };
+    emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
+    Ok(())
+}
+
+pub(super) fn pad(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    emit_pad(cx, x, &xs)?;
+    Ok(())
+}
+
+pub(super) fn space_to_depth(cx: &mut OpCx, t: &str) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    let r = xs.len();
+    let dt = cx.dtype(x);
+    let bs = cx.int("block_size", None)?;
+    if r != 4 || bs < 1 {
+        return Err(cx.err(format!(
+            "x must be rank 4 and block_size ≥ 1; x {xs:?}, block_size {bs}"
+        )));
+    }
+    let b = bs as usize;
+    let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
+    let (small_c, big_h, big_w, os) = if t == "depth_to_space" {
+        if c % (b * b) != 0 {
+            return Err(cx.err(format!(
+                "channels {c} not divisible by block_size² = {}",
+                b * b
+            )));
+        }
+        (
+            c / (b * b),
+            h * b,
+            w * b,
+            vec![n, c / (b * b), h * b, w * b],
+        )
+    } else {
+        if h % b != 0 || w % b != 0 {
+            return Err(cx.err(format!("spatial {h}x{w} not divisible by block_size {b}")));
+        }
+        (c, h, w, vec![n, c * b * b, h / b, w / b])
+    };
+    let out = cx.output(0, dt, os)?;
+    // space layout [n, c, hh, i, ww, j] ↔ depth layout [n, (i*b + j)*C + c, hh, ww]
+    let (hh, ww) = (big_h / b, big_w / b);
+    let shape = vec![n, small_c, hh, b, ww, b];
+    let sp: Vec<isize> = {
+        let s = dense_strides(&[n, small_c, big_h, big_w]);
+        vec![s[0], s[1], s[2] * b as isize, s[2], s[3] * b as isize, s[3]]
+    };
+    let dp: Vec<isize> = {
+        let s = dense_strides(&[n, small_c * b * b, hh, ww]);
+        vec![
+            s[0],
+            s[1],
+            s[2],
+            s[1] * (b * small_c) as isize,
+            s[3],
+            s[1] * small_c as isize,
+        ]
+    };
+    let (ss, ds) = if t == "depth_to_space" {
+        (dp, sp)
+    } else {
+        (sp, dp)
+    };
+    let piece = Piece {
+        src: x,
+        src_off: 0,
+        src_strides: ss,
+        dst: out,
+        dst_off: 0,
+        dst_strides: ds,
+        shape,
+    };
+    emit_copy(cx, x, vec![x], vec![out], vec![], vec![piece], None)?;
+    Ok(())
+}
+
+pub(super) fn band_part(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("x")?;
+    let xs = cx.shape(x);
+    let r = xs.len();
+    let dt = cx.dtype(x);
+    let lower = cx.int("lower", Some(-1))?;
+    let upper = cx.int("upper", Some(-1))?;
+    if r < 2 {
+        return Err(cx.err("x must have rank ≥ 2"));
+    }
+    let (m, n) = (xs[r - 2], xs[r - 1]);
+    let mut mask = vec![false; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let (i, j) = (i as i64, j as i64);
+            mask[i as usize * n + j as usize] =
+                (lower < 0 || i - j <= lower) && (upper < 0 || j - i <= upper);
+        }
+    }
+    let mk = cx.b.add_known(
+        format!("{}#mask", cx.name),
+        Known {
+            dtype: DType::Bool,
+            shape: vec![m, n],
+            data: Data::Bool(mask),
+        },
+    );
+    let zero = cx.b.add_known(
+        format!("{}#zero", cx.name),
+        Known::from_f32(dt, vec![], vec![0.0]),
+    );
+    let out = cx.output(0, dt, xs.clone())?;
+    let oe = cx.elem(out)?;
+    if !oe.is_float() {
+        return Err(cx.err(format!("band_part on {dt} is not supported")));
+    }
+    let loads = vec![
+        Load {
+            value: mk,
+            elem: crate::tensor::Elem::Bool,
+            strides: crate::kernels::ew::broadcast_strides(&[m, n], &xs),
+        },
+        Load {
+            value: x,
+            elem: oe,
+            strides: crate::kernels::ew::broadcast_strides(&xs, &xs),
+        },
+        Load {
+            value: zero,
+            elem: oe,
+            strides: vec![0; r],
+        },
+    ];
+    let c = Chain {
+        shape: xs.clone(),
+        loads,
+        instrs: vec![Instr::Select(3, 0, 1, 2)],
+        nregs: 4,
+        stores: vec![(3, out, oe)],
+    };
+    cx.emit(Kernel::Chain(c), vec![mk, x, zero], vec![out]);
+    Ok(())
+}
+
+fn emit_pad(cx: &mut OpCx, x: Vid, xs: &[usize]) -> Result<()> {
     let r = xs.len();
     let p = cx.req_ints("pad")?;
     let mode = cx.string("mode", Some("constant"))?;
@@ -812,7 +865,7 @@ fn pad(cx: &mut OpCx, x: Vid, xs: &[usize]) -> Result<()> {
     Ok(())
 }
 
-fn concat(cx: &mut OpCx) -> Result<()> {
+pub(super) fn concat(cx: &mut OpCx) -> Result<()> {
     let values = cx.input_list("values")?;
     let axis = cx.int("axis", None)?;
     let interleave = cx.boolean("interleave", false)?;

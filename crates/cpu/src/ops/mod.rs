@@ -42,11 +42,22 @@ pub(crate) fn build(cx: &mut OpCx) -> Result<()> {
         "matmul" => linalg::matmul(cx),
         "linear" => linalg::linear(cx),
         "einsum" => linalg::einsum(cx),
-        "reshape" | "squeeze" | "expand_dims" | "identity" | "transpose" | "concat" | "split"
-        | "slice_by_index" | "slice_by_size" | "slice_update" | "tile" | "pad"
-        | "space_to_depth" | "depth_to_space" | "fill" | "range_1d" | "band_part" => {
-            layout::build(cx, &t)
-        }
+        "fill" => layout::fill(cx),
+        "range_1d" => layout::range_1d(cx),
+        "concat" => layout::concat(cx),
+        "identity" => layout::identity(cx),
+        "reshape" => layout::reshape(cx),
+        "squeeze" => layout::squeeze(cx),
+        "expand_dims" => layout::expand_dims(cx),
+        "transpose" => layout::transpose(cx),
+        "slice_by_index" => layout::slice_by_index(cx),
+        "slice_by_size" => layout::slice_by_size(cx),
+        "slice_update" => layout::slice_update(cx),
+        "split" => layout::split(cx),
+        "tile" => layout::tile(cx),
+        "pad" => layout::pad(cx),
+        "space_to_depth" | "depth_to_space" => layout::space_to_depth(cx, &t),
+        "band_part" => layout::band_part(cx),
         "softmax" | "layer_norm" | "instance_norm" | "l2_norm" | "cumsum" | "topk"
         | "batch_norm" => reduce::build(cx, &t),
         t2 if t2.starts_with("reduce_") => reduce::build(cx, t2),

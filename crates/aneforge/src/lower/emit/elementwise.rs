@@ -1,0 +1,101 @@
+//! Emission of elementwise ops: unary functions, clip, activations with a parameter, binary arithmetic, comparisons, select, cast and stop_gradient.
+
+use super::{string, Emitter};
+use crate::graph::{BinaryOp, CompareOp, Op, Tensor, UnaryOp};
+use crate::lower::LowerError;
+
+impl Emitter<'_> {
+    pub(super) fn elementwise(&mut self, node: &Tensor) -> Result<(), LowerError> {
+        let s = node.srcs();
+        let x = || self.arg(&s[0]);
+        match node.op() {
+            Op::Unary(u) => self.unary(node, *u),
+            Op::Clip { min, max } => {
+                let args = vec![
+                    ("x", x()),
+                    ("alpha", self.float_lit(*min)),
+                    ("beta", self.float_lit(*max)),
+                ];
+                self.push(node, "clip", args)
+            }
+            Op::LeakyRelu { alpha } => {
+                let args = vec![("x", x()), ("alpha", self.float_lit(*alpha))];
+                self.push(node, "leaky_relu", args)
+            }
+            Op::Elu { alpha } => {
+                let args = vec![("x", x()), ("alpha", self.float_lit(*alpha))];
+                self.push(node, "elu", args)
+            }
+            Op::Binary(b) => {
+                let op = match b {
+                    BinaryOp::Add => "add",
+                    BinaryOp::Sub => "sub",
+                    BinaryOp::Mul => "mul",
+                    BinaryOp::Div => "real_div",
+                    BinaryOp::Pow => "pow",
+                    BinaryOp::Maximum => "maximum",
+                    BinaryOp::Minimum => "minimum",
+                };
+                let args = vec![("x", x()), ("y", self.arg(&s[1]))];
+                self.push(node, op, args)
+            }
+            Op::Compare(c) => {
+                let op = match c {
+                    CompareOp::Equal => "equal",
+                    CompareOp::NotEqual => "not_equal",
+                    CompareOp::Less => "less",
+                    CompareOp::LessEqual => "less_equal",
+                    CompareOp::Greater => "greater",
+                    CompareOp::GreaterEqual => "greater_equal",
+                };
+                let args = vec![("x", x()), ("y", self.arg(&s[1]))];
+                self.push(node, op, args)
+            }
+            Op::Select => {
+                let args = vec![
+                    ("cond", x()),
+                    ("a", self.arg(&s[1])),
+                    ("b", self.arg(&s[2])),
+                ];
+                self.push(node, "select", args)
+            }
+            Op::Cast { dtype } => {
+                let to = self.mil_dtype(*dtype);
+                if to == self.mil_dtype(s[0].dtype()) {
+                    let args = vec![("x", x())];
+                    self.push(node, "identity", args)
+                } else {
+                    let args = vec![("x", x()), ("dtype", string(to.name()))];
+                    self.push(node, "cast", args)
+                }
+            }
+            Op::StopGradient => {
+                let args = vec![("x", x())];
+                self.push(node, "identity", args)
+            }
+            _ => return Err(self.unsupported(node, "not an elementwise op")),
+        }
+        Ok(())
+    }
+
+    fn unary(&mut self, node: &Tensor, u: UnaryOp) {
+        let x = self.arg(&node.srcs()[0]);
+        let op = match u {
+            UnaryOp::Gelu | UnaryOp::GeluTanh => {
+                let mode = if u == UnaryOp::Gelu {
+                    "EXACT"
+                } else {
+                    "TANH_APPROXIMATION"
+                };
+                return self.push(node, "gelu", vec![("x", x), ("mode", string(mode))]);
+            }
+            UnaryOp::Neg => {
+                let minus_one = self.float_lit(-1.0);
+                return self.push(node, "mul", vec![("x", x), ("y", minus_one)]);
+            }
+            // Every other unary op is the MIL op of its graph name.
+            _ => u.name(),
+        };
+        self.push(node, op, vec![("x", x)])
+    }
+}

@@ -1,0 +1,326 @@
+//! Emission: canonical graph nodes to MIL operations, one function `main`, weights into a blob.
+//! The ops themselves are emitted by family, in the files below (the CPU engine's `ops/` families).
+//! Argument names and order follow coremltools' op definitions (iOS15–iOS18 opsets).
+
+mod attention;
+mod conv;
+mod elementwise;
+mod gather;
+mod layout;
+mod linalg;
+mod reduce;
+
+use super::consts::{to_f16, ConstTable, Interned, BLOB_PATH};
+use super::{LowerError, PortKind, PortSpec, Target};
+use crate::graph::{BlockQuantized, DType, HostArray, HostData, NodeId, Op, QuantFormat, Tensor};
+use aneforge_mil as mil;
+use mil::{Argument, Literal, Operation, TensorType};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+pub(crate) struct Emitter<'t> {
+    target: &'t Target,
+    float: mil::DType,
+    names: HashMap<NodeId, String>,
+    used: HashSet<String>,
+    counter: usize,
+    pub ops: Vec<Operation>,
+    pub inputs: Vec<mil::NamedValue>,
+    pub ports: Vec<PortSpec>,
+    pub consts: ConstTable,
+}
+
+impl<'t> Emitter<'t> {
+    pub fn new(
+        target: &'t Target,
+        reserved: impl IntoIterator<Item = String>,
+        consts: ConstTable,
+    ) -> Emitter<'t> {
+        let float = target.float_dtype();
+        Emitter {
+            target,
+            float,
+            names: HashMap::new(),
+            used: reserved.into_iter().collect(),
+            counter: 0,
+            ops: Vec::new(),
+            inputs: Vec::new(),
+            ports: Vec::new(),
+            consts,
+        }
+    }
+
+    pub fn mil_dtype(&self, d: DType) -> mil::DType {
+        match d {
+            DType::F32 => self.float,
+            DType::I32 => mil::DType::Int32,
+            DType::Bool => mil::DType::Bool,
+        }
+    }
+
+    fn ty(&self, t: &Tensor) -> TensorType {
+        TensorType::new(self.mil_dtype(t.dtype()), t.shape())
+    }
+
+    /// Reserves `name` as the value name of `node` (outputs and inputs keep their names).
+    pub fn assign(&mut self, node: &Tensor, name: &str) {
+        self.names.insert(node.id(), name.to_string());
+    }
+
+    pub fn name_of(&self, node: &Tensor) -> Option<&str> {
+        self.names.get(&node.id()).map(|s| s.as_str())
+    }
+
+    fn fresh(&mut self, hint: &str) -> String {
+        loop {
+            let name = format!("{hint}_{}", self.counter);
+            self.counter += 1;
+            if self.used.insert(name.clone()) {
+                return name;
+            }
+        }
+    }
+
+    fn arg(&self, t: &Tensor) -> Argument {
+        Argument::Name(self.names.get(&t.id()).cloned().unwrap_or_default())
+    }
+
+    /// Pushes `op_type(inputs)` producing `node`'s value.
+    fn push(&mut self, node: &Tensor, op_type: &str, inputs: Vec<(&str, Argument)>) {
+        let name = match self.names.get(&node.id()) {
+            Some(n) => n.clone(),
+            None => {
+                let n = self.fresh(op_type);
+                self.names.insert(node.id(), n.clone());
+                n
+            }
+        };
+        let ty = self.ty(node);
+        self.push_value(&name, ty, op_type, inputs);
+    }
+
+    fn push_value(
+        &mut self,
+        name: &str,
+        ty: TensorType,
+        op_type: &str,
+        inputs: Vec<(&str, Argument)>,
+    ) {
+        let mut op = Operation::new(op_type);
+        for (k, v) in inputs {
+            op = op.with_input(k, v);
+        }
+        let op = op
+            .with_output(name, ty)
+            .with_attribute("name", Literal::string(name));
+        self.ops.push(op);
+    }
+
+    /// The output `name` for `node` when `node`'s own value cannot carry that name: an identity
+    /// (leaves, repeated outputs) or, for bool values, a cast to the port's float type.
+    pub fn output_alias(&mut self, node: &Tensor, name: &str) {
+        let x = self.arg(node);
+        let ty = TensorType::new(self.port_dtype(node.dtype()), node.shape());
+        if node.dtype() == DType::Bool {
+            let args = vec![("x", x), ("dtype", string(ty.dtype.name()))];
+            self.push_value(name, ty, "cast", args);
+        } else {
+            self.push_value(name, ty, "identity", vec![("x", x)]);
+        }
+    }
+
+    fn float_lit(&self, v: f32) -> Argument {
+        Argument::Literal(Literal::float(self.float, self.consts.float_value(v)))
+    }
+
+    fn unsupported(&self, node: &Tensor, reason: &str) -> LowerError {
+        LowerError::Unsupported {
+            target: self.target.to_string(),
+            op: node.op().name(),
+            shapes: node.srcs().iter().map(|s| s.shape().to_vec()).collect(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Emits one canonical node.
+    pub fn emit(&mut self, node: &Tensor) -> Result<(), LowerError> {
+        match node.op() {
+            Op::Input { name } => self.leaf_input(node, name, PortKind::Input),
+            Op::Parameter { name, init } => {
+                self.leaf_input(node, name, PortKind::Parameter(init.clone()))
+            }
+            Op::Constant(value) => self.constant(node, value)?,
+            Op::Unary(_)
+            | Op::Clip { .. }
+            | Op::LeakyRelu { .. }
+            | Op::Elu { .. }
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Cast { .. }
+            | Op::StopGradient => self.elementwise(node)?,
+            Op::MatMul { .. } | Op::Linear { .. } => self.linalg(node)?,
+            Op::Conv { .. } | Op::ConvTranspose { .. } | Op::Pool(_) | Op::Upsample { .. } => {
+                self.conv(node)?
+            }
+            Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::Softmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::BatchNorm { .. }
+            | Op::Cumsum { .. } => self.reduce(node)?,
+            Op::Reshape { .. }
+            | Op::Transpose { .. }
+            | Op::Concat { .. }
+            | Op::Slice { .. }
+            | Op::DynamicSlice { .. }
+            | Op::SliceUpdate { .. }
+            | Op::DynamicSliceUpdate
+            | Op::Pad { .. }
+            | Op::Tile { .. }
+            | Op::SpaceToDepth { .. }
+            | Op::DepthToSpace { .. } => self.layout(node)?,
+            Op::Gather { .. } => self.gather(node)?,
+            Op::Sdpa { .. } => self.attention(node)?,
+        }
+        Ok(())
+    }
+
+    /// The MIL dtype of a port carrying graph dtype `d`: Core ML features are fp32, fp16 or
+    /// int32 tensors, so bool ports travel as the program's float type (nonzero is true).
+    pub fn port_dtype(&self, d: DType) -> mil::DType {
+        match d {
+            DType::Bool => self.float,
+            d => self.mil_dtype(d),
+        }
+    }
+
+    fn leaf_input(&mut self, node: &Tensor, name: &str, kind: PortKind) {
+        let port_ty = TensorType::new(self.port_dtype(node.dtype()), node.shape());
+        self.inputs
+            .push(mil::NamedValue::new(name, port_ty.clone()));
+        self.ports.push(PortSpec {
+            name: name.to_string(),
+            dtype: node.dtype(),
+            mil_dtype: port_ty.dtype,
+            shape: node.shape().to_vec(),
+            kind,
+        });
+        if node.dtype() == DType::Bool {
+            let value = self.fresh(&format!("{name}_bool"));
+            let args = vec![("x", Argument::name(name)), ("dtype", string("bool"))];
+            self.push_value(&value, self.ty(node), "cast", args);
+            self.names.insert(node.id(), value);
+        } else {
+            self.names.insert(node.id(), name.to_string());
+        }
+    }
+
+    fn constant(&mut self, node: &Tensor, value: &HostArray) -> Result<(), LowerError> {
+        if let HostData::BlockQuantized(q) = value.data() {
+            return self.block_quantized(node, q);
+        }
+        let (key, literal) = match self.consts.intern(value)? {
+            Interned::Existing(name) => {
+                self.names.insert(node.id(), name);
+                return Ok(());
+            }
+            Interned::New { key, literal } => (key, literal),
+        };
+        let name = self.fresh("const");
+        self.consts.remember(key, &name);
+        self.names.insert(node.id(), name.clone());
+        let op = Operation::new("const")
+            .with_output(&name, literal.value_type())
+            .with_attribute("name", Literal::string(&name))
+            .with_attribute("val", literal);
+        self.ops.push(op);
+        Ok(())
+    }
+
+    /// `constexpr_blockwise_shift_scale(data, scale, offset)` over blob entries: the quantized
+    /// integers as stored, scales and offsets in the program's float type.
+    fn block_quantized(&mut self, node: &Tensor, q: &BlockQuantized) -> Result<(), LowerError> {
+        let key = [
+            Arc::as_ptr(q.data()) as *const u8 as usize,
+            Arc::as_ptr(q.scale()) as *const f32 as usize,
+            q.offset()
+                .map_or(0, |o| Arc::as_ptr(o) as *const f32 as usize),
+        ];
+        if let Some(name) = self.consts.quant_name(&key) {
+            self.names.insert(node.id(), name.to_string());
+            return Ok(());
+        }
+        let data_dtype = match q.format() {
+            QuantFormat::U4 => mil::DType::Uint4,
+            QuantFormat::I4 => mil::DType::Int4,
+            QuantFormat::U8 => mil::DType::Uint8,
+            QuantFormat::I8 => mil::DType::Int8,
+        };
+        let shape = [q.rows(), q.cols()];
+        let pshape = [q.rows(), q.blocks_per_row()];
+        let data = self.consts.blob_entry(
+            data_dtype,
+            q.rows() * q.cols(),
+            Arc::as_ptr(q.data()) as *const u8 as usize,
+            || q.data().to_vec(),
+        )?;
+        let float = self.float;
+        let floats = |v: &[f32]| -> Vec<u8> {
+            match float {
+                mil::DType::Fp16 => v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect(),
+                _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            }
+        };
+        let blob = |ty: TensorType, offset: u64| {
+            Argument::Literal(Literal::Blob {
+                ty,
+                path: BLOB_PATH.to_string(),
+                offset,
+            })
+        };
+        let mut entry = |v: &Arc<[f32]>| {
+            let source = Arc::as_ptr(v) as *const f32 as usize;
+            self.consts.blob_entry(float, v.len(), source, || floats(v))
+        };
+        let scale = entry(q.scale())?;
+        let offset = q.offset().map(&mut entry).transpose()?;
+        let mut args = vec![
+            ("data", blob(TensorType::new(data_dtype, &shape), data)),
+            ("scale", blob(TensorType::new(float, &pshape), scale)),
+        ];
+        if let Some(o) = offset {
+            args.push(("offset", blob(TensorType::new(float, &pshape), o)));
+        }
+        let name = self.fresh("quantized");
+        self.consts.remember_quant(key, &name);
+        self.names.insert(node.id(), name.clone());
+        self.push_value(
+            &name,
+            TensorType::new(float, &shape),
+            "constexpr_blockwise_shift_scale",
+            args,
+        );
+        Ok(())
+    }
+}
+
+fn ints(v: &[usize]) -> Argument {
+    Argument::Literal(Literal::int_tensor(
+        mil::DType::Int32,
+        &[v.len()],
+        v.iter().map(|&x| x as i64).collect(),
+    ))
+}
+
+fn int(v: usize) -> Argument {
+    Argument::Literal(Literal::int(mil::DType::Int32, v as i64))
+}
+
+fn boolean(b: bool) -> Argument {
+    Argument::Literal(Literal::bool(b))
+}
+
+fn string(s: &str) -> Argument {
+    Argument::Literal(Literal::string(s))
+}
