@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use aneforge_models::resolve::{resolve, Resolver};
+use aneforge_models::ModelConfig;
 
 /// What a model directory holds, as far as its `config.json` says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,12 +36,9 @@ pub fn kind(spec: &str) -> Option<ModelKind> {
             .ok()
             .map(|_| ModelKind::Decoder("GGUF".into()));
     };
-    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(config).ok()?).ok()?;
-    let archs: Vec<&str> = value["architectures"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
-        .unwrap_or_default();
-    let model_type = value["model_type"].as_str().unwrap_or_default();
+    let config = ModelConfig::load(config).ok()?;
+    let archs: Vec<&str> = config.architectures().iter().map(String::as_str).collect();
+    let model_type = config.model_type().unwrap_or_default();
     if let Some(arch) = archs
         .iter()
         .find(|a| a.ends_with("ForCausalLM") || a.ends_with("LMHeadModel"))

@@ -15,7 +15,7 @@ use std::ops::Range;
 
 use aneforge::graph::{self, DType, HostArray, Tensor};
 
-use super::config::{Activation, LlmConfig, MlpKind, NormKind, Positions};
+use super::config::{LlmConfig, MlpKind, NormKind, Positions};
 use super::weights::{ModelWeights, NormWeights};
 use super::LlmError;
 
@@ -82,15 +82,6 @@ fn norm(cfg: &LlmConfig, x: &Tensor, w: &NormWeights) -> Result<Tensor, LlmError
     Ok(match cfg.norm {
         NormKind::Rms { eps, .. } => x.rms_norm(Some(&w.weight), eps)?,
         NormKind::Layer { eps } => x.layer_norm(&[-1], Some(&w.weight), w.bias.as_ref(), eps)?,
-    })
-}
-
-fn activation(a: Activation, x: &Tensor) -> Result<Tensor, LlmError> {
-    Ok(match a {
-        Activation::Silu => x.silu()?,
-        Activation::Gelu => x.gelu()?,
-        Activation::GeluTanh => x.gelu_tanh()?,
-        Activation::Relu => x.relu()?,
     })
 }
 
@@ -228,9 +219,9 @@ pub fn build_step(
         let act = match cfg.mlp {
             MlpKind::Gated(a) => {
                 let gu = up.split(&[cfg.intermediate_size, cfg.intermediate_size], -1)?;
-                activation(a, &gu[0])?.mul(&gu[1])?
+                a.apply(&gu[0])?.mul(&gu[1])?
             }
-            MlpKind::Plain(a) => activation(a, &up)?,
+            MlpKind::Plain(a) => a.apply(&up)?,
         };
         if spec.probes {
             probes.push((format!("{PROBE_PREFIX}l{l}_mlp"), act.clone()));
