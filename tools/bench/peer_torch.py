@@ -2,7 +2,7 @@
 
 Usage: python peer_torch.py THREADS [--cases conv,attention,gemv] [--conv 64x56,...]
        [--seq 128,512] [--heads 12] [--head-dim 64] [--gemv 4096x4096] [--json]
-Default shapes match crates/cpu/examples/bench.rs. With --json, one JSON object per figure (read by
+Default shapes match crates/bench/examples/bench.rs. With --json, one JSON object per figure (read by
 `aneforge bench conv|attention|gemv --peer-python`); case names match the CPU engine's.
 """
 import argparse

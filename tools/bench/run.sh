@@ -10,7 +10,7 @@ echo "# machine"
 lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/Flags:.*avx512f.*/Flags: (avx512f avx512bw avx512vl fma f16c present)/'
 grep -m1 "cpu MHz" /proc/cpuinfo
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-cargo build --release -p aneforge-cpu --example bench >/dev/null 2>&1
+cargo build --release -p aneforge-bench --example bench >/dev/null 2>&1
 echo "# aneforge-cpu"
 ./target/release/examples/bench all
 if "$PY" -c "import numpy" 2>/dev/null; then

@@ -1,11 +1,11 @@
 //! `aneforge bench gemm|gemv|conv|attention|overhead`: the CPU engine's kernel benchmarks
-//! (`aneforge_cpu::bench`), optionally next to NumPy/OpenBLAS and PyTorch running
+//! (`aneforge_bench`), optionally next to NumPy/OpenBLAS and PyTorch running
 //! tools/bench/peer_numpy.py and peer_torch.py with the same shapes in the same run.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use aneforge_cpu::bench::{self, Figure};
+use aneforge_bench::{self as bench, Figure};
 use anyhow::{bail, Context};
 use serde_json::json;
 

@@ -6,7 +6,6 @@
 
 #![allow(clippy::needless_range_loop)]
 
-pub mod bench;
 pub mod codec;
 mod compile;
 mod error;

@@ -2,7 +2,7 @@
 //! Each builds a small MIL program, compiles it once and times `execute()` (best of `reps` after a
 //! warm-up), so the figures include the engine's own per-execute work.
 
-use crate::{compile, BlobStore, CompileOptions, HostSlice, Instance};
+use aneforge_cpu::{compile, BlobStore, CompileOptions, HostSlice, Instance};
 use aneforge_mil::{Argument, Block, DType, Function, Literal, Operation, Program, TensorType};
 use std::time::Instant;
 

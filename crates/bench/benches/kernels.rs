@@ -1,7 +1,7 @@
 //! divan benches of the CPU engine (`cargo bench -p aneforge-cpu`). The side-by-side comparison with
 //! NumPy/PyTorch lives in tools/bench/run.sh; these track regressions of the engine alone.
 
-use aneforge_cpu::bench;
+use aneforge_bench as bench;
 use divan::Bencher;
 
 fn main() {

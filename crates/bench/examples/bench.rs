@@ -1,7 +1,7 @@
-//! Prints the CPU engine's benchmark figures. `cargo run --release -p aneforge-cpu --example bench
+//! Prints the CPU engine's benchmark figures. `cargo run --release -p aneforge-bench --example bench
 //! [gemm|gemv|conv|attention|overhead|all]`.
 
-use aneforge_cpu::bench;
+use aneforge_bench as bench;
 
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
