@@ -1,11 +1,13 @@
 //! One vector-Jacobian product per differentiable op: given a node `y = op(srcs)` and the
 //! cotangent `g` of `y`, the cotangent of each source that `wants` one (`None` means zero).
 
+mod attention;
+mod conv;
 mod elementwise;
+mod gather;
+mod layout;
 mod linalg;
-mod norm;
-mod reshape;
-mod spatial;
+mod reduce;
 
 use crate::graph::{GraphError, Op, Tensor};
 
@@ -46,36 +48,36 @@ pub(crate) fn vjp(node: &Tensor, g: &Tensor, wants: &[bool]) -> Result<Grads, Gr
             transpose_b,
         } => linalg::matmul(&s[0], &s[1], *transpose_a, *transpose_b, g, wants),
         Op::Linear { has_bias } => linalg::linear(s, *has_bias, g, wants),
-        Op::Conv { attrs, has_bias } => linalg::conv(s, attrs, *has_bias, g, wants),
+        Op::Conv { attrs, has_bias } => conv::conv(s, attrs, *has_bias, g, wants),
         Op::ConvTranspose {
             attrs, has_bias, ..
-        } => linalg::conv_transpose(s, attrs, *has_bias, g, wants),
-        Op::Pool(attrs) => Ok(vec![Some(spatial::pool(&s[0], node, attrs, g)?)]),
+        } => conv::conv_transpose(s, attrs, *has_bias, g, wants),
+        Op::Pool(attrs) => Ok(vec![Some(conv::pool(&s[0], node, attrs, g)?)]),
         Op::Upsample {
             mode,
             scale_h,
             scale_w,
-        } => Ok(vec![Some(spatial::upsample(
+        } => Ok(vec![Some(conv::upsample(
             &s[0], *mode, *scale_h, *scale_w, g,
         )?)]),
-        Op::Reduce { op, axes, .. } => Ok(vec![Some(norm::reduce(*op, &s[0], node, axes, g)?)]),
-        Op::Softmax { axis } => Ok(vec![Some(norm::softmax(node, *axis, g)?)]),
+        Op::Reduce { op, axes, .. } => Ok(vec![Some(reduce::reduce(*op, &s[0], node, axes, g)?)]),
+        Op::Softmax { axis } => Ok(vec![Some(reduce::softmax(node, *axis, g)?)]),
         Op::LayerNorm {
             axes,
             eps,
             has_gamma,
             has_beta,
-        } => norm::layer_norm(s, axes, *eps, *has_gamma, *has_beta, g, wants),
+        } => reduce::layer_norm(s, axes, *eps, *has_gamma, *has_beta, g, wants),
         Op::BatchNorm {
             eps,
             has_gamma,
             has_beta,
-        } => norm::batch_norm(s, *eps, *has_gamma, *has_beta, g, wants),
+        } => reduce::batch_norm(s, *eps, *has_gamma, *has_beta, g, wants),
         Op::Sdpa {
             scale,
             causal,
             has_mask,
-        } => norm::sdpa(s, *scale, *causal, *has_mask, g, wants),
+        } => attention::sdpa(s, *scale, *causal, *has_mask, g, wants),
         Op::Cumsum {
             axis,
             exclusive,
@@ -86,20 +88,20 @@ pub(crate) fn vjp(node: &Tensor, g: &Tensor, wants: &[bool]) -> Result<Grads, Gr
             !*reverse,
         )?)]),
         Op::Reshape { .. } => Ok(vec![Some(g.reshape(&super::shape_isize(s[0].shape()))?)]),
-        Op::Transpose { perm } => Ok(vec![Some(reshape::transpose(perm, g)?)]),
-        Op::Concat { axis } => reshape::concat(s, *axis, g, wants),
+        Op::Transpose { perm } => Ok(vec![Some(layout::transpose(perm, g)?)]),
+        Op::Concat { axis } => layout::concat(s, *axis, g, wants),
         Op::Slice { begin, stride, .. } => Ok(vec![Some(super::util::strided_scatter(
             g,
             s[0].shape(),
             begin,
             stride,
         )?)]),
-        Op::DynamicSlice { .. } => reshape::dynamic_slice(s, g),
-        Op::SliceUpdate { begin } => reshape::slice_update(s, begin, g, wants),
-        Op::DynamicSliceUpdate => reshape::dynamic_slice_update(s, g, wants),
-        Op::Pad { pads, mode, .. } => Ok(vec![Some(reshape::pad(&s[0], pads, *mode, g)?)]),
-        Op::Tile { reps } => Ok(vec![Some(reshape::tile(&s[0], reps, g)?)]),
-        Op::Gather { axis } => reshape::gather(s, *axis, g),
+        Op::DynamicSlice { .. } => layout::dynamic_slice(s, g),
+        Op::SliceUpdate { begin } => layout::slice_update(s, begin, g, wants),
+        Op::DynamicSliceUpdate => layout::dynamic_slice_update(s, g, wants),
+        Op::Pad { pads, mode, .. } => Ok(vec![Some(layout::pad(&s[0], pads, *mode, g)?)]),
+        Op::Tile { reps } => Ok(vec![Some(layout::tile(&s[0], reps, g)?)]),
+        Op::Gather { axis } => gather::gather(s, *axis, g),
         Op::SpaceToDepth { block } => Ok(vec![Some(g.depth_to_space(*block)?)]),
         Op::DepthToSpace { block } => Ok(vec![Some(g.space_to_depth(*block)?)]),
     }
