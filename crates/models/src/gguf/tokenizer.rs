@@ -88,7 +88,7 @@ impl GgufTokenizer {
         let arch = file.architecture()?;
         let kind = match model {
             "gpt2" => TokenizerModelKind::ByteLevelBpe,
-            "llama" if matches!(arch, "gemma" | "gemma2" | "gemma3" | "phi3") => {
+            "llama" if arch == "phi3" => {
                 return Err(fail(format!(
                     "the SentencePiece variant of architecture '{arch}' is not supported"
                 )))
@@ -173,6 +173,10 @@ impl GgufTokenizer {
             .unwrap_or(false)
             && eos.is_some();
         let pre = file.get_str("tokenizer.ggml.pre")?;
+        // SentencePiece's dummy prefix: a space before the text (Llama), or none (Gemma)
+        let space_prefix = file
+            .get_bool("tokenizer.ggml.add_space_prefix")?
+            .unwrap_or(!matches!(arch, "gemma" | "gemma2" | "gemma3"));
 
         let (vocab, merges) = match kind {
             TokenizerModelKind::ByteLevelBpe => {
@@ -291,13 +295,20 @@ impl GgufTokenizer {
                 json!({"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
                        "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true,
                        "ignore_merges": false, "vocab": vocab_json, "merges": merges_json}),
-                json!({"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first", "split": false}),
-                json!({"type": "Sequence", "decoders": [
-                    {"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "},
-                    {"type": "ByteFallback"},
-                    {"type": "Fuse"},
-                    {"type": "Strip", "content": " ", "start": 1, "stop": 0},
-                ]}),
+                json!({"type": "Metaspace", "replacement": "\u{2581}",
+                       "prepend_scheme": if space_prefix { "first" } else { "never" }, "split": false}),
+                {
+                    let mut decoders = vec![
+                        json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
+                        json!({"type": "ByteFallback"}),
+                        json!({"type": "Fuse"}),
+                    ];
+                    if space_prefix {
+                        decoders
+                            .push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
+                    }
+                    json!({"type": "Sequence", "decoders": decoders})
+                },
             ),
         };
         let document = json!({

@@ -15,13 +15,22 @@ pub enum Family {
     Qwen2,
     Qwen3,
     Gemma,
+    Gemma3,
     Gpt2,
 }
 
 impl Family {
-    pub const SUPPORTED_HF: [&'static str; 6] =
-        ["llama", "mistral", "qwen2", "qwen3", "gemma", "gpt2"];
-    pub const SUPPORTED_GGUF: [&'static str; 5] = ["llama", "qwen2", "qwen3", "gemma", "gpt2"];
+    pub const SUPPORTED_HF: [&'static str; 7] = [
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "gemma",
+        "gemma3_text",
+        "gpt2",
+    ];
+    pub const SUPPORTED_GGUF: [&'static str; 6] =
+        ["llama", "qwen2", "qwen3", "gemma", "gemma3", "gpt2"];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -30,10 +39,33 @@ impl Family {
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
             Family::Gemma => "gemma",
+            Family::Gemma3 => "gemma3",
             Family::Gpt2 => "gpt2",
         }
     }
+
+    /// Gemma's conventions: `(1 + w)` norms, √hidden embedding scale, tied embeddings.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Family::Gemma | Family::Gemma3)
+    }
 }
+
+/// Sliding-window attention layers with their own RoPE, interleaved with global layers (Gemma 3:
+/// five local layers of a 512-position window for each global one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalAttention {
+    /// Keys at most this many positions back are visible.
+    pub window: usize,
+    /// `local[l]`: layer `l` is a sliding-window layer.
+    pub local: Vec<bool>,
+    /// The local layers' rotary embedding (global layers use [`LlmConfig::positions`]).
+    pub rope: Rope,
+}
+
+/// Gemma 3's layer pattern when a checkpoint does not list it: every sixth layer is global.
+pub const GEMMA3_GLOBAL_EVERY: usize = 6;
+/// Gemma 3's local RoPE base when a checkpoint does not give it.
+pub const GEMMA3_LOCAL_THETA: f64 = 10_000.0;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum NormKind {
@@ -159,6 +191,14 @@ pub struct LlmConfig {
     pub max_positions: usize,
     /// Keys at most this many positions back are visible (Mistral).
     pub sliding_window: Option<usize>,
+    /// Sliding-window layers interleaved with global ones (Gemma 3).
+    pub local_attention: Option<LocalAttention>,
+    /// Each sublayer's output is normalised before the residual add (Gemma 3's post-attention and
+    /// post-feedforward norms).
+    pub post_norms: bool,
+    /// Attention logits are scaled by this instead of `1/√head_dim` (Gemma 3's
+    /// `query_pre_attn_scalar^-½`).
+    pub attn_scale: Option<f32>,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
     pub source: ConfigSource,
@@ -230,12 +270,27 @@ fn optional_positive(c: &ModelConfig, field: &str) -> Result<Option<usize>, LlmC
 
 /// `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling` (older configs).
 fn hf_rope(c: &ModelConfig, head_dim: usize, default_theta: f64) -> Result<Rope, LlmConfigError> {
+    hf_rope_of(c, "full_attention", head_dim, default_theta)
+}
+
+/// The rotary embedding of one layer type: `rope_parameters` may hold one set per layer type
+/// (`full_attention`, `sliding_attention`: Gemma 3 in transformers 5).
+fn hf_rope_of(
+    c: &ModelConfig,
+    layer_type: &str,
+    head_dim: usize,
+    default_theta: f64,
+) -> Result<Rope, LlmConfigError> {
     let path = c.path();
     let params = c
         .value()
         .get("rope_parameters")
         .filter(|v| !v.is_null())
         .or_else(|| c.value().get("rope_scaling").filter(|v| !v.is_null()));
+    let params = match params.and_then(|p| p.get(layer_type)) {
+        Some(per_type) => Some(per_type),
+        None => params,
+    };
     let field = |name: &str| -> Option<&serde_json::Value> { params.and_then(|p| p.get(name)) };
     let num = |name: &str| -> Result<Option<f64>, LlmConfigError> {
         match field(name) {
@@ -333,6 +388,7 @@ impl LlmConfig {
             "qwen2" => Family::Qwen2,
             "qwen3" => Family::Qwen3,
             "gemma" => Family::Gemma,
+            "gemma3_text" => Family::Gemma3,
             "gpt2" => Family::Gpt2,
             other => {
                 return Err(LlmConfigError::UnsupportedArchitecture {
@@ -371,13 +427,13 @@ impl LlmConfig {
             }
         };
         let act_name: Option<String> = match family {
-            Family::Gemma => c.get("hidden_activation")?.or(c.get("hidden_act")?),
+            Family::Gemma | Family::Gemma3 => c.get("hidden_activation")?.or(c.get("hidden_act")?),
             _ => c.get("hidden_act")?,
         };
         let act_name = act_name.unwrap_or_else(|| "silu".into());
         let act = match (family, act_name.as_str()) {
             // legacy Gemma configs say "gelu" and mean the tanh approximation (as transformers)
-            (Family::Gemma, "gelu") => Activation::GeluTanh,
+            (Family::Gemma | Family::Gemma3, "gelu") => Activation::GeluTanh,
             (_, name) => Activation::parse(name).ok_or_else(|| {
                 invalid(&path, "hidden_act", format!("'{name}' is not supported"))
             })?,
@@ -405,7 +461,78 @@ impl LlmConfig {
             }
             _ => None,
         };
-        let tied_default = matches!(family, Family::Gemma);
+        if family == Family::Gemma3 {
+            for field in ["final_logit_softcapping", "attn_logit_softcapping"] {
+                if c.get::<f64>(field)?.is_some() {
+                    return Err(invalid(&path, field, "logit soft-capping is not supported"));
+                }
+            }
+        }
+        let local_attention = if family == Family::Gemma3 {
+            let n_layers = positive(c, "num_hidden_layers")?;
+            let window = positive(c, "sliding_window")?;
+            let local = match c.get::<Vec<String>>("layer_types")? {
+                Some(types) => {
+                    if types.len() != n_layers {
+                        return Err(invalid(
+                            &path,
+                            "layer_types",
+                            format!("{} entries for {n_layers} layers", types.len()),
+                        ));
+                    }
+                    types
+                        .iter()
+                        .map(|t| match t.as_str() {
+                            "sliding_attention" => Ok(true),
+                            "full_attention" => Ok(false),
+                            other => Err(invalid(
+                                &path,
+                                "layer_types",
+                                format!("'{other}' is not sliding_attention or full_attention"),
+                            )),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?
+                }
+                None => {
+                    let every = optional_positive(c, "sliding_window_pattern")?
+                        .unwrap_or(GEMMA3_GLOBAL_EVERY);
+                    (0..n_layers).map(|l| (l + 1) % every != 0).collect()
+                }
+            };
+            let per_type = c
+                .value()
+                .get("rope_parameters")
+                .is_some_and(|p| p.get("sliding_attention").is_some());
+            let rope = if per_type {
+                hf_rope_of(c, "sliding_attention", head_dim, GEMMA3_LOCAL_THETA)?
+            } else {
+                let theta = c
+                    .get::<f64>("rope_local_base_freq")?
+                    .unwrap_or(GEMMA3_LOCAL_THETA);
+                Rope {
+                    theta: finite_positive(&path, "rope_local_base_freq", theta)?,
+                    dims: rope.dims,
+                    scaling: RopeScaling::None,
+                }
+            };
+            Some(LocalAttention {
+                window,
+                local,
+                rope,
+            })
+        } else {
+            None
+        };
+        let attn_scale = match family {
+            Family::Gemma3 => match c.get::<f64>("query_pre_attn_scalar")? {
+                Some(q) => {
+                    Some((1.0 / finite_positive(&path, "query_pre_attn_scalar", q)?.sqrt()) as f32)
+                }
+                None => None,
+            },
+            _ => None,
+        };
+        let tied_default = family.is_gemma();
         Ok(LlmConfig {
             family,
             vocab_size,
@@ -417,18 +544,21 @@ impl LlmConfig {
             head_dim,
             norm: NormKind::Rms {
                 eps,
-                plus_one: family == Family::Gemma,
+                plus_one: family.is_gemma(),
             },
             mlp: MlpKind::Gated(act),
             positions: Positions::Rope(rope),
             qkv_bias,
             o_bias,
             mlp_bias: c.get("mlp_bias")?.unwrap_or(false),
-            qk_norm: family == Family::Qwen3,
-            embed_scale: (family == Family::Gemma).then(|| (hidden_size as f32).sqrt()),
+            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3),
+            embed_scale: family.is_gemma().then(|| (hidden_size as f32).sqrt()),
             tied_embeddings: c.get("tie_word_embeddings")?.unwrap_or(tied_default),
             max_positions: positive(c, "max_position_embeddings")?,
             sliding_window,
+            local_attention,
+            post_norms: family == Family::Gemma3,
+            attn_scale,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::HfConfig(path),
@@ -504,6 +634,9 @@ impl LlmConfig {
             tied_embeddings: c.get("tie_word_embeddings")?.unwrap_or(true),
             max_positions: max,
             sliding_window: None,
+            local_attention: None,
+            post_norms: false,
+            attn_scale: None,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::HfConfig(path),
@@ -519,6 +652,7 @@ impl LlmConfig {
             "qwen2" => Family::Qwen2,
             "qwen3" => Family::Qwen3,
             "gemma" => Family::Gemma,
+            "gemma3" => Family::Gemma3,
             "gpt2" => Family::Gpt2,
             other => {
                 return Err(LlmConfigError::UnsupportedArchitecture {
@@ -633,6 +767,9 @@ impl LlmConfig {
                 tied_embeddings,
                 max_positions,
                 sliding_window: None,
+                local_attention: None,
+                post_norms: false,
+                attn_scale: None,
                 bos_token_id: bos,
                 eos_token_ids: eos,
                 source: ConfigSource::Gguf(path),
@@ -674,10 +811,25 @@ impl LlmConfig {
         let has_qkv_bias = file.tensor("blk.0.attn_q.bias").is_some()
             || file.tensor("blk.0.attn_qkv.bias").is_some();
         let has_o_bias = file.tensor("blk.0.attn_output.bias").is_some();
-        let act = if family == Family::Gemma {
+        let act = if family.is_gemma() {
             Activation::GeluTanh
         } else {
             Activation::Silu
+        };
+        // llama.cpp's Gemma 3: every sixth layer global, local layers at RoPE base 10000
+        let local_attention = match (family, opt_size("attention.sliding_window")?) {
+            (Family::Gemma3, Some(window)) => Some(LocalAttention {
+                window,
+                local: (0..n_layers)
+                    .map(|l| (l + 1) % GEMMA3_GLOBAL_EVERY != 0)
+                    .collect(),
+                rope: Rope {
+                    theta: GEMMA3_LOCAL_THETA,
+                    dims,
+                    scaling: RopeScaling::None,
+                },
+            }),
+            _ => None,
         };
         Ok(LlmConfig {
             family,
@@ -703,14 +855,36 @@ impl LlmConfig {
             o_bias: has_o_bias,
             mlp_bias: file.tensor("blk.0.ffn_up.bias").is_some(),
             qk_norm: file.tensor("blk.0.attn_q_norm.weight").is_some(),
-            embed_scale: (family == Family::Gemma).then(|| (hidden_size as f32).sqrt()),
+            embed_scale: family.is_gemma().then(|| (hidden_size as f32).sqrt()),
             tied_embeddings,
             max_positions,
             sliding_window: None,
+            local_attention,
+            post_norms: family == Family::Gemma3,
+            attn_scale: None,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::Gguf(path),
         })
+    }
+
+    /// The factor the step graph carries the residual stream at. Gemma's residual stream grows past
+    /// fp16's largest value (Gemma 3 270M: 1.04e5 by layer 12), so it is carried at 1/64: every
+    /// read of it is a norm, which is scale-invariant once its epsilon is scaled by the square, and
+    /// a power of two commutes with rounding, so fp32 results are unchanged.
+    pub fn residual_scale(&self) -> f32 {
+        if self.family.is_gemma() {
+            1.0 / 64.0
+        } else {
+            1.0
+        }
+    }
+
+    /// Whether layer `l` is a sliding-window layer with the local RoPE.
+    pub fn is_local(&self, l: usize) -> bool {
+        self.local_attention
+            .as_ref()
+            .is_some_and(|a| a.local.get(l).copied().unwrap_or(false))
     }
 
     /// Width of the fused q, k, v projection.

@@ -126,6 +126,8 @@ pub struct Runner {
     history: Vec<u32>,
     inv_freq: Vec<f32>,
     rope_dims: usize,
+    /// The sliding-window layers' inverse frequencies ([`LlmConfig::local_attention`]).
+    local_inv_freq: Vec<f32>,
     timings: StepTimings,
     hidden: Vec<f32>,
     /// With [`RunnerOptions::probes`]: the probe outputs and op statistics of the last step.
@@ -263,6 +265,11 @@ impl Runner {
                 recent: Vec::new(),
             });
         }
+        let local_inv_freq = cfg
+            .local_attention
+            .as_ref()
+            .map(|a| a.rope.inv_freq().iter().map(|&f| f as f32).collect())
+            .unwrap_or_default();
         let (inv_freq, rope_dims) = match &cfg.positions {
             Positions::Rope(r) => (r.inv_freq().iter().map(|&f| f as f32).collect(), r.dims),
             Positions::Learned { .. } => (Vec::new(), 0),
@@ -277,6 +284,7 @@ impl Runner {
             history: Vec::new(),
             inv_freq,
             rope_dims,
+            local_inv_freq,
             timings: StepTimings::default(),
             hidden: Vec::new(),
             probes: Vec::new(),
@@ -602,11 +610,22 @@ impl Runner {
             } else {
                 model.set_input(step::HIDDEN_IN, HostSlice::F32(hidden))?;
             }
+            let ports = [step::ROPE_COS, step::ROPE_SIN];
             if rope_dims > 0 {
-                write_rope(model, inv_freq, rope_dims, cfg.head_dim, pos, t)?;
+                write_rope(model, ports, inv_freq, rope_dims, cfg.head_dim, pos, t)?;
             }
             model.set_input(step::WRITE_POS, HostSlice::I32(&[0, pos as i32, 0]))?;
-            write_mask(model, pos, t, s, window, cpu_target)?;
+            write_mask(model, step::MASK, pos, t, s, window, cpu_target)?;
+            // sliding-window layers, when this segment has one
+            if let Some(local) = &cfg.local_attention {
+                if model.input_names().contains(&step::MASK_LOCAL) {
+                    let ports = [step::ROPE_COS_LOCAL, step::ROPE_SIN_LOCAL];
+                    let (freq, dims) = (&self.local_inv_freq, local.rope.dims);
+                    write_rope(model, ports, freq, dims, cfg.head_dim, pos, t)?;
+                    let window = Some(local.window);
+                    write_mask(model, step::MASK_LOCAL, pos, t, s, window, cpu_target)?;
+                }
+            }
             if last && !all && t > 1 {
                 model.set_input(step::LAST_INDEX, HostSlice::I32(&[(n - 1) as i32]))?;
             }
@@ -676,7 +695,9 @@ impl Runner {
         for (i, &tok) in tokens.iter().enumerate() {
             let row = &mut self.hidden[i * d..(i + 1) * d];
             w.embed.row_f32(tok as usize, row)?;
-            if let Some(scale) = cfg.embed_scale {
+            // the step graph carries the residual stream at `residual_scale`
+            let scale = cfg.embed_scale.unwrap_or(1.0) * cfg.residual_scale();
+            if scale != 1.0 {
                 row.iter_mut().for_each(|v| *v *= scale);
             }
             if let Some(p) = &w.pos_embed {
@@ -684,7 +705,7 @@ impl Runner {
                 let at = (pos + i).min(max - 1);
                 let table = p.as_f32().unwrap_or(&[]);
                 for (v, e) in row.iter_mut().zip(&table[at * d..(at + 1) * d]) {
-                    *v += e;
+                    *v += e * cfg.residual_scale();
                 }
             }
         }
@@ -731,6 +752,7 @@ fn copy_prefix(
 /// over both halves of the rotated dimensions; 1 and 0 on dimensions that are not rotated.
 fn write_rope(
     model: &mut Model,
+    [cos_port, sin_port]: [&str; 2],
     inv_freq: &[f32],
     dims: usize,
     hd: usize,
@@ -758,7 +780,7 @@ fn write_rope(
             }
         }
     };
-    for (name, cos) in [(step::ROPE_COS, true), (step::ROPE_SIN, false)] {
+    for (name, cos) in [(cos_port, true), (sin_port, false)] {
         match model.input_view_mut(name)? {
             BufferMut::F32(b) => fill(b, cos),
             BufferMut::F16(b) => {
@@ -780,6 +802,7 @@ fn write_rope(
 /// `MASKED` on ANE targets.
 fn write_mask(
     model: &mut Model,
+    port: &str,
     pos: usize,
     t: usize,
     s: usize,
@@ -800,7 +823,7 @@ fn write_mask(
             masked
         }
     };
-    match model.input_view_mut(step::MASK)? {
+    match model.input_view_mut(port)? {
         BufferMut::F32(b) => {
             for i in 0..t {
                 for j in 0..s {

@@ -25,6 +25,10 @@ pub const HIDDEN_IN: &str = "hidden_in";
 pub const HIDDEN_OUT: &str = "hidden_out";
 pub const ROPE_COS: &str = "rope_cos";
 pub const ROPE_SIN: &str = "rope_sin";
+/// The sliding-window layers' rotary tables and mask ([`LlmConfig::local_attention`]).
+pub const ROPE_COS_LOCAL: &str = "rope_cos_local";
+pub const ROPE_SIN_LOCAL: &str = "rope_sin_local";
+pub const MASK_LOCAL: &str = "mask_local";
 pub const WRITE_POS: &str = "write_pos";
 pub const MASK: &str = "mask";
 pub const LAST_INDEX: &str = "last_index";
@@ -79,9 +83,27 @@ pub struct StepSpec {
 pub const PROBE_PREFIX: &str = "probe_";
 
 fn norm(cfg: &LlmConfig, x: &Tensor, w: &NormWeights) -> Result<Tensor, LlmError> {
+    norm_at(cfg, x, w, 1.0)
+}
+
+/// The norm of a value carried at `scale` ([`LlmConfig::residual_scale`]): the epsilon scaled by
+/// `scale²` gives the norm of the unscaled value.
+fn norm_at(cfg: &LlmConfig, x: &Tensor, w: &NormWeights, scale: f32) -> Result<Tensor, LlmError> {
+    let s2 = scale * scale;
     Ok(match cfg.norm {
-        NormKind::Rms { eps, .. } => x.rms_norm(Some(&w.weight), eps)?,
-        NormKind::Layer { eps } => x.layer_norm(&[-1], Some(&w.weight), w.bias.as_ref(), eps)?,
+        NormKind::Rms { eps, .. } => x.rms_norm(Some(&w.weight), eps * s2)?,
+        NormKind::Layer { eps } => {
+            x.layer_norm(&[-1], Some(&w.weight), w.bias.as_ref(), eps * s2)?
+        }
+    })
+}
+
+/// `x · scale`, or `x` when `scale` is 1.
+fn scaled(x: Tensor, scale: f32) -> Result<Tensor, LlmError> {
+    Ok(if scale == 1.0 {
+        x
+    } else {
+        x.mul_scalar(scale)?
     })
 }
 
@@ -108,6 +130,24 @@ fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, rot: &Tensor) -> Result<Tensor, 
         .matmul(rot)?
         .reshape(&[s[0] as isize, s[1] as isize, s[2] as isize])?;
     Ok(x.mul(cos)?.add(&rotated.mul(sin)?)?)
+}
+
+/// A rotary table input `[T, hd]`, viewed `[T, 1, hd]` to broadcast over heads.
+fn rope_input(name: &str, t: usize, hd: usize) -> Result<Tensor, LlmError> {
+    Ok(graph::input(name, &[t, hd], DType::F32)?.reshape(&[t as isize, 1, hd as isize])?)
+}
+
+/// An additive mask input `[T, S]`; query rows are (group member, token) pairs per kv head, so
+/// the mask repeats per member.
+fn mask_input(name: &str, t: usize, s: usize, group: usize) -> Result<Tensor, LlmError> {
+    let mask = graph::input(name, &[t, s], DType::F32)?;
+    if group == 1 {
+        return Ok(mask);
+    }
+    Ok(mask
+        .reshape(&[1, t as isize, s as isize])?
+        .tile(&[group, 1, 1])?
+        .reshape(&[(group * t) as isize, s as isize])?)
 }
 
 /// `[T, n, hd]` → `[n, T, hd]` (a reshape when `T` = 1).
@@ -137,51 +177,51 @@ pub fn build_step(
     }
     let first = spec.layers.start == 0;
     let last = spec.layers.end == cfg.n_layers;
+    // the residual stream `x` (and `hidden_in`/`hidden_out`) is carried at this factor
+    let rs = cfg.residual_scale();
     let mut x = if first && spec.embed == EmbedInput::TokenIds {
         let ids = graph::input(INPUT_IDS, &[t], DType::I32)?;
         let mut e = w.embed_const.gather(&ids, 0)?;
-        if let Some(scale) = cfg.embed_scale {
+        let scale = cfg.embed_scale.unwrap_or(1.0) * rs;
+        if scale != 1.0 {
             e = e.mul_scalar(scale)?;
         }
         if let Some(pos) = &w.pos_embed {
             let positions = graph::input(POSITIONS, &[t], DType::I32)?;
-            e = e.add(&graph::constant(pos.clone()).gather(&positions, 0)?)?;
+            e = e.add(&scaled(
+                graph::constant(pos.clone()).gather(&positions, 0)?,
+                rs,
+            )?)?;
         }
         e
     } else {
         graph::input(HIDDEN_IN, &[t, d], DType::F32)?
     };
     let rope = match &cfg.positions {
-        Positions::Rope(r) => {
-            let cos = graph::input(ROPE_COS, &[t, hd], DType::F32)?.reshape(&[
-                t as isize,
-                1,
-                hd as isize,
-            ])?;
-            let sin = graph::input(ROPE_SIN, &[t, hd], DType::F32)?.reshape(&[
-                t as isize,
-                1,
-                hd as isize,
-            ])?;
-            Some((cos, sin, rotate_half_matrix(hd, r.dims)?))
-        }
+        Positions::Rope(r) => Some((
+            rope_input(ROPE_COS, t, hd)?,
+            rope_input(ROPE_SIN, t, hd)?,
+            rotate_half_matrix(hd, r.dims)?,
+        )),
         Positions::Learned { .. } => None,
     };
     let write_pos = graph::input(WRITE_POS, &[3], DType::I32)?;
-    let mask = graph::input(MASK, &[t, s], DType::F32)?;
-    // query rows are (group member, token) pairs per kv head: the mask repeats per member
-    let mask = if group > 1 {
-        mask.reshape(&[1, t as isize, s as isize])?
-            .tile(&[group, 1, 1])?
-            .reshape(&[(group * t) as isize, s as isize])?
-    } else {
-        mask
+    let mask = mask_input(MASK, t, s, group)?;
+    // the sliding-window layers' own tables, declared only when this segment has such a layer
+    let local = match (&cfg.local_attention, &rope) {
+        (Some(a), Some(_)) if spec.layers.clone().any(|l| cfg.is_local(l)) => Some((
+            rope_input(ROPE_COS_LOCAL, t, hd)?,
+            rope_input(ROPE_SIN_LOCAL, t, hd)?,
+            rotate_half_matrix(hd, a.rope.dims)?,
+            mask_input(MASK_LOCAL, t, s, group)?,
+        )),
+        _ => None,
     };
     let mut outputs: Vec<(String, Tensor)> = Vec::new();
     let mut probes: Vec<(String, Tensor)> = Vec::new();
     for l in spec.layers.clone() {
         let lw = &w.layers[l];
-        let hn = norm(cfg, &x, &lw.attn_norm)?;
+        let hn = norm_at(cfg, &x, &lw.attn_norm, rs)?;
         let qkv = hn.linear(&lw.qkv, lw.qkv_bias.as_ref())?;
         let parts = qkv.split(&[h * hd, kv * hd, kv * hd], -1)?;
         let mut q = parts[0].reshape(&[t as isize, h as isize, hd as isize])?;
@@ -192,7 +232,11 @@ pub fn build_step(
             q = q.rms_norm(Some(qn), eps)?;
             k = k.rms_norm(Some(kn), eps)?;
         }
-        if let Some((cos, sin, rot)) = &rope {
+        let (layer_rope, layer_mask) = match &local {
+            Some((cos, sin, rot, mask)) if cfg.is_local(l) => (Some((cos, sin, rot)), mask),
+            _ => (rope.as_ref().map(|(c, s, r)| (c, s, r)), &mask),
+        };
+        if let Some((cos, sin, rot)) = layer_rope {
             q = self::rope(&q, cos, sin, rot)?;
             k = self::rope(&k, cos, sin, rot)?;
         }
@@ -201,7 +245,7 @@ pub fn build_step(
         let k_all = k_cache.dynamic_slice_update(&heads_first(&k)?, &write_pos)?;
         let v_all = v_cache.dynamic_slice_update(&heads_first(&v)?, &write_pos)?;
         let q = heads_first(&q)?.reshape(&[kv as isize, (group * t) as isize, hd as isize])?;
-        let att = graph::sdpa(&q, &k_all, &v_all, Some(&mask), false, None)?;
+        let att = graph::sdpa(&q, &k_all, &v_all, Some(layer_mask), false, cfg.attn_scale)?;
         let att = att.reshape(&[h as isize, t as isize, hd as isize])?;
         let att = if t == 1 {
             att.reshape(&[1, (h * hd) as isize])?
@@ -209,12 +253,15 @@ pub fn build_step(
             att.transpose(&[1, 0, 2])?
                 .reshape(&[t as isize, (h * hd) as isize])?
         };
-        let o = att.linear(&lw.o, lw.o_bias.as_ref())?;
-        x = x.add(&o)?;
+        let mut o = att.linear(&lw.o, lw.o_bias.as_ref())?;
+        if let Some(n) = &lw.post_attn_norm {
+            o = norm(cfg, &o, n)?;
+        }
+        x = x.add(&scaled(o, rs)?)?;
         if spec.probes {
             probes.push((format!("{PROBE_PREFIX}l{l}_attn"), x.clone()));
         }
-        let hn = norm(cfg, &x, &lw.mlp_norm)?;
+        let hn = norm_at(cfg, &x, &lw.mlp_norm, rs)?;
         let up = hn.linear(&lw.up, lw.up_bias.as_ref())?;
         let act = match cfg.mlp {
             MlpKind::Gated(a) => {
@@ -226,7 +273,11 @@ pub fn build_step(
         if spec.probes {
             probes.push((format!("{PROBE_PREFIX}l{l}_mlp"), act.clone()));
         }
-        x = x.add(&act.linear(&lw.down, lw.down_bias.as_ref())?)?;
+        let mut down = act.linear(&lw.down, lw.down_bias.as_ref())?;
+        if let Some(n) = &lw.post_mlp_norm {
+            down = norm(cfg, &down, n)?;
+        }
+        x = x.add(&scaled(down, rs)?)?;
         if spec.probes {
             probes.push((format!("{PROBE_PREFIX}l{l}_out"), x.clone()));
         }
@@ -241,7 +292,7 @@ pub fn build_step(
             }
             _ => x,
         };
-        let x = norm(cfg, &x, &w.final_norm)?;
+        let x = norm_at(cfg, &x, &w.final_norm, rs)?;
         (LOGITS.to_string(), x.linear(&w.head, None)?)
     } else {
         (HIDDEN_OUT.to_string(), x)

@@ -32,7 +32,11 @@ pub struct LayerWeights {
     pub k_norm: Option<Tensor>,
     pub o: Tensor,
     pub o_bias: Option<Tensor>,
+    /// The attention output's norm ([`LlmConfig::post_norms`]).
+    pub post_attn_norm: Option<NormWeights>,
     pub mlp_norm: NormWeights,
+    /// The MLP output's norm ([`LlmConfig::post_norms`]).
+    pub post_mlp_norm: Option<NormWeights>,
     /// Gated MLPs: `[gate; up]` rows `[2·I, hidden]`; plain MLPs: `[I, hidden]`.
     pub up: Tensor,
     pub up_bias: Option<Tensor>,
@@ -200,6 +204,7 @@ pub fn load_hf(
     let names = match cfg.family {
         Family::Gpt2 if file.contains("transformer.wte.weight") => NameMap::hf_gpt2("transformer."),
         Family::Gpt2 => NameMap::hf_gpt2(""),
+        Family::Gemma3 => NameMap::hf_gemma3(),
         _ => NameMap::hf(),
     };
     load(cfg, &file, &names, opts)
@@ -312,6 +317,14 @@ impl Builder<'_> {
         let o = self.layer_matrix(i, Part::O, d, qw)?;
         let o_bias = self.biases(cfg.o_bias, i, &[(Part::O, d)])?;
         let mlp_norm = self.norm(&self.names.layer(i, Part::MlpNorm)?)?;
+        let (post_attn_norm, post_mlp_norm) = if cfg.post_norms {
+            (
+                Some(self.norm(&self.names.layer(i, Part::PostAttnNorm)?)?),
+                Some(self.norm(&self.names.layer(i, Part::PostMlpNorm)?)?),
+            )
+        } else {
+            (None, None)
+        };
         let (up, up_bias) = match cfg.mlp {
             MlpKind::Gated(_) => {
                 let gate = self.layer_matrix(i, Part::Gate, inter, d)?;
@@ -335,7 +348,9 @@ impl Builder<'_> {
             k_norm,
             o: o.constant()?,
             o_bias,
+            post_attn_norm,
             mlp_norm,
+            post_mlp_norm,
             up: up.constant()?,
             up_bias,
             down: down.constant()?,

@@ -16,7 +16,11 @@ pub(super) enum Part {
     QNorm,
     KNorm,
     O,
+    /// Normalises the attention output before the residual add (Gemma 3).
+    PostAttnNorm,
     MlpNorm,
+    /// Normalises the MLP output before the residual add (Gemma 3).
+    PostMlpNorm,
     Gate,
     Up,
     Down,
@@ -54,6 +58,7 @@ impl NameMap {
                     Part::QNorm => "self_attn.q_norm",
                     Part::KNorm => "self_attn.k_norm",
                     Part::O => "self_attn.o_proj",
+                    Part::PostAttnNorm | Part::PostMlpNorm => return None,
                     Part::MlpNorm => "post_attention_layernorm",
                     Part::Gate => "mlp.gate_proj",
                     Part::Up => "mlp.up_proj",
@@ -66,6 +71,22 @@ impl NameMap {
             head: "lm_head.weight".into(),
             transposed: false,
             rope_permuted: false,
+        }
+    }
+
+    /// Gemma 3's Hugging Face names: Llama's, with a norm on each side of both sublayers (so
+    /// `post_attention_layernorm` is the attention output's norm, not the MLP input's).
+    pub fn hf_gemma3() -> NameMap {
+        NameMap {
+            stem: |part| {
+                Some(match part {
+                    Part::PostAttnNorm => "post_attention_layernorm",
+                    Part::MlpNorm => "pre_feedforward_layernorm",
+                    Part::PostMlpNorm => "post_feedforward_layernorm",
+                    other => return (NameMap::hf().stem)(other),
+                })
+            },
+            ..NameMap::hf()
         }
     }
 
@@ -109,7 +130,9 @@ impl NameMap {
                     Part::QNorm => "attn_q_norm",
                     Part::KNorm => "attn_k_norm",
                     Part::O => "attn_output",
+                    Part::PostAttnNorm => "post_attention_norm",
                     Part::MlpNorm => "ffn_norm",
+                    Part::PostMlpNorm => "post_ffw_norm",
                     Part::Gate => "ffn_gate",
                     Part::Up => "ffn_up",
                     Part::Down => "ffn_down",
