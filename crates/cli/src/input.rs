@@ -1,7 +1,7 @@
 //! Texts and prompts from the command line, a file, or stdin (`-` names stdin wherever a file is
 //! taken, and stdin is read when neither texts nor a file are given).
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::Path;
 
 use anyhow::Context;
@@ -47,16 +47,22 @@ fn hint_terminal(what: &str) {
     }
 }
 
+/// The largest text input (prompts, texts to embed) read from a file or stdin.
+const MAX_TEXT_BYTES: u64 = 256 << 20;
+
 fn read_bytes(path: &Path) -> anyhow::Result<Vec<u8>> {
+    use aneforge_mil::bounded::{any_start, read_file, read_stream};
     if path == Path::new("-") {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .lock()
-            .read_to_end(&mut bytes)
-            .context("cannot read stdin")?;
-        Ok(bytes)
+        read_stream(
+            std::io::stdin().lock(),
+            MAX_TEXT_BYTES,
+            "text input",
+            any_start,
+        )
+        .context("cannot read stdin")
     } else {
-        std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+        read_file(path, MAX_TEXT_BYTES, "text input", any_start)
+            .with_context(|| format!("cannot read {}", path.display()))
     }
 }
 

@@ -506,9 +506,7 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
     let loaded = load(&margs, Vec::new(), Some(chunks))?;
     let llm = loaded.llm.clone();
     let text = match &args.prompt_file {
-        Some(p) => {
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
-        }
+        Some(p) => crate::input::read_text(p)?,
         None => BENCH_TEXT.to_string(),
     };
     let mut ids = llm.encode_raw(&text)?;

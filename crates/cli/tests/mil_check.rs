@@ -87,3 +87,46 @@ fn an_invalid_directory_fails_with_the_error() {
         "{stderr}"
     );
 }
+
+/// Endless inputs (a `model.mil` that is a symlink to /dev/zero, `run -i x=/dev/zero`,
+/// `embed -f /dev/zero`) end in an error naming the file, not in reading until memory runs out.
+#[cfg(unix)]
+#[test]
+fn endless_inputs_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let zero_prog = tmp.path().join("zero");
+    std::fs::create_dir(&zero_prog).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", zero_prog.join("model.mil")).unwrap();
+    let out = check(&zero_prog);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("model.mil: a NUL byte at 0: binary data, not MIL text"),
+        "{stderr}"
+    );
+
+    let dir = tmp.path().join("prog");
+    write_program_dir(&dir);
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_aneforge"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["run", dir.to_str().unwrap(), "-i", "x=/dev/zero"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("/dev/zero") && stderr.contains("not a .npy file"),
+        "{stderr}"
+    );
+
+    let out = run(&["embed", "-m", dir.to_str().unwrap(), "-f", "/dev/zero"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("cannot read /dev/zero")
+            && stderr.contains("longer than 268435456 bytes, the limit for text input"),
+        "{stderr}"
+    );
+}

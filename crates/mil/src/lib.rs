@@ -5,6 +5,7 @@
 
 pub mod ast;
 pub mod blob;
+pub mod bounded;
 pub mod encode;
 pub mod mlpackage;
 pub mod ops;

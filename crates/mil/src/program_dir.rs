@@ -36,6 +36,9 @@ pub enum ProgramDirError {
     },
 }
 
+/// The largest `model.mil` read: MIL text holds the ops, the weights live in blob files.
+pub const MAX_PROGRAM_TEXT: u64 = 256 << 20;
+
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ProgramDirError + '_ {
     move |error| ProgramDirError::Io {
         path: path.to_path_buf(),
@@ -82,7 +85,21 @@ impl ProgramDir {
     pub fn load(dir: impl AsRef<Path>) -> Result<ProgramDir, ProgramDirError> {
         let dir = dir.as_ref();
         let mil_path = dir.join(PROGRAM_FILE);
-        let text = std::fs::read_to_string(&mil_path).map_err(io(&mil_path))?;
+        let bytes =
+            crate::bounded::read_file(&mil_path, MAX_PROGRAM_TEXT, "MIL program text", |b| match b
+                .iter()
+                .position(|&c| c == 0)
+            {
+                Some(at) => Err(format!("a NUL byte at {at}: binary data, not MIL text")),
+                None => Ok(()),
+            })
+            .map_err(io(&mil_path))?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            io(&mil_path)(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+            ))
+        })?;
         let program = crate::text::parse(&text).map_err(|error| ProgramDirError::Parse {
             path: mil_path.clone(),
             error,

@@ -48,10 +48,28 @@ fn json_error(path: &Path, e: &serde_json::Error) -> ConfigError {
     }
 }
 
+/// The largest JSON file (configs, tokenizers) read: a FIFO or device is refused past it, or at
+/// once when it starts with a NUL byte.
+pub const MAX_JSON_BYTES: u64 = 256 << 20;
+
+/// A JSON (UTF-8) file, bounded by [`MAX_JSON_BYTES`].
 pub(crate) fn read_text(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+    let io = |source| ConfigError::Io {
         path: path.to_path_buf(),
         source,
+    };
+    let bytes = aneforge_mil::bounded::read_file(path, MAX_JSON_BYTES, "a JSON file", |b| match b
+        .first()
+    {
+        Some(0) => Err("starts with a NUL byte: binary data, not JSON".into()),
+        _ => Ok(()),
+    })
+    .map_err(io)?;
+    String::from_utf8(bytes).map_err(|e| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 (byte {})", e.utf8_error().valid_up_to()),
+        ))
     })
 }
 
@@ -71,13 +89,12 @@ pub fn read_json_if_exists<T: DeserializeOwned>(
     path: impl AsRef<Path>,
 ) -> Result<Option<T>, ConfigError> {
     let path = path.as_ref();
-    match std::fs::read_to_string(path) {
+    match read_text(path) {
         Ok(text) => parse_json(path, &text).map(Some),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(ConfigError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
+        Err(ConfigError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 

@@ -92,13 +92,29 @@ pub fn write(path: impl AsRef<Path>, shape: &[usize], data: &[f32]) -> Result<()
     write_tensor(path, shape, &HostTensor::F32(data.to_vec()))
 }
 
+/// The largest `.npy` file read; a FIFO or device is refused past it, or at once when it does not
+/// start with the `.npy` magic number.
+pub const MAX_NPY_BYTES: u64 = 16 << 30;
+
+/// A `.npy` file's bytes, bounded ([`MAX_NPY_BYTES`], the magic checked first on streams).
+pub fn read_bytes(path: &Path) -> Result<Vec<u8>, NpyError> {
+    aneforge_mil::bounded::read_file(path, MAX_NPY_BYTES, "a .npy file", |b| {
+        if b.starts_with(MAGIC) || b.len() < MAGIC.len() {
+            Ok(())
+        } else {
+            Err("not a .npy file (no \\x93NUMPY magic)".into())
+        }
+    })
+    .map_err(|source| NpyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// Reads a C-order `.npy` file of any supported dtype: its shape and data.
 pub fn read_tensor(path: impl AsRef<Path>) -> Result<(Vec<usize>, HostTensor), NpyError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|source| NpyError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = read_bytes(path)?;
     parse(&bytes).map_err(|reason| NpyError::Format {
         path: path.to_path_buf(),
         reason,

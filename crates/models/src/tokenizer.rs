@@ -148,10 +148,17 @@ impl TextTokenizer {
     /// with [`TextTokenizer::with_max_length`] and per call.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, TokenizerError> {
         let path = path.as_ref();
-        let inner = Tokenizer::from_file(path).map_err(|e| TokenizerError::Load {
+        let load = |message: String| TokenizerError::Load {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message,
+        };
+        let text = crate::config::read_text(path).map_err(|e| match e {
+            crate::config::ConfigError::Io { source, .. } => load(source.to_string()),
+            other => load(other.to_string()),
         })?;
+        let inner: Tokenizer = text
+            .parse()
+            .map_err(|e: tokenizers::Error| load(e.to_string()))?;
         check_post_processor(&inner).map_err(|message| TokenizerError::Load {
             path: path.to_path_buf(),
             message,

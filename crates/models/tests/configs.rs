@@ -270,3 +270,27 @@ fn tokenizer_config_tokens_limits_and_chat_templates() {
         None
     );
 }
+
+/// A config or tokenizer file that is a device (`/dev/zero`) is refused at once, not read until
+/// memory runs out.
+#[cfg(unix)]
+#[test]
+fn endless_json_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::os::unix::fs::symlink("/dev/zero", &config).unwrap();
+    let err = ModelConfig::load(&config).unwrap_err().to_string();
+    assert!(
+        err.contains("config.json") && err.contains("NUL byte"),
+        "{err}"
+    );
+    let tokenizer = dir.path().join("tokenizer.json");
+    std::os::unix::fs::symlink("/dev/zero", &tokenizer).unwrap();
+    let err = aneforge_models::TextTokenizer::from_file(&tokenizer)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tokenizer.json") && err.contains("NUL byte"),
+        "{err}"
+    );
+}
