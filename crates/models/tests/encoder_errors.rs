@@ -209,3 +209,20 @@ fn pooling_can_be_overridden_per_call() {
         .unwrap();
     assert_eq!(out.dim, 64);
 }
+
+#[test]
+fn a_pooling_dimension_that_does_not_match_the_model_is_named() {
+    let tmp = copy_model("bert_mean");
+    let path = tmp.path().join("1_Pooling/config.json");
+    let mut value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    value["word_embedding_dimension"] = 48.into();
+    std::fs::write(&path, value.to_string()).unwrap();
+    let err = load_err(tmp.path());
+    assert!(
+        err.contains("1_Pooling/config.json")
+            && err.contains("word_embedding_dimension is 48")
+            && err.contains("hidden size is 32"),
+        "{err}"
+    );
+}

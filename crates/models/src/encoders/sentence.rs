@@ -113,6 +113,21 @@ impl SentenceEncoder {
             }
         }
         let loaded = load_parts(&model, &options, false)?;
+        let pooling_module = st.as_ref().and_then(|s| {
+            let m = s.modules.iter().find(|m| m.kind() == ModuleKind::Pooling)?;
+            Some((dir.join(&m.path).join("config.json"), s.pooling.as_ref()?))
+        });
+        if let Some((path, p)) = &pooling_module {
+            let hidden = loaded.runtime.cfg.hidden_size;
+            if let Some(d) = p.embedding_dimension.filter(|&d| d != hidden) {
+                return Err(EncoderError::Model {
+                    path: path.clone(),
+                    message: format!(
+                        "word_embedding_dimension is {d}, but the transformer's hidden size is {hidden}"
+                    ),
+                });
+            }
+        }
         let (pooling, include_prompt) = match st.as_ref().and_then(|s| s.pooling.as_ref()) {
             Some(p) => (
                 p.modes.iter().copied().map(Pooling::from).collect(),
