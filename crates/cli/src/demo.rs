@@ -72,6 +72,30 @@ pub fn training_text(path: Option<&std::path::Path>) -> anyhow::Result<(CharData
     }
 }
 
+/// The checkpoint's directory exists (created if needed) and takes a new file, and the checkpoint
+/// itself is not a directory: found before training instead of after it.
+fn check_checkpoint_path(checkpoint: &std::path::Path) -> anyhow::Result<()> {
+    let parent = checkpoint
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(parent)
+        .with_context(|| format!("cannot create {}", parent.display()))?;
+    if checkpoint.is_dir() {
+        anyhow::bail!(
+            "the checkpoint {} is a directory; name a file (or use --output DIR)",
+            checkpoint.display()
+        );
+    }
+    tempfile::NamedTempFile::new_in(parent).with_context(|| {
+        format!(
+            "cannot write the checkpoint {}: its directory does not take new files",
+            checkpoint.display()
+        )
+    })?;
+    Ok(())
+}
+
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     // flags that would only fail after training are checked before it
     CharLm::check_temperature(args.temperature).context("--temperature")?;
@@ -86,11 +110,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
             .join("demo")
             .join("checkpoint.safetensors"),
     };
-    if let Some(parent) = checkpoint.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("cannot create {}", parent.display()))?;
-    }
+    check_checkpoint_path(&checkpoint)?;
     let (data, source) = training_text(args.data.as_deref())?;
+    data.encode(&args.prompt).with_context(|| {
+        format!(
+            "--prompt {:?} cannot be sampled from after training on {source}",
+            args.prompt
+        )
+    })?;
     let cfg = CharLmConfig {
         seed: args.seed,
         ..CharLmConfig::default()

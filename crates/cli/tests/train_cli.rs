@@ -154,10 +154,11 @@ fn demo_resume_from_a_foreign_or_broken_checkpoint_is_an_error_naming_it() {
 fn hyper_parameters_that_cannot_work_fail_before_training() {
     let dir = tempfile::tempdir().unwrap();
     let checkpoint = dir.path().join("c.safetensors");
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (&["--temperature", "NaN"], "temperature"),
         (&["--temperature=-1"], "temperature"),
         (&["--val-batches", "0"], "--val-batches"),
+        (&["--prompt", "ROMEO: \u{263a}"], "is not in the vocabulary"),
     ];
     for (flags, expected) in cases {
         let mut args = vec!["demo", "--steps", "1", "--checkpoint"];
@@ -169,6 +170,40 @@ fn hyper_parameters_that_cannot_work_fail_before_training() {
         assert!(err.contains(expected), "{flags:?}: {err}");
         assert!(!stdout(&o).contains("val loss"), "{flags:?} trained");
         assert!(!checkpoint.exists(), "{flags:?} saved a checkpoint");
+    }
+    // a checkpoint path that is a directory, or in a directory that takes no new files
+    let blocked = dir.path().join("blocked");
+    std::fs::create_dir(&blocked).unwrap();
+    let in_dir = blocked.join("c.safetensors");
+    let mut cases = vec![(blocked.clone(), "is a directory")];
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&blocked, std::fs::Permissions::from_mode(0o500)).unwrap();
+        // root writes anywhere: the check is only observable for other users
+        if unsafe { libc::geteuid() } != 0 {
+            cases.push((in_dir.clone(), "does not take new files"));
+        }
+    }
+    for (path, expected) in cases {
+        let o = run(&[
+            "demo",
+            "--steps",
+            "1",
+            "--checkpoint",
+            path.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains(expected),
+            "{}: {err}",
+            path.display()
+        );
+        assert!(
+            !stdout(&o).contains("val loss"),
+            "{} trained",
+            path.display()
+        );
     }
     let o = run(&["train-digits", "--epochs", "1", "--lr", "NaN"]);
     let err = String::from_utf8_lossy(&o.stderr);
