@@ -1,0 +1,80 @@
+//! torchvision ResNet-18/50 and MobileNetV3-Large/Small with reproducible random weights
+//! (`tools/fixtures/vision/torchvision_random.py`): the state_dict is regenerated here, written
+//! as safetensors in torchvision's names, loaded by the normal loader, and run on the test
+//! images; logits within 1e-4 of torchvision's in fp32.
+
+mod vision_support;
+
+use std::path::{Path, PathBuf};
+
+use aneforge_models::vision::{
+    load_image, ClassifierOptions, ImageClassifier, Interpolation, Preprocess,
+};
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/vision/out")
+}
+
+fn check(model: &str, expected_name: &str) {
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join(format!("torchvision/{model}.json"))).unwrap(),
+    )
+    .unwrap();
+    let (shape, want) =
+        aneforge_models::npy::read(fixtures().join(format!("torchvision/{model}.logits.npy")))
+            .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("model.safetensors");
+    vision_support::write_state_dict(&doc, &ckpt);
+    let clf =
+        ImageClassifier::load(tmp.path().to_str().unwrap(), ClassifierOptions::default()).unwrap();
+    assert_eq!(clf.network().name(), expected_name);
+    assert_eq!(
+        clf.preprocess,
+        Preprocess::imagenet(256, 224, Interpolation::Bilinear)
+    );
+    let images: Vec<_> = doc["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| load_image(fixtures().join("images").join(i.as_str().unwrap())).unwrap())
+        .collect();
+    let inputs = clf.pixel_values(&images);
+    let logits = clf.logits_of(&inputs, (224, 224), &mut |_| {}).unwrap();
+    assert_eq!(shape, [images.len(), 1000]);
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let worst = logits
+        .iter()
+        .flatten()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    eprintln!("{model}: max |Δlogit| {worst:.2e} (|logit| up to {scale:.3})");
+    // Absolute 1e-4 as the acceptance asks, and relative to the logits' scale too, since the
+    // MobileNets' random-weight logits are small.
+    assert!(
+        worst < 1e-4 && worst < 1e-5 * scale,
+        "{model}: logits off by {worst}"
+    );
+}
+
+#[test]
+fn resnet18_matches_torchvision() {
+    check("resnet18", "resnet-18");
+}
+
+#[test]
+fn resnet50_matches_torchvision() {
+    check("resnet50", "resnet-50");
+}
+
+#[test]
+fn mobilenet_v3_large_matches_torchvision() {
+    check("mobilenet_v3_large", "mobilenet-v3-large");
+}
+
+#[test]
+fn mobilenet_v3_small_matches_torchvision() {
+    check("mobilenet_v3_small", "mobilenet-v3-small");
+}
