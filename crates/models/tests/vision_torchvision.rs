@@ -1,12 +1,15 @@
 //! torchvision ResNet-18/50 and MobileNetV3-Large/Small with reproducible random weights
 //! (`tools/fixtures/vision/torchvision_random.py`): the state_dict is regenerated here, written
 //! as safetensors in torchvision's names, loaded by the normal loader, and run on the test
-//! images; logits within 1e-4 of torchvision's in fp32.
+//! images; logits within 1e-4 of torchvision's in fp32, and the h16 fp16 program within cosine
+//! 0.999 with the same top-1.
 
 mod vision_support;
 
 use std::path::{Path, PathBuf};
 
+use aneforge::{AneArch, Target};
+use aneforge_models::encoders::cosine;
 use aneforge_models::vision::{
     load_image, ClassifierOptions, ImageClassifier, Interpolation, Preprocess,
 };
@@ -17,6 +20,21 @@ fn fixtures() -> PathBuf {
 }
 
 fn check(model: &str, expected_name: &str) {
+    check_on(model, expected_name, ClassifierOptions::default());
+}
+
+/// The ANE-target fp16 program (h16, on the CPU engine): logits within cosine 0.999 of
+/// torchvision's fp32 logits, same top-1.
+fn check_fp16(model: &str, expected_name: &str) {
+    let options = ClassifierOptions {
+        target: Target::Ane("h16".parse::<AneArch>().unwrap()),
+        ..ClassifierOptions::default()
+    };
+    check_on(model, expected_name, options);
+}
+
+fn check_on(model: &str, expected_name: &str, options: ClassifierOptions) {
+    let fp16 = options.target.is_ane();
     let doc: Value = serde_json::from_str(
         &std::fs::read_to_string(fixtures().join(format!("torchvision/{model}.json"))).unwrap(),
     )
@@ -27,8 +45,7 @@ fn check(model: &str, expected_name: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let ckpt = tmp.path().join("model.safetensors");
     vision_support::write_state_dict(&doc, &ckpt);
-    let clf =
-        ImageClassifier::load(tmp.path().to_str().unwrap(), ClassifierOptions::default()).unwrap();
+    let clf = ImageClassifier::load(tmp.path().to_str().unwrap(), options).unwrap();
     assert_eq!(clf.network().name(), expected_name);
     assert_eq!(
         clf.preprocess,
@@ -43,6 +60,27 @@ fn check(model: &str, expected_name: &str) {
     let inputs = clf.pixel_values(&images);
     let logits = clf.logits_of(&inputs, (224, 224), &mut |_| {}).unwrap();
     assert_eq!(shape, [images.len(), 1000]);
+    if fp16 {
+        for (i, row) in logits.iter().enumerate() {
+            let w = &want[i * 1000..(i + 1) * 1000];
+            let c = cosine(row, w);
+            let top = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
+            let d = row
+                .iter()
+                .zip(w)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            eprintln!("{model} h16 image {i}: cosine {c:.9}, max abs diff {d:.3e}");
+            assert!(c >= 0.999, "{model} h16 image {i}: cosine {c}");
+            // fp16 storage always moves some logit: equality would mean fp32 ran.
+            assert!(
+                d > 0.0,
+                "{model} h16 image {i}: fp32 results from the fp16 program"
+            );
+            assert_eq!(top(row), top(w), "{model} h16 image {i}: top-1");
+        }
+        return;
+    }
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
     let worst = logits
         .iter()
@@ -77,4 +115,24 @@ fn mobilenet_v3_large_matches_torchvision() {
 #[test]
 fn mobilenet_v3_small_matches_torchvision() {
     check("mobilenet_v3_small", "mobilenet-v3-small");
+}
+
+#[test]
+fn resnet18_fp16_follows_torchvision() {
+    check_fp16("resnet18", "resnet-18");
+}
+
+#[test]
+fn resnet50_fp16_follows_torchvision() {
+    check_fp16("resnet50", "resnet-50");
+}
+
+#[test]
+fn mobilenet_v3_large_fp16_follows_torchvision() {
+    check_fp16("mobilenet_v3_large", "mobilenet-v3-large");
+}
+
+#[test]
+fn mobilenet_v3_small_fp16_follows_torchvision() {
+    check_fp16("mobilenet_v3_small", "mobilenet-v3-small");
 }
