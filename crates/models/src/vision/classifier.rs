@@ -136,13 +136,16 @@ pub struct Prediction {
     pub logit: f32,
 }
 
+/// `(batch, height, width)` of a compiled program.
+type ProgramKey = (usize, usize, usize);
+
 pub struct ImageClassifier {
     network: Network,
     pub preprocess: Preprocess,
     labels: Vec<String>,
     options: ClassifierOptions,
     /// Compiled programs by (batch, height, width).
-    programs: Mutex<Vec<((usize, usize, usize), Box<dyn Executable>)>>,
+    programs: Mutex<Vec<(ProgramKey, Box<dyn Executable>)>>,
 }
 
 /// The checkpoint file of a model directory: `model.safetensors`, else its one `.pth`/`.pt`/`.bin`.

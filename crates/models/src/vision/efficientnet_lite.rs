@@ -7,7 +7,9 @@ use aneforge::Tensor;
 
 use crate::weights::VarBuilder;
 
-use super::layers::{fold_batch_norm, load_conv, load_linear, relu6, Conv, Linear, Padding};
+use super::layers::{
+    fold_batch_norm, load_conv, load_linear, relu6, Conv, ConvShape, Linear, Padding,
+};
 use super::VisionError;
 
 const BN_EPS: f64 = 1e-3;
@@ -120,7 +122,21 @@ impl EfficientNetLite {
 
     pub fn load(vb: &VarBuilder, variant: usize, classes: usize) -> Result<Self, VisionError> {
         let bn = |conv: Conv, name: &str| fold_batch_norm(conv, vb, name, BN_EPS);
-        let stem = bn(load_conv(vb, "_conv_stem", 3, 32, 3, 2, 1, false)?, "_bn0")?;
+        let stem = bn(
+            load_conv(
+                vb,
+                "_conv_stem",
+                ConvShape {
+                    cin: 3,
+                    cout: 32,
+                    kernel: 3,
+                    stride: 2,
+                    groups: 1,
+                },
+                false,
+            )?,
+            "_bn0",
+        )?;
         let mut out_blocks = Vec::new();
         for (i, spec) in blocks(variant).into_iter().enumerate() {
             let p = format!("_blocks.{i}");
@@ -129,11 +145,13 @@ impl EfficientNetLite {
                 let c = load_conv(
                     vb,
                     &format!("{p}._expand_conv"),
-                    spec.input,
-                    mid,
-                    1,
-                    1,
-                    1,
+                    ConvShape {
+                        cin: spec.input,
+                        cout: mid,
+                        kernel: 1,
+                        stride: 1,
+                        groups: 1,
+                    },
                     false,
                 )?;
                 Some(bn(c, &format!("{p}._bn0"))?)
@@ -143,21 +161,25 @@ impl EfficientNetLite {
             let dw = load_conv(
                 vb,
                 &format!("{p}._depthwise_conv"),
-                mid,
-                mid,
-                spec.kernel,
-                spec.stride,
-                mid,
+                ConvShape {
+                    cin: mid,
+                    cout: mid,
+                    kernel: spec.kernel,
+                    stride: spec.stride,
+                    groups: mid,
+                },
                 false,
             )?;
             let project = load_conv(
                 vb,
                 &format!("{p}._project_conv"),
-                mid,
-                spec.output,
-                1,
-                1,
-                1,
+                ConvShape {
+                    cin: mid,
+                    cout: spec.output,
+                    kernel: 1,
+                    stride: 1,
+                    groups: 1,
+                },
                 false,
             )?;
             out_blocks.push(Block {
@@ -169,7 +191,18 @@ impl EfficientNetLite {
         }
         let last = out_blocks.last().map_or(32, |b| b.spec.output);
         let head = bn(
-            load_conv(vb, "_conv_head", last, 1280, 1, 1, 1, false)?,
+            load_conv(
+                vb,
+                "_conv_head",
+                ConvShape {
+                    cin: last,
+                    cout: 1280,
+                    kernel: 1,
+                    stride: 1,
+                    groups: 1,
+                },
+                false,
+            )?,
             "_bn1",
         )?;
         let fc = load_linear(vb, "_fc", 1280, classes)?;

@@ -32,17 +32,30 @@ fn graph_array(shape: &[usize], data: Vec<f32>) -> Result<GraphArray, VisionErro
     Ok(GraphArray::from_f32(shape, data)?)
 }
 
+/// A square convolution's channels, kernel, stride and groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvShape {
+    pub cin: usize,
+    pub cout: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub groups: usize,
+}
+
 /// Reads `{prefix}.weight` (`[out, in/groups, k, k]`) and, when `bias`, `{prefix}.bias`.
 pub fn load_conv(
     vb: &VarBuilder,
     prefix: &str,
-    in_channels: usize,
-    out_channels: usize,
-    kernel: usize,
-    stride: usize,
-    groups: usize,
+    c: ConvShape,
     bias: bool,
 ) -> Result<Conv, VisionError> {
+    let ConvShape {
+        cin: in_channels,
+        cout: out_channels,
+        kernel,
+        stride,
+        groups,
+    } = c;
     let shape = [out_channels, in_channels / groups, kernel, kernel];
     let w = vb.get(&shape, &format!("{prefix}.weight"))?;
     let b = if bias {

@@ -7,7 +7,8 @@ use aneforge::Tensor;
 use crate::weights::VarBuilder;
 
 use super::layers::{
-    fold_batch_norm, global_avg_pool, load_conv, load_linear, relu6, Conv, Linear, Padding,
+    fold_batch_norm, global_avg_pool, load_conv, load_linear, relu6, Conv, ConvShape, Linear,
+    Padding,
 };
 use super::VisionError;
 
@@ -98,7 +99,18 @@ impl MobileNetV3 {
         let rows: &[BlockRow] = if large { &LARGE } else { &SMALL };
         let bn = |conv: Conv, name: &str| fold_batch_norm(conv, vb, name, BN_EPS);
         let stem = bn(
-            load_conv(vb, "features.0.0", 3, 16, 3, 2, 1, false)?,
+            load_conv(
+                vb,
+                "features.0.0",
+                ConvShape {
+                    cin: 3,
+                    cout: 16,
+                    kernel: 3,
+                    stride: 2,
+                    groups: 1,
+                },
+                false,
+            )?,
             "features.0.1",
         )?;
         let mut blocks = Vec::new();
@@ -107,28 +119,83 @@ impl MobileNetV3 {
             let p = format!("features.{}.block", i + 1);
             let mut at = 0;
             let expand = if exp != cin {
-                let c = load_conv(vb, &format!("{p}.{at}.0"), cin, exp, 1, 1, 1, false)?;
+                let c = load_conv(
+                    vb,
+                    &format!("{p}.{at}.0"),
+                    ConvShape {
+                        cin,
+                        cout: exp,
+                        kernel: 1,
+                        stride: 1,
+                        groups: 1,
+                    },
+                    false,
+                )?;
                 let c = bn(c, &format!("{p}.{at}.1"))?;
                 at += 1;
                 Some(c)
             } else {
                 None
             };
-            let dw = load_conv(vb, &format!("{p}.{at}.0"), exp, exp, k, stride, exp, false)?;
+            let dw = load_conv(
+                vb,
+                &format!("{p}.{at}.0"),
+                ConvShape {
+                    cin: exp,
+                    cout: exp,
+                    kernel: k,
+                    stride,
+                    groups: exp,
+                },
+                false,
+            )?;
             let depthwise = bn(dw, &format!("{p}.{at}.1"))?;
             at += 1;
             let se = if se {
                 let sq = make_divisible(exp / 4);
                 let s = SqueezeExcite {
-                    fc1: load_conv(vb, &format!("{p}.{at}.fc1"), exp, sq, 1, 1, 1, true)?,
-                    fc2: load_conv(vb, &format!("{p}.{at}.fc2"), sq, exp, 1, 1, 1, true)?,
+                    fc1: load_conv(
+                        vb,
+                        &format!("{p}.{at}.fc1"),
+                        ConvShape {
+                            cin: exp,
+                            cout: sq,
+                            kernel: 1,
+                            stride: 1,
+                            groups: 1,
+                        },
+                        true,
+                    )?,
+                    fc2: load_conv(
+                        vb,
+                        &format!("{p}.{at}.fc2"),
+                        ConvShape {
+                            cin: sq,
+                            cout: exp,
+                            kernel: 1,
+                            stride: 1,
+                            groups: 1,
+                        },
+                        true,
+                    )?,
                 };
                 at += 1;
                 Some(s)
             } else {
                 None
             };
-            let pr = load_conv(vb, &format!("{p}.{at}.0"), exp, cout, 1, 1, 1, false)?;
+            let pr = load_conv(
+                vb,
+                &format!("{p}.{at}.0"),
+                ConvShape {
+                    cin: exp,
+                    cout,
+                    kernel: 1,
+                    stride: 1,
+                    groups: 1,
+                },
+                false,
+            )?;
             let project = bn(pr, &format!("{p}.{at}.1"))?;
             blocks.push(Block {
                 row,
@@ -145,11 +212,13 @@ impl MobileNetV3 {
             load_conv(
                 vb,
                 &format!("features.{n}.0"),
-                last_in,
-                last_out,
-                1,
-                1,
-                1,
+                ConvShape {
+                    cin: last_in,
+                    cout: last_out,
+                    kernel: 1,
+                    stride: 1,
+                    groups: 1,
+                },
                 false,
             )?,
             &format!("features.{n}.1"),

@@ -8,7 +8,7 @@ use aneforge::Tensor;
 use crate::weights::VarBuilder;
 
 use super::layers::{
-    fold_batch_norm, global_avg_pool, load_conv, load_linear, Conv, Linear, Padding,
+    fold_batch_norm, global_avg_pool, load_conv, load_linear, Conv, ConvShape, Linear, Padding,
 };
 use super::VisionError;
 
@@ -56,7 +56,21 @@ impl ResNet {
             });
         }
         let bn = |conv: Conv, name: &str| fold_batch_norm(conv, vb, name, BN_EPS);
-        let stem = bn(load_conv(vb, "conv1", 3, 64, 7, 2, 1, false)?, "bn1")?;
+        let stem = bn(
+            load_conv(
+                vb,
+                "conv1",
+                ConvShape {
+                    cin: 3,
+                    cout: 64,
+                    kernel: 7,
+                    stride: 2,
+                    groups: 1,
+                },
+                false,
+            )?,
+            "bn1",
+        )?;
         let expansion = if bottleneck { 4 } else { 1 };
         let mut in_ch = 64;
         let mut blocks = Vec::new();
@@ -68,7 +82,18 @@ impl ResNet {
                 let stride = if b == 0 && s > 0 { 2 } else { 1 };
                 let conv = |i: usize, cin: usize, cout: usize, k: usize, st: usize| {
                     bn(
-                        load_conv(vb, &format!("{p}.conv{i}"), cin, cout, k, st, 1, false)?,
+                        load_conv(
+                            vb,
+                            &format!("{p}.conv{i}"),
+                            ConvShape {
+                                cin,
+                                cout,
+                                kernel: k,
+                                stride: st,
+                                groups: 1,
+                            },
+                            false,
+                        )?,
                         &format!("{p}.bn{i}"),
                     )
                 };
@@ -88,11 +113,13 @@ impl ResNet {
                     let c = load_conv(
                         vb,
                         &format!("{p}.downsample.0"),
-                        in_ch,
-                        out_ch,
-                        1,
-                        stride,
-                        1,
+                        ConvShape {
+                            cin: in_ch,
+                            cout: out_ch,
+                            kernel: 1,
+                            stride,
+                            groups: 1,
+                        },
                         false,
                     )?;
                     Some(bn(c, &format!("{p}.downsample.1"))?)

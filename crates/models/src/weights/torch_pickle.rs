@@ -451,6 +451,9 @@ impl<'a> Unpickler<'a> {
     }
 }
 
+/// The state_dict's tensors and the storages they view, by key.
+type Parsed = (Vec<(String, TensorRef)>, HashMap<String, Vec<u8>>);
+
 /// A `torch.save`d state_dict, all storages read into memory.
 pub struct TorchCheckpoint {
     path: PathBuf,
@@ -519,9 +522,7 @@ impl TorchCheckpoint {
         Ok(ckpt)
     }
 
-    fn read_zip(
-        bytes: &[u8],
-    ) -> Result<(Vec<(String, TensorRef)>, HashMap<String, Vec<u8>>), String> {
+    fn read_zip(bytes: &[u8]) -> Result<Parsed, String> {
         let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
             .map_err(|e| format!("not a readable zip archive: {e}"))?;
         let pkl = zip
@@ -558,9 +559,7 @@ impl TorchCheckpoint {
         Ok((tensors, storages))
     }
 
-    fn read_legacy(
-        bytes: &[u8],
-    ) -> Result<(Vec<(String, TensorRef)>, HashMap<String, Vec<u8>>), String> {
+    fn read_legacy(bytes: &[u8]) -> Result<Parsed, String> {
         let not_torch = || "neither a zip archive nor a legacy torch.save file".to_string();
         let (magic, pos) = Unpickler::new(bytes, 0).run().map_err(|_| not_torch())?;
         if !matches!(magic, Value::Str(ref s) if s == "<torch legacy magic>") {
