@@ -136,3 +136,52 @@ fn mobilenet_v3_large_fp16_follows_torchvision() {
 fn mobilenet_v3_small_fp16_follows_torchvision() {
     check_fp16("mobilenet_v3_small", "mobilenet-v3-small");
 }
+
+/// A Hugging Face `ResNetForImageClassification` directory (`tools/fixtures/vision/
+/// hf_resnet_random.py`): its config.json and preprocessor_config.json, the regenerated weights
+/// as model.safetensors; the recipe comes from the preprocessor config (ConvNeXT's crop_pct
+/// rule, bicubic, floor-rounded crop) and the class names from id2label.
+fn check_hf(name: &str) {
+    let src = fixtures().join("hf_resnet").join(name);
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("fixture.json")).unwrap()).unwrap();
+    let (_, want) = aneforge_models::npy::read(src.join("logits.npy")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["config.json", "preprocessor_config.json"] {
+        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
+    }
+    vision_support::write_state_dict(&doc, &tmp.path().join("model.safetensors"));
+    let clf =
+        ImageClassifier::load(tmp.path().to_str().unwrap(), ClassifierOptions::default()).unwrap();
+    assert_eq!(clf.network().name(), name);
+    let mut recipe = Preprocess::imagenet(256, 224, Interpolation::Bicubic);
+    recipe.crop_rounding = aneforge_models::vision::CropRounding::Floor;
+    assert_eq!(clf.preprocess, recipe);
+    assert_eq!(clf.labels()[7], "LABEL_7");
+    let images: Vec<_> = doc["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| load_image(fixtures().join("images").join(i.as_str().unwrap())).unwrap())
+        .collect();
+    let inputs = clf.pixel_values(&images);
+    let logits = clf.logits_of(&inputs, (224, 224), &mut |_| {}).unwrap();
+    let worst = logits
+        .iter()
+        .flatten()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    eprintln!("HF {name}: max |Δlogit| {worst:.2e}");
+    assert!(worst < 1e-4, "HF {name}: logits off by {worst}");
+}
+
+#[test]
+fn hf_resnet18_matches_transformers() {
+    check_hf("resnet-18");
+}
+
+#[test]
+fn hf_resnet50_matches_transformers() {
+    check_hf("resnet-50");
+}

@@ -17,7 +17,7 @@ use super::efficientnet_lite::EfficientNetLite;
 use super::image_input::{Preprocess, RgbImage};
 use super::mobilenet_v3::MobileNetV3;
 use super::resample::Interpolation;
-use super::resnet::ResNet;
+use super::resnet::{Layout as ResNetLayout, ResNet};
 use super::VisionError;
 
 pub const PIXEL_VALUES: &str = "pixel_values";
@@ -47,8 +47,8 @@ impl Network {
                 vb, variant, classes,
             )?));
         }
-        if vb.contains("conv1.weight") && vb.contains("layer1.0.conv1.weight") {
-            return Ok(Network::ResNet(ResNet::load_torchvision(vb)?));
+        if let Some(layout) = ResNetLayout::detect(vb) {
+            return Ok(Network::ResNet(ResNet::load(vb, layout)?));
         }
         if vb.contains("features.0.0.weight") && vb.contains("classifier.3.weight") {
             return Ok(Network::MobileNetV3(MobileNetV3::load_torchvision(vb)?));
@@ -217,10 +217,47 @@ impl ImageClassifier {
         Self::from_checkpoint(&file, options)
     }
 
+    /// The checkpoint at `path`; a `preprocessor_config.json` beside it sets the recipe and a
+    /// `config.json` with an `id2label` for every class names the classes.
     pub fn from_checkpoint(path: &Path, options: ClassifierOptions) -> Result<Self, VisionError> {
         let vb = open_checkpoint(path)?;
         let network = Network::load(&vb)?;
-        Self::new(network, options)
+        let mut clf = Self::new(network, options)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let read_json = |name: &str| -> Result<Option<serde_json::Value>, VisionError> {
+            let file = dir.join(name);
+            if !file.is_file() {
+                return Ok(None);
+            }
+            let bad = |message: String| VisionError::Model {
+                path: file.clone(),
+                message,
+            };
+            let text = std::fs::read_to_string(&file).map_err(|e| bad(e.to_string()))?;
+            serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| bad(format!("not JSON: {e}")))
+        };
+        if let Some(cfg) = read_json("preprocessor_config.json")? {
+            clf.preprocess = Preprocess::from_preprocessor_config(&cfg).map_err(|message| {
+                VisionError::Model {
+                    path: dir.join("preprocessor_config.json"),
+                    message,
+                }
+            })?;
+        }
+        if let Some(cfg) = read_json("config.json")? {
+            if let Some(map) = cfg["id2label"].as_object() {
+                let classes = clf.network.classes();
+                let labels: Option<Vec<String>> = (0..classes)
+                    .map(|i| map.get(&i.to_string())?.as_str().map(str::to_string))
+                    .collect();
+                if let Some(labels) = labels {
+                    clf.labels = labels;
+                }
+            }
+        }
+        Ok(clf)
     }
 
     pub fn new(network: Network, options: ClassifierOptions) -> Result<Self, VisionError> {

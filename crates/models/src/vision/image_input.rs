@@ -214,6 +214,109 @@ impl Preprocess {
         }
     }
 
+    /// The recipe a Hugging Face `preprocessor_config.json` describes, as transformers' PIL
+    /// backend applies it: `size` as `{"shortest_edge"}`, `{"height", "width"}` or a number
+    /// (with `crop_pct`, ConvNeXT's rule: below 384 the shorter side becomes
+    /// `shortest_edge / crop_pct` and the centre `shortest_edge` square is kept), `resample`
+    /// (2 bilinear, 3 bicubic), `do_center_crop` + `crop_size`, `do_rescale` + `rescale_factor`,
+    /// `do_normalize` + `image_mean`/`image_std`. Crops start at `(size - crop) // 2`.
+    pub fn from_preprocessor_config(cfg: &serde_json::Value) -> Result<Preprocess, String> {
+        let flag = |k: &str, default: bool| cfg[k].as_bool().unwrap_or(default);
+        let pair = |v: &serde_json::Value, what: &str| -> Result<Option<(usize, usize)>, String> {
+            match v {
+                serde_json::Value::Null => Ok(None),
+                serde_json::Value::Number(n) => {
+                    let n = n.as_u64().ok_or(format!("{what} is not a size"))? as usize;
+                    Ok(Some((n, n)))
+                }
+                serde_json::Value::Object(o) => match (o.get("height"), o.get("width")) {
+                    (Some(h), Some(w)) => Ok(Some((
+                        h.as_u64().ok_or(format!("{what}.height is not a size"))? as usize,
+                        w.as_u64().ok_or(format!("{what}.width is not a size"))? as usize,
+                    ))),
+                    _ => Err(format!("{what} has neither a number nor height and width")),
+                },
+                _ => Err(format!("{what} is not a size")),
+            }
+        };
+        let interpolation = match cfg["resample"].as_i64() {
+            None => Interpolation::Bilinear,
+            Some(code) => Interpolation::from_pil_code(code).ok_or(format!(
+                "resample {code} is not bilinear (2) or bicubic (3)"
+            ))?,
+        };
+        let mut crop = if flag("do_center_crop", false) {
+            pair(&cfg["crop_size"], "crop_size")?
+        } else {
+            None
+        };
+        let mut resize = None;
+        if flag("do_resize", true) {
+            let size = &cfg["size"];
+            let shortest = size["shortest_edge"]
+                .as_u64()
+                .or_else(|| size.as_u64().filter(|_| cfg.get("crop_pct").is_some()));
+            resize = match shortest {
+                Some(edge) => {
+                    let edge = edge as usize;
+                    match cfg["crop_pct"].as_f64() {
+                        Some(pct) if edge < 384 => {
+                            if pct <= 0.0 || pct > 1.0 {
+                                return Err(format!("crop_pct {pct} is not in (0, 1]"));
+                            }
+                            crop = Some((edge, edge));
+                            Some(Resize::ShortestEdge((edge as f64 / pct) as usize))
+                        }
+                        Some(_) => Some(Resize::Exact {
+                            height: edge,
+                            width: edge,
+                        }),
+                        None => Some(Resize::ShortestEdge(edge)),
+                    }
+                }
+                None => pair(size, "size")?.map(|(height, width)| Resize::Exact { height, width }),
+            };
+        }
+        let three = |k: &str, default: [f32; 3]| -> Result<[f32; 3], String> {
+            match cfg[k].as_array() {
+                None => Ok(default),
+                Some(a) if a.len() == 3 => {
+                    let mut out = [0f32; 3];
+                    for (o, v) in out.iter_mut().zip(a) {
+                        *o = v.as_f64().ok_or(format!("{k} holds a non-number"))? as f32;
+                    }
+                    Ok(out)
+                }
+                Some(a) => Err(format!("{k} has {} entries, expected 3", a.len())),
+            }
+        };
+        let (mean, std) = if flag("do_normalize", true) {
+            (
+                three("image_mean", IMAGENET_MEAN)?,
+                three("image_std", IMAGENET_STD)?,
+            )
+        } else {
+            ([0.0; 3], [1.0; 3])
+        };
+        if std.contains(&0.0) {
+            return Err("image_std holds a zero".into());
+        }
+        let rescale = if flag("do_rescale", true) {
+            cfg["rescale_factor"].as_f64().unwrap_or(1.0 / 255.0) as f32
+        } else {
+            1.0
+        };
+        Ok(Preprocess {
+            resize,
+            interpolation,
+            crop,
+            crop_rounding: CropRounding::Floor,
+            rescale,
+            mean,
+            std,
+        })
+    }
+
     /// The `(height, width)` of the tensor this recipe makes from a `width`×`height` image.
     pub fn output_size(&self, width: usize, height: usize) -> (usize, usize) {
         if let Some(crop) = self.crop {
@@ -336,6 +439,46 @@ mod tests {
         assert_eq!(crop_start(5, 4, CropRounding::Torchvision), 0);
         assert_eq!(crop_start(7, 4, CropRounding::Torchvision), 2);
         assert_eq!(crop_start(7, 4, CropRounding::Floor), 1);
+    }
+
+    #[test]
+    fn preprocessor_configs_of_vit_clip_and_convnext_shapes() {
+        let vit = serde_json::json!({"size": {"height": 224, "width": 224}, "resample": 2,
+            "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]});
+        let p = Preprocess::from_preprocessor_config(&vit).unwrap();
+        assert_eq!(
+            p.resize,
+            Some(Resize::Exact {
+                height: 224,
+                width: 224
+            })
+        );
+        assert_eq!((p.crop, p.mean), (None, [0.5; 3]));
+        let clip = serde_json::json!({"size": {"shortest_edge": 224}, "resample": 3,
+            "do_center_crop": true, "crop_size": {"height": 224, "width": 224}});
+        let p = Preprocess::from_preprocessor_config(&clip).unwrap();
+        assert_eq!(p.resize, Some(Resize::ShortestEdge(224)));
+        assert_eq!(
+            (p.crop, p.interpolation),
+            (Some((224, 224)), Interpolation::Bicubic)
+        );
+        let big = serde_json::json!({"size": 384, "crop_pct": 0.875});
+        let p = Preprocess::from_preprocessor_config(&big).unwrap();
+        assert_eq!(
+            p.resize,
+            Some(Resize::Exact {
+                height: 384,
+                width: 384
+            })
+        );
+        for bad in [
+            serde_json::json!({"resample": 0}),
+            serde_json::json!({"image_std": [0.5, 0.0, 0.5]}),
+            serde_json::json!({"image_mean": [0.5]}),
+            serde_json::json!({"size": "large"}),
+        ] {
+            assert!(Preprocess::from_preprocessor_config(&bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

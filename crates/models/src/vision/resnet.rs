@@ -1,6 +1,8 @@
 //! ResNet-18/34/50/101/152 in torchvision's state_dict layout (`conv1`, `bn1`, `layer1…4`,
-//! `fc`): basic blocks (18, 34) or bottlenecks with the stride on the 3×3 convolution (v1.5),
-//! BatchNorm ε = 1e-5 folded into the convolutions.
+//! `fc`) or Hugging Face's `ResNetForImageClassification` (`microsoft/resnet-*`:
+//! `resnet.embedder…`, `resnet.encoder.stages.S.layers.B.layer.I…`, `classifier.1`): basic
+//! blocks (18, 34) or bottlenecks with the stride on the 3×3 convolution (v1.5), BatchNorm
+//! ε = 1e-5 folded into the convolutions.
 
 use aneforge::graph::Pool2dParams;
 use aneforge::Tensor;
@@ -19,7 +21,69 @@ struct Block {
     downsample: Option<Conv>,
 }
 
+/// Whose tensor names a checkpoint uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Torchvision,
+    HuggingFace,
+}
+
+impl Layout {
+    /// `(conv, norm)` prefixes of the stem.
+    fn stem(self) -> (String, String) {
+        match self {
+            Layout::Torchvision => ("conv1".into(), "bn1".into()),
+            Layout::HuggingFace => (
+                "resnet.embedder.embedder.convolution".into(),
+                "resnet.embedder.embedder.normalization".into(),
+            ),
+        }
+    }
+
+    /// `(conv, norm)` prefixes of convolution `i` (0-based) of block `b` in stage `s` (0-based).
+    fn conv(self, s: usize, b: usize, i: usize) -> (String, String) {
+        match self {
+            Layout::Torchvision => (
+                format!("layer{}.{b}.conv{}", s + 1, i + 1),
+                format!("layer{}.{b}.bn{}", s + 1, i + 1),
+            ),
+            Layout::HuggingFace => {
+                let p = format!("resnet.encoder.stages.{s}.layers.{b}.layer.{i}");
+                (format!("{p}.convolution"), format!("{p}.normalization"))
+            }
+        }
+    }
+
+    fn shortcut(self, s: usize, b: usize) -> (String, String) {
+        match self {
+            Layout::Torchvision => (
+                format!("layer{}.{b}.downsample.0", s + 1),
+                format!("layer{}.{b}.downsample.1", s + 1),
+            ),
+            Layout::HuggingFace => {
+                let p = format!("resnet.encoder.stages.{s}.layers.{b}.shortcut");
+                (format!("{p}.convolution"), format!("{p}.normalization"))
+            }
+        }
+    }
+
+    fn fc(self) -> &'static str {
+        match self {
+            Layout::Torchvision => "fc",
+            Layout::HuggingFace => "classifier.1",
+        }
+    }
+
+    /// The layout whose stem `vb` holds.
+    pub fn detect(vb: &VarBuilder) -> Option<Layout> {
+        [Layout::Torchvision, Layout::HuggingFace]
+            .into_iter()
+            .find(|l| vb.contains(&format!("{}.weight", l.stem().0)))
+    }
+}
+
 pub struct ResNet {
+    pub layout: Layout,
     bottleneck: bool,
     depths: Vec<usize>,
     stem: Conv,
@@ -40,14 +104,11 @@ fn depth_of(bottleneck: bool, depths: &[usize]) -> Option<usize> {
 }
 
 impl ResNet {
-    pub fn load_torchvision(vb: &VarBuilder) -> Result<Self, VisionError> {
-        let bottleneck = vb.contains("layer1.0.conv3.weight");
-        let depths: Vec<usize> = (1..=4)
-            .map(|s| {
-                (0..)
-                    .take_while(|b| vb.contains(&format!("layer{s}.{b}.conv1.weight")))
-                    .count()
-            })
+    pub fn load(vb: &VarBuilder, layout: Layout) -> Result<Self, VisionError> {
+        let has = |name: String| vb.contains(&format!("{name}.weight"));
+        let bottleneck = has(layout.conv(0, 0, 2).0);
+        let depths: Vec<usize> = (0..4)
+            .map(|s| (0..).take_while(|&b| has(layout.conv(s, b, 0).0)).count())
             .collect();
         if depths.contains(&0) {
             return Err(VisionError::Model {
@@ -56,10 +117,11 @@ impl ResNet {
             });
         }
         let bn = |conv: Conv, name: &str| fold_batch_norm(conv, vb, name, BN_EPS);
+        let (stem_conv, stem_norm) = layout.stem();
         let stem = bn(
             load_conv(
                 vb,
-                "conv1",
+                &stem_conv,
                 ConvShape {
                     cin: 3,
                     cout: 64,
@@ -69,7 +131,7 @@ impl ResNet {
                 },
                 false,
             )?,
-            "bn1",
+            &stem_norm,
         )?;
         let expansion = if bottleneck { 4 } else { 1 };
         let mut in_ch = 64;
@@ -78,13 +140,13 @@ impl ResNet {
             let width = 64 << s;
             let out_ch = width * expansion;
             for b in 0..n {
-                let p = format!("layer{}.{b}", s + 1);
                 let stride = if b == 0 && s > 0 { 2 } else { 1 };
                 let conv = |i: usize, cin: usize, cout: usize, k: usize, st: usize| {
+                    let (conv_name, norm_name) = layout.conv(s, b, i);
                     bn(
                         load_conv(
                             vb,
-                            &format!("{p}.conv{i}"),
+                            &conv_name,
                             ConvShape {
                                 cin,
                                 cout,
@@ -94,25 +156,26 @@ impl ResNet {
                             },
                             false,
                         )?,
-                        &format!("{p}.bn{i}"),
+                        &norm_name,
                     )
                 };
                 let convs = if bottleneck {
                     vec![
-                        conv(1, in_ch, width, 1, 1)?,
-                        conv(2, width, width, 3, stride)?,
-                        conv(3, width, out_ch, 1, 1)?,
+                        conv(0, in_ch, width, 1, 1)?,
+                        conv(1, width, width, 3, stride)?,
+                        conv(2, width, out_ch, 1, 1)?,
                     ]
                 } else {
                     vec![
-                        conv(1, in_ch, width, 3, stride)?,
-                        conv(2, width, width, 3, 1)?,
+                        conv(0, in_ch, width, 3, stride)?,
+                        conv(1, width, width, 3, 1)?,
                     ]
                 };
                 let downsample = if stride != 1 || in_ch != out_ch {
+                    let (conv_name, norm_name) = layout.shortcut(s, b);
                     let c = load_conv(
                         vb,
-                        &format!("{p}.downsample.0"),
+                        &conv_name,
                         ConvShape {
                             cin: in_ch,
                             cout: out_ch,
@@ -122,7 +185,7 @@ impl ResNet {
                         },
                         false,
                     )?;
-                    Some(bn(c, &format!("{p}.downsample.1"))?)
+                    Some(bn(c, &norm_name)?)
                 } else {
                     None
                 };
@@ -130,9 +193,13 @@ impl ResNet {
                 in_ch = out_ch;
             }
         }
-        let classes = vb.meta("fc.bias").map_or(1000, |m| m.shape[0]);
-        let fc = load_linear(vb, "fc", in_ch, classes)?;
+        let fc_name = layout.fc();
+        let classes = vb
+            .meta(&format!("{fc_name}.bias"))
+            .map_or(1000, |m| m.shape[0]);
+        let fc = load_linear(vb, fc_name, in_ch, classes)?;
         Ok(ResNet {
+            layout,
             bottleneck,
             depths,
             stem,
