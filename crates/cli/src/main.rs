@@ -5,6 +5,7 @@ use clap::{CommandFactory, Parser};
 mod bench;
 mod bench_cpu;
 mod bench_train;
+mod bench_vision;
 mod check_fp16;
 mod classify;
 mod compile;
