@@ -149,3 +149,78 @@ fn a_missing_model_is_an_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nobody/no-such-classifier"), "{err}");
 }
+
+/// Without downloads: a random-weight torchvision MobileNetV3-Small regenerated from its fixture
+/// (`tools/fixtures/vision/torchvision_random.py`), given as a checkpoint file, on the committed
+/// test images listed in a `-f` file, batches of 2; the top-5 of torchvision's logits.
+#[test]
+fn a_regenerated_torchvision_checkpoint_file_classifies_like_torchvision() {
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::repo(
+            "tools/fixtures/vision/out/torchvision/mobilenet_v3_small.json",
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let (_, logits) = aneforge_models::npy::read(common::repo(
+        "tools/fixtures/vision/out/torchvision/mobilenet_v3_small.logits.npy",
+    ))
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("mnv3-small.safetensors");
+    aneforge_models::testing::write_reproducible_state_dict(&doc, &ckpt).unwrap();
+    let images: Vec<String> = doc["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            common::repo(&format!(
+                "tools/fixtures/vision/out/images/{}",
+                i.as_str().unwrap()
+            ))
+        })
+        .collect();
+    let list = tmp.path().join("list.txt");
+    std::fs::write(&list, images.join("\n") + "\n").unwrap();
+    let ckpt = ckpt.display().to_string();
+    let list = list.display().to_string();
+    let out = common::run(&[
+        "classify",
+        "-m",
+        &ckpt,
+        "-f",
+        &list,
+        "--format",
+        "json",
+        "--batch-size",
+        "2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (i, row) in rows.as_array().unwrap().iter().enumerate() {
+        assert_eq!(row["image"].as_str().unwrap(), images[i]);
+        let want = &logits[i * 1000..(i + 1) * 1000];
+        let mut order: Vec<usize> = (0..1000).collect();
+        order.sort_by(|&a, &b| want[b].total_cmp(&want[a]));
+        let got: Vec<u64> = row["predictions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["index"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            order[..5].iter().map(|&i| i as u64).collect::<Vec<_>>(),
+            "image {i}"
+        );
+        for p in row["predictions"].as_array().unwrap() {
+            let l = p["logit"].as_f64().unwrap();
+            let w = f64::from(want[p["index"].as_u64().unwrap() as usize]);
+            assert!((l - w).abs() < 1e-4, "image {i}: logit {l} vs {w}");
+        }
+    }
+}

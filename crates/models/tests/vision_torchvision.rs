@@ -4,8 +4,6 @@
 //! images; logits within 1e-4 of torchvision's in fp32, and the h16 fp16 program within cosine
 //! 0.999 with the same top-1.
 
-mod vision_support;
-
 use std::path::{Path, PathBuf};
 
 use aneforge::{AneArch, Target};
@@ -44,7 +42,7 @@ fn check_on(model: &str, expected_name: &str, options: ClassifierOptions) {
             .unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let ckpt = tmp.path().join("model.safetensors");
-    vision_support::write_state_dict(&doc, &ckpt);
+    aneforge_models::testing::write_reproducible_state_dict(&doc, &ckpt).unwrap();
     let clf = ImageClassifier::load(tmp.path().to_str().unwrap(), options).unwrap();
     assert_eq!(clf.network().name(), expected_name);
     assert_eq!(
@@ -150,7 +148,11 @@ fn check_hf(name: &str) {
     for f in ["config.json", "preprocessor_config.json"] {
         std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
     }
-    vision_support::write_state_dict(&doc, &tmp.path().join("model.safetensors"));
+    aneforge_models::testing::write_reproducible_state_dict(
+        &doc,
+        &tmp.path().join("model.safetensors"),
+    )
+    .unwrap();
     let clf =
         ImageClassifier::load(tmp.path().to_str().unwrap(), ClassifierOptions::default()).unwrap();
     assert_eq!(clf.network().name(), name);

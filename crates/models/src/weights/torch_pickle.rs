@@ -17,6 +17,9 @@ use super::{similar_names, HostArray, TensorMeta, TensorSource, WeightError};
 
 const LEGACY_MAGIC: u128 = 0x1950a86a20f9469cfc6c;
 
+/// The most elements one tensor may have (its dense copy is made on reading).
+const MAX_ELEMENTS: usize = 1 << 32;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum StorageType {
     F32,
@@ -621,6 +624,18 @@ impl TorchCheckpoint {
         let elements = storage.len() / t.dtype.size();
         if t.shape.contains(&0) {
             return Ok(());
+        }
+        // Zero strides can address few storage elements with a vast shape; the copy is dense.
+        let count = t
+            .shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .filter(|&c| c <= MAX_ELEMENTS);
+        if count.is_none() {
+            return Err(format!(
+                "{name}: shape {:?} holds more than {MAX_ELEMENTS} elements",
+                t.shape
+            ));
         }
         let last = t
             .shape
