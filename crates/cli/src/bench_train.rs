@@ -129,7 +129,7 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
 
 /// CPU time of every thread of this process so far (Linux: the sum of
 /// `/proc/self/task/*/schedstat` on-CPU nanoseconds; worker threads are long-lived).
-fn process_cpu_seconds() -> Option<f64> {
+pub(crate) fn process_cpu_seconds() -> Option<f64> {
     let mut total = 0u64;
     for task in std::fs::read_dir("/proc/self/task").ok()? {
         let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;

@@ -5,7 +5,9 @@ use clap::{CommandFactory, Parser};
 mod bench;
 mod bench_cpu;
 mod bench_train;
+mod bench_vision;
 mod check_fp16;
+mod classify;
 mod compile;
 mod demo;
 mod digits;
@@ -74,6 +76,8 @@ enum Command {
     Embed(embed::EmbedArgs),
     /// Rank passages for a query with a cross-encoder.
     Rerank(rerank::RerankArgs),
+    /// The top-k ImageNet classes of images (EfficientNet-Lite, ResNet, MobileNetV3).
+    Classify(classify::ClassifyArgs),
     /// Continue a prompt with a decoder LLM; the text streams to stdout, speeds to stderr.
     Generate(llm::GenerateArgs),
     /// An interactive conversation with a chat model (its chat template); one line per turn.
@@ -125,6 +129,7 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Run(args) => run::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Rerank(args) => rerank::run(args),
+        Command::Classify(args) => classify::run(args),
         Command::Generate(args) => llm::generate_cmd(args),
         Command::Chat(args) => llm::chat_cmd(args),
         Command::CheckFp16(args) => check_fp16::run(args),

@@ -57,6 +57,12 @@ fn conv2d_strides_dilation_groups_padding_modes() {
         (1, 4, 7, 10, 4, 3, 1, 2, 4, "custom"),
         (1, 8, 6, 6, 5, 1, 1, 1, 1, "valid"),
         (1, 2, 5, 9, 3, 2, 2, 1, 1, "same_lower"),
+        // depthwise (groups = cin = cout): strides 1-3, kernels 3 and 5, odd sizes
+        (2, 6, 9, 13, 6, 3, 2, 1, 6, "same"),
+        (1, 5, 11, 8, 5, 5, 2, 1, 5, "custom"),
+        (1, 3, 7, 7, 3, 5, 1, 1, 3, "same"),
+        (2, 4, 10, 9, 4, 3, 3, 1, 4, "valid"),
+        (1, 4, 6, 12, 4, 3, 2, 1, 4, "same_lower"),
     ];
     for &d in &[DType::Fp32, DType::Fp16] {
         for &(n, cin, h, w, cout, k, st, dl, groups, pt) in &cases {

@@ -14,6 +14,7 @@ pub mod sentence_transformers;
 pub mod testing;
 pub mod tokenizer;
 pub mod tokenizer_config;
+pub mod vision;
 pub mod weights;
 
 pub use activation::Activation;

@@ -109,6 +109,87 @@ pub fn copy_with_scaled_tensor(
     safetensors::serialize_to_file(views, None, &dst.join("model.safetensors")).map_err(|e| err(&e))
 }
 
+/// splitmix64, the generator of [`write_reproducible_state_dict`]'s weights.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The value of element `e` of state_dict entry `t`, by the entry's name and shape.
+fn values(seed: u64, t: u64, name: &str, shape: &[usize]) -> Result<Vec<f32>, String> {
+    let base = splitmix64(seed ^ (t << 32));
+    let n: usize = shape.iter().product();
+    let leaf = name.rsplit('.').next().unwrap_or_default();
+    let fan_in: usize = shape.iter().skip(1).product();
+    let rule: fn(f64, usize) -> f64 = match leaf {
+        "running_mean" => |u, _| 0.1 * u,
+        "running_var" => |u, _| 1.0 + 0.25 * u,
+        "bias" => |u, _| 0.1 * u,
+        "weight" if shape.len() == 1 => |u, _| 1.0 + 0.25 * u,
+        "weight" => |u, fan_in| u * (3.0 / fan_in as f64).sqrt(),
+        _ => return Err(format!("no rule for {name}")),
+    };
+    Ok((0..n as u64)
+        .map(|e| {
+            let h = splitmix64(base ^ e);
+            let u = (h >> 11) as f64 * 2f64.powi(-53) * 2.0 - 1.0;
+            rule(u, fan_in) as f32
+        })
+        .collect())
+}
+
+/// Writes the state_dict the fixture `doc` (its `seed` and `entries`: name, shape, dtype) of
+/// `tools/fixtures/vision/torchvision_random.py` describes to the safetensors file `path`: the
+/// same random weights torchvision ran, regenerated.
+pub fn write_reproducible_state_dict(
+    doc: &serde_json::Value,
+    path: &std::path::Path,
+) -> Result<(), String> {
+    let seed = doc["seed"].as_u64().ok_or("the fixture has no seed")?;
+    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let entries = doc["entries"]
+        .as_array()
+        .ok_or("the fixture has no entries")?;
+    for (t, e) in entries.iter().enumerate() {
+        let name = e["name"]
+            .as_str()
+            .ok_or("an entry has no name")?
+            .to_string();
+        let shape: Vec<usize> = e["shape"]
+            .as_array()
+            .ok_or("an entry has no shape")?
+            .iter()
+            .map(|d| {
+                d.as_u64()
+                    .map(|d| d as usize)
+                    .ok_or("a dimension is not a number")
+            })
+            .collect::<Result<_, _>>()?;
+        if e["dtype"] == "int64" {
+            let n: usize = shape.iter().product();
+            tensors.push((name, safetensors::Dtype::I64, shape, vec![0u8; 8 * n]));
+        } else {
+            let v = values(seed, t as u64, &name, &shape)?;
+            let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            tensors.push((name, safetensors::Dtype::F32, shape, bytes));
+        }
+    }
+    let views: Vec<_> = tensors
+        .iter()
+        .map(|(n, dt, s, d)| {
+            Ok((
+                n.clone(),
+                safetensors::tensor::TensorView::new(*dt, s.clone(), d)
+                    .map_err(|e| format!("{n}: {e}"))?,
+            ))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    safetensors::serialize_to_file(views, None, path)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// `let model = require_model!("sentence-transformers/all-MiniLM-L6-v2");` — returns from the
 /// enclosing test (skipping it, with a message) when the model is not available locally.
 #[macro_export]

@@ -1,8 +1,10 @@
-//! Named weight tensors read into host arrays: safetensors files (single or sharded) and GGUF files
-//! behind one [`TensorSource`] trait, addressed through a prefixing [`VarBuilder`].
+//! Named weight tensors read into host arrays: safetensors files (single or sharded), PyTorch
+//! `torch.save` state_dicts and GGUF files behind one [`TensorSource`] trait, addressed through a
+//! prefixing [`VarBuilder`].
 
 mod convert;
 mod safetensors_files;
+mod torch_pickle;
 mod varbuilder;
 
 use std::fmt;
@@ -16,6 +18,7 @@ pub(crate) fn convert_ints(bytes: &[u8], width: usize) -> Vec<i64> {
     convert::int_le_to_i64(bytes, width, true)
 }
 pub use safetensors_files::{RawTensor, SafeTensorsFiles};
+pub use torch_pickle::TorchCheckpoint;
 pub use varbuilder::VarBuilder;
 
 /// A dense row-major host array; `data.len()` always equals the product of `shape`.

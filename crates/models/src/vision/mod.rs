@@ -1,0 +1,46 @@
+//! Vision models: images in ([`image_input`]), Pillow-exact resampling ([`resample`]), and image
+//! classifiers ([`classifier`]) of the EfficientNet-Lite, ResNet and MobileNetV3 families, with
+//! BatchNorm folded into the convolutions ([`layers`]).
+
+pub mod classifier;
+pub mod efficientnet_lite;
+pub mod image_input;
+pub mod layers;
+pub mod mobilenet_v3;
+pub mod resample;
+pub mod resnet;
+
+use std::path::PathBuf;
+
+pub use classifier::{
+    imagenet_labels, open_checkpoint, ClassifierOptions, ImageClassifier, Network, Prediction,
+    LOGITS, PIXEL_VALUES,
+};
+pub use image_input::{
+    decode_image, load_image, CropRounding, ImageError, Preprocess, Resize, RgbImage,
+    IMAGENET_MEAN, IMAGENET_STD,
+};
+pub use resample::Interpolation;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VisionError {
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error(transparent)]
+    Resolve(#[from] crate::resolve::ResolveError),
+    #[error(transparent)]
+    Weights(#[from] crate::weights::WeightError),
+    #[error("building the vision graph: {0}")]
+    Graph(#[from] aneforge::GraphError),
+    #[error("vision program: {0}")]
+    Program(#[from] aneforge::Error),
+    #[error("{}: {message}", path.display())]
+    Model { path: PathBuf, message: String },
+    #[error("{source_desc}: no known image classifier layout (EfficientNet-Lite, torchvision ResNet or MobileNetV3); first tensors: {}", first_names.join(", "))]
+    UnknownArchitecture {
+        source_desc: String,
+        first_names: Vec<String>,
+    },
+    #[error("{0}")]
+    Unsupported(String),
+}

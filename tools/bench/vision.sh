@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Image-classifier throughput of aneforge (CPU engine, fp32) next to PyTorch and ONNX Runtime, in
+# one session on the same synthetic inputs: EfficientNet-Lite0 (real weights) and ResNet-50
+# (torchvision, random weights: ImageNet weights are not available here; speed does not depend
+# on them), batch 1 and 8, 1 and 2 threads, each system in its own process. Prints one JSON line
+# per measurement and a table with images/s and on-CPU ms per image.
+# Usage: tools/bench/vision.sh [PYTHON]   (PYTHON: the argument, else $PYTHON, else python3 on the
+# PATH; it needs torch, torchvision, onnx, onnxruntime and efficientnet-lite-pytorch; Lite0's
+# weights come from scripts/fetch-models.sh efficientnet-lite0)
+# Environment: RUNS (10), BATCHES ("1 8"), THREADS ("1 2").
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY="${1:-${PYTHON:-python3}}"
+RUNS="${RUNS:-10}" BATCHES="${BATCHES:-1 8}" THREADS="${THREADS:-1 2}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+echo "# machine"
+lscpu | grep -E "Model name|^CPU\(s\)" || true
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+cargo build --release -p aneforge-cli >/dev/null 2>&1
+"$PY" tools/bench/vision_peers.py resnet50-checkpoint "$work/resnet50.pth"
+lite0="$("$PY" - <<'PYEOF'
+import glob, os
+hub = os.environ.get("HF_HUB_CACHE") or os.path.join(os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+hits = glob.glob(os.path.join(hub, "models--ml-illustrated--efficientnet-lite0", "snapshots", "*", "*.pth"))
+print(hits[0] if hits else "")
+PYEOF
+)"
+[[ -n "$lite0" ]] || { echo "run scripts/fetch-models.sh efficientnet-lite0 first" >&2; exit 1; }
+
+for model in "efficientnet-lite0:$lite0" "resnet50:$work/resnet50.pth"; do
+    ckpt="${model#*:}"
+    for t in $THREADS; do
+        batches="$(tr ' ' ',' <<<"$BATCHES")"
+        ./target/release/aneforge bench vision -m "$ckpt" --batch-sizes "$batches" --runs "$RUNS" \
+            -t "$t" --format jsonl | tee -a "$work/results.jsonl"
+        for b in $BATCHES; do
+            "$PY" tools/bench/vision_peers.py torch "$model" "$b" "$t" "$RUNS" 2>/dev/null | tee -a "$work/results.jsonl"
+            "$PY" tools/bench/vision_peers.py ort "$model" "$b" "$t" "$RUNS" 2>/dev/null | tee -a "$work/results.jsonl"
+        done
+    done
+done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+"$PY" - "$work/results.jsonl" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+def key(r):
+    return ("efficientnet" if "efficientnet" in r["model"] else "resnet50", r["batch"], r["threads"])
+ours = {key(r): r for r in rows if r["system"] == "aneforge"}
+print("\n| model | batch | threads | system | images/s (median) | CPU ms/image | aneforge images/s ratio | aneforge CPU advantage |")
+print("|---|---:|---:|---|---:|---:|---:|---:|")
+for r in sorted(rows, key=lambda r: (key(r), r["system"] != "aneforge", r["system"])):
+    a = ours.get(key(r))
+    ratio = a["images_per_s"] / r["images_per_s"] if a else float("nan")
+    cpu = r["cpu_ms_per_image"] / a["cpu_ms_per_image"] if a else float("nan")
+    print(f"| {key(r)[0]} | {r['batch']} | {r['threads']} | {r['system']} | {r['images_per_s']:.1f} | "
+          f"{r['cpu_ms_per_image']:.1f} | {ratio:.2f}x | {cpu:.2f}x |")
+PYEOF

@@ -1,0 +1,101 @@
+"""Peers of `aneforge bench vision`: PyTorch and ONNX Runtime running the same classifier on the
+same kind of input (deterministic synthetic [batch, 3, H, W] tensors; preprocessing excluded).
+
+  vision_peers.py resnet50-checkpoint OUT.pth      torchvision ResNet-50 with reproducible random
+                                                   weights (ImageNet weights are not available
+                                                   here), saved as a state_dict for aneforge
+  vision_peers.py torch MODEL BATCH THREADS RUNS   one JSON line
+  vision_peers.py ort MODEL BATCH THREADS RUNS     one JSON line (exports MODEL to ONNX first)
+
+MODEL: resnet50:PATH.pth or efficientnet-lite0:PATH.pth. Needs torch, torchvision,
+onnxruntime, onnx and (for Lite0) efficientnet-lite-pytorch==0.1.0 (pip install --no-deps).
+"""
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+
+def build(model):
+    import torch
+    kind, path = model.split(":", 1)
+    if kind == "resnet50":
+        import torchvision
+        net = torchvision.models.resnet50(weights=None)
+        size = 224
+    elif kind == "efficientnet-lite0":
+        from efficientnet_lite_pytorch import EfficientNet
+        net = EfficientNet.from_name("efficientnet-lite0")
+        size = 224
+    else:
+        raise SystemExit(f"unknown model {kind}")
+    net.load_state_dict(torch.load(path, map_location="cpu"))
+    net.eval()
+    return kind, net, size
+
+
+def inputs(batch, size):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    return rng.uniform(-2, 2, (batch, 3, size, size)).astype(np.float32)
+
+
+def measure(run, batch, runs):
+    run()
+    run()
+    wall, cpu = [], []
+    for _ in range(runs):
+        t0, c0 = time.perf_counter(), time.process_time()
+        run()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    med = statistics.median(wall)
+    return {"images_per_s": batch / med, "best_images_per_s": batch / min(wall),
+            "cpu_ms_per_image": 1e3 * statistics.median(cpu) / batch}
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "resnet50-checkpoint":
+        import torch
+        import torchvision
+        torch.manual_seed(0)
+        net = torchvision.models.resnet50(weights=None)
+        torch.save(net.state_dict(), sys.argv[2])
+        return
+    model, batch, threads, runs = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    import torch
+    torch.set_num_threads(threads)
+    kind, net, size = build(model)
+    x = inputs(batch, size)
+    if cmd == "torch":
+        xt = torch.from_numpy(x)
+
+        def run():
+            with torch.no_grad():
+                net(xt)
+        row = {"system": f"pytorch {torch.__version__}"}
+    elif cmd == "ort":
+        import onnxruntime as ort
+        onnx_path = os.path.join(tempfile.mkdtemp(), "model.onnx")
+        torch.onnx.export(net, torch.from_numpy(x), onnx_path, input_names=["x"],
+                          output_names=["logits"], dynamo=False)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        sess = ort.InferenceSession(onnx_path, opts, providers=["CPUExecutionProvider"])
+
+        def run():
+            sess.run(None, {"x": x})
+        row = {"system": f"onnxruntime {ort.__version__}"}
+    else:
+        raise SystemExit(f"unknown command {cmd}")
+    row.update({"model": kind, "batch": batch, "threads": threads})
+    row.update(measure(run, batch, runs))
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
