@@ -22,6 +22,10 @@ pub enum OnnxError {
     Tensor { tensor: String, message: String },
     #[error("model: {0}")]
     Model(String),
+    #[error("model: unsupported: {0}")]
+    UnsupportedModel(String),
+    #[error("input {name:?}: unsupported: {reason}")]
+    UnsupportedInput { name: String, reason: String },
     #[error("input {name:?}: {message}")]
     Input { name: String, message: String },
     #[error("node {node:?} ({op}, opset {opset}): unsupported: {reason}")]
@@ -50,8 +54,16 @@ pub(crate) enum OpError {
 }
 
 impl From<GraphError> for OpError {
+    /// The graph's own limits (rank, empty tensors) make a node unsupported, not invalid.
     fn from(e: GraphError) -> OpError {
-        OpError::Invalid(e.to_string())
+        let message = e.to_string();
+        if message.contains("exceeds the maximum rank")
+            || message.contains("zero-size dimensions are not supported")
+        {
+            OpError::Unsupported(message)
+        } else {
+            OpError::Invalid(message)
+        }
     }
 }
 

@@ -19,7 +19,9 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> OpResult<Vec<usize>> {
             (x, y) if x == y => Ok(x),
             (1, y) => Ok(y),
             (x, 1) => Ok(x),
-            (x, y) => invalid(format!("shapes {a:?} and {b:?} do not broadcast ({x} vs {y})")),
+            (x, y) => invalid(format!(
+                "shapes {a:?} and {b:?} do not broadcast ({x} vs {y})"
+            )),
         })
         .collect()
 }

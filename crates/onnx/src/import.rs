@@ -3,7 +3,7 @@
 
 use crate::error::OpError;
 use crate::node::Node;
-use crate::proto::{type_proto, tensor_shape_proto::dimension, GraphProto, ModelProto, NodeProto};
+use crate::proto::{tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto};
 use crate::value::{const_from_proto, elem_type_name, graph_dtype, Value};
 use crate::{ops, OnnxError};
 use aneforge::graph::input;
@@ -18,6 +18,9 @@ pub struct ImportOptions {
     /// `(name, dims)`: `name` is a graph input (its whole shape) or a symbolic dimension (`dims`
     /// holds its one value). Symbolic dimensions an input binds hold for every input using them.
     pub input_shapes: Vec<(String, Vec<usize>)>,
+    /// Graph inputs fixed to known values: they fold as constants and are no program inputs
+    /// (a program specialised on, say, the axes or sizes a model takes as inputs).
+    pub constant_inputs: Vec<(String, crate::Const)>,
 }
 
 /// A graph input as a program port.
@@ -64,9 +67,11 @@ pub fn model_opset(model: &ModelProto) -> Result<i64, OnnxError> {
         .iter()
         .find(|o| matches!(o.domain(), "" | "ai.onnx"))
         .map(|o| o.version())
-        .ok_or_else(|| OnnxError::Model("imports no opset of the default ONNX domain".into()))?;
+        .ok_or_else(|| {
+            OnnxError::UnsupportedModel("imports no opset of the default ONNX domain".into())
+        })?;
     if !OPSETS.contains(&opset) {
-        return Err(OnnxError::Model(format!(
+        return Err(OnnxError::UnsupportedModel(format!(
             "opset {opset} is outside the supported range {}–{}",
             OPSETS.start(),
             OPSETS.end()
@@ -89,8 +94,27 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Impor
         })?;
         values.insert(t.name().to_string(), Value::Const(c));
     }
+    for (name, c) in &options.constant_inputs {
+        if !graph.input.iter().any(|i| i.name() == name) {
+            return Err(OnnxError::Input {
+                name: name.clone(),
+                message: "is no graph input".into(),
+            });
+        }
+        values.insert(name.clone(), Value::Const(c.clone()));
+    }
     let inputs = bind_inputs(graph, options, &values)?;
     for i in &inputs {
+        if i.shape.len() > aneforge::graph::MAX_RANK || i.shape.contains(&0) {
+            return Err(OnnxError::UnsupportedInput {
+                name: i.onnx_name.clone(),
+                reason: format!(
+                    "shape {:?} (the graph takes ranks up to {} without empty dimensions)",
+                    i.shape,
+                    aneforge::graph::MAX_RANK
+                ),
+            });
+        }
         let t = input(&i.port, &i.shape, i.dtype).map_err(|e| OnnxError::Input {
             name: i.onnx_name.clone(),
             message: e.to_string(),
@@ -104,7 +128,10 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Impor
     let mut outputs = Vec::new();
     for o in &graph.output {
         let value = values.get(o.name()).ok_or_else(|| {
-            OnnxError::Model(format!("graph output {:?} is produced by no node", o.name()))
+            OnnxError::Model(format!(
+                "graph output {:?} is produced by no node",
+                o.name()
+            ))
         })?;
         let tensor = value.to_tensor().map_err(|e| {
             OnnxError::Model(format!("graph output {:?}: {}", o.name(), op_message(e)))
@@ -209,14 +236,17 @@ fn bind_inputs(
         };
         let tensor_type = match i.r#type.as_ref().and_then(|t| t.value.as_ref()) {
             Some(type_proto::Value::TensorType(t)) => t,
-            _ => return Err(err("only tensor inputs are supported".into())),
+            _ => {
+                return Err(OnnxError::UnsupportedInput {
+                    name: i.name().to_string(),
+                    reason: "a sequence, map or optional input (only tensors)".into(),
+                })
+            }
         };
         let elem_type = tensor_type.elem_type();
-        let dtype = graph_dtype(elem_type).ok_or_else(|| {
-            err(format!(
-                "element type {} is not supported",
-                elem_type_name(elem_type)
-            ))
+        let dtype = graph_dtype(elem_type).ok_or_else(|| OnnxError::UnsupportedInput {
+            name: i.name().to_string(),
+            reason: format!("element type {}", elem_type_name(elem_type)),
         })?;
         let declared = declared_dims(i);
         let shape = match (given(i.name()), declared) {
@@ -326,7 +356,9 @@ fn order_nodes<'g>(
                         op: n.op_type().to_string(),
                         node: node_label(n, i),
                         opset: 0,
-                        message: format!("input {name:?} is produced by no node, input or initializer"),
+                        message: format!(
+                            "input {name:?} is produced by no node, input or initializer"
+                        ),
                     })
                 }
             }
@@ -373,7 +405,10 @@ fn node_reads(n: &NodeProto) -> Vec<&str> {
 
 pub(crate) fn node_label(n: &NodeProto, index: usize) -> String {
     if n.name().is_empty() {
-        format!("#{index} -> {}", n.output.first().map_or("", String::as_str))
+        format!(
+            "#{index} -> {}",
+            n.output.first().map_or("", String::as_str)
+        )
     } else {
         n.name().to_string()
     }

@@ -58,10 +58,7 @@ impl Const {
     pub(crate) fn new(shape: Vec<usize>, data: Data) -> OpResult<Const> {
         let n: usize = shape.iter().product();
         if n != data.len() {
-            return invalid(format!(
-                "{} values cannot fill shape {shape:?}",
-                data.len()
-            ));
+            return invalid(format!("{} values cannot fill shape {shape:?}", data.len()));
         }
         Ok(Const { shape, data })
     }
@@ -93,7 +90,9 @@ impl Const {
     }
 
     pub(crate) fn to_f32s(&self) -> Vec<f32> {
-        (0..self.len()).map(|i| self.data.f64_at(i) as f32).collect()
+        (0..self.len())
+            .map(|i| self.data.f64_at(i) as f32)
+            .collect()
     }
 
     /// The graph constant holding this value (integers as i32).
@@ -191,7 +190,9 @@ pub fn const_from_proto(t: &TensorProto) -> Result<Const, String> {
     let from_raw = |width: usize| -> Result<Option<Vec<&[u8]>>, String> {
         match raw {
             None => Ok(None),
-            Some(bytes) if bytes.len() == n * width => Ok(Some(bytes.chunks_exact(width).collect())),
+            Some(bytes) if bytes.len() == n * width => {
+                Ok(Some(bytes.chunks_exact(width).collect()))
+            }
             Some(bytes) => Err(format!(
                 "raw_data holds {} bytes, {n} {} values need {}",
                 bytes.len(),
@@ -202,7 +203,10 @@ pub fn const_from_proto(t: &TensorProto) -> Result<Const, String> {
     };
     let data = match dtype {
         D::Float => Data::F32(match from_raw(4)? {
-            Some(c) => c.iter().map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Some(c) => c
+                .iter()
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
             None => t.float_data.clone(),
         }),
         D::Double => Data::F32(match from_raw(8)? {
@@ -287,7 +291,12 @@ pub fn const_from_proto(t: &TensorProto) -> Result<Const, String> {
             Some(c) => c.iter().map(|b| b[0] != 0).collect(),
             None => t.int32_data.iter().map(|&x| x != 0).collect(),
         }),
-        other => return Err(format!("data type {} is not supported", other.as_str_name())),
+        other => {
+            return Err(format!(
+                "data type {} is not supported",
+                other.as_str_name()
+            ))
+        }
     };
     if data.len() != n {
         return Err(format!(

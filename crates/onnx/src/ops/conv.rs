@@ -25,7 +25,10 @@ fn spatial_rank(x: &Tensor) -> OpResult<usize> {
     match x.rank() {
         3 | 4 => Ok(x.rank() - 2),
         r if r > 4 => unsupported(format!("{} spatial axes (1 or 2 are supported)", r - 2)),
-        _ => invalid(format!("expected [N, C, *spatial], got shape {:?}", x.shape())),
+        _ => invalid(format!(
+            "expected [N, C, *spatial], got shape {:?}",
+            x.shape()
+        )),
     }
 }
 
@@ -74,7 +77,11 @@ fn conv(n: &Node) -> OpResult<Vec<Value>> {
     let w = n.tensor(1)?;
     let k = spatial_rank(&x)?;
     if w.rank() != k + 2 {
-        return invalid(format!("weight shape {:?} for input {:?}", w.shape(), x.shape()));
+        return invalid(format!(
+            "weight shape {:?} for input {:?}",
+            w.shape(),
+            x.shape()
+        ));
     }
     let kernel = w.shape()[2..].to_vec();
     let strides = list(n, "strides", k, 1)?;
@@ -95,7 +102,11 @@ fn conv_transpose(n: &Node) -> OpResult<Vec<Value>> {
     let w = n.tensor(1)?;
     let k = spatial_rank(&x)?;
     if w.rank() != k + 2 {
-        return invalid(format!("weight shape {:?} for input {:?}", w.shape(), x.shape()));
+        return invalid(format!(
+            "weight shape {:?} for input {:?}",
+            w.shape(),
+            x.shape()
+        ));
     }
     if n.attr("output_shape").is_some() {
         return unsupported("the output_shape attribute");

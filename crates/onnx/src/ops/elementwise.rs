@@ -11,7 +11,9 @@ use aneforge::{DType, Tensor};
 
 pub const OPS: &[(&str, Importer)] = &[
     ("Relu", relu),
-    ("Sigmoid", |n| unary(n, UnaryOp::Sigmoid, |x| 1.0 / (1.0 + (-x).exp()))),
+    ("Sigmoid", |n| {
+        unary(n, UnaryOp::Sigmoid, |x| 1.0 / (1.0 + (-x).exp()))
+    }),
     ("Tanh", |n| unary(n, UnaryOp::Tanh, f64::tanh)),
     ("Exp", |n| unary(n, UnaryOp::Exp, f64::exp)),
     ("Log", |n| unary(n, UnaryOp::Log, f64::ln)),
@@ -25,7 +27,9 @@ pub const OPS: &[(&str, Importer)] = &[
     ("Ceil", |n| unary(n, UnaryOp::Ceil, f64::ceil)),
     ("Round", |n| unary(n, UnaryOp::Round, f64::round_ties_even)),
     ("Sign", |n| unary(n, UnaryOp::Sign, sign)),
-    ("Softplus", |n| unary(n, UnaryOp::Softplus, |x| x.exp().ln_1p())),
+    ("Softplus", |n| {
+        unary(n, UnaryOp::Softplus, |x| x.exp().ln_1p())
+    }),
     ("Reciprocal", reciprocal),
     ("Tan", tan),
     ("Add", |n| binary(n, Tensor::add, |v| v[0] + v[1])),
@@ -40,17 +44,29 @@ pub const OPS: &[(&str, Importer)] = &[
     ("Mean", mean),
     ("Equal", |n| compare(n, CompareOp::Equal, |a, b| a == b)),
     ("Less", |n| compare(n, CompareOp::Less, |a, b| a < b)),
-    ("LessOrEqual", |n| compare(n, CompareOp::LessEqual, |a, b| a <= b)),
+    ("LessOrEqual", |n| {
+        compare(n, CompareOp::LessEqual, |a, b| a <= b)
+    }),
     ("Greater", |n| compare(n, CompareOp::Greater, |a, b| a > b)),
-    ("GreaterOrEqual", |n| compare(n, CompareOp::GreaterEqual, |a, b| a >= b)),
+    ("GreaterOrEqual", |n| {
+        compare(n, CompareOp::GreaterEqual, |a, b| a >= b)
+    }),
     ("Not", not),
     ("And", |n| logic(n, |a, b| a && b)),
     ("Or", |n| logic(n, |a, b| a || b)),
     ("Xor", |n| logic(n, |a, b| a != b)),
     ("Where", where_),
     ("Clip", clip),
-    ("LeakyRelu", |n| float_tensor(n)?.leaky_relu(n.attr_f("alpha", 0.01)).map_or_else(|e| Err(e.into()), tensor)),
-    ("Elu", |n| float_tensor(n)?.elu(n.attr_f("alpha", 1.0)).map_or_else(|e| Err(e.into()), tensor)),
+    ("LeakyRelu", |n| {
+        float_tensor(n)?
+            .leaky_relu(n.attr_f("alpha", 0.01))
+            .map_or_else(|e| Err(e.into()), tensor)
+    }),
+    ("Elu", |n| {
+        float_tensor(n)?
+            .elu(n.attr_f("alpha", 1.0))
+            .map_or_else(|e| Err(e.into()), tensor)
+    }),
     ("Selu", selu),
     ("Celu", celu),
     ("HardSigmoid", hard_sigmoid),
@@ -61,6 +77,7 @@ pub const OPS: &[(&str, Importer)] = &[
     ("ThresholdedRelu", thresholded_relu),
     ("Gelu", gelu),
     ("IsNaN", is_nan),
+    ("IsInf", is_inf),
 ];
 
 fn sign(x: f64) -> f64 {
@@ -154,7 +171,11 @@ fn binary(
     }
     let (a, b) = (n.tensor(0)?, n.tensor(1)?);
     if a.dtype() != b.dtype() {
-        return invalid(format!("operand dtypes differ: {} and {}", a.dtype(), b.dtype()));
+        return invalid(format!(
+            "operand dtypes differ: {} and {}",
+            a.dtype(),
+            b.dtype()
+        ));
     }
     if a.dtype() == DType::Bool {
         return unsupported("arithmetic on bool tensors");
@@ -184,7 +205,9 @@ fn div(n: &Node) -> OpResult<Vec<Value>> {
 
 fn pow(n: &Node) -> OpResult<Vec<Value>> {
     if let (Value::Const(a), Value::Const(b)) = (n.input(0)?, n.input(1)?) {
-        return one(Value::Const(elementwise(&[a, b], Out::Same, |v| v[0].powf(v[1]))?));
+        return one(Value::Const(elementwise(&[a, b], Out::Same, |v| {
+            v[0].powf(v[1])
+        })?));
     }
     let a = n.tensor(0)?;
     if a.dtype() != DType::F32 {
@@ -197,14 +220,29 @@ fn pow(n: &Node) -> OpResult<Vec<Value>> {
 fn modulo(n: &Node) -> OpResult<Vec<Value>> {
     let fmod = n.attr_i("fmod", 0) != 0;
     match (n.input(0)?, n.input(1)?) {
-        (Value::Const(a), Value::Const(b)) => one(Value::Const(elementwise(&[a, b], Out::Same, |v| {
-            if fmod {
-                v[0] % v[1]
+        (Value::Const(a), Value::Const(b)) => {
+            one(Value::Const(elementwise(&[a, b], Out::Same, |v| {
+                if fmod {
+                    v[0] % v[1]
+                } else {
+                    v[0] - v[1] * (v[0] / v[1]).floor()
+                }
+            })?))
+        }
+        _ => {
+            let (a, b) = (n.tensor(0)?, n.tensor(1)?);
+            let int = a.dtype() == DType::I32;
+            let (fa, fb) = (a.cast(DType::F32)?, b.cast(DType::F32)?);
+            let q = fa.div(&fb)?;
+            // fmod truncates the quotient, Python-style mod floors it
+            let q = if fmod {
+                q.sign()?.mul(&q.abs()?.floor()?)?
             } else {
-                v[0] - v[1] * (v[0] / v[1]).floor()
-            }
-        })?)),
-        _ => unsupported("Mod of run-time values"),
+                q.floor()?
+            };
+            let r = fa.sub(&q.mul(&fb)?)?;
+            tensor(if int { r.round()?.cast(DType::I32)? } else { r })
+        }
     }
 }
 
@@ -306,13 +344,22 @@ fn where_(n: &Node) -> OpResult<Vec<Value>> {
         }
         let data = match (&pick_a.data, &pick_b.data) {
             (crate::value::Data::F32(x), crate::value::Data::F32(y)) => crate::value::Data::F32(
-                flat.iter().enumerate().map(|(i, &c)| if c { x[i] } else { y[i] }).collect(),
+                flat.iter()
+                    .enumerate()
+                    .map(|(i, &c)| if c { x[i] } else { y[i] })
+                    .collect(),
             ),
             (crate::value::Data::Int(x), crate::value::Data::Int(y)) => crate::value::Data::Int(
-                flat.iter().enumerate().map(|(i, &c)| if c { x[i] } else { y[i] }).collect(),
+                flat.iter()
+                    .enumerate()
+                    .map(|(i, &c)| if c { x[i] } else { y[i] })
+                    .collect(),
             ),
             (crate::value::Data::Bool(x), crate::value::Data::Bool(y)) => crate::value::Data::Bool(
-                flat.iter().enumerate().map(|(i, &c)| if c { x[i] } else { y[i] }).collect(),
+                flat.iter()
+                    .enumerate()
+                    .map(|(i, &c)| if c { x[i] } else { y[i] })
+                    .collect(),
             ),
             _ => return invalid("the two branches have different dtypes"),
         };
@@ -328,6 +375,17 @@ fn where_(n: &Node) -> OpResult<Vec<Value>> {
 }
 
 fn clip(n: &Node) -> OpResult<Vec<Value>> {
+    let runtime_bound = (1..3).any(|i| matches!(n.opt(i), Some(Value::Tensor(_))));
+    if n.opset >= 11 && runtime_bound {
+        let mut y = n.tensor(0)?;
+        if let Some(lo) = n.opt_tensor(1)? {
+            y = y.maximum(&lo)?;
+        }
+        if let Some(hi) = n.opt_tensor(2)? {
+            y = y.minimum(&hi)?;
+        }
+        return tensor(y);
+    }
     let (lo, hi) = if n.opset < 11 {
         (n.attr_f("min", f32::MIN), n.attr_f("max", f32::MAX))
     } else {
@@ -365,14 +423,23 @@ fn selu(n: &Node) -> OpResult<Vec<Value>> {
 fn celu(n: &Node) -> OpResult<Vec<Value>> {
     let alpha = n.attr_f("alpha", 1.0);
     let x = float_tensor(n)?;
-    let neg = x.div_scalar(alpha)?.exp()?.sub_scalar(1.0)?.mul_scalar(alpha)?;
+    let neg = x
+        .div_scalar(alpha)?
+        .exp()?
+        .sub_scalar(1.0)?
+        .mul_scalar(alpha)?;
     tensor(x.maximum_scalar(0.0)?.add(&neg.minimum_scalar(0.0)?)?)
 }
 
 fn hard_sigmoid(n: &Node) -> OpResult<Vec<Value>> {
     let alpha = n.attr_f("alpha", 0.2);
     let beta = n.attr_f("beta", 0.5);
-    tensor(float_tensor(n)?.mul_scalar(alpha)?.add_scalar(beta)?.clip(0.0, 1.0)?)
+    tensor(
+        float_tensor(n)?
+            .mul_scalar(alpha)?
+            .add_scalar(beta)?
+            .clip(0.0, 1.0)?,
+    )
 }
 
 fn hard_swish(n: &Node) -> OpResult<Vec<Value>> {
@@ -395,7 +462,10 @@ fn prelu(n: &Node) -> OpResult<Vec<Value>> {
     let x = float_tensor(n)?;
     let slope = n.tensor(1)?;
     // ONNX broadcasts the slope unidirectionally to x
-    tensor(x.maximum_scalar(0.0)?.add(&x.minimum_scalar(0.0)?.mul(&slope)?)?)
+    tensor(
+        x.maximum_scalar(0.0)?
+            .add(&x.minimum_scalar(0.0)?.mul(&slope)?)?,
+    )
 }
 
 fn thresholded_relu(n: &Node) -> OpResult<Vec<Value>> {
@@ -417,4 +487,23 @@ fn gelu(n: &Node) -> OpResult<Vec<Value>> {
 fn is_nan(n: &Node) -> OpResult<Vec<Value>> {
     let x = float_tensor(n)?;
     tensor(x.compare(CompareOp::NotEqual, &x)?)
+}
+
+fn is_inf(n: &Node) -> OpResult<Vec<Value>> {
+    let x = float_tensor(n)?;
+    let pos = n.attr_i("detect_positive", 1) != 0;
+    let neg = n.attr_i("detect_negative", 1) != 0;
+    let target = match (pos, neg) {
+        (true, true) => x.abs()?,
+        (true, false) => x,
+        (false, true) => x.neg()?,
+        (false, false) => {
+            return tensor(
+                x.compare(CompareOp::NotEqual, &x)?
+                    .cast(DType::F32)?
+                    .compare_scalar(CompareOp::NotEqual, 0.0)?,
+            )
+        }
+    };
+    tensor(target.compare_scalar(CompareOp::Equal, f32::INFINITY)?)
 }

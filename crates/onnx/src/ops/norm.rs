@@ -51,7 +51,19 @@ fn layer_norm(n: &Node) -> OpResult<Vec<Value>> {
     };
     let gamma = fit(n.tensor(1)?)?;
     let beta = n.opt_tensor(2)?.map(fit).transpose()?;
-    tensor(x.layer_norm(&norm_axes, Some(&gamma), beta.as_ref(), eps)?)
+    let y = x.layer_norm(&norm_axes, Some(&gamma), beta.as_ref(), eps)?;
+    if n.proto.output.iter().skip(1).all(|o| o.is_empty()) {
+        return tensor(y);
+    }
+    // the optional statistics outputs, over the normalised axes kept as size 1
+    let mean = x.mean(&norm_axes, true)?;
+    let var = x.sub(&mean)?.square()?.mean(&norm_axes, true)?;
+    let inv_std = var.add_scalar(eps)?.rsqrt()?;
+    Ok(vec![
+        Value::Tensor(y),
+        Value::Tensor(mean),
+        Value::Tensor(inv_std),
+    ])
 }
 
 fn per_channel(t: &aneforge::Tensor, rank: usize) -> OpResult<aneforge::Tensor> {

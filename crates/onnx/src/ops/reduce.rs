@@ -22,6 +22,7 @@ pub const OPS: &[(&str, Importer)] = &[
     ("ReduceLogSumExp", |n| reduce(n, Kind::LogSumExp, 18)),
     ("ArgMax", |n| arg(n, false)),
     ("ArgMin", |n| arg(n, true)),
+    ("Hardmax", hardmax),
     ("Softmax", |n| softmax(n, false)),
     ("LogSoftmax", |n| softmax(n, true)),
 ];
@@ -58,6 +59,19 @@ fn reduce(n: &Node, kind: Kind, axes_input_from: i64) -> OpResult<Vec<Value>> {
         }
     }
     let x = n.tensor(0)?;
+    if x.dtype() == DType::Bool && matches!(kind, Kind::Plain(ReduceOp::Max | ReduceOp::Min)) {
+        let ax: Vec<isize> = list.iter().map(|&a| a as isize).collect();
+        let y = x.cast(DType::F32)?.reduce(
+            if matches!(kind, Kind::Plain(ReduceOp::Max)) {
+                ReduceOp::Max
+            } else {
+                ReduceOp::Min
+            },
+            &ax,
+            keep,
+        )?;
+        return tensor(y.cast(DType::Bool)?);
+    }
     if x.dtype() != DType::F32 && !matches!(kind, Kind::Plain(_)) {
         return unsupported(format!("{} inputs", x.dtype()));
     }
@@ -141,14 +155,39 @@ fn fold_int(c: &Const, op: ReduceOp, list: &[usize], keep: bool) -> OpResult<Con
 }
 
 fn arg(n: &Node, min: bool) -> OpResult<Vec<Value>> {
-    if n.attr_i("select_last_index", 0) != 0 {
-        return unsupported("select_last_index 1");
-    }
     let x = n.tensor(0)?;
-    let a = axis(n.attr_i("axis", 0), x.rank())? as isize;
+    if x.dtype() != DType::F32 {
+        return unsupported(format!("{} inputs", x.dtype()));
+    }
+    let a = axis(n.attr_i("axis", 0), x.rank())?;
     let keep = n.attr_i("keepdims", 1) != 0;
     let src = if min { x.neg()? } else { x };
-    tensor(src.argmax(a, keep)?)
+    if n.attr_i("select_last_index", 0) == 0 {
+        return tensor(src.argmax(a as isize, keep)?);
+    }
+    // the last extreme is the first one of the reversed axis
+    let d = src.shape()[a];
+    let reversed_idx = Const::ints(vec![d], (0..d as i64).rev().collect())?.to_tensor()?;
+    let first = src
+        .gather(&reversed_idx, a as isize)?
+        .argmax(a as isize, keep)?;
+    let last = aneforge::graph::constant(aneforge::HostArray::scalar_i32(d as i32 - 1));
+    tensor(last.sub(&first)?)
+}
+
+fn hardmax(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let default = if n.opset >= 13 { -1 } else { 1 };
+    let a = axis(n.attr_i("axis", default), x.rank())?;
+    if n.opset < 13 && a + 1 != x.rank() {
+        return unsupported("opset < 13 Hardmax over a flattened tail");
+    }
+    let d = x.shape()[a];
+    let idx = x.argmax(a as isize, true)?;
+    let mut iota_shape = vec![1usize; x.rank()];
+    iota_shape[a] = d;
+    let iota = Const::ints(iota_shape, (0..d as i64).collect())?.to_tensor()?;
+    tensor(iota.eq(&idx)?.cast(DType::F32)?)
 }
 
 fn softmax(n: &Node, log: bool) -> OpResult<Vec<Value>> {
@@ -156,7 +195,11 @@ fn softmax(n: &Node, log: bool) -> OpResult<Vec<Value>> {
     let default = if n.opset >= 13 { -1 } else { 1 };
     let a = axis(n.attr_i("axis", default), x.rank())?;
     let apply = |t: &Tensor, ax: isize| -> OpResult<Tensor> {
-        Ok(if log { t.log_softmax(ax)? } else { t.softmax(ax)? })
+        Ok(if log {
+            t.log_softmax(ax)?
+        } else {
+            t.softmax(ax)?
+        })
     };
     if n.opset >= 13 || a + 1 == x.rank() {
         return tensor(apply(&x, a as isize)?);

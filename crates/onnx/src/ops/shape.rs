@@ -43,6 +43,7 @@ pub const OPS: &[(&str, Importer)] = &[
         tensor(n.tensor(0)?.space_to_depth(b as usize)?)
     }),
     ("CumSum", cumsum),
+    ("Trilu", trilu),
 ];
 
 fn isize_shape(s: &[usize]) -> Vec<isize> {
@@ -292,12 +293,17 @@ fn transpose(n: &Node) -> OpResult<Vec<Value>> {
 
 fn concat(n: &Node) -> OpResult<Vec<Value>> {
     let parts: Vec<&Value> = n.inputs.iter().flatten().collect();
-    let first = parts.first().ok_or(crate::error::OpError::Invalid("no inputs".into()))?;
+    let first = parts
+        .first()
+        .ok_or(crate::error::OpError::Invalid("no inputs".into()))?;
     let a = axis(n.attr_i("axis", 0), first.rank())?;
     if n.all_const() {
         let consts: Vec<&Const> = parts.iter().filter_map(|v| v.as_const()).collect();
         let mut shape = consts[0].shape.clone();
-        shape[a] = consts.iter().map(|c| c.shape.get(a).copied().unwrap_or(0)).sum();
+        shape[a] = consts
+            .iter()
+            .map(|c| c.shape.get(a).copied().unwrap_or(0))
+            .sum();
         let outer: usize = shape[..a].iter().product();
         let mut data_f = Vec::new();
         let mut data_i = Vec::new();
@@ -356,7 +362,9 @@ fn split(n: &Node) -> OpResult<Vec<Value>> {
         }
     };
     if sizes.iter().sum::<usize>() != dim {
-        return invalid(format!("sizes {sizes:?} do not partition axis {a} of size {dim}"));
+        return invalid(format!(
+            "sizes {sizes:?} do not partition axis {a} of size {dim}"
+        ));
     }
     let mut start = 0;
     let mut out = Vec::new();
@@ -526,13 +534,12 @@ fn pad(n: &Node) -> OpResult<Vec<Value>> {
         };
         (n.konst(1)?.to_i64s()?, value)
     };
-    let list = if n.opset >= 18 {
-        n.opt_ints(3)?
-    } else {
-        None
-    };
+    let list = if n.opset >= 18 { n.opt_ints(3)? } else { None };
     let list = match list {
-        Some(l) => l.iter().map(|&a| axis(a, r)).collect::<OpResult<Vec<_>>>()?,
+        Some(l) => l
+            .iter()
+            .map(|&a| axis(a, r))
+            .collect::<OpResult<Vec<_>>>()?,
         None => (0..r).collect(),
     };
     if pads.len() != 2 * list.len() {
@@ -552,7 +559,12 @@ fn pad(n: &Node) -> OpResult<Vec<Value>> {
         "edge" => PadMode::Replicate,
         other => return unsupported(format!("mode {other:?}")),
     };
-    tensor(x.pad(&full, mode, value)?)
+    if x.dtype() == DType::F32 {
+        return tensor(x.pad(&full, mode, value)?);
+    }
+    // integers and bools pad as floats (exact below 2^24) and convert back
+    let dtype = x.dtype();
+    tensor(x.cast(DType::F32)?.pad(&full, mode, value)?.cast(dtype)?)
 }
 
 fn gather(n: &Node) -> OpResult<Vec<Value>> {
@@ -567,7 +579,9 @@ fn gather(n: &Node) -> OpResult<Vec<Value>> {
                 .map(|i| if i < 0 { i + dim } else { i })
                 .collect();
             if let Some(bad) = idx.iter().find(|&&i| i < 0 || i >= dim) {
-                return invalid(format!("index {bad} is out of range for axis {a} of size {dim}"));
+                return invalid(format!(
+                    "index {bad} is out of range for axis {a} of size {dim}"
+                ));
             }
             let mut out_shape = x.shape()[..a].to_vec();
             out_shape.extend(&ic.shape);
@@ -606,10 +620,7 @@ fn cast_const(c: &Const, to: DType) -> Const {
 
 fn cast(n: &Node, to: i32) -> OpResult<Vec<Value>> {
     let Some(dtype) = graph_dtype(to) else {
-        return unsupported(format!(
-            "cast to {}",
-            crate::value::elem_type_name(to)
-        ));
+        return unsupported(format!("cast to {}", crate::value::elem_type_name(to)));
     };
     match n.input(0)? {
         Value::Const(c) => one(Value::Const(cast_const(c, dtype))),
@@ -644,7 +655,13 @@ fn depth_to_space(n: &Node) -> OpResult<Vec<Value>> {
             if s.len() != 4 {
                 return invalid(format!("expected [N, C, H, W], got {s:?}"));
             }
-            let (bn, c, h, w, b) = (s[0] as isize, s[1] as isize, s[2] as isize, s[3] as isize, b as isize);
+            let (bn, c, h, w, b) = (
+                s[0] as isize,
+                s[1] as isize,
+                s[2] as isize,
+                s[3] as isize,
+                b as isize,
+            );
             let y = x
                 .reshape(&[bn * c / (b * b), b, b, h, w])?
                 .transpose(&[0, 3, 1, 4, 2])?;
@@ -657,8 +674,41 @@ fn depth_to_space(n: &Node) -> OpResult<Vec<Value>> {
 
 fn cumsum(n: &Node) -> OpResult<Vec<Value>> {
     let x = n.tensor(0)?;
-    let a = axis(n.konst(1)?.to_i64s()?.first().copied().unwrap_or(0), x.rank())?;
+    let a = axis(
+        n.konst(1)?.to_i64s()?.first().copied().unwrap_or(0),
+        x.rank(),
+    )?;
     let exclusive = n.attr_i("exclusive", 0) != 0;
     let reverse = n.attr_i("reverse", 0) != 0;
     tensor(x.cumsum(a as isize, exclusive, reverse)?)
+}
+
+fn trilu(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    if x.rank() < 2 {
+        return invalid(format!("expected rank >= 2, got {:?}", x.shape()));
+    }
+    let k = match n.opt(1) {
+        Some(_) => n.konst(1)?.to_i64s()?.first().copied().unwrap_or(0),
+        None => 0,
+    };
+    let upper = n.attr_i("upper", 1) != 0;
+    let (rows, cols) = (x.shape()[x.rank() - 2], x.shape()[x.rank() - 1]);
+    let keep: Vec<bool> = (0..rows * cols)
+        .map(|f| {
+            let (i, j) = ((f / cols) as i64, (f % cols) as i64);
+            if upper {
+                j - i >= k
+            } else {
+                j - i <= k
+            }
+        })
+        .collect();
+    let mask = Const::new(vec![rows, cols], Data::Bool(keep))?.to_tensor()?;
+    let zero = match x.dtype() {
+        DType::F32 => aneforge::graph::scalar(0.0),
+        DType::I32 => aneforge::graph::constant(aneforge::HostArray::scalar_i32(0)),
+        DType::Bool => aneforge::graph::constant(aneforge::HostArray::from_bool(&[], vec![false])?),
+    };
+    tensor(mask.select(&x, &zero)?)
 }
