@@ -21,6 +21,46 @@ pub struct ImportOptions {
     /// Graph inputs fixed to known values: they fold as constants and are no program inputs
     /// (a program specialised on, say, the axes or sizes a model takes as inputs).
     pub constant_inputs: Vec<(String, crate::Const)>,
+    /// Lookups of a constant f32 table by a fed integer input (embeddings) become inputs of
+    /// their own that the host fills ([`Imported::host_gathers`]): ANE targets cannot gather
+    /// from large tables by data-dependent indices.
+    pub host_gathers: bool,
+}
+
+/// A table lookup moved to the host: the program input `port` receives
+/// `table[indices]` (rows of axis 0), with `indices` the values fed to the input `indices_port`.
+#[derive(Clone, Debug)]
+pub struct HostGather {
+    pub port: String,
+    pub indices_port: String,
+    pub table: crate::Const,
+    pub shape: Vec<usize>,
+}
+
+impl HostGather {
+    /// The rows of the table that `indices` select, flattened.
+    pub fn rows(&self, indices: &[i32]) -> Result<Vec<f32>, OnnxError> {
+        let rows = self.table.shape.first().copied().unwrap_or(0);
+        let width: usize = self.table.shape[1..].iter().product();
+        let table = self.table.to_f32s();
+        let mut out = Vec::with_capacity(indices.len() * width);
+        for &i in indices {
+            let r = if i < 0 {
+                i as i64 + rows as i64
+            } else {
+                i as i64
+            };
+            if r < 0 || r >= rows as i64 {
+                return Err(OnnxError::Input {
+                    name: self.indices_port.clone(),
+                    message: format!("index {i} is outside the {rows}-row table"),
+                });
+            }
+            let r = r as usize;
+            out.extend_from_slice(&table[r * width..(r + 1) * width]);
+        }
+        Ok(out)
+    }
 }
 
 /// A graph input as a program port.
@@ -48,6 +88,8 @@ pub struct Imported {
     pub opset: i64,
     pub inputs: Vec<ImportedInput>,
     pub outputs: Vec<ImportedOutput>,
+    /// Lookups the host computes before each run (with [`ImportOptions::host_gathers`]).
+    pub host_gathers: Vec<HostGather>,
 }
 
 impl Imported {
@@ -121,8 +163,10 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Impor
         })?;
         values.insert(i.onnx_name.clone(), Value::Tensor(t));
     }
+    let host_gathers = std::cell::RefCell::new(Vec::new());
+    let record = options.host_gathers.then_some(&host_gathers);
     for node in order_nodes(graph, &values)? {
-        run_node(node, opset, &mut values)?;
+        run_node(node, opset, &mut values, record)?;
     }
     let mut used = HashSet::new();
     let mut outputs = Vec::new();
@@ -151,6 +195,7 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Impor
         opset,
         inputs,
         outputs,
+        host_gathers: host_gathers.into_inner(),
     })
 }
 
@@ -418,6 +463,7 @@ fn run_node(
     proto: &NodeProto,
     opset: i64,
     values: &mut HashMap<String, Value>,
+    host_gathers: Option<&std::cell::RefCell<Vec<HostGather>>>,
 ) -> Result<(), OnnxError> {
     let label = || {
         if proto.name().is_empty() {
@@ -456,6 +502,7 @@ fn run_node(
         .collect();
     let node = Node {
         proto,
+        host_gathers,
         inputs,
         opset,
     };

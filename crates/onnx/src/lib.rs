@@ -18,7 +18,8 @@ mod value;
 
 pub use error::OnnxError;
 pub use import::{
-    import_model, model_opset, ImportOptions, Imported, ImportedInput, ImportedOutput, OPSETS,
+    import_model, model_opset, HostGather, ImportOptions, Imported, ImportedInput, ImportedOutput,
+    OPSETS,
 };
 pub use ops::supported_ops;
 pub use read::{decode_model, read_model};

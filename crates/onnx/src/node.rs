@@ -7,6 +7,9 @@ use aneforge::Tensor;
 
 pub struct Node<'a> {
     pub proto: &'a NodeProto,
+    /// Where table lookups by a fed input are recorded when they run on the host
+    /// ([`crate::ImportOptions::host_gathers`]); `None` keeps them in the graph.
+    pub host_gathers: Option<&'a std::cell::RefCell<Vec<crate::HostGather>>>,
     /// One entry per declared input; `None` for an omitted optional input (empty name).
     pub inputs: Vec<Option<Value>>,
     /// The version of the default ONNX domain the model imports.

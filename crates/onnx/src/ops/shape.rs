@@ -601,8 +601,44 @@ fn gather(n: &Node) -> OpResult<Vec<Value>> {
             let indices = Const::ints(ic.shape.clone(), idx)?.to_tensor()?;
             tensor(x.to_tensor()?.gather(&indices, a as isize)?)
         }
-        Value::Tensor(i) => tensor(x.to_tensor()?.gather(i, a as isize)?),
+        Value::Tensor(i) => {
+            if let (Some(host), Value::Const(table), 0) = (n.host_gathers, x, a) {
+                if let (Data::F32(_), Some(indices_port)) = (&table.data, fed_input(i)) {
+                    return host_gather(host, table, i, indices_port);
+                }
+            }
+            tensor(x.to_tensor()?.gather(i, a as isize)?)
+        }
     }
+}
+
+/// The fed input an index tensor is (possibly through a cast).
+fn fed_input(t: &aneforge::Tensor) -> Option<String> {
+    match t.op() {
+        aneforge::graph::Op::Input { name } => Some(name.clone()),
+        aneforge::graph::Op::Cast { .. } => t.srcs().first().and_then(fed_input),
+        _ => None,
+    }
+}
+
+fn host_gather(
+    host: &std::cell::RefCell<Vec<crate::HostGather>>,
+    table: &Const,
+    indices: &aneforge::Tensor,
+    indices_port: String,
+) -> OpResult<Vec<Value>> {
+    let mut shape = indices.shape().to_vec();
+    shape.extend(&table.shape[1..]);
+    let mut list = host.borrow_mut();
+    let port = format!("{indices_port}__gathered_{}", list.len());
+    let t = aneforge::graph::input(&port, &shape, DType::F32)?;
+    list.push(crate::HostGather {
+        port,
+        indices_port,
+        table: table.clone(),
+        shape,
+    });
+    tensor(t)
 }
 
 fn cast_const(c: &Const, to: DType) -> Const {
