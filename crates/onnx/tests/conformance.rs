@@ -166,6 +166,7 @@ fn run_case(dir: &Path) -> Outcome {
                 .filter(|(n, _)| !constant_inputs.iter().any(|(b, _)| b == n))
                 .collect(),
             constant_inputs,
+            ..ImportOptions::default()
         };
         import_model(&model, &options).map_err(|e| match e {
             OnnxError::Unsupported { .. }

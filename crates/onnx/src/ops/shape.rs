@@ -196,7 +196,7 @@ fn reshape(n: &Node) -> OpResult<Vec<Value>> {
     let free = dims.iter().filter(|d| d.is_none()).count();
     let shape: Vec<usize> = match free {
         0 => dims.into_iter().flatten().collect(),
-        1 if known > 0 && total % known == 0 => dims
+        1 if known > 0 && total.is_multiple_of(known) => dims
             .into_iter()
             .map(|d| d.unwrap_or(total / known))
             .collect(),
