@@ -20,6 +20,9 @@ pub enum Data {
 pub struct Const {
     pub shape: Vec<usize>,
     pub data: Data,
+    /// The ONNX element type the data came from (0 when computed here): integer data keeps
+    /// whether it was, say, uint8 or int8.
+    pub elem_type: i32,
 }
 
 #[derive(Clone, Debug)]
@@ -60,7 +63,11 @@ impl Const {
         if n != data.len() {
             return invalid(format!("{} values cannot fill shape {shape:?}", data.len()));
         }
-        Ok(Const { shape, data })
+        Ok(Const {
+            shape,
+            data,
+            elem_type: 0,
+        })
     }
 
     pub(crate) fn ints(shape: Vec<usize>, v: Vec<i64>) -> OpResult<Const> {
@@ -304,5 +311,9 @@ pub fn const_from_proto(t: &TensorProto) -> Result<Const, String> {
             data.len()
         ));
     }
-    Ok(Const { shape, data })
+    Ok(Const {
+        shape,
+        data,
+        elem_type: code,
+    })
 }

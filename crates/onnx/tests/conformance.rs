@@ -329,7 +329,7 @@ fn conformance_expected_cases_pass() {
 }
 
 /// The op a case tests: its node's op type, or for a multi-node (expanded) case the op type
-/// whose snake_case name is the longest prefix of the case name.
+/// whose name, lowercased without underscores, is the longest prefix of the case name's.
 fn case_op(case: &str, dir: &Path, known: &[String]) -> String {
     let ops: Vec<String> = read_model(&dir.join("model.onnx"))
         .ok()
@@ -339,29 +339,20 @@ fn case_op(case: &str, dir: &Path, known: &[String]) -> String {
     if let [single] = ops.as_slice() {
         return single.clone();
     }
-    let rest = case.trim_start_matches("test_");
+    let rest = case.trim_start_matches("test_").replace('_', "");
+    let aliases = [
+        ("sce", "SoftmaxCrossEntropyLoss"),
+        ("nllloss", "NegativeLogLikelihoodLoss"),
+    ];
+    if let Some((_, op)) = aliases.iter().find(|(a, _)| rest.starts_with(a)) {
+        return op.to_string();
+    }
     known
         .iter()
-        .filter(|op| {
-            let s = snake(op);
-            rest == s || rest.starts_with(&format!("{s}_"))
-        })
+        .filter(|op| rest.starts_with(&op.to_lowercase()))
         .max_by_key(|op| op.len())
         .cloned()
         .unwrap_or_else(|| ops.first().cloned().unwrap_or_else(|| "?".into()))
-}
-
-fn snake(op: &str) -> String {
-    let mut s = String::new();
-    let chars: Vec<char> = op.chars().collect();
-    for (i, &c) in chars.iter().enumerate() {
-        let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
-        if c.is_uppercase() && i > 0 && (chars[i - 1].is_lowercase() || next_lower) {
-            s.push('_');
-        }
-        s.push(c.to_ascii_lowercase());
-    }
-    s
 }
 
 #[test]
@@ -394,7 +385,13 @@ fn conformance_report() {
     let mut by_op: BTreeMap<String, Vec<(String, Outcome)>> = BTreeMap::new();
     for case in &cases {
         let dir = root.join(case);
-        let outcome = run_guarded(&dir);
+        let outcome = match run_guarded(&dir) {
+            Outcome::Fail(m) => Outcome::Fail(m.replace(&root.display().to_string(), "node")),
+            Outcome::Unsupported(m) => {
+                Outcome::Unsupported(m.replace(&root.display().to_string(), "node"))
+            }
+            Outcome::Pass => Outcome::Pass,
+        };
         by_op
             .entry(case_op(case, &dir, &known))
             .or_default()

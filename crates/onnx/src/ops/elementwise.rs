@@ -78,7 +78,48 @@ pub const OPS: &[(&str, Importer)] = &[
     ("Gelu", gelu),
     ("IsNaN", is_nan),
     ("IsInf", is_inf),
+    ("Sinh", |n| {
+        hyperbolic(n, |x| {
+            Ok(x.exp()?.sub(&x.neg()?.exp()?)?.mul_scalar(0.5)?)
+        })
+    }),
+    ("Cosh", |n| {
+        hyperbolic(n, |x| {
+            Ok(x.exp()?.add(&x.neg()?.exp()?)?.mul_scalar(0.5)?)
+        })
+    }),
+    ("Asinh", |n| {
+        hyperbolic(n, |x| {
+            Ok(x.add(&x.square()?.add_scalar(1.0)?.sqrt()?)?.log()?)
+        })
+    }),
+    ("Acosh", |n| {
+        hyperbolic(n, |x| {
+            Ok(x.add(&x.square()?.sub_scalar(1.0)?.sqrt()?)?.log()?)
+        })
+    }),
+    ("Atanh", |n| {
+        hyperbolic(n, |x| {
+            let ratio = x.add_scalar(1.0)?.div(&x.neg()?.add_scalar(1.0)?)?;
+            Ok(ratio.log()?.mul_scalar(0.5)?)
+        })
+    }),
+    ("Shrink", shrink),
 ];
+
+fn hyperbolic(n: &Node, f: fn(&Tensor) -> OpResult<Tensor>) -> OpResult<Vec<Value>> {
+    tensor(f(&float_tensor(n)?)?)
+}
+
+fn shrink(n: &Node) -> OpResult<Vec<Value>> {
+    let lambd = n.attr_f("lambd", 0.5);
+    let bias = n.attr_f("bias", 0.0);
+    let x = float_tensor(n)?;
+    let below = x.compare_scalar(CompareOp::Less, -lambd)?;
+    let above = x.compare_scalar(CompareOp::Greater, lambd)?;
+    let y = above.select(&x.sub_scalar(bias)?, &scalar(0.0))?;
+    tensor(below.select(&x.add_scalar(bias)?, &y)?)
+}
 
 fn sign(x: f64) -> f64 {
     if x > 0.0 {

@@ -4,8 +4,11 @@
 
 mod conv;
 mod elementwise;
+mod generate;
 mod linalg;
+mod loss;
 mod norm;
+mod quant;
 mod reduce;
 mod shape;
 
@@ -20,7 +23,10 @@ const FAMILIES: &[&[(&str, Importer)]] = &[
     linalg::OPS,
     conv::OPS,
     norm::OPS,
+    quant::OPS,
     shape::OPS,
+    generate::OPS,
+    loss::OPS,
     reduce::OPS,
 ];
 

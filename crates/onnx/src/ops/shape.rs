@@ -44,7 +44,90 @@ pub const OPS: &[(&str, Importer)] = &[
     }),
     ("CumSum", cumsum),
     ("Trilu", trilu),
+    ("GatherElements", gather_elements),
+    ("GatherND", gather_nd),
 ];
+
+/// Picks the elements at flat positions `flat` of `x`, as an array of `shape`: on the host for
+/// a constant, else one gather from the flattened tensor.
+fn take_flat(x: &Value, flat: Vec<usize>, shape: Vec<usize>) -> OpResult<Vec<Value>> {
+    match x {
+        Value::Const(c) => one(Value::Const(c.take(&flat, shape)?)),
+        Value::Tensor(t) => {
+            let idx = Const::ints(shape, flat.iter().map(|&i| i as i64).collect())?.to_tensor()?;
+            tensor(t.reshape(&[-1])?.gather(&idx, 0)?)
+        }
+    }
+}
+
+fn gather_elements(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.input(0)?;
+    let indices = n.konst(1)?;
+    let r = x.rank();
+    if indices.shape.len() != r {
+        return invalid("data and indices differ in rank");
+    }
+    let a = axis(n.attr_i("axis", 0), r)?;
+    let dim = x.shape()[a] as i64;
+    let in_strides = strides(x.shape());
+    let out_strides = strides(&indices.shape);
+    let idx = indices.to_i64s()?;
+    let mut flat = Vec::with_capacity(idx.len());
+    for (f, &i) in idx.iter().enumerate() {
+        let i = if i < 0 { i + dim } else { i };
+        if i < 0 || i >= dim {
+            return invalid(format!(
+                "index {i} is out of range for axis {a} of size {dim}"
+            ));
+        }
+        let mut pos = 0;
+        for k in 0..r {
+            let coord = if k == a {
+                i as usize
+            } else {
+                f / out_strides[k] % indices.shape[k]
+            };
+            pos += coord * in_strides[k];
+        }
+        flat.push(pos);
+    }
+    take_flat(x, flat, indices.shape.clone())
+}
+
+fn gather_nd(n: &Node) -> OpResult<Vec<Value>> {
+    if n.attr_i("batch_dims", 0) != 0 {
+        return unsupported("batch_dims");
+    }
+    let x = n.input(0)?;
+    let indices = n.konst(1)?;
+    let Some((&k, lead)) = indices.shape.split_last() else {
+        return invalid("indices must have rank >= 1");
+    };
+    if k == 0 || k > x.rank() {
+        return invalid(format!("index tuples of {k} for data of rank {}", x.rank()));
+    }
+    let in_strides = strides(x.shape());
+    let inner: usize = x.shape()[k..].iter().product();
+    let idx = indices.to_i64s()?;
+    let mut flat = Vec::with_capacity(idx.len() / k * inner);
+    for tuple in idx.chunks(k) {
+        let mut base = 0;
+        for (j, &i) in tuple.iter().enumerate() {
+            let dim = x.shape()[j] as i64;
+            let i = if i < 0 { i + dim } else { i };
+            if i < 0 || i >= dim {
+                return invalid(format!(
+                    "index {i} is out of range for axis {j} of size {dim}"
+                ));
+            }
+            base += i as usize * in_strides[j];
+        }
+        flat.extend(base..base + inner);
+    }
+    let mut shape = lead.to_vec();
+    shape.extend(&x.shape()[k..]);
+    take_flat(x, flat, shape)
+}
 
 fn isize_shape(s: &[usize]) -> Vec<isize> {
     s.iter().map(|&d| d as isize).collect()
@@ -651,6 +734,7 @@ fn cast_const(c: &Const, to: DType) -> Const {
     Const {
         shape: c.shape.clone(),
         data,
+        elem_type: 0,
     }
 }
 
