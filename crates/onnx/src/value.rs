@@ -166,11 +166,13 @@ pub fn elem_type_name(code: i32) -> String {
         .unwrap_or_else(|_| format!("type code {code}"))
 }
 
-/// The graph dtype an ONNX element type is imported as, if any.
+/// The graph dtype an ONNX element type is imported as, if any. Doubles compute as f32, the
+/// graph's float type (as Core ML converters do); every integer type up to 32 bits, and int64,
+/// as i32.
 pub fn graph_dtype(code: i32) -> Option<DType> {
     use DataType as D;
     match D::try_from(code).ok()? {
-        D::Float => Some(DType::F32),
+        D::Float | D::Double => Some(DType::F32),
         D::Int8 | D::Uint8 | D::Int16 | D::Uint16 | D::Int32 | D::Int64 | D::Uint32 => {
             Some(DType::I32)
         }

@@ -6,7 +6,7 @@ use crate::error::{invalid, unsupported, OpResult};
 use crate::node::{to_usize, Node};
 use crate::value::Value;
 use aneforge::graph::{ConvAttrs, Op, PoolAttrs, PoolKind};
-use aneforge::Tensor;
+use aneforge::{DType, Tensor};
 
 pub const OPS: &[(&str, Importer)] = &[
     ("Conv", conv),
@@ -141,6 +141,18 @@ fn conv_transpose(n: &Node) -> OpResult<Vec<Value>> {
 
 fn pool(n: &Node, kind: PoolKind) -> OpResult<Vec<Value>> {
     let x = n.tensor(0)?;
+    if x.dtype() == DType::I32 && kind == PoolKind::Max {
+        // integer max pooling runs on floats (exact below 2^24)
+        let y = pool_of(n, kind, x.cast(DType::F32)?)?;
+        return match y.as_slice() {
+            [Value::Tensor(t)] => tensor(t.cast(DType::I32)?),
+            _ => invalid("pooling produced no tensor"),
+        };
+    }
+    pool_of(n, kind, x)
+}
+
+fn pool_of(n: &Node, kind: PoolKind, x: Tensor) -> OpResult<Vec<Value>> {
     let k = spatial_rank(&x)?;
     let kernel = match n.attr_ints("kernel_shape") {
         Some(v) if v.len() == k => to_usize(&v, "kernel_shape")?,
@@ -155,14 +167,98 @@ fn pool(n: &Node, kind: PoolKind) -> OpResult<Vec<Value>> {
     }
     let strides = list(n, "strides", k, 1)?;
     let pads = window_pads(n, &x.shape()[2..], &kernel, &strides, &dilations)?;
+    let ceil_mode = n.attr_i("ceil_mode", 0) != 0;
     let attrs = PoolAttrs {
         kind,
-        kernel,
-        strides,
-        pads,
-        ceil_mode: n.attr_i("ceil_mode", 0) != 0,
+        kernel: kernel.clone(),
+        strides: strides.clone(),
+        pads: pads.clone(),
+        ceil_mode,
     };
-    tensor(x.pool(attrs)?)
+    match x.pool(attrs) {
+        Ok(y) => tensor(y),
+        // the graph op takes padding up to half the kernel and symmetric ceil-mode windows
+        Err(_) => padded_pool(&x, kind, &kernel, &strides, &pads, ceil_mode),
+    }
+}
+
+/// Pooling with any padding: the padding (and, in ceil mode, the end of the last window) is
+/// written out, the windows pool without padding, and an average divides by a pooled count of
+/// the positions that count (input elements, and explicit padding with `count_pad`).
+fn padded_pool(
+    x: &Tensor,
+    kind: PoolKind,
+    kernel: &[usize],
+    strides: &[usize],
+    pads: &[(usize, usize)],
+    ceil_mode: bool,
+) -> OpResult<Vec<Value>> {
+    let spatial = &x.shape()[2..];
+    let mut full = vec![(0usize, 0usize); 2];
+    for (i, &(b, e)) in pads.iter().enumerate() {
+        let len = spatial[i] + b + e;
+        if len < kernel[i] {
+            return invalid(format!(
+                "axis {i}: the kernel {} exceeds the padded size {len}",
+                kernel[i]
+            ));
+        }
+        let mut extra = 0;
+        if ceil_mode {
+            let mut out = (len - kernel[i]).div_ceil(strides[i]) + 1;
+            // the last window must start inside the input or its leading padding
+            if (out - 1) * strides[i] >= spatial[i] + b {
+                out -= 1;
+            }
+            extra = ((out - 1) * strides[i] + kernel[i]).saturating_sub(len);
+        }
+        full.push((b, e + extra));
+    }
+    let window = |t: &Tensor, k: PoolKind| -> OpResult<Tensor> {
+        Ok(t.pool(PoolAttrs {
+            kind: k,
+            kernel: kernel.to_vec(),
+            strides: strides.to_vec(),
+            pads: vec![(0, 0); kernel.len()],
+            ceil_mode: false,
+        })?)
+    };
+    match kind {
+        PoolKind::Max => {
+            let padded = x.pad(&full, aneforge::graph::PadMode::Constant, f32::MIN)?;
+            tensor(window(&padded, PoolKind::Max)?)
+        }
+        PoolKind::Avg { count_pad } => {
+            let sum = window(
+                &x.pad(&full, aneforge::graph::PadMode::Constant, 0.0)?,
+                PoolKind::Avg { count_pad: true },
+            )?;
+            // 1 where a position counts: the input, and the explicit padding with count_pad
+            let mut mask_shape = vec![1usize, 1];
+            mask_shape.extend(spatial);
+            let ones = aneforge::graph::full(&mask_shape, 1.0)?;
+            let counted: Vec<(usize, usize)> = full
+                .iter()
+                .enumerate()
+                .map(|(i, &(b, _))| {
+                    if i >= 2 && count_pad {
+                        (b, pads[i - 2].1)
+                    } else {
+                        (0, 0)
+                    }
+                })
+                .collect();
+            let mut mask = ones.pad(&counted, aneforge::graph::PadMode::Constant, 1.0)?;
+            let rest: Vec<(usize, usize)> = full
+                .iter()
+                .zip(&counted)
+                .map(|(&(b, e), &(cb, ce))| (b - cb, e - ce))
+                .collect();
+            mask = mask.pad(&rest, aneforge::graph::PadMode::Constant, 0.0)?;
+            let count = window(&mask, PoolKind::Avg { count_pad: true })?;
+            tensor(sum.div(&count)?)
+        }
+    }
 }
 
 fn global(n: &Node, max: bool) -> OpResult<Vec<Value>> {
