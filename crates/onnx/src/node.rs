@@ -21,10 +21,6 @@ impl Node<'_> {
         self.inputs.len()
     }
 
-    pub fn has(&self, i: usize) -> bool {
-        matches!(self.inputs.get(i), Some(Some(_)))
-    }
-
     pub fn input(&self, i: usize) -> OpResult<&Value> {
         match self.inputs.get(i) {
             Some(Some(v)) => Ok(v),
@@ -49,7 +45,8 @@ impl Node<'_> {
         match self.input(i)? {
             Value::Const(c) => Ok(c),
             Value::Tensor(_) => unsupported(format!(
-                "input {i} is computed at run time; it must be a constant"
+                "input {i} ({:?}) is computed at run time; it must be a constant",
+                self.proto.input.get(i).map_or("", String::as_str)
             )),
         }
     }

@@ -140,30 +140,31 @@ fn run_case(dir: &Path) -> Outcome {
     if expected.iter().any(|c| c.shape.contains(&0)) {
         return Outcome::Unsupported("empty outputs".into());
     }
-    // Inputs that determine shapes (axes, sizes, pads, ...) must be known when the program is
-    // compiled: empty integer inputs are always bound as constants, and when the import asks
-    // for a constant the case is imported again with every integer and scalar input bound.
-    let bind = |all: bool| -> Result<Vec<(String, Const)>, Outcome> {
-        let mut bound = Vec::new();
-        for (name, c) in input_names.iter().zip(&inputs) {
-            let int = matches!(c.data, Data::Int(_));
-            if c.shape.contains(&0) && !int {
-                return Err(Outcome::Unsupported(format!("empty input {name}")));
+    // Inputs that determine shapes (axes, sizes, scales, pads, ...) must be known when the
+    // program is compiled: empty integer inputs are bound as constants from the start, and each
+    // graph input an import names as needing a constant is bound and the case imported again.
+    let mut bound: Vec<String> = Vec::new();
+    for (name, c) in input_names.iter().zip(&inputs) {
+        if c.shape.contains(&0) {
+            if !matches!(c.data, Data::Int(_)) {
+                return Outcome::Unsupported(format!("empty input {name}"));
             }
-            if c.shape.contains(&0) || (all && (int || c.shape.is_empty())) {
-                bound.push((name.clone(), c.clone()));
-            }
+            bound.push(name.clone());
         }
-        Ok(bound)
-    };
-    let import = |all: bool| -> Result<aneforge_onnx::Imported, Outcome> {
-        let constant_inputs = bind(all)?;
+    }
+    let import = |bound: &[String]| -> Result<aneforge_onnx::Imported, Outcome> {
+        let constant_inputs: Vec<(String, Const)> = input_names
+            .iter()
+            .zip(&inputs)
+            .filter(|(n, _)| bound.contains(n))
+            .map(|(n, c)| (n.clone(), c.clone()))
+            .collect();
         let options = ImportOptions {
             input_shapes: input_names
                 .iter()
                 .cloned()
                 .zip(inputs.iter().map(|c| c.shape.clone()))
-                .filter(|(n, _)| !constant_inputs.iter().any(|(b, _)| b == n))
+                .filter(|(n, _)| !bound.contains(n))
                 .collect(),
             constant_inputs,
             ..ImportOptions::default()
@@ -175,13 +176,30 @@ fn run_case(dir: &Path) -> Outcome {
             e => Outcome::Fail(e.to_string()),
         })
     };
-    let imported = match import(false) {
-        Ok(i) => i,
-        Err(Outcome::Unsupported(m)) if m.contains("must be a constant") => match import(true) {
-            Ok(i) => i,
+    let imported = loop {
+        match import(&bound) {
+            Ok(i) => break i,
+            Err(Outcome::Unsupported(m)) if m.contains("must be a constant") => {
+                let named = m.split('"').find(|part| {
+                    input_names.iter().any(|n| n == part) && !bound.iter().any(|b| b == part)
+                });
+                let scalars_and_ints: Vec<String> = input_names
+                    .iter()
+                    .zip(&inputs)
+                    .filter(|(n, c)| {
+                        !bound.contains(n) && (matches!(c.data, Data::Int(_)) || c.shape.is_empty())
+                    })
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                match named {
+                    Some(name) => bound.push(name.to_string()),
+                    // a value computed from inputs: bind the integer and scalar inputs at once
+                    None if !scalars_and_ints.is_empty() => bound.extend(scalars_and_ints),
+                    None => return Outcome::Unsupported(m),
+                }
+            }
             Err(o) => return o,
-        },
-        Err(o) => return o,
+        }
     };
     if imported.outputs.len() != expected.len() {
         return Outcome::Fail(format!(
@@ -415,7 +433,9 @@ fn write_report(by_op: &BTreeMap<String, Vec<(String, Outcome)>>, total: usize) 
          conformance_report` over ONNX's backend node test cases (the onnx 1.17.0 wheel, \
          `scripts/fetch-models.sh onnx-node-tests`), each imported, compiled for the CPU target, \
          run on the CPU engine and compared with ONNX's expected outputs (rtol 1e-3, atol 1e-7). \
-         Do not edit by hand. The cases that pass are listed in \
+         Graph inputs that a node needs as constants (axes, sizes, scales, pads, ...) are bound to \
+         the case's input values, since a compiled program is specialised on them; doubles \
+         compute as f32. Do not edit by hand. The cases that pass are listed in \
          `crates/onnx/tests/conformance/expected_pass.txt`; CI fails when one of them fails.\n\n",
     );
     md.push_str(&format!(

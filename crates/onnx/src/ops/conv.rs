@@ -124,19 +124,42 @@ fn conv_transpose(n: &Node) -> OpResult<Vec<Value>> {
         groups: n.attr_i("group", 1).max(1) as usize,
     };
     let output_padding = list(n, "output_padding", k, 0)?;
-    let mut srcs = vec![x, w];
-    let has_bias = n.has(2);
-    if has_bias {
-        srcs.push(n.tensor(2)?);
+    let bias = n.opt_tensor(2)?;
+    let build = |attrs: ConvAttrs, output_padding: Vec<usize>, bias: Option<&Tensor>| {
+        let mut srcs = vec![x.clone(), w.clone()];
+        srcs.extend(bias.cloned());
+        Tensor::from_op(
+            Op::ConvTranspose {
+                attrs,
+                output_padding,
+                has_bias: bias.is_some(),
+            },
+            srcs,
+        )
+    };
+    let grows = (0..k).any(|i| output_padding[i] > attrs.pads[i].1);
+    if !grows {
+        return tensor(build(attrs, output_padding, bias.as_ref())?);
     }
-    tensor(Tensor::from_op(
-        Op::ConvTranspose {
-            attrs,
-            output_padding,
-            has_bias,
-        },
-        srcs,
-    )?)
+    // output padding beyond the trailing padding extends the output past the full transposed
+    // convolution, where only the bias lands: compute the full result and append zeros
+    let mut full_attrs = attrs.clone();
+    let mut extend = vec![(0usize, 0usize); 2];
+    for (i, &op) in output_padding.iter().enumerate() {
+        let (pb, pa) = attrs.pads[i];
+        full_attrs.pads[i] = (pb, 0);
+        extend.push((0, op.saturating_sub(pa)));
+    }
+    let y = build(full_attrs, vec![0; k], None)?;
+    let y = y.pad(&extend, aneforge::graph::PadMode::Constant, 0.0)?;
+    match bias {
+        Some(b) => {
+            let mut shape = vec![b.len() as isize];
+            shape.extend(std::iter::repeat_n(1, k));
+            tensor(y.add(&b.reshape(&shape)?)?)
+        }
+        None => tensor(y),
+    }
 }
 
 fn pool(n: &Node, kind: PoolKind) -> OpResult<Vec<Value>> {

@@ -10,6 +10,7 @@ mod loss;
 mod norm;
 mod quant;
 mod reduce;
+mod resize;
 mod shape;
 
 use crate::error::OpResult;
@@ -28,6 +29,7 @@ const FAMILIES: &[&[(&str, Importer)]] = &[
     generate::OPS,
     loss::OPS,
     reduce::OPS,
+    resize::OPS,
 ];
 
 pub fn lookup(op: &str) -> Option<Importer> {
