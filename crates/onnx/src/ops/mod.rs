@@ -9,6 +9,7 @@ mod linalg;
 mod loss;
 mod norm;
 mod quant;
+mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
@@ -28,6 +29,7 @@ const FAMILIES: &[&[(&str, Importer)]] = &[
     shape::OPS,
     generate::OPS,
     loss::OPS,
+    recurrent::OPS,
     reduce::OPS,
     resize::OPS,
 ];
