@@ -16,6 +16,7 @@ pub const OPS: &[(&str, Importer)] = &[
         let count_pad = n.attr_i("count_include_pad", 0) != 0;
         pool(n, PoolKind::Avg { count_pad })
     }),
+    ("LpPool", lp_pool),
     ("GlobalAveragePool", |n| global(n, false)),
     ("GlobalMaxPool", |n| global(n, true)),
 ];
@@ -282,6 +283,35 @@ fn padded_pool(
             tensor(sum.div(&count)?)
         }
     }
+}
+
+/// `(Σ_window |x|^p)^(1/p)`: an average pool counting the padding, times the window size.
+fn lp_pool(n: &Node) -> OpResult<Vec<Value>> {
+    let p = n.attr_i("p", 2);
+    if p <= 0 {
+        return invalid(format!("p = {p}"));
+    }
+    let x = n.tensor(0)?;
+    let powered = if p == 2 {
+        x.square()?
+    } else {
+        x.abs()?.pow_scalar(p as f32)?
+    };
+    let area: usize = n
+        .attr_ints("kernel_shape")
+        .unwrap_or_default()
+        .iter()
+        .product::<i64>()
+        .max(1) as usize;
+    let pooled = match pool_of(n, PoolKind::Avg { count_pad: true }, powered)?.as_slice() {
+        [Value::Tensor(t)] => t.mul_scalar(area as f32)?,
+        _ => return invalid("pooling produced no tensor"),
+    };
+    tensor(if p == 2 {
+        pooled.sqrt()?
+    } else {
+        pooled.pow_scalar(1.0 / p as f32)?
+    })
 }
 
 fn global(n: &Node, max: bool) -> OpResult<Vec<Value>> {

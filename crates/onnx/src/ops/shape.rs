@@ -46,7 +46,137 @@ pub const OPS: &[(&str, Importer)] = &[
     ("Trilu", trilu),
     ("GatherElements", gather_elements),
     ("GatherND", gather_nd),
+    ("ScatterElements", scatter_elements),
+    ("Scatter", scatter_elements),
+    ("ScatterND", scatter_nd),
+    ("CenterCropPad", center_crop_pad),
 ];
+
+/// `data` with the elements at flat positions `targets[k]` replaced by update `k` (the last
+/// update of a position wins): one constant-index gather of the updates and a select.
+fn scatter_flat(n: &Node, targets: &[usize]) -> OpResult<Vec<Value>> {
+    if n.attr_s("reduction", "none") != "none" {
+        return unsupported(format!("reduction {:?}", n.attr_s("reduction", "none")));
+    }
+    let data = n.tensor(0)?;
+    let updates = n.tensor(2)?;
+    let len = data.len();
+    let mut source = vec![0i64; len];
+    let mut hit = vec![false; len];
+    for (k, &t) in targets.iter().enumerate() {
+        source[t] = k as i64;
+        hit[t] = true;
+    }
+    let shape = data.shape().to_vec();
+    let picked = updates
+        .reshape(&[-1])?
+        .gather(&Const::ints(shape.clone(), source)?.to_tensor()?, 0)?;
+    let mask = Const::new(shape, Data::Bool(hit))?.to_tensor()?;
+    tensor(mask.select(&picked, &data)?)
+}
+
+fn scatter_elements(n: &Node) -> OpResult<Vec<Value>> {
+    let shape = n.input(0)?.shape().to_vec();
+    let indices = n.konst(1)?;
+    let a = axis(n.attr_i("axis", 0), shape.len())?;
+    if indices.shape.len() != shape.len() {
+        return invalid("data and indices differ in rank");
+    }
+    let dim = shape[a] as i64;
+    let (data_strides, idx_strides) = (strides(&shape), strides(&indices.shape));
+    let mut targets = Vec::with_capacity(indices.len());
+    for (f, &i) in indices.to_i64s()?.iter().enumerate() {
+        let i = if i < 0 { i + dim } else { i };
+        if i < 0 || i >= dim {
+            return invalid(format!(
+                "index {i} is out of range for axis {a} of size {dim}"
+            ));
+        }
+        let pos: usize = (0..shape.len())
+            .map(|k| {
+                let c = if k == a {
+                    i as usize
+                } else {
+                    f / idx_strides[k] % indices.shape[k]
+                };
+                c * data_strides[k]
+            })
+            .sum();
+        targets.push(pos);
+    }
+    scatter_flat(n, &targets)
+}
+
+fn scatter_nd(n: &Node) -> OpResult<Vec<Value>> {
+    let shape = n.input(0)?.shape().to_vec();
+    let indices = n.konst(1)?;
+    let Some(&k) = indices.shape.last() else {
+        return invalid("indices must have rank >= 1");
+    };
+    if k == 0 || k > shape.len() {
+        return invalid(format!(
+            "index tuples of {k} for data of rank {}",
+            shape.len()
+        ));
+    }
+    let data_strides = strides(&shape);
+    let inner: usize = shape[k..].iter().product();
+    let mut targets = Vec::new();
+    for tuple in indices.to_i64s()?.chunks(k) {
+        let mut base = 0;
+        for (j, &i) in tuple.iter().enumerate() {
+            let dim = shape[j] as i64;
+            let i = if i < 0 { i + dim } else { i };
+            if i < 0 || i >= dim {
+                return invalid(format!(
+                    "index {i} is out of range for axis {j} of size {dim}"
+                ));
+            }
+            base += i as usize * data_strides[j];
+        }
+        targets.extend(base..base + inner);
+    }
+    scatter_flat(n, &targets)
+}
+
+fn center_crop_pad(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let target = to_usize(&n.konst(1)?.to_i64s()?, "size")?;
+    let r = x.rank();
+    let list = match n.attr_ints("axes") {
+        Some(l) => l
+            .iter()
+            .map(|&a| axis(a, r))
+            .collect::<OpResult<Vec<_>>>()?,
+        None => (0..r).collect(),
+    };
+    if list.len() != target.len() {
+        return invalid(format!("{} sizes for {} axes", target.len(), list.len()));
+    }
+    let mut begin = vec![0usize; r];
+    let mut end = x.shape().to_vec();
+    let mut pads = vec![(0usize, 0usize); r];
+    for (&a, &t) in list.iter().zip(&target) {
+        let d = x.shape()[a];
+        if t < d {
+            begin[a] = (d - t) / 2;
+            end[a] = begin[a] + t;
+        } else if t > d {
+            let before = (t - d) / 2;
+            pads[a] = (before, t - d - before);
+        }
+    }
+    let y = x.slice(&begin, &end, &vec![1; r])?;
+    if pads.iter().all(|&p| p == (0, 0)) {
+        return tensor(y);
+    }
+    let dtype = y.dtype();
+    tensor(
+        y.cast(DType::F32)?
+            .pad(&pads, PadMode::Constant, 0.0)?
+            .cast(dtype)?,
+    )
+}
 
 /// Picks the elements at flat positions `flat` of `x`, as an array of `shape`: on the host for
 /// a constant, else one gather from the flattened tensor.
