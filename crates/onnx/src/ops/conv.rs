@@ -177,32 +177,99 @@ fn pool(n: &Node, kind: PoolKind) -> OpResult<Vec<Value>> {
 }
 
 fn pool_of(n: &Node, kind: PoolKind, x: Tensor) -> OpResult<Vec<Value>> {
-    let k = spatial_rank(&x)?;
+    // three spatial axes pool by strided slices (the graph op takes one or two)
+    let k = if x.rank() == 5 { 3 } else { spatial_rank(&x)? };
     let kernel = match n.attr_ints("kernel_shape") {
         Some(v) if v.len() == k => to_usize(&v, "kernel_shape")?,
         _ => return invalid(format!("kernel_shape must list {k} sizes")),
     };
     let dilations = list(n, "dilations", k, 1)?;
-    if dilations.iter().any(|&d| d != 1) {
-        return unsupported("dilated pooling");
-    }
     if n.attr_i("storage_order", 0) != 0 {
         return unsupported("storage_order 1");
     }
     let strides = list(n, "strides", k, 1)?;
     let pads = window_pads(n, &x.shape()[2..], &kernel, &strides, &dilations)?;
     let ceil_mode = n.attr_i("ceil_mode", 0) != 0;
-    let attrs = PoolAttrs {
-        kind,
-        kernel: kernel.clone(),
-        strides: strides.clone(),
-        pads: pads.clone(),
-        ceil_mode,
+    let window = Window {
+        kernel,
+        strides,
+        dilations,
     };
-    match x.pool(attrs) {
-        Ok(y) => tensor(y),
-        // the graph op takes padding up to half the kernel and symmetric ceil-mode windows
-        Err(_) => padded_pool(&x, kind, &kernel, &strides, &pads, ceil_mode),
+    if k <= 2 && window.dilations.iter().all(|&d| d == 1) {
+        let attrs = PoolAttrs {
+            kind,
+            kernel: window.kernel.clone(),
+            strides: window.strides.clone(),
+            pads: pads.clone(),
+            ceil_mode,
+        };
+        if let Ok(y) = x.pool(attrs) {
+            return tensor(y);
+        }
+    }
+    // the graph op takes no dilation, padding up to half the kernel and only symmetric
+    // ceil-mode windows
+    padded_pool(&x, kind, &window, &pads, ceil_mode)
+}
+
+struct Window {
+    kernel: Vec<usize>,
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+}
+
+impl Window {
+    /// The extent of a dilated window along spatial axis `i`.
+    fn span(&self, i: usize) -> usize {
+        (self.kernel[i] - 1) * self.dilations[i] + 1
+    }
+
+    /// Max or sum over the windows of an unpadded `[N, C, *S]` operand: the graph's pool
+    /// without dilation, else one strided slice per kernel tap.
+    fn reduce(&self, t: &Tensor, max: bool) -> OpResult<Tensor> {
+        if self.kernel.len() <= 2 && self.dilations.iter().all(|&d| d == 1) {
+            let kind = if max {
+                PoolKind::Max
+            } else {
+                PoolKind::Avg { count_pad: true }
+            };
+            let y = t.pool(PoolAttrs {
+                kind,
+                kernel: self.kernel.clone(),
+                strides: self.strides.clone(),
+                pads: vec![(0, 0); self.kernel.len()],
+                ceil_mode: false,
+            })?;
+            let area: usize = self.kernel.iter().product();
+            return Ok(if max { y } else { y.mul_scalar(area as f32)? });
+        }
+        let k = self.kernel.len();
+        let spatial = &t.shape()[2..];
+        let outs: Vec<usize> = (0..k)
+            .map(|i| (spatial[i] - self.span(i)) / self.strides[i] + 1)
+            .collect();
+        let taps: usize = self.kernel.iter().product();
+        let mut acc: Option<Tensor> = None;
+        for tap in 0..taps {
+            let mut rest = tap;
+            let mut begin = vec![0usize; 2];
+            let mut end = t.shape()[..2].to_vec();
+            let mut step = vec![1usize; 2];
+            for i in (0..k).rev() {
+                let offset = rest % self.kernel[i] * self.dilations[i];
+                rest /= self.kernel[i];
+                begin.insert(2, offset);
+                end.insert(2, offset + (outs[i] - 1) * self.strides[i] + 1);
+                step.insert(2, self.strides[i]);
+            }
+            let piece = t.slice(&begin, &end, &step)?;
+            acc = Some(match acc {
+                None => piece,
+                Some(a) if max => a.maximum(&piece)?,
+                Some(a) => a.add(&piece)?,
+            });
+        }
+        acc.ok_or(crate::error::OpError::Invalid("an empty kernel".into()))
     }
 }
 
@@ -212,8 +279,7 @@ fn pool_of(n: &Node, kind: PoolKind, x: Tensor) -> OpResult<Vec<Value>> {
 fn padded_pool(
     x: &Tensor,
     kind: PoolKind,
-    kernel: &[usize],
-    strides: &[usize],
+    w: &Window,
     pads: &[(usize, usize)],
     ceil_mode: bool,
 ) -> OpResult<Vec<Value>> {
@@ -221,56 +287,42 @@ fn padded_pool(
     let mut full = vec![(0usize, 0usize); 2];
     for (i, &(b, e)) in pads.iter().enumerate() {
         let len = spatial[i] + b + e;
-        if len < kernel[i] {
+        let span = w.span(i);
+        if len < span {
             return invalid(format!(
-                "axis {i}: the kernel {} exceeds the padded size {len}",
-                kernel[i]
+                "axis {i}: the window {span} exceeds the padded size {len}"
             ));
         }
         let mut extra = 0;
         if ceil_mode {
-            let mut out = (len - kernel[i]).div_ceil(strides[i]) + 1;
+            let mut out = (len - span).div_ceil(w.strides[i]) + 1;
             // the last window must start inside the input or its leading padding
-            if (out - 1) * strides[i] >= spatial[i] + b {
+            if (out - 1) * w.strides[i] >= spatial[i] + b {
                 out -= 1;
             }
-            extra = ((out - 1) * strides[i] + kernel[i]).saturating_sub(len);
+            extra = ((out - 1) * w.strides[i] + span).saturating_sub(len);
         }
         full.push((b, e + extra));
     }
-    let window = |t: &Tensor, k: PoolKind| -> OpResult<Tensor> {
-        Ok(t.pool(PoolAttrs {
-            kind: k,
-            kernel: kernel.to_vec(),
-            strides: strides.to_vec(),
-            pads: vec![(0, 0); kernel.len()],
-            ceil_mode: false,
-        })?)
-    };
     match kind {
         PoolKind::Max => {
             let padded = x.pad(&full, aneforge::graph::PadMode::Constant, f32::MIN)?;
-            tensor(window(&padded, PoolKind::Max)?)
+            tensor(w.reduce(&padded, true)?)
         }
         PoolKind::Avg { count_pad } => {
-            let sum = window(
+            let sum = w.reduce(
                 &x.pad(&full, aneforge::graph::PadMode::Constant, 0.0)?,
-                PoolKind::Avg { count_pad: true },
+                false,
             )?;
-            // 1 where a position counts: the input, and the explicit padding with count_pad
+            // 1 where a position counts: the input, and with count_pad every padded position
+            // (the ceil-mode extension too, as ONNX's reference divides by the window size)
             let mut mask_shape = vec![1usize, 1];
             mask_shape.extend(spatial);
             let ones = aneforge::graph::full(&mask_shape, 1.0)?;
             let counted: Vec<(usize, usize)> = full
                 .iter()
                 .enumerate()
-                .map(|(i, &(b, _))| {
-                    if i >= 2 && count_pad {
-                        (b, pads[i - 2].1)
-                    } else {
-                        (0, 0)
-                    }
-                })
+                .map(|(i, &(b, e))| if i >= 2 && count_pad { (b, e) } else { (0, 0) })
                 .collect();
             let mut mask = ones.pad(&counted, aneforge::graph::PadMode::Constant, 1.0)?;
             let rest: Vec<(usize, usize)> = full
@@ -279,7 +331,7 @@ fn padded_pool(
                 .map(|(&(b, e), &(cb, ce))| (b - cb, e - ce))
                 .collect();
             mask = mask.pad(&rest, aneforge::graph::PadMode::Constant, 0.0)?;
-            let count = window(&mask, PoolKind::Avg { count_pad: true })?;
+            let count = w.reduce(&mask, false)?;
             tensor(sum.div(&count)?)
         }
     }
