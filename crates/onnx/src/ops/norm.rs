@@ -14,7 +14,51 @@ pub const OPS: &[(&str, Importer)] = &[
     ("GroupNormalization", group_norm),
     ("LpNormalization", lp_norm),
     ("MeanVarianceNormalization", mvn),
+    ("LRN", lrn),
 ];
+
+/// `x / (bias + alpha/size · Σ_window x²)^beta` over a window of `size` channels.
+fn lrn(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    if x.rank() < 3 {
+        return invalid(format!("expected [N, C, ...], got {:?}", x.shape()));
+    }
+    let size = n.attr_i("size", 0);
+    if size <= 0 {
+        return invalid("size must be positive");
+    }
+    let size = size as usize;
+    let (alpha, beta, bias) = (
+        n.attr_f("alpha", 1e-4),
+        n.attr_f("beta", 0.75),
+        n.attr_f("bias", 1.0),
+    );
+    let (b, c) = (x.shape()[0], x.shape()[1]);
+    let rest: usize = x.shape()[2..].iter().product();
+    let sq = x
+        .square()?
+        .reshape(&[b as isize, 1, c as isize, rest as isize])?;
+    let padded = sq.pad(
+        &[(0, 0), (0, 0), ((size - 1) / 2, size / 2), (0, 0)],
+        aneforge::graph::PadMode::Constant,
+        0.0,
+    )?;
+    let window = padded.pool(aneforge::graph::PoolAttrs {
+        kind: aneforge::graph::PoolKind::Avg { count_pad: true },
+        kernel: vec![size, 1],
+        strides: vec![1, 1],
+        pads: vec![(0, 0), (0, 0)],
+        ceil_mode: false,
+    })?;
+    let sum = window.mul_scalar(size as f32)?;
+    let back: Vec<isize> = x.shape().iter().map(|&d| d as isize).collect();
+    let denom = sum
+        .mul_scalar(alpha / size as f32)?
+        .add_scalar(bias)?
+        .pow_scalar(beta)?
+        .reshape(&back)?;
+    tensor(x.div(&denom)?)
+}
 
 fn batch_norm(n: &Node) -> OpResult<Vec<Value>> {
     if n.attr_i("training_mode", 0) != 0 {

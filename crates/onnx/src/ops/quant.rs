@@ -12,7 +12,99 @@ pub const OPS: &[(&str, Importer)] = &[
     ("DequantizeLinear", dequantize),
     ("QuantizeLinear", quantize),
     ("DynamicQuantizeLinear", dynamic_quantize),
+    ("MatMulInteger", |n| integer_op(n, false)),
+    ("ConvInteger", |n| integer_op(n, true)),
+    ("QLinearMatMul", |n| qlinear(n, false)),
+    ("QLinearConv", |n| qlinear(n, true)),
 ];
+
+/// `x - zero_point` as floats; the zero point is per tensor or, for the weight operand of a
+/// product, per output row (`axis`).
+fn centred(x: &Tensor, zp: Option<Tensor>, axis: i64) -> OpResult<Tensor> {
+    let xf = x.cast(DType::F32)?;
+    Ok(match zp {
+        Some(z) => xf.sub(&along_axis(z.cast(DType::F32)?, axis, x.rank())?)?,
+        None => xf,
+    })
+}
+
+/// The float product (matmul or convolution) of two centred operands.
+fn product(n: &Node, conv: bool, a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
+    if !conv {
+        return Ok(a.matmul(b)?);
+    }
+    let k = a.rank() - 2;
+    let list = |name: &str, default: usize, len: usize| -> OpResult<Vec<usize>> {
+        match n.attr_ints(name) {
+            Some(v) => crate::node::to_usize(&v, name),
+            None => Ok(vec![default; len]),
+        }
+    };
+    if !matches!(n.attr_s("auto_pad", "NOTSET").as_str(), "NOTSET" | "VALID") {
+        return unsupported("auto_pad SAME_* on integer convolutions");
+    }
+    let p = list("pads", 0, 2 * k)?;
+    let attrs = aneforge::graph::ConvAttrs {
+        strides: list("strides", 1, k)?,
+        pads: (0..k).map(|i| (p[i], p[i + k])).collect(),
+        dilations: list("dilations", 1, k)?,
+        groups: n.attr_i("group", 1).max(1) as usize,
+    };
+    Ok(a.conv(b, None, attrs)?)
+}
+
+/// `MatMulInteger` / `ConvInteger`: `(a - a_zp) ⊛ (b - b_zp)` in i32, computed on floats
+/// (exact while the sums stay below 2^24).
+fn integer_op(n: &Node, conv: bool) -> OpResult<Vec<Value>> {
+    let (a, b) = (n.tensor(0)?, n.tensor(1)?);
+    let b_axis = if conv { 0 } else { -1 };
+    let a = centred(&a, n.opt_tensor(2)?, if conv { 0 } else { -2 })?;
+    let b = centred(&b, n.opt_tensor(3)?, b_axis)?;
+    tensor(product(n, conv, &a, &b)?.round()?.cast(DType::I32)?)
+}
+
+/// `QLinearMatMul(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp)` and `QLinearConv(x, x_s, x_zp, w,
+/// w_s, w_zp, y_s, y_zp, bias?)`: dequantize, multiply in float, requantize to y's type.
+fn qlinear(n: &Node, conv: bool) -> OpResult<Vec<Value>> {
+    let a = n.tensor(0)?;
+    let b = n.tensor(3)?;
+    let a_f = centred(&a, n.opt_tensor(2)?, 1)?.mul(&along_axis(n.tensor(1)?, 1, a.rank())?)?;
+    let b_axis = if conv { 0 } else { -1 };
+    let b_scale = along_axis(n.tensor(4)?, b_axis, b.rank())?;
+    let b_f = centred(&b, n.opt_tensor(5)?, b_axis)?.mul(&b_scale)?;
+    let mut y = product(n, conv, &a_f, &b_f)?;
+    if conv {
+        if let Some(bias) = n.opt_tensor(8)? {
+            // the int32 bias is in units of x_scale · w_scale
+            let scale = n
+                .tensor(1)?
+                .reshape(&[])?
+                .mul(&n.tensor(4)?.reshape(&[-1])?)?;
+            let bias = bias.cast(DType::F32)?.mul(&scale)?;
+            let mut shape = vec![1isize; y.rank()];
+            shape[1] = bias.len() as isize;
+            y = y.add(&bias.reshape(&shape)?)?;
+        }
+    }
+    let elem = match n.opt(7) {
+        Some(Value::Const(zp)) if zp.elem_type != 0 => zp.elem_type,
+        Some(_) => {
+            return unsupported(
+                "the output zero point is computed at run time; it must be a constant (its type is the output type)",
+            )
+        }
+        None => DataType::Uint8 as i32,
+    };
+    let (lo, hi) = range_of(elem)?;
+    let y_axis = if conv { 1 } else { -1 };
+    let mut q = y
+        .div(&along_axis(n.tensor(6)?, y_axis, y.rank())?)?
+        .round()?;
+    if let Some(zp) = n.opt_tensor(7)? {
+        q = q.add(&along_axis(zp.cast(DType::F32)?, y_axis, y.rank())?)?;
+    }
+    tensor(q.clip(lo, hi)?.cast(DType::I32)?)
+}
 
 /// A per-axis parameter (`[C]`) shaped to broadcast along `axis` of an operand of `rank`.
 fn along_axis(p: Tensor, a: i64, rank: usize) -> OpResult<Tensor> {
