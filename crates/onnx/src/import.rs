@@ -408,6 +408,12 @@ fn order_nodes<'g>(
                 }
             }
         }
+        deps.extend(
+            subgraph_reads(n)
+                .into_iter()
+                .filter_map(|name| producer.get(name).copied())
+                .filter(|&p| p != i),
+        );
         deps.sort_unstable();
         deps.dedup();
         pending[i] = deps.len();
@@ -448,6 +454,22 @@ fn node_reads(n: &NodeProto) -> Vec<&str> {
         .collect()
 }
 
+/// The names a node's subgraphs (If branches, loop bodies) read, at any depth; those produced
+/// inside them are included too and are ignored by the caller, which only orders by outer
+/// producers.
+fn subgraph_reads(n: &NodeProto) -> Vec<&str> {
+    let mut out = Vec::new();
+    for a in &n.attribute {
+        for g in a.g.iter().chain(a.graphs.iter()) {
+            for inner in &g.node {
+                out.extend(node_reads(inner));
+                out.extend(subgraph_reads(inner));
+            }
+        }
+    }
+    out
+}
+
 pub(crate) fn node_label(n: &NodeProto, index: usize) -> String {
     if n.name().is_empty() {
         format!(
@@ -473,6 +495,9 @@ fn run_node(
         }
     };
     let op = proto.op_type().to_string();
+    if op == "If" && matches!(proto.domain(), "" | "ai.onnx") {
+        return run_if(proto, opset, values, host_gathers, &label());
+    }
     if !matches!(proto.domain(), "" | "ai.onnx") {
         return Err(OnnxError::Unsupported {
             op: format!("{}.{}", proto.domain(), op),
@@ -538,6 +563,70 @@ fn run_node(
                     reason: format!("output {k} ({name:?}) is not produced"),
                 })
             }
+        }
+    }
+    Ok(())
+}
+
+/// `If` whose condition is known at import time: the chosen branch is imported in place, seeing
+/// the enclosing scope, and its outputs become the node's.
+fn run_if(
+    proto: &NodeProto,
+    opset: i64,
+    values: &mut HashMap<String, Value>,
+    host_gathers: Option<&std::cell::RefCell<Vec<HostGather>>>,
+    label: &str,
+) -> Result<(), OnnxError> {
+    let err = |reason: String| OnnxError::Unsupported {
+        op: "If".into(),
+        node: label.to_string(),
+        opset,
+        reason,
+    };
+    let cond_name = proto.input.first().map_or("", String::as_str);
+    let cond = match values.get(cond_name) {
+        Some(Value::Const(c)) if c.len() == 1 => c.data.f64_at(0) != 0.0,
+        Some(Value::Const(_)) => return Err(err("the condition must hold one element".into())),
+        Some(Value::Tensor(_)) => {
+            return Err(err(format!(
+                "the condition ({cond_name:?}) is computed at run time; it must be a constant"
+            )))
+        }
+        None => return Err(err(format!("the condition {cond_name:?} is not produced"))),
+    };
+    let branch_name = if cond { "then_branch" } else { "else_branch" };
+    let branch = proto
+        .attribute
+        .iter()
+        .find(|a| a.name() == branch_name)
+        .and_then(|a| a.g.as_ref())
+        .ok_or_else(|| err(format!("no {branch_name}")))?;
+    for t in &branch.initializer {
+        let c = const_from_proto(t).map_err(|message| OnnxError::Tensor {
+            tensor: t.name().to_string(),
+            message,
+        })?;
+        values.insert(t.name().to_string(), Value::Const(c));
+    }
+    for node in order_nodes(branch, values)? {
+        run_node(node, opset, values, host_gathers)?;
+    }
+    if branch.output.len() != proto.output.len() {
+        return Err(err(format!(
+            "{branch_name} has {} outputs, the node {}",
+            branch.output.len(),
+            proto.output.len()
+        )));
+    }
+    for (out, inner) in proto.output.iter().zip(&branch.output) {
+        let v = values.get(inner.name()).cloned().ok_or_else(|| {
+            err(format!(
+                "{branch_name} output {:?} is not produced",
+                inner.name()
+            ))
+        })?;
+        if !out.is_empty() {
+            values.insert(out.clone(), v);
         }
     }
     Ok(())

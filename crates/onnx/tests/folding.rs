@@ -115,3 +115,72 @@ fn shape_arithmetic_folds_into_one_static_reshape() {
         );
     }
 }
+
+/// `If(cond) then relu(x) else neg(x)`, the condition an input fixed to `cond` or left fed.
+fn if_model() -> ModelProto {
+    let branch = |op: &str, out: &str| GraphProto {
+        node: vec![node(op, &["x"], out, vec![])],
+        output: vec![info(out, &[Err("batch"), Ok(3), Ok(4)])],
+        ..GraphProto::default()
+    };
+    let mut m = model();
+    let g = m.graph.as_mut().expect("graph");
+    g.node = vec![node(
+        "If",
+        &["cond"],
+        "y",
+        vec![
+            AttributeProto {
+                name: Some("then_branch".into()),
+                g: Some(branch("Relu", "t")),
+                ..AttributeProto::default()
+            },
+            AttributeProto {
+                name: Some("else_branch".into()),
+                g: Some(branch("Neg", "e")),
+                ..AttributeProto::default()
+            },
+        ],
+    )];
+    g.initializer.clear();
+    let mut cond = info("cond", &[]);
+    if let Some(type_proto::Value::TensorType(t)) =
+        cond.r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
+        t.elem_type = Some(DataType::Bool as i32);
+    }
+    g.input.push(cond);
+    g.output = vec![info("y", &[Err("batch"), Ok(3), Ok(4)])];
+    m
+}
+
+#[test]
+fn if_with_a_known_condition_imports_its_branch_and_a_fed_one_is_an_error() {
+    for (cond, op) in [(true, "relu"), (false, "neg")] {
+        let t = TensorProto {
+            name: Some("cond".into()),
+            data_type: Some(DataType::Bool as i32),
+            int32_data: vec![i32::from(cond)],
+            ..TensorProto::default()
+        };
+        let options = ImportOptions {
+            input_shapes: vec![("batch".into(), vec![2])],
+            constant_inputs: vec![(
+                "cond".into(),
+                aneforge_onnx::const_from_proto(&t).expect("cond"),
+            )],
+            ..ImportOptions::default()
+        };
+        let imported = import_model(&if_model(), &options).expect("import");
+        assert_eq!(imported.outputs[0].tensor.op().name(), op);
+    }
+    let options = ImportOptions {
+        input_shapes: vec![("batch".into(), vec![2])],
+        ..ImportOptions::default()
+    };
+    let err = import_model(&if_model(), &options).expect_err("fed condition");
+    assert!(
+        err.to_string().contains("If") && err.to_string().contains("must be a constant"),
+        "{err}"
+    );
+}

@@ -42,11 +42,13 @@ pub fn lookup(op: &str) -> Option<Importer> {
         .map(|(_, f)| *f)
 }
 
-/// Every op type the importer has an importer for, sorted.
+/// Every op type the importer has an importer for, sorted (`If`, resolved by the graph walk
+/// when its condition is a constant, included).
 pub fn supported_ops() -> Vec<&'static str> {
     let mut ops: Vec<&str> = FAMILIES
         .iter()
         .flat_map(|f| f.iter().map(|(n, _)| *n))
+        .chain(["If"])
         .collect();
     ops.sort_unstable();
     ops
