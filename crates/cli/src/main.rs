@@ -16,6 +16,7 @@ mod encoder_args;
 mod engine_args;
 mod examples;
 mod export;
+mod import;
 mod input;
 mod interrupt;
 mod llm;
@@ -72,6 +73,8 @@ enum Command {
     Compile(compile::CompileArgs),
     /// Write a program directory as a Core ML .mlpackage.
     Export(export::ExportArgs),
+    /// Compile an ONNX model into a program directory that `aneforge run` runs.
+    Import(import::ImportArgs),
     /// Sentence embeddings from a sentence-transformers (or BERT-family) model.
     Embed(embed::EmbedArgs),
     /// Rank passages for a query with a cross-encoder.
@@ -126,6 +129,7 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         } => targets::ops(&target, mil, format.get()),
         Command::Compile(args) => compile::run(args),
         Command::Export(args) => export::run(args),
+        Command::Import(args) => import::run(args),
         Command::Run(args) => run::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Rerank(args) => rerank::run(args),

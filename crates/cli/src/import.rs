@@ -1,0 +1,115 @@
+//! `aneforge import MODEL.onnx -o DIR`: an ONNX model compiled into a program directory
+//! (`model.mil` + `weights/weight.bin`) that `aneforge run` runs, for the CPU target or an ANE
+//! architecture.
+
+use aneforge::arch::AneArch;
+use aneforge::{compile_artifact, ProgramOptions, Target};
+use aneforge_onnx::{import_file, ImportOptions};
+use anyhow::{bail, Context};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct ImportArgs {
+    /// The ONNX model (external data files are read from its directory).
+    pub model: PathBuf,
+    /// Output program directory.
+    #[arg(short = 'o', long = "output", alias = "out", value_name = "DIR")]
+    pub out: PathBuf,
+    /// cpu (fp32) or an ANE architecture or alias (h13…h18, m1…m5, …; fp16).
+    #[arg(long, default_value = "h16")]
+    pub target: String,
+    /// The shape of an input, NAME=D0,D1,... (binding the symbolic dimensions it uses), or the
+    /// value of a symbolic dimension, DIM=N. Repeatable.
+    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
+    pub input_shapes: Vec<String>,
+    /// Also write the program as a Core ML package.
+    #[arg(long, value_name = "PATH.mlpackage")]
+    pub mlpackage: Option<PathBuf>,
+}
+
+fn parse_shape(spec: &str) -> anyhow::Result<(String, Vec<usize>)> {
+    let Some((name, dims)) = spec.split_once('=') else {
+        bail!("--input-shape {spec}: expected NAME=D0,D1,...");
+    };
+    let dims = dims
+        .split(',')
+        .map(|d| {
+            d.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&d| d > 0)
+                .with_context(|| format!("--input-shape {spec}: {d:?} is not a positive integer"))
+        })
+        .collect::<anyhow::Result<Vec<usize>>>()?;
+    Ok((name.to_string(), dims))
+}
+
+pub fn run(args: ImportArgs) -> anyhow::Result<()> {
+    let target = match args.target.as_str() {
+        "cpu" => Target::Cpu,
+        other => Target::Ane(AneArch::new(other)?),
+    };
+    let options = ImportOptions {
+        input_shapes: args
+            .input_shapes
+            .iter()
+            .map(|s| parse_shape(s))
+            .collect::<anyhow::Result<_>>()?,
+        ..ImportOptions::default()
+    };
+    let model = &args.model;
+    let imported =
+        import_file(model, &options).with_context(|| format!("importing {}", model.display()))?;
+    let artifact = compile_artifact(
+        &imported.named_outputs(),
+        &ProgramOptions {
+            target: target.clone(),
+            ..ProgramOptions::default()
+        },
+    )
+    .with_context(|| format!("compiling {} for {}", model.display(), args.target))?;
+    artifact
+        .save(&args.out)
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    if let Some(package) = &args.mlpackage {
+        crate::export::run(crate::export::ExportArgs {
+            dir: args.out.clone(),
+            output: package.clone(),
+            function: None,
+        })?;
+    }
+    let mut text = String::new();
+    writeln!(
+        text,
+        "{} (opset {}) for {}: program in {}",
+        model.display(),
+        imported.opset,
+        args.target,
+        args.out.display()
+    )?;
+    let ports: Vec<&str> = artifact.inputs().iter().map(|p| p.name.as_str()).collect();
+    for i in imported
+        .inputs
+        .iter()
+        .filter(|i| ports.contains(&i.port.as_str()))
+    {
+        writeln!(
+            text,
+            "  input {} <- {:?} {} {:?}",
+            i.port, i.onnx_name, i.dtype, i.shape
+        )?;
+    }
+    for o in &imported.outputs {
+        writeln!(
+            text,
+            "  output {} -> {:?} {} {:?}",
+            o.port,
+            o.onnx_name,
+            o.tensor.dtype(),
+            o.tensor.shape()
+        )?;
+    }
+    print!("{text}");
+    Ok(())
+}

@@ -1,0 +1,201 @@
+//! Linear quantization: `DequantizeLinear`, `QuantizeLinear`, `DynamicQuantizeLinear`. Integer
+//! tensors are i32 in the graph; the 8-bit range of the ONNX type is applied by saturation.
+
+use super::{tensor, Importer};
+use crate::error::{invalid, unsupported, OpResult};
+use crate::node::{axis, Node};
+use crate::proto::tensor_proto::DataType;
+use crate::value::Value;
+use aneforge::{DType, Tensor};
+
+pub const OPS: &[(&str, Importer)] = &[
+    ("DequantizeLinear", dequantize),
+    ("QuantizeLinear", quantize),
+    ("DynamicQuantizeLinear", dynamic_quantize),
+    ("MatMulInteger", |n| integer_op(n, false)),
+    ("ConvInteger", |n| integer_op(n, true)),
+    ("QLinearMatMul", |n| qlinear(n, false)),
+    ("QLinearConv", |n| qlinear(n, true)),
+];
+
+/// `x - zero_point` as floats; the zero point is per tensor or, for the weight operand of a
+/// product, per output row (`axis`).
+fn centred(x: &Tensor, zp: Option<Tensor>, axis: i64) -> OpResult<Tensor> {
+    let xf = x.cast(DType::F32)?;
+    Ok(match zp {
+        Some(z) => xf.sub(&along_axis(z.cast(DType::F32)?, axis, x.rank())?)?,
+        None => xf,
+    })
+}
+
+/// The float product (matmul or convolution) of two centred operands.
+fn product(n: &Node, conv: bool, a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
+    if !conv {
+        return Ok(a.matmul(b)?);
+    }
+    let k = a.rank() - 2;
+    let list = |name: &str, default: usize, len: usize| -> OpResult<Vec<usize>> {
+        match n.attr_ints(name) {
+            Some(v) => crate::node::to_usize(&v, name),
+            None => Ok(vec![default; len]),
+        }
+    };
+    if !matches!(n.attr_s("auto_pad", "NOTSET").as_str(), "NOTSET" | "VALID") {
+        return unsupported("auto_pad SAME_* on integer convolutions");
+    }
+    let p = list("pads", 0, 2 * k)?;
+    let attrs = aneforge::graph::ConvAttrs {
+        strides: list("strides", 1, k)?,
+        pads: (0..k).map(|i| (p[i], p[i + k])).collect(),
+        dilations: list("dilations", 1, k)?,
+        groups: n.attr_i("group", 1).max(1) as usize,
+    };
+    Ok(a.conv(b, None, attrs)?)
+}
+
+/// `MatMulInteger` / `ConvInteger`: `(a - a_zp) ⊛ (b - b_zp)` in i32, computed on floats
+/// (exact while the sums stay below 2^24).
+fn integer_op(n: &Node, conv: bool) -> OpResult<Vec<Value>> {
+    let (a, b) = (n.tensor(0)?, n.tensor(1)?);
+    let b_axis = if conv { 0 } else { -1 };
+    let a = centred(&a, n.opt_tensor(2)?, if conv { 0 } else { -2 })?;
+    let b = centred(&b, n.opt_tensor(3)?, b_axis)?;
+    tensor(product(n, conv, &a, &b)?.round()?.cast(DType::I32)?)
+}
+
+/// `QLinearMatMul(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp)` and `QLinearConv(x, x_s, x_zp, w,
+/// w_s, w_zp, y_s, y_zp, bias?)`: dequantize, multiply in float, requantize to y's type.
+fn qlinear(n: &Node, conv: bool) -> OpResult<Vec<Value>> {
+    let a = n.tensor(0)?;
+    let b = n.tensor(3)?;
+    let a_f = centred(&a, n.opt_tensor(2)?, 1)?.mul(&along_axis(n.tensor(1)?, 1, a.rank())?)?;
+    let b_axis = if conv { 0 } else { -1 };
+    let b_scale = along_axis(n.tensor(4)?, b_axis, b.rank())?;
+    let b_f = centred(&b, n.opt_tensor(5)?, b_axis)?.mul(&b_scale)?;
+    let mut y = product(n, conv, &a_f, &b_f)?;
+    if conv {
+        if let Some(bias) = n.opt_tensor(8)? {
+            // the int32 bias is in units of x_scale · w_scale
+            let scale = n
+                .tensor(1)?
+                .reshape(&[])?
+                .mul(&n.tensor(4)?.reshape(&[-1])?)?;
+            let bias = bias.cast(DType::F32)?.mul(&scale)?;
+            let mut shape = vec![1isize; y.rank()];
+            shape[1] = bias.len() as isize;
+            y = y.add(&bias.reshape(&shape)?)?;
+        }
+    }
+    let elem = match n.opt(7) {
+        Some(Value::Const(zp)) if zp.elem_type != 0 => zp.elem_type,
+        Some(_) => {
+            return unsupported(
+                "the output zero point is computed at run time; it must be a constant (its type is the output type)",
+            )
+        }
+        None => DataType::Uint8 as i32,
+    };
+    let (lo, hi) = range_of(elem)?;
+    let y_axis = if conv { 1 } else { -1 };
+    let mut q = y
+        .div(&along_axis(n.tensor(6)?, y_axis, y.rank())?)?
+        .round()?;
+    if let Some(zp) = n.opt_tensor(7)? {
+        q = q.add(&along_axis(zp.cast(DType::F32)?, y_axis, y.rank())?)?;
+    }
+    tensor(q.clip(lo, hi)?.cast(DType::I32)?)
+}
+
+/// A per-axis parameter (`[C]`) shaped to broadcast along `axis` of an operand of `rank`.
+fn along_axis(p: Tensor, a: i64, rank: usize) -> OpResult<Tensor> {
+    if p.rank() == 0 || p.len() == 1 && p.rank() <= 1 {
+        return Ok(p.reshape(&[])?);
+    }
+    if p.rank() != 1 {
+        return unsupported("blocked quantization parameters");
+    }
+    let a = axis(a, rank)?;
+    let mut shape = vec![1isize; rank];
+    shape[a] = p.len() as isize;
+    Ok(p.reshape(&shape)?)
+}
+
+fn check_block(n: &Node) -> OpResult<()> {
+    if n.attr_i("block_size", 0) != 0 {
+        return unsupported("block_size");
+    }
+    Ok(())
+}
+
+fn dequantize(n: &Node) -> OpResult<Vec<Value>> {
+    check_block(n)?;
+    let x = n.tensor(0)?;
+    if x.dtype() != DType::I32 {
+        return unsupported(format!("{} input (8- and 32-bit integers)", x.dtype()));
+    }
+    let a = n.attr_i("axis", 1);
+    let scale = along_axis(n.tensor(1)?, a, x.rank())?;
+    let mut y = x.cast(DType::F32)?;
+    if let Some(zp) = n.opt_tensor(2)? {
+        y = y.sub(&along_axis(zp.cast(DType::F32)?, a, x.rank())?)?;
+    }
+    tensor(y.mul(&scale)?)
+}
+
+/// The saturation range of the quantized type.
+fn range_of(elem: i32) -> OpResult<(f32, f32)> {
+    match DataType::try_from(elem) {
+        Ok(DataType::Uint8) => Ok((0.0, 255.0)),
+        Ok(DataType::Int8) => Ok((-128.0, 127.0)),
+        Ok(DataType::Uint16) => Ok((0.0, 65535.0)),
+        Ok(DataType::Int16) => Ok((-32768.0, 32767.0)),
+        _ => unsupported(format!(
+            "quantized type {}",
+            crate::value::elem_type_name(elem)
+        )),
+    }
+}
+
+fn quantize(n: &Node) -> OpResult<Vec<Value>> {
+    check_block(n)?;
+    let x = n.tensor(0)?;
+    if x.dtype() != DType::F32 {
+        return invalid(format!("{} input (float)", x.dtype()));
+    }
+    let a = n.attr_i("axis", 1);
+    let elem = match (n.attr_i("output_dtype", 0), n.opt(2)) {
+        (t, _) if t != 0 => t as i32,
+        (_, Some(Value::Const(zp))) if zp.elem_type != 0 => zp.elem_type,
+        (_, Some(_)) => {
+            return unsupported(
+                "the zero point is computed at run time; it must be a constant (its type is the output type)",
+            )
+        }
+        (_, None) => DataType::Uint8 as i32,
+    };
+    let (lo, hi) = range_of(elem)?;
+    let scale = along_axis(n.tensor(1)?, a, x.rank())?;
+    let mut q = x.div(&scale)?.round()?;
+    if let Some(zp) = n.opt_tensor(2)? {
+        q = q.add(&along_axis(zp.cast(DType::F32)?, a, x.rank())?)?;
+    }
+    tensor(q.clip(lo, hi)?.cast(DType::I32)?)
+}
+
+fn dynamic_quantize(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    if x.dtype() != DType::F32 {
+        return invalid(format!("{} input (float)", x.dtype()));
+    }
+    let all: Vec<isize> = (0..x.rank() as isize).collect();
+    let hi = x.max(&all, false)?.maximum_scalar(0.0)?;
+    let lo = x.min(&all, false)?.minimum_scalar(0.0)?;
+    let scale = hi.sub(&lo)?.div_scalar(255.0)?;
+    let zp = lo.neg()?.div(&scale)?.round()?.clip(0.0, 255.0)?;
+    let y = x.div(&scale)?.round()?.add(&zp)?.clip(0.0, 255.0)?;
+    Ok(vec![
+        Value::Tensor(y.cast(DType::I32)?),
+        Value::Tensor(scale),
+        Value::Tensor(zp.cast(DType::I32)?),
+    ])
+}

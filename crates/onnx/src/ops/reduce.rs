@@ -1,0 +1,213 @@
+//! Reductions (`ReduceSum`, `ReduceMean`, ..., `ReduceLogSumExp`), `ArgMax`/`ArgMin`, `Softmax`,
+//! `LogSoftmax`.
+
+use super::{one, tensor, Importer};
+use crate::error::{unsupported, OpResult};
+use crate::fold::strides;
+use crate::node::{axes, axis, Node};
+use crate::value::{Const, Data, Value};
+use aneforge::graph::ReduceOp;
+use aneforge::{DType, Tensor};
+
+pub const OPS: &[(&str, Importer)] = &[
+    ("ReduceSum", |n| reduce(n, Kind::Plain(ReduceOp::Sum), 13)),
+    ("ReduceMean", |n| reduce(n, Kind::Plain(ReduceOp::Mean), 18)),
+    ("ReduceMax", |n| reduce(n, Kind::Plain(ReduceOp::Max), 18)),
+    ("ReduceMin", |n| reduce(n, Kind::Plain(ReduceOp::Min), 18)),
+    ("ReduceProd", |n| reduce(n, Kind::Plain(ReduceOp::Prod), 18)),
+    ("ReduceL1", |n| reduce(n, Kind::L1, 18)),
+    ("ReduceL2", |n| reduce(n, Kind::L2, 18)),
+    ("ReduceSumSquare", |n| reduce(n, Kind::SumSquare, 18)),
+    ("ReduceLogSum", |n| reduce(n, Kind::LogSum, 18)),
+    ("ReduceLogSumExp", |n| reduce(n, Kind::LogSumExp, 18)),
+    ("ArgMax", |n| arg(n, false)),
+    ("ArgMin", |n| arg(n, true)),
+    ("Hardmax", hardmax),
+    ("Softmax", |n| softmax(n, false)),
+    ("LogSoftmax", |n| softmax(n, true)),
+];
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Plain(ReduceOp),
+    L1,
+    L2,
+    SumSquare,
+    LogSum,
+    LogSumExp,
+}
+
+/// `axes_input_from`: the opset from which the axes are the second input, not an attribute.
+fn reduce(n: &Node, kind: Kind, axes_input_from: i64) -> OpResult<Vec<Value>> {
+    let rank = n.input(0)?.rank();
+    let listed = if n.opset >= axes_input_from {
+        n.opt_ints(1)?
+    } else {
+        n.attr_ints("axes")
+    };
+    let keep = n.attr_i("keepdims", 1) != 0;
+    let list = match listed {
+        Some(v) if !v.is_empty() => axes(&v, rank)?,
+        _ if n.attr_i("noop_with_empty_axes", 0) != 0 => {
+            return one(n.input(0)?.clone());
+        }
+        _ => (0..rank).collect(),
+    };
+    if let (Value::Const(c), Kind::Plain(op)) = (n.input(0)?, kind) {
+        if matches!(c.data, Data::Int(_)) {
+            return one(Value::Const(fold_int(c, op, &list, keep)?));
+        }
+    }
+    let x = n.tensor(0)?;
+    if x.dtype() == DType::Bool && matches!(kind, Kind::Plain(ReduceOp::Max | ReduceOp::Min)) {
+        let ax: Vec<isize> = list.iter().map(|&a| a as isize).collect();
+        let y = x.cast(DType::F32)?.reduce(
+            if matches!(kind, Kind::Plain(ReduceOp::Max)) {
+                ReduceOp::Max
+            } else {
+                ReduceOp::Min
+            },
+            &ax,
+            keep,
+        )?;
+        return tensor(y.cast(DType::Bool)?);
+    }
+    if x.dtype() != DType::F32 && !matches!(kind, Kind::Plain(_)) {
+        return unsupported(format!("{} inputs", x.dtype()));
+    }
+    let ax: Vec<isize> = list.iter().map(|&a| a as isize).collect();
+    if rank == 0 {
+        return tensor(x);
+    }
+    let y = match kind {
+        Kind::Plain(op) => x.reduce(op, &ax, keep)?,
+        Kind::L1 => x.abs()?.sum(&ax, keep)?,
+        Kind::L2 => x.square()?.sum(&ax, keep)?.sqrt()?,
+        Kind::SumSquare => x.square()?.sum(&ax, keep)?,
+        Kind::LogSum => x.sum(&ax, keep)?.log()?,
+        Kind::LogSumExp => {
+            let m = x.max(&ax, true)?;
+            let s = x.sub(&m)?.exp()?.sum(&ax, true)?.log()?.add(&m)?;
+            if keep {
+                s
+            } else {
+                s.squeeze(&ax)?
+            }
+        }
+    };
+    tensor(y)
+}
+
+/// Integer reductions on the host (shape arithmetic such as the product of dimensions).
+fn fold_int(c: &Const, op: ReduceOp, list: &[usize], keep: bool) -> OpResult<Const> {
+    let Data::Int(v) = &c.data else {
+        return crate::error::invalid("not integer data");
+    };
+    let kept: Vec<usize> = c
+        .shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if list.contains(&i) { 1 } else { d })
+        .collect();
+    let out_strides = strides(&kept);
+    let in_strides = strides(&c.shape);
+    let n_out: usize = kept.iter().product();
+    let mut acc: Vec<Option<i64>> = vec![None; n_out];
+    for (flat, &x) in v.iter().enumerate() {
+        let mut o = 0;
+        for (k, &d) in c.shape.iter().enumerate() {
+            let coord = flat / in_strides[k] % d;
+            if !list.contains(&k) {
+                o += coord * out_strides[k];
+            }
+        }
+        acc[o] = Some(match (acc[o], op) {
+            (None, _) => x,
+            (Some(a), ReduceOp::Sum | ReduceOp::Mean) => a + x,
+            (Some(a), ReduceOp::Prod) => a * x,
+            (Some(a), ReduceOp::Max) => a.max(x),
+            (Some(a), ReduceOp::Min) => a.min(x),
+        });
+    }
+    let count: usize = list.iter().map(|&a| c.shape[a]).product();
+    let vals: Vec<i64> = acc
+        .into_iter()
+        .map(|a| {
+            let a = a.unwrap_or(0);
+            if matches!(op, ReduceOp::Mean) {
+                a / count.max(1) as i64
+            } else {
+                a
+            }
+        })
+        .collect();
+    let shape = if keep {
+        kept
+    } else {
+        c.shape
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !list.contains(i))
+            .map(|(_, &d)| d)
+            .collect()
+    };
+    Const::ints(shape, vals)
+}
+
+fn arg(n: &Node, min: bool) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    if x.dtype() != DType::F32 {
+        return unsupported(format!("{} inputs", x.dtype()));
+    }
+    let a = axis(n.attr_i("axis", 0), x.rank())?;
+    let keep = n.attr_i("keepdims", 1) != 0;
+    let src = if min { x.neg()? } else { x };
+    if n.attr_i("select_last_index", 0) == 0 {
+        return tensor(src.argmax(a as isize, keep)?);
+    }
+    // the last extreme is the first one of the reversed axis
+    let d = src.shape()[a];
+    let reversed_idx = Const::ints(vec![d], (0..d as i64).rev().collect())?.to_tensor()?;
+    let first = src
+        .gather(&reversed_idx, a as isize)?
+        .argmax(a as isize, keep)?;
+    let last = aneforge::graph::constant(aneforge::HostArray::scalar_i32(d as i32 - 1));
+    tensor(last.sub(&first)?)
+}
+
+fn hardmax(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let default = if n.opset >= 13 { -1 } else { 1 };
+    let a = axis(n.attr_i("axis", default), x.rank())?;
+    if n.opset < 13 && a + 1 != x.rank() {
+        return unsupported("opset < 13 Hardmax over a flattened tail");
+    }
+    let d = x.shape()[a];
+    let idx = x.argmax(a as isize, true)?;
+    let mut iota_shape = vec![1usize; x.rank()];
+    iota_shape[a] = d;
+    let iota = Const::ints(iota_shape, (0..d as i64).collect())?.to_tensor()?;
+    tensor(iota.eq(&idx)?.cast(DType::F32)?)
+}
+
+fn softmax(n: &Node, log: bool) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let default = if n.opset >= 13 { -1 } else { 1 };
+    let a = axis(n.attr_i("axis", default), x.rank())?;
+    let apply = |t: &Tensor, ax: isize| -> OpResult<Tensor> {
+        Ok(if log {
+            t.log_softmax(ax)?
+        } else {
+            t.softmax(ax)?
+        })
+    };
+    if n.opset >= 13 || a + 1 == x.rank() {
+        return tensor(apply(&x, a as isize)?);
+    }
+    // before opset 13 the input is seen as a matrix [prod(dims[..axis]), prod(dims[axis..])]
+    let rows: usize = x.shape()[..a].iter().product();
+    let flat = x.reshape(&[rows as isize, -1])?;
+    let y = apply(&flat, 1)?;
+    let back: Vec<isize> = x.shape().iter().map(|&d| d as isize).collect();
+    tensor(y.reshape(&back)?)
+}
