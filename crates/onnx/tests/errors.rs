@@ -3,38 +3,15 @@
 
 use aneforge_onnx::proto::{
     tensor_proto::{DataLocation, DataType},
-    tensor_shape_proto::{dimension, Dimension},
-    type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
-    StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto,
 };
 use aneforge_onnx::{import_file, import_model, read_model, ImportOptions, OnnxError};
 use prost::Message;
 use std::path::Path;
 
-fn value_info(name: &str, dims: &[Result<i64, &str>]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(DataType::Float as i32),
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|d| Dimension {
-                            value: Some(match d {
-                                Ok(v) => dimension::Value::DimValue(*v),
-                                Err(p) => dimension::Value::DimParam(p.to_string()),
-                            }),
-                            ..Dimension::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..TypeProto::default()
-        }),
-        ..ValueInfoProto::default()
-    }
-}
+mod common;
+use common::value_info;
 
 fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     NodeProto {

@@ -4,36 +4,13 @@
 
 use aneforge::graph::Op;
 use aneforge_onnx::proto::{
-    tensor_proto::DataType, tensor_shape_proto::dimension, tensor_shape_proto::Dimension,
-    type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto,
+    tensor_proto::DataType, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto,
+    OperatorSetIdProto, TensorProto,
 };
 use aneforge_onnx::{import_model, ImportOptions};
 
-fn info(name: &str, dims: &[Result<i64, &str>]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(DataType::Float as i32),
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|d| Dimension {
-                            value: Some(match d {
-                                Ok(v) => dimension::Value::DimValue(*v),
-                                Err(p) => dimension::Value::DimParam(p.to_string()),
-                            }),
-                            ..Dimension::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..TypeProto::default()
-        }),
-        ..ValueInfoProto::default()
-    }
-}
+mod common;
+use common::value_info;
 
 fn ints(name: &str, dims: Vec<i64>, values: Vec<i64>) -> TensorProto {
     TensorProto {
@@ -89,8 +66,8 @@ fn model() -> ModelProto {
                 ints("zero", vec![], vec![0]),
                 ints("minus_one", vec![1], vec![-1]),
             ],
-            input: vec![info("x", &[Err("batch"), Ok(3), Ok(4)])],
-            output: vec![info("y", &[Err("batch"), Ok(12)])],
+            input: vec![value_info("x", &[Err("batch"), Ok(3), Ok(4)])],
+            output: vec![value_info("y", &[Err("batch"), Ok(12)])],
             ..GraphProto::default()
         }),
         ..ModelProto::default()
@@ -120,7 +97,7 @@ fn shape_arithmetic_folds_into_one_static_reshape() {
 fn if_model() -> ModelProto {
     let branch = |op: &str, out: &str| GraphProto {
         node: vec![node(op, &["x"], out, vec![])],
-        output: vec![info(out, &[Err("batch"), Ok(3), Ok(4)])],
+        output: vec![value_info(out, &[Err("batch"), Ok(3), Ok(4)])],
         ..GraphProto::default()
     };
     let mut m = model();
@@ -143,14 +120,14 @@ fn if_model() -> ModelProto {
         ],
     )];
     g.initializer.clear();
-    let mut cond = info("cond", &[]);
+    let mut cond = value_info("cond", &[]);
     if let Some(type_proto::Value::TensorType(t)) =
         cond.r#type.as_mut().and_then(|t| t.value.as_mut())
     {
         t.elem_type = Some(DataType::Bool as i32);
     }
     g.input.push(cond);
-    g.output = vec![info("y", &[Err("batch"), Ok(3), Ok(4)])];
+    g.output = vec![value_info("y", &[Err("batch"), Ok(3), Ok(4)])];
     m
 }
 

@@ -62,3 +62,22 @@ pub fn small_runner(llm: Arc<Llm>, target: Target, engine: Engine, chunk: usize)
     };
     Runner::new(llm, opts).unwrap()
 }
+
+/// `tools/fixtures/llm/out/<model>/expected.safetensors`, the fixture of a real model.
+pub fn real_model_fixture(model: &str) -> Vec<u8> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tools/fixtures/llm/out")
+        .join(model)
+        .join("expected.safetensors");
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// max |got − want| / max |want|.
+pub fn relative_error(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f64, |m, &w| m.max(f64::from(w).abs()));
+    let diff = got.iter().zip(want).fold(0f64, |m, (&g, &w)| {
+        m.max((f64::from(g) - f64::from(w)).abs())
+    });
+    diff / scale
+}
