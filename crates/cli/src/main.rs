@@ -35,6 +35,19 @@ mod user_data;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// The most memory one CPU-engine program may use at run time (arena, port buffers and
+    /// scratch), e.g. 8G or 512M; a program that needs more is refused before it runs. Default:
+    /// $ANEFORGE_MAX_MEMORY, else three quarters of RAM.
+    #[arg(long, global = true, value_name = "BYTES", value_parser = parse_max_memory)]
+    max_memory: Option<usize>,
+}
+
+fn parse_max_memory(text: &str) -> Result<usize, String> {
+    aneforge_cpu::parse_bytes(text)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| {
+            format!("expected a positive byte count such as 8G, 512M or 1000000, got {text:?}")
+        })
 }
 
 #[derive(clap::Subcommand)]
@@ -98,7 +111,11 @@ fn main() -> ExitCode {
     // warnings (such as the ANE engine releasing programs to stay under the runtime's limit) are
     // shown by default; RUST_LOG=info or debug shows more
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let Some(command) = Cli::parse().command else {
+    let cli = Cli::parse();
+    if let Some(bytes) = cli.max_memory {
+        aneforge_cpu::set_memory_limit(bytes);
+    }
+    let Some(command) = cli.command else {
         eprint!("{}", Cli::command().render_help());
         return ExitCode::from(2);
     };

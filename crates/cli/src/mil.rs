@@ -19,6 +19,7 @@ pub fn run(command: MilCommand) -> anyhow::Result<()> {
             let program = aneforge_mil::ProgramDir::load(&dir)
                 .with_context(|| format!("{} is not a valid program directory", dir.display()))?;
             let mut unchecked = Vec::new();
+            let mut memory = Vec::new();
             for function in &program.program.functions {
                 let planned = aneforge_cpu::compile_dir(
                     &program,
@@ -26,7 +27,12 @@ pub fn run(command: MilCommand) -> anyhow::Result<()> {
                     &aneforge_cpu::CompileOptions::default(),
                 );
                 match planned {
-                    Ok(_) => {}
+                    Ok(plan) => memory.push(format!(
+                        "{}: activation arena {} bytes, decoded constants {} bytes (CPU engine)",
+                        function.name,
+                        plan.arena_bytes(),
+                        plan.const_bytes()
+                    )),
                     Err(e) if beyond_the_cpu_engine(&e) => {
                         unchecked.push(format!("{}: {e}", function.name))
                     }
@@ -38,6 +44,9 @@ pub fn run(command: MilCommand) -> anyhow::Result<()> {
                 println!("types not checked past the first op the CPU engine cannot plan: {note}");
             }
             println!("{}", program.summary());
+            for line in memory {
+                println!("{line}");
+            }
             Ok(())
         }
     }

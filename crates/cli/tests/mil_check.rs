@@ -130,3 +130,33 @@ fn endless_inputs_are_refused() {
         "{stderr}"
     );
 }
+
+/// `mil check` reports each function's activation arena; `--max-memory` lowers the limit a
+/// program's run-time memory is checked against, and a bad value is a usage error.
+#[test]
+fn the_arena_is_reported_and_max_memory_applies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("prog");
+    write_program_dir(&dir);
+    let out = check(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("main: activation arena ") && stdout.contains("(CPU engine)"),
+        "{stdout}"
+    );
+    let with_limit = |limit: &str| {
+        Command::new(env!("CARGO_BIN_EXE_aneforge"))
+            .args(["--max-memory", limit, "mil", "check"])
+            .arg(&dir)
+            .output()
+            .unwrap()
+    };
+    let out = with_limit("16");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a 16-byte limit passed");
+    assert!(stderr.contains("16"), "{stderr}");
+    assert!(with_limit("1G").status.success());
+    let out = with_limit("lots");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected a positive byte count"));
+}

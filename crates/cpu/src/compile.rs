@@ -695,10 +695,22 @@ fn finish(
 /// or `T` (binary) suffix.
 pub const MAX_MEMORY_ENV: &str = "ANEFORGE_MAX_MEMORY";
 
-/// The most memory one plan may need at run time (arena, port buffers and scratch together):
-/// `ANEFORGE_MAX_MEMORY` if set, else three quarters of physical RAM (`/proc/meminfo`), else
-/// unlimited where RAM cannot be read.
+/// A process-wide [`memory_limit`] set by [`set_memory_limit`] (0: none set).
+static MEMORY_LIMIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Sets [`memory_limit`] for this process (the CLI's `--max-memory`), over the environment.
+pub fn set_memory_limit(bytes: usize) {
+    MEMORY_LIMIT.store(bytes.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The most memory one plan may need at run time (arena, port buffers and scratch together): the
+/// limit [`set_memory_limit`] set, else `ANEFORGE_MAX_MEMORY` if set, else three quarters of
+/// physical RAM (`/proc/meminfo`), else unlimited where RAM cannot be read.
 pub fn memory_limit() -> Result<usize> {
+    let set = MEMORY_LIMIT.load(std::sync::atomic::Ordering::Relaxed);
+    if set != 0 {
+        return Ok(set);
+    }
     if let Ok(text) = std::env::var(MAX_MEMORY_ENV) {
         return parse_bytes(&text).ok_or_else(|| {
             CpuError::Program(format!(
@@ -714,7 +726,8 @@ pub fn memory_limit() -> Result<usize> {
     Ok(total_kib.map_or(usize::MAX, |k| k.saturating_mul(1024) / 4 * 3))
 }
 
-fn parse_bytes(text: &str) -> Option<usize> {
+/// A byte count with an optional binary `K`, `M`, `G` or `T` suffix (`8G`, `512M`, `1000000`).
+pub fn parse_bytes(text: &str) -> Option<usize> {
     let text = text.trim();
     let (digits, shift) = match text.char_indices().last()? {
         (i, 'K' | 'k') => (&text[..i], 10),

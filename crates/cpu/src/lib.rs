@@ -23,7 +23,8 @@ mod tensor;
 
 pub use codec::Carried;
 pub use compile::{
-    compile, compile_dir, memory_limit, Accumulation, CompileOptions, MAX_MEMORY_ENV,
+    compile, compile_dir, memory_limit, parse_bytes, set_memory_limit, Accumulation,
+    CompileOptions, MAX_MEMORY_ENV,
 };
 pub use error::CpuError;
 pub use instance::{Instance, KernelTime, ValueStats};
