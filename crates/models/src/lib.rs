@@ -15,6 +15,7 @@ pub mod testing;
 pub mod tokenizer;
 pub mod tokenizer_config;
 pub mod weights;
+pub mod whisper;
 
 pub use activation::Activation;
 pub use config::{ConfigError, ModelConfig};
