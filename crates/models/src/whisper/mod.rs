@@ -1,8 +1,10 @@
 //! Whisper speech recognition: checkpoints (transformers safetensors or CTranslate2 `model.bin`),
 //! audio decoding and log-mel features, the encoder and decoder programs, and decoding.
 
+pub mod audio;
 pub mod config;
 pub mod ct2;
+pub mod mel;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
