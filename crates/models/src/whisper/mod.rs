@@ -4,7 +4,11 @@
 pub mod audio;
 pub mod config;
 pub mod ct2;
+pub mod decode;
+pub mod graph;
 pub mod mel;
+pub mod runtime;
+pub mod tokens;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
@@ -12,6 +16,8 @@ use std::sync::Arc;
 
 pub use config::WhisperConfig;
 pub use ct2::Ct2Model;
+pub use decode::{DecodeOptions, Segment, Transcript, Whisper, WindowTokens};
+pub use runtime::WhisperOptions;
 pub use weights::WhisperWeights;
 
 use crate::weights::{SafeTensorsFiles, TensorSource, VarBuilder, WeightError};
