@@ -122,7 +122,7 @@ impl WhisperConfig {
             (self.encoder_heads, "encoder"),
             (self.decoder_heads, "decoder"),
         ] {
-            if heads == 0 || self.d_model % heads != 0 {
+            if heads == 0 || !self.d_model.is_multiple_of(heads) {
                 return bad(format!(
                     "{side}: {heads} heads do not divide d_model {}",
                     self.d_model

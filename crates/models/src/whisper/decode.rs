@@ -13,7 +13,7 @@ use super::{load_weights, CheckpointFiles, WhisperConfig, WhisperError};
 use crate::tokenizer::TextTokenizer;
 
 /// What to decode.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DecodeOptions {
     /// A language code (`en`, `de`, ...) for multilingual models; `None` detects it per window.
     pub language: Option<String>,
@@ -23,15 +23,6 @@ pub struct DecodeOptions {
     pub timestamps: bool,
 }
 
-impl Default for DecodeOptions {
-    fn default() -> Self {
-        DecodeOptions {
-            language: None,
-            translate: false,
-            timestamps: false,
-        }
-    }
-}
 
 /// One window's result: the prompt and the generated tokens (without the end token).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,8 +1,8 @@
 //! Whisper's two programs as graphs.
 //!
 //! The encoder program runs once per 30 s window: `mel` `[1, n_mels, 2·P]` → conv1 (k 3, pad 1)
-//! + GELU → conv2 (k 3, stride 2, pad 1) + GELU → `+ positions` → pre-norm transformer layers →
-//! final norm; its outputs are every decoder layer's cross-attention keys and values,
+//! and GELU → conv2 (k 3, stride 2, pad 1) and GELU → plus positions → pre-norm transformer
+//! layers → final norm; its outputs are every decoder layer's cross-attention keys and values,
 //! `cross_k_l` and `cross_v_l` `[heads, P, head_dim]` (P = 1500 positions), so the decoder never
 //! recomputes them within a window.
 //!
