@@ -23,7 +23,6 @@ pub struct DecodeOptions {
     pub timestamps: bool,
 }
 
-
 /// One window's result: the prompt and the generated tokens (without the end token).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WindowTokens {
