@@ -32,6 +32,9 @@ pub struct TranscribeArgs {
     /// transcribe, or translate (to English; multilingual models).
     #[arg(long, value_enum, default_value_t = Task::Transcribe)]
     pub task: Task,
+    /// Beam search with N beams (1: greedy).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub beam_size: usize,
     /// Predict timestamps also for txt output (always on for json, srt, vtt and audio over 30 s).
     #[arg(long)]
     pub timestamps: bool,
@@ -101,6 +104,9 @@ fn subtitles(t: &Transcript, vtt: bool) -> String {
 }
 
 pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
+    if args.beam_size == 0 {
+        bail!("--beam-size takes a count of at least 1");
+    }
     let (engine, target) = args.engine.select()?;
     let options = WhisperOptions {
         compress: parse_compress(&args.compress, &target)?,
@@ -127,6 +133,7 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
             language: args.language.clone(),
             translate: args.task == Task::Translate,
             timestamps: args.timestamps || args.format != TranscriptFormat::Txt,
+            beam_size: args.beam_size,
         };
         let mut progress = |done: f64, total: Option<f64>| {
             if let Some(total) = total {

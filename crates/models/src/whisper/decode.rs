@@ -21,6 +21,9 @@ pub struct DecodeOptions {
     pub translate: bool,
     /// Predict timestamp tokens (segments with times).
     pub timestamps: bool,
+    /// Beam search with this many beams (transformers' `num_beams`, length penalty 1); 0 or 1
+    /// decodes greedily.
+    pub beam_size: usize,
 }
 
 /// One window's result: the prompt and the generated tokens (without the end token).
@@ -78,6 +81,12 @@ fn suppress(logits: &mut [f32], ids: &[u32]) {
             *v = f32::NEG_INFINITY;
         }
     }
+}
+
+/// `v − logsumexp(v)` (f64 sums).
+fn log_softmax(v: &[f32]) -> Vec<f32> {
+    let lse = log_sum_exp(v);
+    v.iter().map(|&x| (f64::from(x) - lse) as f32).collect()
 }
 
 fn argmax(v: &[f32]) -> u32 {
@@ -213,16 +222,18 @@ impl Whisper {
         let mut generated: Vec<u32> = Vec::new();
         let max = self.programs.context();
         let mut pos = begin;
+        if opts.beam_size > 1 {
+            let generated = self.beam_search(&prompt, logits, opts)?;
+            return Ok(WindowTokens {
+                prompt,
+                generated,
+                language,
+            });
+        }
         loop {
             on_logits(generated.len(), &logits);
             let mut scores = logits.clone();
-            if generated.is_empty() {
-                suppress(&mut scores, &self.tokens.begin_suppress);
-            }
-            suppress(&mut scores, &self.tokens.suppress);
-            if opts.timestamps {
-                self.timestamp_rules(&mut scores, &generated);
-            }
+            self.process(&mut scores, &generated, opts);
             let next = argmax(&scores);
             if next == self.tokens.eot {
                 break;
@@ -239,6 +250,123 @@ impl Whisper {
             generated,
             language,
         })
+    }
+
+    /// transformers' logits processors for Whisper, in its order: begin-suppression, the
+    /// suppression list, then the timestamp rules.
+    fn process(&self, scores: &mut [f32], generated: &[u32], opts: &DecodeOptions) {
+        if generated.is_empty() {
+            suppress(scores, &self.tokens.begin_suppress);
+        }
+        suppress(scores, &self.tokens.suppress);
+        if opts.timestamps {
+            self.timestamp_rules(scores, generated);
+        }
+    }
+
+    /// transformers' beam search (`num_beams` = `opts.beam_size`, length penalty 1, no early
+    /// stopping): each step keeps the best `2·beams` continuations of all hypotheses by summed
+    /// log-probability; those ending in `<|endoftext|>` among the first `beams` enter the
+    /// finished set scored by sum / generated length; the best `beams` others continue, each
+    /// decoder's caches reordered to its source hypothesis. `first` are the logits after the
+    /// prompt (fed to hypothesis 0).
+    fn beam_search(
+        &mut self,
+        prompt: &[u32],
+        first: Vec<f32>,
+        opts: &DecodeOptions,
+    ) -> Result<Vec<u32>, WhisperError> {
+        const NEG: f32 = -1.0e9;
+        let beams = opts.beam_size;
+        self.programs.ensure_hypotheses(beams)?;
+        let eot = self.tokens.eot;
+        let plen = prompt.len();
+        let max_len = self.programs.context();
+        let mut running: Vec<(Vec<u32>, f32)> = (0..beams)
+            .map(|i| (Vec::new(), if i == 0 { 0.0 } else { NEG }))
+            .collect();
+        let mut finished: Vec<(Vec<u32>, f32, bool)> = vec![(Vec::new(), NEG, false); beams];
+        let mut logits: Vec<Vec<f32>> = vec![first];
+        let mut cur_len = plen;
+        let mut improvable = true;
+        loop {
+            // the best 2·beams (accumulated log-probability, hypothesis, token)
+            let keep = 2 * beams;
+            let mut top: Vec<(f32, usize, u32)> = Vec::with_capacity(keep + 1);
+            for (i, (seq, score)) in running.iter().enumerate() {
+                let Some(row) = logits.get(i) else { break };
+                let mut lp = log_softmax(row);
+                self.process(&mut lp, seq, opts);
+                for (t, &v) in lp.iter().enumerate() {
+                    let acc = v + score;
+                    if top.len() == keep && acc <= top[keep - 1].0 {
+                        continue;
+                    }
+                    let at = top.partition_point(|c| c.0 >= acc);
+                    top.insert(at, (acc, i, t as u32));
+                    top.truncate(keep);
+                }
+            }
+            let hits: Vec<bool> = top
+                .iter()
+                .map(|&(_, _, t)| t == eot || cur_len + 1 >= max_len)
+                .collect();
+            let seq_of = |&(_, i, t): &(f32, usize, u32)| {
+                let mut s = running[i].0.clone();
+                s.push(t);
+                s
+            };
+            // finished hypotheses: the top `beams` candidates that just ended
+            let norm = (cur_len + 1 - plen) as f32;
+            let mut merged = finished.clone();
+            for (k, c) in top.iter().enumerate() {
+                let done = hits[k] && k < beams;
+                let mut score = c.0 / norm;
+                if !improvable {
+                    score += NEG;
+                }
+                if !done {
+                    score += NEG;
+                }
+                merged.push((seq_of(c), score, done));
+            }
+            merged.sort_by(|a, b| b.1.total_cmp(&a.1));
+            merged.truncate(beams);
+            finished = merged;
+            // the hypotheses that go on
+            let mut order: Vec<usize> = (0..top.len()).collect();
+            let adjusted = |k: usize| top[k].0 + if hits[k] { NEG } else { 0.0 };
+            order.sort_by(|&a, &b| adjusted(b).total_cmp(&adjusted(a)));
+            order.truncate(beams);
+            let sources: Vec<usize> = order.iter().map(|&k| top[k].1).collect();
+            let next: Vec<(Vec<u32>, f32)> = order
+                .iter()
+                .map(|&k| (seq_of(&top[k]), adjusted(k)))
+                .collect();
+            let all_hit = hits.iter().all(|&h| h);
+            cur_len += 1;
+            let best_possible = next[0].1 / (cur_len - plen) as f32;
+            let worst_finished = finished.iter().map(|f| f.1).fold(f32::INFINITY, f32::min);
+            improvable = improvable
+                && finished
+                    .iter()
+                    .any(|f| best_possible > if f.2 { worst_finished } else { NEG });
+            running = next;
+            if !improvable || all_hit {
+                break;
+            }
+            self.programs.reorder(&sources, cur_len - 1)?;
+            logits.clear();
+            for (i, (seq, _)) in running.iter().enumerate() {
+                let last = *seq.last().unwrap_or(&eot);
+                logits.push(self.programs.step_on(i, last, cur_len - 1)?);
+            }
+        }
+        let mut best = finished.swap_remove(0).0;
+        if best.last() == Some(&eot) {
+            best.pop();
+        }
+        Ok(best)
     }
 
     /// transformers' `WhisperTimeStampLogitsProcessor`.

@@ -34,8 +34,11 @@ pub struct Programs {
     cfg: WhisperConfig,
     weights: Arc<WhisperWeights>,
     target: Target,
+    engine: Engine,
     encoder: Model,
-    decoder: Model,
+    /// One decoder step program per hypothesis (beam search keeps several), each with its own
+    /// resident caches; they share one artifact and its weights.
+    decoders: Vec<Model>,
     /// Self-attention cache positions of the decoder program.
     context: usize,
     hidden: Vec<f32>,
@@ -49,6 +52,20 @@ impl std::fmt::Debug for Programs {
             .field("context", &self.context)
             .finish()
     }
+}
+
+fn share_caches(decoder: &mut Model, layers: usize) -> Result<(), WhisperError> {
+    for l in 0..layers {
+        decoder.share_buffer(&graph::k_cache_out(l), &graph::k_cache(l))?;
+        decoder.share_buffer(&graph::v_cache_out(l), &graph::v_cache(l))?;
+    }
+    Ok(())
+}
+
+/// One hypothesis's cache prefix, as stored.
+enum Prefix {
+    F32(Vec<f32>),
+    F16(Vec<half::f16>),
 }
 
 fn compile(
@@ -68,6 +85,21 @@ fn compile(
     )?)
 }
 
+/// Zeroes the self-attention caches (positions past the current one are masked, but a NaN left
+/// there would still poison the attention's weighted sum).
+fn clear_caches(decoder: &mut Model, layers: usize) -> Result<(), WhisperError> {
+    for l in 0..layers {
+        for name in [graph::k_cache(l), graph::v_cache(l)] {
+            match decoder.input_view_mut(&name)? {
+                BufferMut::F32(b) => b.fill(0.0),
+                BufferMut::F16(b) => b.fill(half::f16::ZERO),
+                _ => return Err(WhisperError::Invalid(format!("{name} is not float"))),
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Programs {
     pub fn new(
         cfg: WhisperConfig,
@@ -77,18 +109,16 @@ impl Programs {
         let context = cfg.max_target_positions;
         let encoder = compile(&graph::encoder(&cfg, &weights)?, options)?;
         let mut decoder = compile(&graph::decoder_step(&cfg, &weights, context)?, options)?;
-        for l in 0..cfg.decoder_layers {
-            decoder.share_buffer(&graph::k_cache_out(l), &graph::k_cache(l))?;
-            decoder.share_buffer(&graph::v_cache_out(l), &graph::v_cache(l))?;
-        }
+        share_caches(&mut decoder, cfg.decoder_layers)?;
         Ok(Programs {
             hidden: vec![0.0; cfg.d_model],
             mask: vec![0.0; context],
             cfg,
             weights,
             target: options.target.clone(),
+            engine: options.engine,
             encoder,
-            decoder,
+            decoders: vec![decoder],
             context,
         })
     }
@@ -119,15 +149,102 @@ impl Programs {
         for l in 0..self.cfg.decoder_layers {
             for name in [graph::cross_k(l), graph::cross_v(l)] {
                 let values = self.encoder.read_output_f32(&name)?;
-                self.decoder.set_input(&name, HostSlice::F32(&values))?;
+                for decoder in &mut self.decoders {
+                    decoder.set_input(&name, HostSlice::F32(&values))?;
+                }
             }
         }
-        for l in 0..self.cfg.decoder_layers {
-            for name in [graph::k_cache(l), graph::v_cache(l)] {
-                match self.decoder.input_view_mut(&name)? {
-                    BufferMut::F32(b) => b.fill(0.0),
-                    BufferMut::F16(b) => b.fill(half::f16::ZERO),
-                    _ => return Err(WhisperError::Invalid(format!("{name} is not float"))),
+        for decoder in &mut self.decoders {
+            clear_caches(decoder, self.cfg.decoder_layers)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps `n` hypotheses' decoders loaded; new ones get the current window's cross-attention
+    /// keys and values (call after [`Programs::encode`]).
+    pub fn ensure_hypotheses(&mut self, n: usize) -> Result<(), WhisperError> {
+        while self.decoders.len() < n {
+            let mut decoder = Model::load(self.decoders[0].artifact().clone(), self.engine)?;
+            share_caches(&mut decoder, self.cfg.decoder_layers)?;
+            clear_caches(&mut decoder, self.cfg.decoder_layers)?;
+            for l in 0..self.cfg.decoder_layers {
+                for name in [graph::cross_k(l), graph::cross_v(l)] {
+                    let values = self.encoder.read_output_f32(&name)?;
+                    decoder.set_input(&name, HostSlice::F32(&values))?;
+                }
+            }
+            self.decoders.push(decoder);
+        }
+        Ok(())
+    }
+
+    /// Reorders the hypotheses' caches: hypothesis `i` continues from what hypothesis
+    /// `sources[i]` held in its first `len` positions.
+    pub fn reorder(&mut self, sources: &[usize], len: usize) -> Result<(), WhisperError> {
+        if sources.iter().enumerate().all(|(i, &s)| i == s) {
+            return Ok(());
+        }
+        let heads = self.cfg.decoder_heads;
+        let hd = self.cfg.d_model / heads;
+        let s = self.context;
+        let n = len.min(s) * hd;
+        let layers = self.cfg.decoder_layers;
+        let mut distinct: Vec<usize> = sources.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        // snapshot every source's prefixes first: a source may itself be overwritten
+        let mut saved: Vec<(usize, Vec<Prefix>)> = Vec::new();
+        for &src in &distinct {
+            let d = &self.decoders[src];
+            let mut prefixes = Vec::new();
+            for l in 0..layers {
+                for name in [graph::k_cache_out(l), graph::v_cache_out(l)] {
+                    prefixes.push(match d.output_view(&name)? {
+                        BufferRef::F32(b) => Prefix::F32(
+                            (0..heads)
+                                .flat_map(|h| b[h * s * hd..h * s * hd + n].iter().copied())
+                                .collect(),
+                        ),
+                        BufferRef::F16(b) => Prefix::F16(
+                            (0..heads)
+                                .flat_map(|h| b[h * s * hd..h * s * hd + n].iter().copied())
+                                .collect(),
+                        ),
+                        _ => return Err(WhisperError::Invalid(format!("{name} is not float"))),
+                    });
+                }
+            }
+            saved.push((src, prefixes));
+        }
+        for (i, &src) in sources.iter().enumerate() {
+            if i == src {
+                continue;
+            }
+            let prefixes = &saved
+                .iter()
+                .find(|(s, _)| *s == src)
+                .ok_or_else(|| WhisperError::Invalid("reorder source missing".into()))?
+                .1;
+            let d = &mut self.decoders[i];
+            let mut at = 0;
+            for l in 0..layers {
+                for name in [graph::k_cache(l), graph::v_cache(l)] {
+                    match (d.input_view_mut(&name)?, &prefixes[at]) {
+                        (BufferMut::F32(b), Prefix::F32(p)) => {
+                            for h in 0..heads {
+                                b[h * s * hd..h * s * hd + n]
+                                    .copy_from_slice(&p[h * n..(h + 1) * n]);
+                            }
+                        }
+                        (BufferMut::F16(b), Prefix::F16(p)) => {
+                            for h in 0..heads {
+                                b[h * s * hd..h * s * hd + n]
+                                    .copy_from_slice(&p[h * n..(h + 1) * n]);
+                            }
+                        }
+                        _ => return Err(WhisperError::Invalid(format!("{name}: dtypes differ"))),
+                    }
+                    at += 1;
                 }
             }
         }
@@ -137,6 +254,16 @@ impl Programs {
     /// Feeds `token` at position `pos` (the tokens before it are in the caches) and returns the
     /// next token's raw logits (`[vocab]`).
     pub fn step(&mut self, token: u32, pos: usize) -> Result<Vec<f32>, WhisperError> {
+        self.step_on(0, token, pos)
+    }
+
+    /// [`Programs::step`] on hypothesis `which`'s decoder.
+    pub fn step_on(
+        &mut self,
+        which: usize,
+        token: u32,
+        pos: usize,
+    ) -> Result<Vec<f32>, WhisperError> {
         let cfg = &self.cfg;
         if pos >= self.context {
             return Err(WhisperError::Invalid(format!(
@@ -167,20 +294,17 @@ impl Programs {
         for (j, m) in self.mask.iter_mut().enumerate() {
             *m = if j <= pos { 0.0 } else { masked };
         }
-        self.decoder
-            .set_input(graph::HIDDEN_IN, HostSlice::F32(&self.hidden))?;
-        self.decoder
-            .set_input(graph::WRITE_POS, HostSlice::I32(&[0, pos as i32, 0]))?;
-        self.decoder
-            .set_input(graph::MASK, HostSlice::F32(&self.mask))?;
-        self.decoder.execute()?;
+        self.decoders[which].set_input(graph::HIDDEN_IN, HostSlice::F32(&self.hidden))?;
+        self.decoders[which].set_input(graph::WRITE_POS, HostSlice::I32(&[0, pos as i32, 0]))?;
+        self.decoders[which].set_input(graph::MASK, HostSlice::F32(&self.mask))?;
+        self.decoders[which].execute()?;
         let vocab = cfg.vocab_size;
-        let logits = if self.decoder.tiled_output(graph::LOGITS).is_some() {
-            let mut v = self.decoder.read_output_f32(graph::LOGITS)?;
+        let logits = if self.decoders[which].tiled_output(graph::LOGITS).is_some() {
+            let mut v = self.decoders[which].read_output_f32(graph::LOGITS)?;
             v.truncate(vocab);
             v
         } else {
-            match self.decoder.output_view(graph::LOGITS)? {
+            match self.decoders[which].output_view(graph::LOGITS)? {
                 BufferRef::F32(v) => v[..vocab].to_vec(),
                 BufferRef::F16(v) => v[..vocab].iter().map(|x| x.to_f32()).collect(),
                 _ => return Err(WhisperError::Invalid("logits are not float".into())),

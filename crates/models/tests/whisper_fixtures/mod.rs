@@ -106,3 +106,39 @@ pub fn check_model(repo: &str, options: &WhisperOptions, logits_tolerance: f64) 
         );
     }
 }
+
+/// Beam search with 5 beams on the first `clips` clips of `repo` gives transformers'
+/// `num_beams=5` tokens.
+pub fn check_beam(repo: &str, options: &WhisperOptions, clips: usize) {
+    let model = require_model!(repo);
+    let Some(speech) = speech_dir_or_skip() else {
+        return;
+    };
+    let fx = fixture("transcripts.json");
+    let mut whisper = Whisper::load(model.dir(), options).unwrap();
+    let multilingual = whisper.tokens.multilingual;
+    for (clip, want) in fx["models"][repo]["clips"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .take(clips)
+    {
+        let samples = load_audio(speech.join(clip)).unwrap();
+        let mel = whisper.features(&samples);
+        let opts = DecodeOptions {
+            language: multilingual.then(|| "en".to_string()),
+            beam_size: 5,
+            ..DecodeOptions::default()
+        };
+        let out = whisper.decode_window(&mel, &opts, &mut |_, _| {}).unwrap();
+        // transformers returns the generated tokens without the prompt and the end token here
+        assert_eq!(
+            out.generated,
+            ids(&want["beam5_sequence"]),
+            "{repo} {clip} beam 5"
+        );
+        let text = whisper.text(&out.generated).unwrap();
+        assert_eq!(text, want["beam5_text"].as_str().unwrap());
+        eprintln!("{repo} {clip} beam 5: {text}");
+    }
+}
