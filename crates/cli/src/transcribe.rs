@@ -49,6 +49,10 @@ pub struct TranscribeArgs {
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Print each file's audio length and transcription time to stderr (one JSON object per
+    /// file), and the model's load and compile time.
+    #[arg(long)]
+    pub timings: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,8 +119,15 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
     };
     let resolved = aneforge_models::resolve(&args.model)
         .with_context(|| format!("cannot find the Whisper model {}", args.model))?;
+    let started = std::time::Instant::now();
     let mut whisper = Whisper::load(resolved.dir(), &options)
         .with_context(|| format!("cannot load the Whisper model {}", args.model))?;
+    if args.timings {
+        eprintln!(
+            "{}",
+            serde_json::json!({"load_seconds": started.elapsed().as_secs_f64()})
+        );
+    }
     let mut transcripts = Vec::new();
     for path in &args.audio {
         let bar = if args.quiet {
@@ -146,8 +157,19 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
                 total.map_or("?".into(), |t| format!("{t:.0} s"))
             ));
         };
+        let started = std::time::Instant::now();
         let transcript = transcribe(&mut whisper, path, &decode, &mut progress)?;
         bar.finish_and_clear();
+        if args.timings {
+            eprintln!(
+                "{}",
+                serde_json::json!({
+                    "file": path.display().to_string(),
+                    "audio_seconds": transcript.duration,
+                    "seconds": started.elapsed().as_secs_f64(),
+                })
+            );
+        }
         transcripts.push((path, transcript));
     }
     let mut text = String::new();
