@@ -6,7 +6,7 @@
 mod whisper_fixtures;
 
 use aneforge_models::whisper::WhisperOptions;
-use whisper_fixtures::{check_beam, check_model};
+use whisper_fixtures::{check_beam, check_detected_language, check_model};
 
 #[test]
 fn tiny_en_matches_transformers_greedy() {
@@ -27,4 +27,9 @@ fn tiny_en_beam_search_matches_transformers() {
 #[test]
 fn base_beam_search_matches_transformers() {
     check_beam("openai/whisper-base", &WhisperOptions::default(), 1);
+}
+
+#[test]
+fn base_detects_the_language_as_transformers_does() {
+    check_detected_language("openai/whisper-base");
 }

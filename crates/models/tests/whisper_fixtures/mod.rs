@@ -142,3 +142,32 @@ pub fn check_beam(repo: &str, options: &WhisperOptions, clips: usize) {
         eprintln!("{repo} {clip} beam 5: {text}");
     }
 }
+
+/// A multilingual model left to detect the language picks transformers' `detect_language` token
+/// on every clip, then decodes transformers' greedy tokens for that language.
+pub fn check_detected_language(repo: &str) {
+    let model = require_model!(repo);
+    let Some(speech) = speech_dir_or_skip() else {
+        return;
+    };
+    let fx = fixture("transcripts.json");
+    let mut whisper = Whisper::load(model.dir(), &WhisperOptions::default()).unwrap();
+    for (clip, want) in fx["models"][repo]["clips"].as_object().unwrap() {
+        let samples = load_audio(speech.join(clip)).unwrap();
+        let mel = whisper.features(&samples);
+        let out = whisper
+            .decode_window(&mel, &DecodeOptions::default(), &mut |_, _| {})
+            .unwrap();
+        let code = out.language.clone().unwrap();
+        assert_eq!(
+            format!("<|{code}|>"),
+            want["detected_language"].as_str().unwrap(),
+            "{clip}"
+        );
+        // the fixture's greedy run names the same language
+        let mut sequence = out.prompt.clone();
+        sequence.extend(&out.generated);
+        sequence.push(whisper.tokens.eot);
+        assert_eq!(sequence, ids(&want["sequence"]), "{clip}");
+    }
+}
