@@ -88,3 +88,35 @@ fn bad_audio_fails_naming_the_file() {
         );
     }
 }
+
+/// The same clip as FLAC, OGG/Vorbis (44.1 kHz stereo) and MP3 (tools/fixtures/whisper/codecs.py)
+/// gives the WAV's reference transcript.
+#[test]
+fn flac_ogg_and_mp3_transcribe_like_the_wav() {
+    let _ = require_model!(TINY_EN);
+    let fx = fixture();
+    let codecs = common::repo("tools/fixtures/whisper/out/codecs");
+    let decoded: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{codecs}/decoded.json")).unwrap())
+            .unwrap();
+    let clip = decoded["clip"].as_str().unwrap();
+    let want = fx["models"][TINY_EN]["clips"][clip]["text"]
+        .as_str()
+        .unwrap()
+        .trim();
+    let files: Vec<String> = ["clip.flac", "clip_44k_stereo.ogg", "clip.mp3"]
+        .iter()
+        .map(|f| format!("{codecs}/{f}"))
+        .collect();
+    let mut args = vec!["transcribe", "-m", TINY_EN, "-q"];
+    args.extend(files.iter().map(String::as_str));
+    let out = common::run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines, vec![want; 3]);
+}

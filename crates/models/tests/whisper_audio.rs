@@ -193,3 +193,44 @@ fn bad_audio_files_get_errors_naming_them() {
         "{err}"
     );
 }
+
+/// FLAC is decoded bit-exactly; OGG/Vorbis at 44.1 kHz stereo and MP3 decode to the length and
+/// loudness libsndfile finds (tools/fixtures/whisper/codecs.py), resampled to 16 kHz and
+/// downmixed.
+#[test]
+fn flac_ogg_and_mp3_decode_like_libsndfile() {
+    let dir = format!(
+        "{}/../../tools/fixtures/whisper/out/codecs",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let fx: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{dir}/decoded.json")).unwrap())
+            .unwrap();
+    let rms = |v: &[f32]| {
+        (v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>() / v.len() as f64).sqrt()
+    };
+    for (name, want) in fx["files"].as_object().unwrap() {
+        let got = load_audio(format!("{dir}/{name}")).unwrap();
+        let frames = want["frames"].as_u64().unwrap();
+        let rate = want["rate"].as_u64().unwrap();
+        let expected = (frames * SAMPLE_RATE as u64).div_ceil(rate);
+        assert!(
+            (got.len() as i64 - expected as i64).abs() <= 1,
+            "{name}: {} samples, libsndfile's length gives {expected}",
+            got.len()
+        );
+        let (r, w) = (rms(&got), want["rms"].as_f64().unwrap());
+        assert!(
+            (r - w).abs() < 0.01 * w,
+            "{name}: rms {r} vs libsndfile {w}"
+        );
+        eprintln!(
+            "{name}: {} samples, rms {r:.6} (libsndfile {w:.6})",
+            got.len()
+        );
+    }
+    if let Some(speech) = speech_dir_or_skip() {
+        let wav = load_audio(speech.join(fx["clip"].as_str().unwrap())).unwrap();
+        assert_eq!(load_audio(format!("{dir}/clip.flac")).unwrap(), wav);
+    }
+}

@@ -80,7 +80,11 @@ impl AudioStream {
             symphonia::default::get_probe().format(
                 &hint,
                 mss,
-                &FormatOptions::default(),
+                // trims MP3 encoder delay and padding (LAME/Xing headers)
+                &FormatOptions {
+                    enable_gapless: true,
+                    ..FormatOptions::default()
+                },
                 &MetadataOptions::default(),
             )
         })?
