@@ -35,7 +35,8 @@ pub struct TranscribeArgs {
     /// Beam search with N beams (1: greedy).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub beam_size: usize,
-    /// Predict timestamps also for txt output (always on for json, srt, vtt and audio over 30 s).
+    /// Predict timestamps also for txt and json output (always on for srt, vtt and audio over
+    /// 30 s; without them a window is one segment).
     #[arg(long)]
     pub timestamps: bool,
     #[command(flatten)]
@@ -143,7 +144,8 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
         let decode = DecodeOptions {
             language: args.language.clone(),
             translate: args.task == Task::Translate,
-            timestamps: args.timestamps || args.format != TranscriptFormat::Txt,
+            timestamps: args.timestamps
+                || matches!(args.format, TranscriptFormat::Srt | TranscriptFormat::Vtt),
             beam_size: args.beam_size,
         };
         let mut progress = |done: f64, total: Option<f64>| {

@@ -52,6 +52,20 @@ fn txt_and_json_print_the_reference_transcripts() {
     let entry = clips.values().next().unwrap();
     assert_eq!(
         doc[0]["text"].as_str().unwrap(),
+        entry["text"].as_str().unwrap().trim()
+    );
+    let out = common::run(&[
+        "transcribe",
+        "-m",
+        TINY_EN,
+        "--format",
+        "json",
+        "--timestamps",
+        first,
+    ]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc[0]["text"].as_str().unwrap(),
         entry["timestamps_text"].as_str().unwrap().trim()
     );
     let segments = doc[0]["segments"].as_array().unwrap();
