@@ -92,7 +92,8 @@ enum Command {
 fn main() -> ExitCode {
     sigpipe::restore_default();
     // warnings (such as the ANE engine releasing programs to stay under the runtime's limit) are
-    // shown by default; RUST_LOG=info or debug shows more
+    // shown by default; RUST_LOG=info or debug shows more. symphonia logs each failed format
+    // probe itself; that failure reaches the user as `transcribe`'s error naming the file.
     env_logger::Builder::from_env(
         env_logger::Env::default().default_filter_or("warn,symphonia_core=off"),
     )
