@@ -27,6 +27,7 @@ mod rerank;
 mod run;
 mod sigpipe;
 mod targets;
+mod transcribe;
 mod user_data;
 
 /// aneforge: compile tensor graphs into Apple Neural Engine programs and run them.
@@ -102,6 +103,8 @@ enum Command {
     /// layer by layer and op by op, where fp16 overflows or drifts.
     #[command(name = "check-fp16")]
     CheckFp16(check_fp16::CheckFp16Args),
+    /// Transcribe speech with a Whisper model (txt, json, srt or vtt).
+    Transcribe(transcribe::TranscribeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell) to stdout.
     Completions { shell: clap_complete::Shell },
 }
@@ -109,8 +112,12 @@ enum Command {
 fn main() -> ExitCode {
     sigpipe::restore_default();
     // warnings (such as the ANE engine releasing programs to stay under the runtime's limit) are
-    // shown by default; RUST_LOG=info or debug shows more
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // shown by default; RUST_LOG=info or debug shows more. symphonia logs each failed format
+    // probe itself; that failure reaches the user as `transcribe`'s error naming the file.
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("warn,symphonia_core=off"),
+    )
+    .init();
     let cli = Cli::parse();
     if let Some(bytes) = cli.max_memory {
         aneforge_cpu::set_memory_limit(bytes);
@@ -154,6 +161,7 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Generate(args) => llm::generate_cmd(args),
         Command::Chat(args) => llm::chat_cmd(args),
         Command::CheckFp16(args) => check_fp16::run(args),
+        Command::Transcribe(args) => transcribe::run(args),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();
             clap_complete::generate(shell, &mut Cli::command(), "aneforge", &mut out);

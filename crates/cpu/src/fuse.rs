@@ -221,21 +221,39 @@ fn chains(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
             let Some((ai, p, m)) = merged else { break };
             let a = g.nodes[ai].take().expect("live");
             let bnode = g.nodes[bi].as_mut().expect("live");
-            let mut reads: Vec<Vid> = a
+            // the index follows the merge in place (re-indexing the graph after every merge made
+            // long chains quadratic): `p` disappears; a value both nodes read loses one use (uses
+            // count reading nodes); `a`'s other results are now produced by `bi`
+            let mut reads: Vec<Vid> = Vec::with_capacity(a.reads.len() + bnode.reads.len());
+            for &r in a.reads.iter().chain(bnode.reads.iter()) {
+                if r != p && !reads.contains(&r) {
+                    reads.push(r);
+                }
+            }
+            let mut shared: Vec<Vid> = a
                 .reads
                 .iter()
-                .chain(bnode.reads.iter())
                 .copied()
-                .filter(|&r| r != p)
+                .filter(|r| *r != p && bnode.reads.contains(r))
                 .collect();
-            reads.dedup();
+            shared.sort_unstable();
+            shared.dedup();
+            for r in shared {
+                if let Some(u) = g.uses.get_mut(&r) {
+                    *u -= 1;
+                }
+            }
+            g.uses.remove(&p);
+            g.producer.remove(&p);
+            for &w in a.writes.iter().filter(|&&w| w != p) {
+                g.producer.insert(w, bi);
+            }
             bnode.reads = reads;
             bnode
                 .writes
                 .extend(a.writes.iter().copied().filter(|&w| w != p));
             bnode.name = format!("{}+{}", a.name, bnode.name);
             bnode.kernel = Kernel::Chain(m);
-            g.index(outputs);
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod tokenizer;
 pub mod tokenizer_config;
 pub mod vision;
 pub mod weights;
+pub mod whisper;
 
 pub use activation::Activation;
 pub use config::{ConfigError, ModelConfig};

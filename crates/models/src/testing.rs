@@ -62,6 +62,35 @@ pub fn model_or_skip(spec: &str) -> Option<ResolvedModel> {
     }
 }
 
+/// The speech clips with transcripts (`ANEFORGE_SPEECH_DIR`, else the repository's `data/speech`),
+/// or `None` after printing why the calling test is skipped.
+///
+/// # Panics
+/// When the clips are missing and `ANEFORGE_REQUIRE_MODELS` is set (CI has them).
+pub fn speech_dir_or_skip() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("ANEFORGE_SPEECH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/speech")
+        });
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    let required = std::env::var("ANEFORGE_REQUIRE_MODELS")
+        .map(|v| !v.is_empty() && v != "0")
+        .unwrap_or(false);
+    assert!(
+        !required,
+        "ANEFORGE_REQUIRE_MODELS is set but the speech clips are not at {} (set ANEFORGE_SPEECH_DIR)",
+        dir.display()
+    );
+    eprintln!(
+        "SKIP: speech clips not found at {} (set ANEFORGE_SPEECH_DIR)",
+        dir.display()
+    );
+    None
+}
+
 /// Copies the model directory `src` (its files at the top level) into `dst`, with every element
 /// of safetensors tensor `tensor` in `model.safetensors` multiplied by `factor`: a model whose
 /// activations leave a number format's range, for tests of what catches that.

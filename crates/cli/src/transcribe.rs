@@ -1,0 +1,250 @@
+//! `aneforge transcribe`: speech to text with a Whisper model, as plain text, JSON, SubRip or
+//! WebVTT.
+
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::PathBuf;
+
+use aneforge_models::whisper::{DecodeOptions, Transcript, Whisper, WhisperOptions};
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::encoder_args::parse_compress;
+use crate::engine_args::EngineArgs;
+
+#[derive(clap::Args)]
+pub struct TranscribeArgs {
+    /// Whisper model id (ORG/NAME in the Hugging Face cache) or directory: transformers
+    /// safetensors or a CTranslate2 model.bin.
+    #[arg(short = 'm', long = "model")]
+    pub model: String,
+    /// Audio files (WAV, FLAC, MP3, OGG/Vorbis; any sample rate and channel count).
+    #[arg(required = true)]
+    pub audio: Vec<PathBuf>,
+    /// txt (the text), json (text, language and timed segments per file), srt or vtt
+    /// (subtitles).
+    #[arg(long, value_enum, default_value_t = TranscriptFormat::Txt)]
+    pub format: TranscriptFormat,
+    /// Spoken language code (en, de, fr, …) for multilingual models; default: detected per
+    /// window.
+    #[arg(long)]
+    pub language: Option<String>,
+    /// transcribe, or translate (to English; multilingual models).
+    #[arg(long, value_enum, default_value_t = Task::Transcribe)]
+    pub task: Task,
+    /// Beam search with N beams (1: greedy).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub beam_size: usize,
+    /// Predict timestamps also for txt and json output (always on for srt, vtt and audio over
+    /// 30 s; without them a window is one segment).
+    #[arg(long)]
+    pub timestamps: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Weight compression of ANE-target programs: none, auto, int8 or int4.
+    #[arg(long, default_value = "none")]
+    pub compress: String,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Print each file's audio length and transcription time to stderr (one JSON object per
+    /// file), and the model's load and compile time.
+    #[arg(long)]
+    pub timings: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TranscriptFormat {
+    Txt,
+    Json,
+    Srt,
+    Vtt,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Task {
+    Transcribe,
+    Translate,
+}
+
+/// Seconds rounded to milliseconds.
+fn ms(seconds: f64) -> f64 {
+    (seconds * 1000.0).round() / 1000.0
+}
+
+/// `HH:MM:SS{sep}mmm`.
+fn clock(seconds: f64, sep: char) -> String {
+    let ms = (seconds.max(0.0) * 1000.0).round() as u64;
+    format!(
+        "{:02}:{:02}:{:02}{sep}{:03}",
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1000 % 60,
+        ms % 1000
+    )
+}
+
+fn subtitles(t: &Transcript, vtt: bool) -> String {
+    let mut out = String::new();
+    if vtt {
+        out.push_str("WEBVTT\n\n");
+    }
+    let sep = if vtt { '.' } else { ',' };
+    for (i, s) in t.segments.iter().enumerate() {
+        if !vtt {
+            let _ = writeln!(out, "{}", i + 1);
+        }
+        let _ = writeln!(
+            out,
+            "{} --> {}\n{}\n",
+            clock(s.start, sep),
+            clock(s.end, sep),
+            s.text.trim()
+        );
+    }
+    out
+}
+
+pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
+    if args.beam_size == 0 {
+        bail!("--beam-size takes a count of at least 1");
+    }
+    let (engine, target) = args.engine.select()?;
+    let options = WhisperOptions {
+        compress: parse_compress(&args.compress, &target)?,
+        target,
+        engine,
+    };
+    let resolved = aneforge_models::resolve(&args.model)
+        .with_context(|| format!("cannot find the Whisper model {}", args.model))?;
+    let started = std::time::Instant::now();
+    let mut whisper = Whisper::load(resolved.dir(), &options)
+        .with_context(|| format!("cannot load the Whisper model {}", args.model))?;
+    if args.timings {
+        eprintln!(
+            "{}",
+            serde_json::json!({"load_seconds": started.elapsed().as_secs_f64()})
+        );
+    }
+    let mut transcripts = Vec::new();
+    for path in &args.audio {
+        let bar = if args.quiet {
+            ProgressBar::hidden()
+        } else {
+            let bar = ProgressBar::new(0);
+            bar.set_style(
+                ProgressStyle::with_template("{bar:40} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar
+        };
+        let decode = DecodeOptions {
+            language: args.language.clone(),
+            translate: args.task == Task::Translate,
+            timestamps: args.timestamps
+                || matches!(args.format, TranscriptFormat::Srt | TranscriptFormat::Vtt),
+            beam_size: args.beam_size,
+        };
+        let mut progress = |done: f64, total: Option<f64>| {
+            if let Some(total) = total {
+                bar.set_length((total * 10.0) as u64);
+                bar.set_position((done * 10.0) as u64);
+            }
+            bar.set_message(format!(
+                "{}: {done:.0} s of {}",
+                path.display(),
+                total.map_or("?".into(), |t| format!("{t:.0} s"))
+            ));
+        };
+        let started = std::time::Instant::now();
+        let transcript = transcribe(&mut whisper, path, &decode, &mut progress)?;
+        bar.finish_and_clear();
+        if args.timings {
+            eprintln!(
+                "{}",
+                serde_json::json!({
+                    "file": path.display().to_string(),
+                    "audio_seconds": transcript.duration,
+                    "seconds": started.elapsed().as_secs_f64(),
+                })
+            );
+        }
+        transcripts.push((path, transcript));
+    }
+    let mut text = String::new();
+    match args.format {
+        TranscriptFormat::Txt => {
+            for (_, t) in &transcripts {
+                text.push_str(t.text.trim());
+                text.push('\n');
+            }
+        }
+        TranscriptFormat::Json => {
+            let files: Vec<serde_json::Value> = transcripts
+                .iter()
+                .map(|(path, t)| {
+                    serde_json::json!({
+                        "file": path.display().to_string(),
+                        "text": t.text.trim(),
+                        "language": t.language,
+                        "duration": ms(t.duration),
+                        "segments": t.segments.iter().map(|s| serde_json::json!({
+                            "start": ms(s.start), "end": ms(s.end), "text": s.text.trim(),
+                        })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            text = serde_json::to_string(&files)?;
+            text.push('\n');
+        }
+        TranscriptFormat::Srt | TranscriptFormat::Vtt => {
+            if transcripts.len() > 1 && args.output.is_some() {
+                bail!("--format srt/vtt with --output takes one audio file");
+            }
+            for (_, t) in &transcripts {
+                text.push_str(&subtitles(t, args.format == TranscriptFormat::Vtt));
+            }
+        }
+    }
+    match &args.output {
+        Some(path) => aneforge::output::write_output(path, text.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display())),
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            Ok(out.flush()?)
+        }
+    }
+}
+
+fn transcribe(
+    whisper: &mut Whisper,
+    path: &std::path::Path,
+    decode: &DecodeOptions,
+    progress: &mut dyn FnMut(f64, Option<f64>),
+) -> anyhow::Result<Transcript> {
+    // audio over one window is decoded with timestamps: the next window starts where the last
+    // complete segment ended
+    let long = aneforge_models::whisper::audio::AudioStream::open(path)?
+        .expected_samples()
+        .is_none_or(|n| n > aneforge_models::whisper::mel::WINDOW_SAMPLES as u64);
+    let decode = DecodeOptions {
+        timestamps: decode.timestamps || long,
+        ..decode.clone()
+    };
+    Ok(whisper.transcribe_file(path, &decode, progress)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clocks_round_to_milliseconds() {
+        assert_eq!(clock(3723.4567, ','), "01:02:03,457");
+        assert_eq!(clock(0.0, '.'), "00:00:00.000");
+    }
+}

@@ -1,0 +1,534 @@
+//! Greedy decoding of one 30 s window as transformers' `WhisperForConditionalGeneration.generate`
+//! does it (begin-suppression, the suppression list, and with timestamps the timestamp rules),
+//! and long audio in sequential windows with timestamp seeking, as openai-whisper does.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::audio::{AudioStream, SAMPLE_RATE};
+use super::mel::{LogMel, HOP, WINDOW_SAMPLES};
+use super::runtime::{Programs, WhisperOptions};
+use super::tokens::SpecialTokens;
+use super::{load_weights, CheckpointFiles, WhisperConfig, WhisperError};
+use crate::tokenizer::TextTokenizer;
+
+/// What to decode.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DecodeOptions {
+    /// A language code (`en`, `de`, ...) for multilingual models; `None` detects it per window.
+    pub language: Option<String>,
+    /// Translate to English instead of transcribing (multilingual models).
+    pub translate: bool,
+    /// Predict timestamp tokens (segments with times).
+    pub timestamps: bool,
+    /// Beam search with this many beams (transformers' `num_beams`, length penalty 1); 0 or 1
+    /// decodes greedily.
+    pub beam_size: usize,
+}
+
+/// One window's result: the prompt and the generated tokens (without the end token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowTokens {
+    pub prompt: Vec<u32>,
+    pub generated: Vec<u32>,
+    pub language: Option<String>,
+}
+
+/// A piece of the transcript with its time span (seconds from the start of the file).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    pub start: f64,
+    pub end: f64,
+    pub text: String,
+    pub tokens: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transcript {
+    pub text: String,
+    pub segments: Vec<Segment>,
+    pub language: Option<String>,
+    /// Seconds of audio.
+    pub duration: f64,
+}
+
+/// A loaded Whisper model: tokenizer, special tokens and compiled programs.
+pub struct Whisper {
+    pub tokens: SpecialTokens,
+    tokenizer: TextTokenizer,
+    programs: Programs,
+    mel: LogMel,
+}
+
+impl std::fmt::Debug for Whisper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Whisper")
+            .field("config", self.programs.config())
+            .finish()
+    }
+}
+
+/// Seconds per timestamp token.
+const TIME_PRECISION: f64 = 0.02;
+/// Samples per encoder position (conv2's stride 2 over 160-sample hops).
+const SAMPLES_PER_POSITION: usize = 2 * HOP;
+/// transformers' `max_initial_timestamp_index`: the first timestamp is at most 1 s.
+const MAX_INITIAL_TIMESTAMP: u32 = 50;
+
+fn suppress(logits: &mut [f32], ids: &[u32]) {
+    for &i in ids {
+        if let Some(v) = logits.get_mut(i as usize) {
+            *v = f32::NEG_INFINITY;
+        }
+    }
+}
+
+/// `v − logsumexp(v)` (f64 sums).
+fn log_softmax(v: &[f32]) -> Vec<f32> {
+    let lse = log_sum_exp(v);
+    v.iter().map(|&x| (f64::from(x) - lse) as f32).collect()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn log_sum_exp(v: &[f32]) -> f64 {
+    let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        return f64::NEG_INFINITY;
+    }
+    let s: f64 = v.iter().map(|&x| f64::from(x - max).exp()).sum();
+    f64::from(max) + s.ln()
+}
+
+impl Whisper {
+    /// Loads the checkpoint in `dir` (transformers or CTranslate2) and compiles its programs.
+    pub fn load(dir: &Path, options: &WhisperOptions) -> Result<Whisper, WhisperError> {
+        let files = CheckpointFiles::find(dir)?;
+        let (cfg, weights) = load_weights(dir)?;
+        let tok_path = files.dir().join("tokenizer.json");
+        let tokenizer = TextTokenizer::from_file(&tok_path)?;
+        let tokens = SpecialTokens::new(&tokenizer, cfg.vocab_size, files.dir())?;
+        if tokens.timestamp_begin as usize + 1501 > cfg.vocab_size {
+            return Err(WhisperError::Config(format!(
+                "{}: the tokenizer's timestamp tokens start at {}, past what the model's \
+                 {}-token vocabulary holds",
+                tok_path.display(),
+                tokens.timestamp_begin,
+                cfg.vocab_size
+            )));
+        }
+        let mel = LogMel::new(cfg.n_mels);
+        let programs = Programs::new(cfg, Arc::new(weights), options)?;
+        Ok(Whisper {
+            tokens,
+            tokenizer,
+            programs,
+            mel,
+        })
+    }
+
+    pub fn config(&self) -> &WhisperConfig {
+        self.programs.config()
+    }
+
+    pub fn tokenizer(&self) -> &TextTokenizer {
+        &self.tokenizer
+    }
+
+    /// The log-mel features of up to 30 s of 16 kHz samples.
+    pub fn features(&self, samples: &[f32]) -> Vec<f32> {
+        self.mel.window(samples)
+    }
+
+    /// Text of `ids` without special and timestamp tokens.
+    pub fn text(&self, ids: &[u32]) -> Result<String, WhisperError> {
+        let plain: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&i| i < self.tokens.eot)
+            .collect();
+        Ok(self.tokenizer.decode(&plain, true)?)
+    }
+
+    /// The most likely language of the encoded window: the decoder's first step after
+    /// `<|startoftranscript|>`, over the language tokens only.
+    fn detect_language(&mut self) -> Result<String, WhisperError> {
+        let logits = self.programs.step(self.tokens.sot, 0)?;
+        let best = self
+            .tokens
+            .languages
+            .iter()
+            .max_by(|a, b| logits[a.1 as usize].total_cmp(&logits[b.1 as usize]))
+            .ok_or_else(|| WhisperError::Config("the tokenizer has no language tokens".into()))?;
+        Ok(best.0.clone())
+    }
+
+    fn prompt(&mut self, opts: &DecodeOptions) -> Result<(Vec<u32>, Option<String>), WhisperError> {
+        let t = &self.tokens;
+        let mut prompt = vec![t.sot];
+        let mut language = None;
+        if t.multilingual {
+            let code = match &opts.language {
+                Some(code) => code.clone(),
+                None => self.detect_language()?,
+            };
+            let t = &self.tokens;
+            let id = t
+                .language(&code)
+                .ok_or_else(|| WhisperError::Invalid(format!("unknown language code '{code}'")))?;
+            prompt.push(id);
+            prompt.push(if opts.translate {
+                t.translate
+            } else {
+                t.transcribe
+            });
+            language = Some(code);
+        } else if opts.language.as_deref().is_some_and(|l| l != "en") || opts.translate {
+            return Err(WhisperError::Invalid(
+                "an English-only model transcribes English only (no --language other than en, \
+                 no translation)"
+                    .into(),
+            ));
+        }
+        if !opts.timestamps {
+            prompt.push(self.tokens.no_timestamps);
+        }
+        Ok((prompt, language))
+    }
+
+    /// Decodes one window of features greedily. `on_logits(step, raw)` sees each step's raw
+    /// logits before any suppression.
+    pub fn decode_window(
+        &mut self,
+        mel: &[f32],
+        opts: &DecodeOptions,
+        on_logits: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<WindowTokens, WhisperError> {
+        self.programs.encode(mel)?;
+        let (prompt, language) = self.prompt(opts)?;
+        let mut logits = Vec::new();
+        for (pos, &tok) in prompt.iter().enumerate() {
+            logits = self.programs.step(tok, pos)?;
+        }
+        let begin = prompt.len();
+        let mut generated: Vec<u32> = Vec::new();
+        let max = self.programs.context();
+        let mut pos = begin;
+        if opts.beam_size > 1 {
+            let generated = self.beam_search(&prompt, logits, opts)?;
+            return Ok(WindowTokens {
+                prompt,
+                generated,
+                language,
+            });
+        }
+        loop {
+            on_logits(generated.len(), &logits);
+            let mut scores = logits.clone();
+            self.process(&mut scores, &generated, opts);
+            let next = argmax(&scores);
+            if next == self.tokens.eot {
+                break;
+            }
+            generated.push(next);
+            if pos + 1 >= max {
+                break;
+            }
+            logits = self.programs.step(next, pos)?;
+            pos += 1;
+        }
+        Ok(WindowTokens {
+            prompt,
+            generated,
+            language,
+        })
+    }
+
+    /// transformers' logits processors for Whisper, in its order: begin-suppression, the
+    /// suppression list, then the timestamp rules.
+    fn process(&self, scores: &mut [f32], generated: &[u32], opts: &DecodeOptions) {
+        if generated.is_empty() {
+            suppress(scores, &self.tokens.begin_suppress);
+        }
+        suppress(scores, &self.tokens.suppress);
+        if opts.timestamps {
+            self.timestamp_rules(scores, generated);
+        }
+    }
+
+    /// transformers' beam search (`num_beams` = `opts.beam_size`, length penalty 1, no early
+    /// stopping): each step keeps the best `2·beams` continuations of all hypotheses by summed
+    /// log-probability; those ending in `<|endoftext|>` among the first `beams` enter the
+    /// finished set scored by sum / generated length; the best `beams` others continue, each
+    /// decoder's caches reordered to its source hypothesis. `first` are the logits after the
+    /// prompt (fed to hypothesis 0).
+    fn beam_search(
+        &mut self,
+        prompt: &[u32],
+        first: Vec<f32>,
+        opts: &DecodeOptions,
+    ) -> Result<Vec<u32>, WhisperError> {
+        const NEG: f32 = -1.0e9;
+        let beams = opts.beam_size;
+        self.programs.ensure_hypotheses(beams)?;
+        let eot = self.tokens.eot;
+        let plen = prompt.len();
+        let max_len = self.programs.context();
+        let mut running: Vec<(Vec<u32>, f32)> = (0..beams)
+            .map(|i| (Vec::new(), if i == 0 { 0.0 } else { NEG }))
+            .collect();
+        let mut finished: Vec<(Vec<u32>, f32, bool)> = vec![(Vec::new(), NEG, false); beams];
+        let mut logits: Vec<Vec<f32>> = vec![first];
+        let mut cur_len = plen;
+        let mut improvable = true;
+        loop {
+            // the best 2·beams (accumulated log-probability, hypothesis, token)
+            let keep = 2 * beams;
+            let mut top: Vec<(f32, usize, u32)> = Vec::with_capacity(keep + 1);
+            for (i, (seq, score)) in running.iter().enumerate() {
+                let Some(row) = logits.get(i) else { break };
+                let mut lp = log_softmax(row);
+                self.process(&mut lp, seq, opts);
+                for (t, &v) in lp.iter().enumerate() {
+                    let acc = v + score;
+                    if top.len() == keep && acc <= top[keep - 1].0 {
+                        continue;
+                    }
+                    let at = top.partition_point(|c| c.0 >= acc);
+                    top.insert(at, (acc, i, t as u32));
+                    top.truncate(keep);
+                }
+            }
+            let hits: Vec<bool> = top
+                .iter()
+                .map(|&(_, _, t)| t == eot || cur_len + 1 >= max_len)
+                .collect();
+            let seq_of = |&(_, i, t): &(f32, usize, u32)| {
+                let mut s = running[i].0.clone();
+                s.push(t);
+                s
+            };
+            // finished hypotheses: the top `beams` candidates that just ended
+            let norm = (cur_len + 1 - plen) as f32;
+            let mut merged = finished.clone();
+            for (k, c) in top.iter().enumerate() {
+                let done = hits[k] && k < beams;
+                let mut score = c.0 / norm;
+                if !improvable {
+                    score += NEG;
+                }
+                if !done {
+                    score += NEG;
+                }
+                merged.push((seq_of(c), score, done));
+            }
+            merged.sort_by(|a, b| b.1.total_cmp(&a.1));
+            merged.truncate(beams);
+            finished = merged;
+            // the hypotheses that go on
+            let mut order: Vec<usize> = (0..top.len()).collect();
+            let adjusted = |k: usize| top[k].0 + if hits[k] { NEG } else { 0.0 };
+            order.sort_by(|&a, &b| adjusted(b).total_cmp(&adjusted(a)));
+            order.truncate(beams);
+            let sources: Vec<usize> = order.iter().map(|&k| top[k].1).collect();
+            let next: Vec<(Vec<u32>, f32)> = order
+                .iter()
+                .map(|&k| (seq_of(&top[k]), adjusted(k)))
+                .collect();
+            let all_hit = hits.iter().all(|&h| h);
+            cur_len += 1;
+            let best_possible = next[0].1 / (cur_len - plen) as f32;
+            let worst_finished = finished.iter().map(|f| f.1).fold(f32::INFINITY, f32::min);
+            improvable = improvable
+                && finished
+                    .iter()
+                    .any(|f| best_possible > if f.2 { worst_finished } else { NEG });
+            running = next;
+            if !improvable || all_hit {
+                break;
+            }
+            self.programs.reorder(&sources, cur_len - 1)?;
+            logits.clear();
+            for (i, (seq, _)) in running.iter().enumerate() {
+                let last = *seq.last().unwrap_or(&eot);
+                logits.push(self.programs.step_on(i, last, cur_len - 1)?);
+            }
+        }
+        let mut best = finished.swap_remove(0).0;
+        if best.last() == Some(&eot) {
+            best.pop();
+        }
+        Ok(best)
+    }
+
+    /// transformers' `WhisperTimeStampLogitsProcessor`.
+    fn timestamp_rules(&self, scores: &mut [f32], generated: &[u32]) {
+        let t = &self.tokens;
+        let ts = t.timestamp_begin as usize;
+        scores[t.no_timestamps as usize] = f32::NEG_INFINITY;
+        let last_ts = generated.last().is_some_and(|&x| t.is_timestamp(x));
+        let penultimate_ts = generated.len() < 2 || t.is_timestamp(generated[generated.len() - 2]);
+        if last_ts {
+            if penultimate_ts {
+                scores[ts..].fill(f32::NEG_INFINITY);
+            } else {
+                scores[..t.eot as usize].fill(f32::NEG_INFINITY);
+            }
+        }
+        if let Some(&last) = generated.iter().rev().find(|&&x| t.is_timestamp(x)) {
+            let upto = if last_ts && !penultimate_ts {
+                last
+            } else {
+                last + 1
+            } as usize;
+            scores[ts..upto.max(ts)].fill(f32::NEG_INFINITY);
+        }
+        if generated.is_empty() {
+            scores[..ts].fill(f32::NEG_INFINITY);
+            let last_allowed = ts + MAX_INITIAL_TIMESTAMP as usize;
+            if last_allowed + 1 < scores.len() {
+                scores[last_allowed + 1..].fill(f32::NEG_INFINITY);
+            }
+        }
+        // log-softmax is a shift of the scores: compare in score space
+        let timestamp_mass = log_sum_exp(&scores[ts..]);
+        let best_text = scores[..ts]
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
+        if timestamp_mass > f64::from(best_text) {
+            scores[..ts].fill(f32::NEG_INFINITY);
+        }
+    }
+
+    /// Transcribes a file window by window (30 s each; with timestamps, each next window starts
+    /// at the last complete segment's end). `progress(done_seconds, total_seconds)` is told after
+    /// each window (the total when the container states it).
+    pub fn transcribe_file(
+        &mut self,
+        path: &Path,
+        opts: &DecodeOptions,
+        progress: &mut dyn FnMut(f64, Option<f64>),
+    ) -> Result<Transcript, WhisperError> {
+        let mut stream = AudioStream::open(path)?;
+        let total = stream
+            .expected_samples()
+            .map(|n| n as f64 / SAMPLE_RATE as f64);
+        let mut seek = 0usize;
+        let mut segments = Vec::new();
+        let mut language = None;
+        let mut texts = Vec::new();
+        loop {
+            let window = stream.peek(WINDOW_SAMPLES)?;
+            if window.is_empty() {
+                break;
+            }
+            let mel = self.mel.window(&window);
+            let out = self.decode_window(&mel, opts, &mut |_, _| {})?;
+            if language.is_none() {
+                language = out.language.clone();
+            }
+            let offset = seek as f64 / SAMPLE_RATE as f64;
+            let window_secs = window.len() as f64 / SAMPLE_RATE as f64;
+            let advance = if opts.timestamps {
+                let (segs, advance) =
+                    self.timestamp_segments(&out.generated, offset, window.len())?;
+                segments.extend(segs);
+                advance
+            } else {
+                let text = self.text(&out.generated)?;
+                segments.push(Segment {
+                    start: offset,
+                    end: offset + window_secs,
+                    text,
+                    tokens: out.generated.clone(),
+                });
+                window.len()
+            };
+            texts.push(self.text(&out.generated)?);
+            // always move forward, also when a window yields no complete segment
+            let advance = advance.max(SAMPLES_PER_POSITION).min(window.len());
+            seek += stream.consume(advance)?;
+            progress(seek as f64 / SAMPLE_RATE as f64, total);
+            if window.len() < WINDOW_SAMPLES && advance >= window.len() {
+                break;
+            }
+        }
+        Ok(Transcript {
+            text: texts.concat(),
+            segments,
+            language,
+            duration: seek as f64 / SAMPLE_RATE as f64,
+        })
+    }
+
+    /// openai-whisper's segmentation of one window's tokens: segments end at consecutive
+    /// timestamp pairs; the next window starts at the last complete segment's end, or after the
+    /// whole window when the tokens end with a single timestamp (nothing left mid-speech).
+    fn timestamp_segments(
+        &self,
+        tokens: &[u32],
+        offset: f64,
+        window_len: usize,
+    ) -> Result<(Vec<Segment>, usize), WhisperError> {
+        let t = &self.tokens;
+        let is_ts: Vec<bool> = tokens.iter().map(|&x| t.is_timestamp(x)).collect();
+        let time = |x: u32| f64::from(x - t.timestamp_begin) * TIME_PRECISION;
+        let single_ending = is_ts.len() >= 2 && !is_ts[is_ts.len() - 2] && is_ts[is_ts.len() - 1];
+        let consecutive: Vec<usize> = (1..is_ts.len())
+            .filter(|&i| is_ts[i - 1] && is_ts[i])
+            .collect();
+        let mut segments = Vec::new();
+        if !consecutive.is_empty() {
+            let mut slices = consecutive.clone();
+            if single_ending {
+                slices.push(tokens.len());
+            }
+            let mut last = 0;
+            for &end in &slices {
+                let part = &tokens[last..end];
+                if part.len() >= 2 {
+                    segments.push(Segment {
+                        start: offset + time(part[0]),
+                        end: offset + time(part[part.len() - 1]),
+                        text: self.text(part)?,
+                        tokens: part.to_vec(),
+                    });
+                }
+                last = end;
+            }
+            let advance = if single_ending {
+                window_len
+            } else {
+                let last_ts = tokens[last - 1];
+                (last_ts - t.timestamp_begin) as usize * SAMPLES_PER_POSITION
+            };
+            Ok((segments, advance))
+        } else {
+            let stamps: Vec<u32> = tokens
+                .iter()
+                .copied()
+                .filter(|&x| t.is_timestamp(x))
+                .collect();
+            let duration = match stamps.last() {
+                Some(&x) if x != t.timestamp_begin => time(x),
+                _ => window_len as f64 / SAMPLE_RATE as f64,
+            };
+            segments.push(Segment {
+                start: offset,
+                end: offset + duration,
+                text: self.text(tokens)?,
+                tokens: tokens.to_vec(),
+            });
+            Ok((segments, window_len))
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Whisper's log-mel spectrogram, as transformers' `WhisperFeatureExtractor` (and openai-whisper)
+//! compute it: a 30 s window of 16 kHz samples (zero-padded), periodic Hann window of 400, hop 160,
+//! centred frames with reflect padding, power spectrum, slaney-scale slaney-normalised mel filters
+//! over 0–8000 Hz, `log10(max(mel, 1e-10))`, the last frame dropped, clamped to 8 below the
+//! window's maximum, then `(x + 4) / 4`.
+
+use std::sync::Arc;
+
+use realfft::{RealFftPlanner, RealToComplex};
+
+use super::audio::SAMPLE_RATE;
+
+pub const N_FFT: usize = 400;
+pub const HOP: usize = 160;
+/// Samples of one window (30 s).
+pub const WINDOW_SAMPLES: usize = 30 * SAMPLE_RATE;
+/// Frames of one window's features.
+pub const WINDOW_FRAMES: usize = WINDOW_SAMPLES / HOP;
+
+/// slaney mel scale: linear below 1 kHz, logarithmic above.
+fn hz_to_mel(hz: f64) -> f64 {
+    let f_sp = 200.0 / 3.0;
+    let min_log_hz = 1000.0;
+    let min_log_mel = min_log_hz / f_sp;
+    let logstep = 6.4f64.ln() / 27.0;
+    if hz >= min_log_hz {
+        min_log_mel + (hz / min_log_hz).ln() / logstep
+    } else {
+        hz / f_sp
+    }
+}
+
+fn mel_to_hz(mel: f64) -> f64 {
+    let f_sp = 200.0 / 3.0;
+    let min_log_hz = 1000.0;
+    let min_log_mel = min_log_hz / f_sp;
+    let logstep = 6.4f64.ln() / 27.0;
+    if mel >= min_log_mel {
+        min_log_hz * (logstep * (mel - min_log_mel)).exp()
+    } else {
+        f_sp * mel
+    }
+}
+
+/// `[n_mels, N_FFT / 2 + 1]` triangular filters, slaney-normalised (constant energy per filter).
+pub fn mel_filters(n_mels: usize) -> Vec<f64> {
+    let bins = N_FFT / 2 + 1;
+    let nyquist = SAMPLE_RATE as f64 / 2.0;
+    let fft_freqs: Vec<f64> = (0..bins)
+        .map(|i| nyquist * i as f64 / (bins - 1) as f64)
+        .collect();
+    let (lo, hi) = (hz_to_mel(0.0), hz_to_mel(8000.0));
+    let points: Vec<f64> = (0..n_mels + 2)
+        .map(|i| mel_to_hz(lo + (hi - lo) * i as f64 / (n_mels + 1) as f64))
+        .collect();
+    let mut out = vec![0.0; n_mels * bins];
+    for m in 0..n_mels {
+        let (left, centre, right) = (points[m], points[m + 1], points[m + 2]);
+        let norm = 2.0 / (right - left);
+        for (b, &f) in fft_freqs.iter().enumerate() {
+            let down = (f - left) / (centre - left);
+            let up = (right - f) / (right - centre);
+            out[m * bins + b] = down.min(up).max(0.0) * norm;
+        }
+    }
+    out
+}
+
+/// A reusable feature extractor for one mel bin count.
+pub struct LogMel {
+    n_mels: usize,
+    filters: Vec<f32>,
+    window: Vec<f32>,
+    fft: Arc<dyn RealToComplex<f32>>,
+}
+
+impl std::fmt::Debug for LogMel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogMel")
+            .field("n_mels", &self.n_mels)
+            .finish()
+    }
+}
+
+impl LogMel {
+    pub fn new(n_mels: usize) -> LogMel {
+        let window = (0..N_FFT)
+            .map(|n| {
+                (0.5 - 0.5 * (2.0 * std::f64::consts::PI * n as f64 / N_FFT as f64).cos()) as f32
+            })
+            .collect();
+        LogMel {
+            n_mels,
+            filters: mel_filters(n_mels).iter().map(|&v| v as f32).collect(),
+            window,
+            fft: RealFftPlanner::<f32>::new().plan_fft_forward(N_FFT),
+        }
+    }
+
+    pub fn n_mels(&self) -> usize {
+        self.n_mels
+    }
+
+    /// `[n_mels, WINDOW_FRAMES]` features of up to 30 s of samples (zero-padded to 30 s; longer
+    /// input is cut).
+    pub fn window(&self, samples: &[f32]) -> Vec<f32> {
+        let n = samples.len().min(WINDOW_SAMPLES);
+        let pad = N_FFT / 2;
+        // reflect padding around the zero-padded window, as numpy's pad(mode="reflect")
+        let total = WINDOW_SAMPLES + 2 * pad;
+        let at = |i: usize| -> f32 {
+            let j = i as isize - pad as isize;
+            let j = if j < 0 {
+                -j
+            } else if j >= WINDOW_SAMPLES as isize {
+                2 * (WINDOW_SAMPLES as isize - 1) - j
+            } else {
+                j
+            } as usize;
+            if j < n {
+                samples[j]
+            } else {
+                0.0
+            }
+        };
+        let padded: Vec<f32> = (0..total).map(at).collect();
+        let bins = N_FFT / 2 + 1;
+        let frames = WINDOW_FRAMES;
+        let mut input = self.fft.make_input_vec();
+        let mut spectrum = self.fft.make_output_vec();
+        let mut scratch = self.fft.make_scratch_vec();
+        let mut power = vec![0.0f32; bins];
+        let mut mel = vec![0.0f32; self.n_mels * frames];
+        for t in 0..frames {
+            let start = t * HOP;
+            for (k, v) in input.iter_mut().enumerate() {
+                *v = padded[start + k] * self.window[k];
+            }
+            self.fft
+                .process_with_scratch(&mut input, &mut spectrum, &mut scratch)
+                .unwrap_or_else(|_| unreachable!("buffers come from the plan"));
+            for (p, c) in power.iter_mut().zip(&spectrum) {
+                *p = c.norm_sqr();
+            }
+            for m in 0..self.n_mels {
+                let row = &self.filters[m * bins..(m + 1) * bins];
+                let e: f32 = row.iter().zip(&power).map(|(w, p)| w * p).sum();
+                mel[m * frames + t] = e.max(1e-10).log10();
+            }
+        }
+        let max = mel.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        for v in &mut mel {
+            *v = (v.max(max - 8.0) + 4.0) / 4.0;
+        }
+        mel
+    }
+}
