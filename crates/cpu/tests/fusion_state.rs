@@ -445,3 +445,73 @@ fn blob_constants_decode_once() {
         vec![1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
     );
 }
+
+/// A chain of `n` elementwise ops on `x [4, 64]` (`+0.5`, `·0.5`, `−0.5` in turn), and the f64
+/// value it computes from `x`.
+fn chain(n: usize) -> (Prog, impl Fn(f64) -> f64) {
+    let mut p = Prog::new();
+    let mut prev = p.input("x", DType::Fp32, &[4, 64]);
+    for i in 0..n {
+        let op = ["add", "mul", "sub"][i % 3];
+        prev = p.op(
+            op,
+            &[("x", v(&prev)), ("y", A::F(DType::Fp32, 0.5))],
+            DType::Fp32,
+            &[4, 64],
+        );
+    }
+    p.output(&prev);
+    let eval = move |mut x: f64| {
+        for i in 0..n {
+            x = match i % 3 {
+                0 => x + 0.5,
+                1 => x * 0.5,
+                _ => x - 0.5,
+            };
+        }
+        x
+    };
+    (p, eval)
+}
+
+/// Compiling a long elementwise chain is close to linear in its length (fusion keeps its index
+/// up to date instead of rebuilding it after every merge, which made 100k ops take minutes), and
+/// the fused program computes the chain.
+#[test]
+fn a_hundred_thousand_op_chain_compiles_in_near_linear_time() {
+    let time = |n: usize| {
+        let (p, eval) = chain(n);
+        let program = p.build();
+        let start = std::time::Instant::now();
+        let plan = compile(
+            &program,
+            "main",
+            &BlobStore::new(),
+            &CompileOptions::default(),
+        )
+        .unwrap();
+        let seconds = start.elapsed().as_secs_f64();
+        let mut inst = plan.instantiate();
+        let x: Vec<f32> = (0..256).map(|i| (i as f32 - 128.0) / 32.0).collect();
+        inst.set_input("x", HostSlice::F32(&x)).unwrap();
+        inst.execute().unwrap();
+        let out = inst
+            .read_output_f32(&program.functions[0].body.outputs[0])
+            .unwrap();
+        for (g, &xi) in out.iter().zip(&x) {
+            let want = eval(f64::from(xi));
+            assert!(
+                (f64::from(*g) - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "{g} vs {want}"
+            );
+        }
+        seconds
+    };
+    let small = time(10_000);
+    let large = time(100_000);
+    eprintln!("compile: 10k ops {small:.2} s, 100k ops {large:.2} s");
+    assert!(
+        large < 30.0 * small.max(0.05),
+        "100k ops took {large:.2} s against {small:.2} s for 10k: worse than near-linear"
+    );
+}
