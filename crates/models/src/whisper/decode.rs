@@ -10,6 +10,7 @@ use super::mel::{LogMel, HOP, WINDOW_SAMPLES};
 use super::runtime::{Programs, WhisperOptions};
 use super::tokens::SpecialTokens;
 use super::{load_weights, CheckpointFiles, WhisperConfig, WhisperError};
+use crate::llm::sampling::argmax;
 use crate::tokenizer::TextTokenizer;
 
 /// What to decode.
@@ -87,16 +88,6 @@ fn suppress(logits: &mut [f32], ids: &[u32]) {
 fn log_softmax(v: &[f32]) -> Vec<f32> {
     let lse = log_sum_exp(v);
     v.iter().map(|&x| (f64::from(x) - lse) as f32).collect()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 fn log_sum_exp(v: &[f32]) -> f64 {

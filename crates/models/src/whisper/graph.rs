@@ -20,10 +20,11 @@ use super::config::WhisperConfig;
 use super::weights::{Attention, Linear, Norm, WhisperWeights};
 
 pub const MEL: &str = "mel";
-pub const HIDDEN_IN: &str = "hidden_in";
-pub const WRITE_POS: &str = "write_pos";
-pub const MASK: &str = "mask";
-pub const LOGITS: &str = "logits";
+// The self-attention cache ports, the hidden input, the write position, the mask and the logits are
+// named as the LLM step graph names them.
+pub use crate::llm::step::{
+    k_cache, k_cache_out, v_cache, v_cache_out, HIDDEN_IN, LOGITS, MASK, WRITE_POS,
+};
 
 pub fn cross_k(layer: usize) -> String {
     format!("cross_k_{layer}")
@@ -31,19 +32,6 @@ pub fn cross_k(layer: usize) -> String {
 pub fn cross_v(layer: usize) -> String {
     format!("cross_v_{layer}")
 }
-pub fn k_cache(layer: usize) -> String {
-    format!("k_cache_{layer}")
-}
-pub fn v_cache(layer: usize) -> String {
-    format!("v_cache_{layer}")
-}
-pub fn k_cache_out(layer: usize) -> String {
-    format!("k_cache_{layer}_out")
-}
-pub fn v_cache_out(layer: usize) -> String {
-    format!("v_cache_{layer}_out")
-}
-
 /// Whisper's layer norms use eps 1e-5.
 const EPS: f32 = 1e-5;
 
