@@ -24,7 +24,7 @@ pub use nn::{
     ConvTranspose2dParams, Pool2dParams,
 };
 pub use op::{
-    BinaryOp, CompareOp, ConvAttrs, Op, PadMode, PoolAttrs, PoolKind, ReduceOp, UnaryOp,
+    BinaryOp, CompareOp, ConvAttrs, Op, OpFamily, PadMode, PoolAttrs, PoolKind, ReduceOp, UnaryOp,
     UpsampleMode,
 };
 pub use order::topo_order;

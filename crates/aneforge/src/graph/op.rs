@@ -410,3 +410,59 @@ impl Op {
         )
     }
 }
+
+/// The family an op's shape rule, MIL emission, VJP and CPU builder are kept under (files of
+/// this name in `graph/shape/`, `lower/emit/`, `autograd/rules/` and the CPU engine's `ops/`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpFamily {
+    /// Inputs, parameters and constants.
+    Leaf,
+    Elementwise,
+    Linalg,
+    Conv,
+    Reduce,
+    Layout,
+    Gather,
+    Attention,
+}
+
+impl Op {
+    /// The op's family; every variant is listed, so a new one must be placed.
+    pub fn family(&self) -> OpFamily {
+        match self {
+            Op::Input { .. } | Op::Constant(_) | Op::Parameter { .. } => OpFamily::Leaf,
+            Op::Unary(_)
+            | Op::LeakyRelu { .. }
+            | Op::Elu { .. }
+            | Op::Clip { .. }
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Cast { .. }
+            | Op::StopGradient => OpFamily::Elementwise,
+            Op::MatMul { .. } | Op::Linear { .. } => OpFamily::Linalg,
+            Op::Conv { .. } | Op::ConvTranspose { .. } | Op::Pool(_) | Op::Upsample { .. } => {
+                OpFamily::Conv
+            }
+            Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::Softmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::BatchNorm { .. }
+            | Op::Cumsum { .. } => OpFamily::Reduce,
+            Op::Reshape { .. }
+            | Op::Transpose { .. }
+            | Op::Concat { .. }
+            | Op::Slice { .. }
+            | Op::DynamicSlice { .. }
+            | Op::SliceUpdate { .. }
+            | Op::DynamicSliceUpdate
+            | Op::Pad { .. }
+            | Op::Tile { .. }
+            | Op::SpaceToDepth { .. }
+            | Op::DepthToSpace { .. } => OpFamily::Layout,
+            Op::Gather { .. } => OpFamily::Gather,
+            Op::Sdpa { .. } => OpFamily::Attention,
+        }
+    }
+}

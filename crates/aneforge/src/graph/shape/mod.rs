@@ -9,7 +9,7 @@ mod layout;
 mod linalg;
 mod reduce;
 
-use super::op::Op;
+use super::op::{Op, OpFamily};
 use super::{DType, GraphError, Tensor};
 
 /// The output shape and dtype of `op` applied to `srcs`, or the reason it does not apply.
@@ -24,38 +24,16 @@ pub fn infer(op: &Op, srcs: &[Tensor]) -> Result<(Vec<usize>, DType), GraphError
             arity(name, srcs, 0)?;
             Ok((a.shape().to_vec(), a.dtype()))
         }
-        Op::Unary(_)
-        | Op::LeakyRelu { .. }
-        | Op::Elu { .. }
-        | Op::Clip { .. }
-        | Op::Binary(_)
-        | Op::Compare(_)
-        | Op::Select
-        | Op::Cast { .. }
-        | Op::StopGradient => elementwise::infer(op, name, srcs),
-        Op::MatMul { .. } | Op::Linear { .. } => linalg::infer(op, name, srcs),
-        Op::Conv { .. } | Op::ConvTranspose { .. } | Op::Pool(_) | Op::Upsample { .. } => {
-            conv::infer(op, name, srcs)
-        }
-        Op::Reduce { .. }
-        | Op::ArgMax { .. }
-        | Op::Softmax { .. }
-        | Op::LayerNorm { .. }
-        | Op::BatchNorm { .. }
-        | Op::Cumsum { .. } => reduce::infer(op, name, srcs),
-        Op::Reshape { .. }
-        | Op::Transpose { .. }
-        | Op::Concat { .. }
-        | Op::Slice { .. }
-        | Op::DynamicSlice { .. }
-        | Op::SliceUpdate { .. }
-        | Op::DynamicSliceUpdate
-        | Op::Pad { .. }
-        | Op::Tile { .. }
-        | Op::SpaceToDepth { .. }
-        | Op::DepthToSpace { .. } => layout::infer(op, name, srcs),
-        Op::Gather { .. } => gather::infer(op, name, srcs),
-        Op::Sdpa { .. } => attention::infer(op, name, srcs),
+        _ => match op.family() {
+            OpFamily::Elementwise => elementwise::infer(op, name, srcs),
+            OpFamily::Linalg => linalg::infer(op, name, srcs),
+            OpFamily::Conv => conv::infer(op, name, srcs),
+            OpFamily::Reduce => reduce::infer(op, name, srcs),
+            OpFamily::Layout => layout::infer(op, name, srcs),
+            OpFamily::Gather => gather::infer(op, name, srcs),
+            OpFamily::Attention => attention::infer(op, name, srcs),
+            OpFamily::Leaf => Err(GraphError::attribute(name, "a leaf takes no operands")),
+        },
     }
 }
 

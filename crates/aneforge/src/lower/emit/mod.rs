@@ -12,7 +12,9 @@ mod reduce;
 
 use super::consts::{to_f16, ConstTable, Interned, BLOB_PATH};
 use super::{LowerError, PortKind, PortSpec, Target};
-use crate::graph::{BlockQuantized, DType, HostArray, HostData, NodeId, Op, QuantFormat, Tensor};
+use crate::graph::{
+    BlockQuantized, DType, HostArray, HostData, NodeId, Op, OpFamily, QuantFormat, Tensor,
+};
 use aneforge_mil as mil;
 use mil::{Argument, Literal, Operation, TensorType};
 use std::collections::{HashMap, HashSet};
@@ -150,38 +152,16 @@ impl<'t> Emitter<'t> {
                 self.leaf_input(node, name, PortKind::Parameter(init.clone()))
             }
             Op::Constant(value) => self.constant(node, value)?,
-            Op::Unary(_)
-            | Op::Clip { .. }
-            | Op::LeakyRelu { .. }
-            | Op::Elu { .. }
-            | Op::Binary(_)
-            | Op::Compare(_)
-            | Op::Select
-            | Op::Cast { .. }
-            | Op::StopGradient => self.elementwise(node)?,
-            Op::MatMul { .. } | Op::Linear { .. } => self.linalg(node)?,
-            Op::Conv { .. } | Op::ConvTranspose { .. } | Op::Pool(_) | Op::Upsample { .. } => {
-                self.conv(node)?
-            }
-            Op::Reduce { .. }
-            | Op::ArgMax { .. }
-            | Op::Softmax { .. }
-            | Op::LayerNorm { .. }
-            | Op::BatchNorm { .. }
-            | Op::Cumsum { .. } => self.reduce(node)?,
-            Op::Reshape { .. }
-            | Op::Transpose { .. }
-            | Op::Concat { .. }
-            | Op::Slice { .. }
-            | Op::DynamicSlice { .. }
-            | Op::SliceUpdate { .. }
-            | Op::DynamicSliceUpdate
-            | Op::Pad { .. }
-            | Op::Tile { .. }
-            | Op::SpaceToDepth { .. }
-            | Op::DepthToSpace { .. } => self.layout(node)?,
-            Op::Gather { .. } => self.gather(node)?,
-            Op::Sdpa { .. } => self.attention(node)?,
+            op => match op.family() {
+                OpFamily::Elementwise => self.elementwise(node)?,
+                OpFamily::Linalg => self.linalg(node)?,
+                OpFamily::Conv => self.conv(node)?,
+                OpFamily::Reduce => self.reduce(node)?,
+                OpFamily::Layout => self.layout(node)?,
+                OpFamily::Gather => self.gather(node)?,
+                OpFamily::Attention => self.attention(node)?,
+                OpFamily::Leaf => return Err(self.unsupported(node, "an unknown leaf")),
+            },
         }
         Ok(())
     }
