@@ -26,7 +26,7 @@ pub struct DigitsArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct FashionArgs {
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 10)]
     pub epochs: u64,
     #[arg(short = 's', long, default_value_t = 0)]
     pub seed: u64,
