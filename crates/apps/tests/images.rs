@@ -194,7 +194,7 @@ fn fashion_mnist_reads_as_torchvision_reads_it() {
 
 /// One epoch over 3,000 training images (a twentieth of the set) in batches of 32 already
 /// separates the ten classes far above chance (10%); the full recipe's accuracy is the
-/// `aneforge train-fashion` run recorded in docs/performance.md.
+/// `aneforge train-fashion` run recorded in the README.
 #[test]
 fn a_short_fashion_run_learns() {
     let Some(dir) = fashion_dir() else { return };
