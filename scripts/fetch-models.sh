@@ -16,7 +16,7 @@
 #
 # Usage: scripts/fetch-models.sh [all|minilm|mpnet|smollm2|gemma3-270m|whisper-tiny-en|whisper-base|
 #     efficientnet-lite0|efficientnet-lite1|efficientnet-lite2|skimage-data|minilm-l3-onnx|onnx-node-tests|
-#     rapidocr|minilm-int8-onnx|silero-vad]...
+#     rapidocr|minilm-int8-onnx|silero-vad|fashion-mnist]...
 set -euo pipefail
 
 if [[ -n "${HF_HUB_CACHE:-}" ]]; then
@@ -437,6 +437,43 @@ fetch_silero_vad() {
     say "$repo: $repo_dir/snapshots/$rev"
 }
 
+# Fashion-MNIST (Zalando Research, MIT): the four IDX files, gzip-compressed as published, from
+# Debian's dataset-fashion-mnist package (fetched with apt-get download, no root needed, and
+# unpacked with dpkg-deb), placed as the pseudo-model zalandoresearch/fashion-mnist. A machine that
+# already has the package installed is used as the source instead.
+fetch_fashion_mnist() {
+    local repo="zalandoresearch/fashion-mnist" rev
+    rev="$(sha1_of_text "debian:dataset-fashion-mnist-0.0~git20200523.55506a9-1")"
+    local repo_dir
+    repo_dir="$(repo_dir_of "$repo")"
+    local files=(train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz
+        t10k-labels-idx1-ubyte.gz)
+    local shas=(b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7
+        0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056
+        cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa
+        8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05)
+    if is_complete "$repo_dir" "$rev" "${files[@]}"; then say "$repo: present"; return; fi
+    local src="/usr/share/datasets/fashion-mnist" tmp=""
+    if [[ ! -f "$src/${files[0]}" ]]; then
+        command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1 \
+            || die "$repo: needs Debian's apt-get and dpkg-deb (or the dataset-fashion-mnist package installed)"
+        tmp="$(mktemp -d)"
+        say "downloading Debian's dataset-fashion-mnist"
+        (cd "$tmp" && apt-get download -q dataset-fashion-mnist=0.0~git20200523.55506a9-1 >&2) \
+            || die "apt-get download dataset-fashion-mnist failed (are Debian's package lists reachable?)"
+        dpkg-deb -x "$tmp"/dataset-fashion-mnist_*.deb "$tmp/root" || die "cannot unpack the .deb"
+        src="$tmp/root/usr/share/datasets/fashion-mnist"
+    fi
+    local i
+    for i in "${!files[@]}"; do
+        verify "$src/${files[$i]}" "${shas[$i]}"
+        place "$repo_dir" "$rev" "$src/${files[$i]}" "${files[$i]}"
+    done
+    finish "$repo_dir" "$rev"
+    [[ -n "$tmp" ]] && rm -rf "$tmp"
+    say "$repo: $repo_dir/snapshots/$rev"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
@@ -457,6 +494,7 @@ for t in "${targets[@]}"; do
         fetch_rapidocr
         fetch_minilm_int8_onnx
         fetch_silero_vad
+        fetch_fashion_mnist
         ;;
     minilm) fetch_minilm ;;
     mpnet) fetch_mpnet ;;
@@ -473,7 +511,8 @@ for t in "${targets[@]}"; do
     rapidocr) fetch_rapidocr ;;
     minilm-int8-onnx) fetch_minilm_int8_onnx ;;
     silero-vad) fetch_silero_vad ;;
-    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, gemma3-270m, whisper-tiny-en, whisper-base, efficientnet-lite0, efficientnet-lite1, efficientnet-lite2, skimage-data, minilm-l3-onnx, onnx-node-tests, rapidocr, minilm-int8-onnx, silero-vad)" ;;
+    fashion-mnist) fetch_fashion_mnist ;;
+    *) die "unknown model '$t' (expected all, minilm, mpnet, smollm2, gemma3-270m, whisper-tiny-en, whisper-base, efficientnet-lite0, efficientnet-lite1, efficientnet-lite2, skimage-data, minilm-l3-onnx, onnx-node-tests, rapidocr, minilm-int8-onnx, silero-vad, fashion-mnist)" ;;
     esac
 done
 say "done; hub cache: $HUB"

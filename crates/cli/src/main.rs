@@ -10,7 +10,6 @@ mod check_fp16;
 mod classify;
 mod compile;
 mod demo;
-mod digits;
 mod embed;
 mod encoder_args;
 mod engine_args;
@@ -27,6 +26,7 @@ mod rerank;
 mod run;
 mod sigpipe;
 mod targets;
+mod train_images;
 mod transcribe;
 mod user_data;
 
@@ -60,7 +60,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Train a small CNN on the 8x8 handwritten digits and report test accuracy.
     #[command(alias = "train-mnist")]
-    TrainDigits(digits::DigitsArgs),
+    TrainDigits(train_images::DigitsArgs),
+    /// Train a CNN on Fashion-MNIST (28x28 clothes, 10 classes) and report test accuracy.
+    TrainFashion(train_images::FashionArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -143,7 +145,8 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Mil(command) => mil::run(command),
         Command::Demo(args) => demo::run(args),
-        Command::TrainDigits(args) => digits::run(args),
+        Command::TrainDigits(args) => train_images::run_digits(args),
+        Command::TrainFashion(args) => train_images::run_fashion(args),
         Command::Bench(command) => bench::run(command),
         Command::Targets { format } => targets::targets(format.get()),
         Command::Ops {

@@ -264,3 +264,30 @@ fn demo_on_an_fp16_target_reports_only_applied_steps() {
     assert!(text.contains("step 1: train loss"), "{text}");
     assert!(val_loss_at(&text, 2) < val_loss_at(&text, 0), "{text}");
 }
+
+#[test]
+fn train_fashion_names_what_is_missing() {
+    let empty = tempfile::tempdir().unwrap();
+    let dir = empty.path().to_str().unwrap();
+    let o = run(&["train-fashion", "--epochs", "1", "--data", dir]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains(dir) && err.contains("train-images-idx3-ubyte.gz"),
+        "{err}"
+    );
+    std::fs::write(empty.path().join("train-images-idx3-ubyte.gz"), b"not gzip").unwrap();
+    for f in [
+        "train-labels-idx1-ubyte.gz",
+        "t10k-images-idx3-ubyte.gz",
+        "t10k-labels-idx1-ubyte.gz",
+    ] {
+        std::fs::write(empty.path().join(f), b"").unwrap();
+    }
+    let o = run(&["train-fashion", "--epochs", "1", "--data", dir]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("train-images-idx3-ubyte.gz") && err.contains("IDX"),
+        "{err}"
+    );
+    assert!(!stdout(&o).contains("accuracy"), "{}", stdout(&o));
+}
