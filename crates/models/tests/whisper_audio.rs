@@ -4,7 +4,7 @@
 
 use aneforge_models::testing::speech_dir_or_skip;
 use aneforge_models::whisper::audio::{load_audio, AudioStream, SAMPLE_RATE};
-use aneforge_models::whisper::mel::{LogMel, WINDOW_FRAMES};
+use aneforge_models::whisper::mel::{LogMel, WINDOW_FRAMES, WINDOW_SAMPLES};
 use serde_json::Value;
 
 fn fixture(name: &str) -> Value {
@@ -233,4 +233,83 @@ fn flac_ogg_and_mp3_decode_like_libsndfile() {
         let wav = load_audio(speech.join(fx["clip"].as_str().unwrap())).unwrap();
         assert_eq!(load_audio(format!("{dir}/clip.flac")).unwrap(), wav);
     }
+}
+
+/// Long audio (fixture: tools/fixtures/whisper/long_features.py): windows of the whole file's
+/// spectrogram, clamped to the whole file's maximum, against transformers' long-form features.
+#[test]
+fn long_audio_windows_slice_the_whole_file_spectrogram() {
+    let Some(dir) = speech_dir_or_skip() else {
+        return;
+    };
+    let fx = fixture("long_features.json");
+    let mut clips: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wav"))
+        .collect();
+    clips.sort();
+    let mut audio: Vec<f32> = Vec::new();
+    for step in fx["plan"].as_array().unwrap() {
+        let step = step.as_array().unwrap();
+        if step[0] == "clip" {
+            let gain = step[2].as_f64().unwrap() as f32;
+            let samples = load_audio(&clips[step[1].as_u64().unwrap() as usize]).unwrap();
+            audio.extend(samples.iter().map(|&s| s * gain));
+        } else {
+            let n = (step[1].as_f64().unwrap() * SAMPLE_RATE as f64) as usize;
+            audio.resize(audio.len() + n, 0.0);
+        }
+    }
+    assert_eq!(audio.len() as u64, fx["samples"].as_u64().unwrap());
+    let mel = LogMel::new(80);
+    let ctx = 200;
+    let parts = |start: usize| {
+        let end = (start + WINDOW_SAMPLES).min(audio.len());
+        let after = &audio[end..(end + ctx).min(audio.len())];
+        (
+            &audio[start.saturating_sub(ctx)..start],
+            &audio[start..end],
+            after,
+        )
+    };
+    let file_max = (0..audio.len())
+        .step_by(WINDOW_SAMPLES)
+        .map(|s| {
+            let (b, w, a) = parts(s);
+            mel.log10_max(b, w, a)
+        })
+        .fold(f32::NEG_INFINITY, f32::max);
+    let mut worst = 0.0f64;
+    let mut clamped_differently = false;
+    for w in fx["windows"].as_array().unwrap() {
+        let start = w["start"].as_u64().unwrap() as usize * 160;
+        let (b, s, a) = parts(start);
+        let got = mel.file_window(b, s, a, file_max);
+        let own_max = mel.log10_max(b, s, a);
+        clamped_differently |= own_max < file_max - 1.0;
+        for (key, first) in [("head", 0), ("middle", 1500)] {
+            let want = floats(&w[key]);
+            for m in 0..80 {
+                for t in 0..8 {
+                    let e = want[m * 8 + t];
+                    let g = f64::from(got[m * WINDOW_FRAMES + first + t]);
+                    worst = worst.max((g - e).abs());
+                }
+            }
+        }
+        let inside = w["inside"].as_u64().unwrap() as usize;
+        for (m, e) in floats(&w["bin_means"]).iter().enumerate() {
+            let row = &got[m * WINDOW_FRAMES..m * WINDOW_FRAMES + inside];
+            let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / inside as f64;
+            worst = worst.max((mean - e).abs());
+        }
+    }
+    // the quiet windows would be clamped to their own, lower maximum by a per-window spectrogram
+    assert!(
+        clamped_differently,
+        "the fixture's windows all share the file's maximum"
+    );
+    assert!(worst < 1e-4, "worst difference {worst}");
+    eprintln!("long audio: worst difference {worst:.2e}");
 }

@@ -6,12 +6,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::audio::{AudioStream, SAMPLE_RATE};
-use super::mel::{LogMel, HOP, WINDOW_SAMPLES};
+use super::mel::{LogMel, HOP, N_FFT, WINDOW_SAMPLES};
 use super::runtime::{Programs, WhisperOptions};
 use super::tokens::SpecialTokens;
 use super::{load_weights, CheckpointFiles, WhisperConfig, WhisperError};
 use crate::llm::sampling::argmax;
 use crate::tokenizer::TextTokenizer;
+
+/// Samples on each side of a window that its edge frames reach.
+const CONTEXT: usize = N_FFT / 2;
 
 /// What to decode.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -413,16 +416,20 @@ impl Whisper {
         let total = stream
             .expected_samples()
             .map(|n| n as f64 / SAMPLE_RATE as f64);
+        let file_max = self.file_log10_max(path)?;
         let mut seek = 0usize;
         let mut segments = Vec::new();
         let mut language = None;
         let mut texts = Vec::new();
+        // the samples just before `seek`: the left edge of the window's first frames
+        let mut before: Vec<f32> = Vec::new();
         loop {
-            let window = stream.peek(WINDOW_SAMPLES)?;
+            let mut window = stream.peek(WINDOW_SAMPLES + CONTEXT)?;
             if window.is_empty() {
                 break;
             }
-            let mel = self.mel.window(&window);
+            let after = window.split_off(window.len().min(WINDOW_SAMPLES));
+            let mel = self.mel.file_window(&before, &window, &after, file_max);
             let out = self.decode_window(&mel, opts, &mut |_, _| {})?;
             if language.is_none() {
                 language = out.language.clone();
@@ -448,6 +455,7 @@ impl Whisper {
             // always move forward, also when a window yields no complete segment
             let advance = advance.max(SAMPLES_PER_POSITION).min(window.len());
             seek += stream.consume(advance)?;
+            before = window[advance.saturating_sub(CONTEXT)..advance].to_vec();
             progress(seek as f64 / SAMPLE_RATE as f64, total);
             if window.len() < WINDOW_SAMPLES && advance >= window.len() {
                 break;
@@ -459,6 +467,29 @@ impl Whisper {
             language,
             duration: seek as f64 / SAMPLE_RATE as f64,
         })
+    }
+
+    /// The whole file's largest `log10` mel energy: a first pass over its 30 s windows, so that
+    /// every window is clamped as the file's one spectrogram is.
+    fn file_log10_max(&self, path: &Path) -> Result<f32, WhisperError> {
+        let mut stream = AudioStream::open(path)?;
+        let mut before: Vec<f32> = Vec::new();
+        let mut max = f32::NEG_INFINITY;
+        loop {
+            let mut window = stream.peek(WINDOW_SAMPLES + CONTEXT)?;
+            if window.is_empty() {
+                break;
+            }
+            let after = window.split_off(window.len().min(WINDOW_SAMPLES));
+            max = max.max(self.mel.log10_max(&before, &window, &after));
+            let n = window.len();
+            before = window[n.saturating_sub(CONTEXT)..].to_vec();
+            stream.consume(n)?;
+            if n < WINDOW_SAMPLES {
+                break;
+            }
+        }
+        Ok(max)
     }
 
     /// openai-whisper's segmentation of one window's tokens: segments end at consecutive

@@ -2,7 +2,9 @@
 //! compute it: a 30 s window of 16 kHz samples (zero-padded), periodic Hann window of 400, hop 160,
 //! centred frames with reflect padding, power spectrum, slaney-scale slaney-normalised mel filters
 //! over 0–8000 Hz, `log10(max(mel, 1e-10))`, the last frame dropped, clamped to 8 below the
-//! window's maximum, then `(x + 4) / 4`.
+//! file's maximum, then `(x + 4) / 4`. A file longer than 30 s is one spectrogram that windows
+//! slice: a window's edge frames see the neighbouring samples, and the clamp uses the maximum
+//! over every window (a first pass).
 
 use std::sync::Arc;
 
@@ -101,26 +103,75 @@ impl LogMel {
         self.n_mels
     }
 
-    /// `[n_mels, WINDOW_FRAMES]` features of up to 30 s of samples (zero-padded to 30 s; longer
-    /// input is cut).
+    /// `[n_mels, WINDOW_FRAMES]` features of a file of up to 30 s (zero-padded to 30 s; longer
+    /// input is cut): the whole file's spectrogram, clamped to its own maximum.
     pub fn window(&self, samples: &[f32]) -> Vec<f32> {
+        let mut mel = self.log10_frames(&[], samples, &[]);
+        let max = max_of(&mel);
+        normalize(&mut mel, max);
+        mel
+    }
+
+    /// `[n_mels, WINDOW_FRAMES]` features of one 30 s window of a longer file, as openai-whisper
+    /// and transformers compute long-form features: frames of the whole file's spectrogram
+    /// (`before`: up to `N_FFT / 2` samples preceding the window, empty at the file's start;
+    /// `after`: up to `N_FFT / 2` samples following it, empty at its end), clamped to 8 below
+    /// `file_max`, the whole file's [`log10_max`](Self::log10_max).
+    pub fn file_window(
+        &self,
+        before: &[f32],
+        samples: &[f32],
+        after: &[f32],
+        file_max: f32,
+    ) -> Vec<f32> {
+        let mut mel = self.log10_frames(before, samples, after);
+        normalize(&mut mel, file_max);
+        mel
+    }
+
+    /// The largest `log10` mel energy of a window's frames (arguments as
+    /// [`file_window`](Self::file_window)); the maximum over a file's windows is its `file_max`.
+    pub fn log10_max(&self, before: &[f32], samples: &[f32], after: &[f32]) -> f32 {
+        max_of(&self.log10_frames(before, samples, after))
+    }
+
+    /// `log10(max(mel, 1e-10))` of the window's `WINDOW_FRAMES` frames. Frame `t` is centred on
+    /// sample `t·HOP` of the window; samples outside it come from `before`/`after` where given,
+    /// else by reflection of the window zero-padded to 30 s (transformers' padding of one window).
+    fn log10_frames(&self, before: &[f32], samples: &[f32], after: &[f32]) -> Vec<f32> {
         let n = samples.len().min(WINDOW_SAMPLES);
         let pad = N_FFT / 2;
-        // reflect padding around the zero-padded window, as numpy's pad(mode="reflect")
+        let before = &before[before.len().saturating_sub(pad)..];
+        let after = &after[..after.len().min(pad)];
         let total = WINDOW_SAMPLES + 2 * pad;
         let at = |i: usize| -> f32 {
             let j = i as isize - pad as isize;
-            let j = if j < 0 {
-                -j
-            } else if j >= WINDOW_SAMPLES as isize {
-                2 * (WINDOW_SAMPLES as isize - 1) - j
-            } else {
-                j
-            } as usize;
-            if j < n {
-                samples[j]
-            } else {
+            if j < 0 {
+                let back = (-j) as usize;
+                if before.is_empty() {
+                    // reflect about sample 0, as numpy's pad(mode="reflect")
+                    samples.get(back).copied().unwrap_or(0.0)
+                } else {
+                    before.len().checked_sub(back).map_or(0.0, |k| before[k])
+                }
+            } else if (j as usize) < n {
+                samples[j as usize]
+            } else if (j as usize) < WINDOW_SAMPLES {
                 0.0
+            } else if n == WINDOW_SAMPLES && !after.is_empty() {
+                after
+                    .get(j as usize - WINDOW_SAMPLES)
+                    .copied()
+                    .unwrap_or(0.0)
+            } else {
+                // reflect about the window's last sample, as numpy's pad(mode="reflect") of the
+                // zero-padded window
+                let k = 2 * (WINDOW_SAMPLES - 1) - j as usize;
+                if k < n {
+                    samples[k]
+                } else {
+                    0.0
+                }
             }
         };
         let padded: Vec<f32> = (0..total).map(at).collect();
@@ -148,10 +199,17 @@ impl LogMel {
                 mel[m * frames + t] = e.max(1e-10).log10();
             }
         }
-        let max = mel.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        for v in &mut mel {
-            *v = (v.max(max - 8.0) + 4.0) / 4.0;
-        }
         mel
+    }
+}
+
+fn max_of(v: &[f32]) -> f32 {
+    v.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// Whisper's dynamic-range clamp and scaling: `(max(x, max − 8) + 4) / 4`.
+fn normalize(mel: &mut [f32], max: f32) {
+    for v in mel {
+        *v = (v.max(max - 8.0) + 4.0) / 4.0;
     }
 }
