@@ -242,6 +242,57 @@ fn linear_on_quantized_weights_matches_the_definition() {
             offset: true,
             f16_values: false,
         },
+        // the forms GGUF's other block types load as (crates/models/src/llm/matrix.rs), with
+        // block counts past a group of 16 and a tail: Q6_K (int8, blocks of 16)
+        QuantCase {
+            data: DType::Int8,
+            scale: DType::Fp32,
+            rows: 24,
+            cols: 528,
+            block: 16,
+            offset: false,
+            f16_values: false,
+        },
+        // Q3_K (int4, blocks of 16)
+        QuantCase {
+            data: DType::Int4,
+            scale: DType::Fp32,
+            rows: 20,
+            cols: 272,
+            block: 16,
+            offset: false,
+            f16_values: false,
+        },
+        // Q2_K (uint4 with offsets, blocks of 16)
+        QuantCase {
+            data: DType::Uint4,
+            scale: DType::Fp32,
+            rows: 18,
+            cols: 512,
+            block: 16,
+            offset: true,
+            f16_values: false,
+        },
+        // Q5_K, Q5_1 (uint8 with offsets, blocks of 32)
+        QuantCase {
+            data: DType::Uint8,
+            scale: DType::Fp32,
+            rows: 18,
+            cols: 544,
+            block: 32,
+            offset: true,
+            f16_values: false,
+        },
+        // row-concatenations of mixed types widened to int8 with offsets, blocks of 16
+        QuantCase {
+            data: DType::Int8,
+            scale: DType::Fp32,
+            rows: 18,
+            cols: 256,
+            block: 16,
+            offset: true,
+            f16_values: false,
+        },
     ];
     for (i, case) in cases.iter().enumerate() {
         for m in [1, 2, 3, 8, 9, 40] {
