@@ -168,9 +168,10 @@ fn check_linear(case: &QuantCase, m: usize, seed: u64) {
         .iter()
         .map(|&v| f64::from(v))
         .collect();
+    let (xs, ws) = (&xv, &b.weights);
     let terms = |i: usize| {
         let (r, j) = (i / case.rows, i % case.rows);
-        (0..case.cols).map(move |c| xv[r * case.cols + c] * b.weights[j * case.cols + c])
+        (0..case.cols).map(move |c| xs[r * case.cols + c] * ws[j * case.cols + c])
     };
     let want: Vec<f64> = (0..m * case.rows).map(|i| terms(i).sum()).collect();
     let what = format!(
