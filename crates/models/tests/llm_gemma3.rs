@@ -109,7 +109,10 @@ fn gemma3_decode_steps_on_kept_blocks_follow_transformers() {
         let picked: Vec<f32> = columns.iter().map(|&c| last[c as usize]).collect();
         let err = relative_error(&picked, &floats(&st, &format!("prompt{k}_logits_cols")));
         eprintln!("quantize_activations={quantize_activations}: last-position logits relative error {err:e}");
-        assert!(err < bound, "quantize_activations={quantize_activations}: {err:e}");
+        assert!(
+            err < bound,
+            "quantize_activations={quantize_activations}: {err:e}"
+        );
         r.reset();
         let g = generate(&mut r, &ids, &greedy(16), &mut |_| true).unwrap();
         assert_eq!(

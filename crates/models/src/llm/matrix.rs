@@ -74,8 +74,10 @@ impl Packer {
         self.push_shifted(q, scale, 0.0);
     }
 
+    /// One block `scale·(q[i] − offset)`; a packer without offsets takes only `offset = 0`.
     fn push_shifted(&mut self, q: &[i32], scale: f32, offset: f32) {
         debug_assert_eq!(q.len(), self.block);
+        debug_assert!(self.offset.is_some() || offset == 0.0);
         if self.format.bits() == 4 {
             self.data.extend(
                 q.chunks_exact(2)
