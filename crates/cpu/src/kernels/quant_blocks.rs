@@ -1,6 +1,6 @@
 //! Block-quantized weights computed on directly: MIL's `constexpr_blockwise_shift_scale` over a
 //! `[rows, cols]` matrix with blocks along the columns, `w[r, c] = scale[r, b]·(q[r, c] −
-//! offset[r, b])`, `b = c / block`, with 4- or 8-bit `q` (GGUF's Q4_0, Q4_1 and Q8_0 map onto it).
+//! offset[r, b])`, `b = c / block`, with 4- or 8-bit `q` (GGUF's block types map onto it).
 //!
 //! The weights stay in the program's weights blob (shared by every plan of that blob, never
 //! copied or expanded). Linear layers run as a GEMV for a few activation rows — f32 activations

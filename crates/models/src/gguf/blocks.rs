@@ -121,6 +121,30 @@ pub struct BlockQ6K {
     pub d: f16,
 }
 
+/// 32 weights: `x[j] = d·IQ4_VALUES[q[j]]`, 4-bit `q` in [`BlockQ4_0`]'s nibble order.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct BlockIq4Nl {
+    pub d: f16,
+    pub qs: [u8; 16],
+}
+
+/// 256 weights in 8 groups of 32: `x = (d·(s − 32))·IQ4_VALUES[q]`, 6-bit `s` (4 bits from
+/// `scales_l`, 2 from `scales_h`), each group's 16 bytes of `qs` in [`BlockQ4_0`]'s nibble order.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct BlockIq4Xs {
+    pub d: f16,
+    pub scales_h: u16,
+    pub scales_l: [u8; 4],
+    pub qs: [u8; 128],
+}
+
+/// The non-uniform 4-bit codebook of IQ4_NL and IQ4_XS (ggml's `kvalues_iq4nl`).
+pub const IQ4_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
 /// 256 weights: `x = d·qs[j]` (f32 scale); `bsums` are sums of groups of 16, for dot products.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
@@ -135,9 +159,8 @@ impl QuantBlock for BlockQ4_0 {
     const ELEMENTS: usize = 32;
     fn dequantize_into(&self, out: &mut [f32]) {
         let d = self.d.to_f32();
-        for (j, &b) in self.qs.iter().enumerate() {
-            out[j] = d * ((b & 0x0F) as i32 - 8) as f32;
-            out[j + 16] = d * ((b >> 4) as i32 - 8) as f32;
+        for (o, q) in out.iter_mut().zip(self.quants()) {
+            *o = d * (q as i32 - 8) as f32;
         }
     }
 }
@@ -147,18 +170,57 @@ impl QuantBlock for BlockQ4_1 {
     const ELEMENTS: usize = 32;
     fn dequantize_into(&self, out: &mut [f32]) {
         let (d, m) = (self.d.to_f32(), self.m.to_f32());
-        for (j, &b) in self.qs.iter().enumerate() {
-            out[j] = d * (b & 0x0F) as f32 + m;
-            out[j + 16] = d * (b >> 4) as f32 + m;
+        for (o, q) in out.iter_mut().zip(self.quants()) {
+            *o = d * q as f32 + m;
         }
     }
 }
 
-fn five_bit(qs: &[u8; 16], qh: [u8; 4], j: usize) -> (u8, u8) {
+/// The 32 nibbles of a block of 32 in element order: element `j` is the low nibble of `qs[j]`
+/// for j < 16 and the high nibble of `qs[j − 16]` otherwise.
+fn nibbles(qs: &[u8; 16]) -> [u8; 32] {
+    std::array::from_fn(|j| {
+        if j < 16 {
+            qs[j] & 0x0F
+        } else {
+            qs[j - 16] >> 4
+        }
+    })
+}
+
+/// The 32 five-bit integers of Q5_0/Q5_1: nibbles as [`nibbles`], bit 4 is bit `j` of `qh`.
+fn five_bits(qs: &[u8; 16], qh: [u8; 4]) -> [u8; 32] {
     let qh = u32::from_le_bytes(qh);
-    let lo = (qs[j] & 0x0F) | ((((qh >> j) & 1) as u8) << 4);
-    let hi = (qs[j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
-    (lo, hi)
+    let low = nibbles(qs);
+    std::array::from_fn(|j| low[j] | ((((qh >> j) & 1) as u8) << 4))
+}
+
+impl BlockQ4_0 {
+    /// The 4-bit integers (0..=15) in element order.
+    pub fn quants(&self) -> [u8; 32] {
+        nibbles(&self.qs)
+    }
+}
+
+impl BlockQ4_1 {
+    /// The 4-bit integers (0..=15) in element order.
+    pub fn quants(&self) -> [u8; 32] {
+        nibbles(&self.qs)
+    }
+}
+
+impl BlockQ5_0 {
+    /// The 5-bit integers (0..=31) in element order.
+    pub fn quants(&self) -> [u8; 32] {
+        five_bits(&self.qs, self.qh)
+    }
+}
+
+impl BlockQ5_1 {
+    /// The 5-bit integers (0..=31) in element order.
+    pub fn quants(&self) -> [u8; 32] {
+        five_bits(&self.qs, self.qh)
+    }
 }
 
 impl QuantBlock for BlockQ5_0 {
@@ -166,10 +228,8 @@ impl QuantBlock for BlockQ5_0 {
     const ELEMENTS: usize = 32;
     fn dequantize_into(&self, out: &mut [f32]) {
         let d = self.d.to_f32();
-        for j in 0..16 {
-            let (lo, hi) = five_bit(&self.qs, self.qh, j);
-            out[j] = d * (lo as i32 - 16) as f32;
-            out[j + 16] = d * (hi as i32 - 16) as f32;
+        for (o, q) in out.iter_mut().zip(self.quants()) {
+            *o = d * (q as i32 - 16) as f32;
         }
     }
 }
@@ -179,10 +239,8 @@ impl QuantBlock for BlockQ5_1 {
     const ELEMENTS: usize = 32;
     fn dequantize_into(&self, out: &mut [f32]) {
         let (d, m) = (self.d.to_f32(), self.m.to_f32());
-        for j in 0..16 {
-            let (lo, hi) = five_bit(&self.qs, self.qh, j);
-            out[j] = d * lo as f32 + m;
-            out[j + 16] = d * hi as f32 + m;
+        for (o, q) in out.iter_mut().zip(self.quants()) {
+            *o = d * q as f32 + m;
         }
     }
 }
@@ -203,10 +261,7 @@ impl QuantBlock for BlockQ2K {
     const ELEMENTS: usize = 256;
     fn dequantize_into(&self, out: &mut [f32]) {
         let (d, dmin) = (self.d.to_f32(), self.dmin.to_f32());
-        // Element e = 128·half + 32·shift + l takes bits 2·shift of qs[32·half + l].
-        for (e, o) in out.iter_mut().enumerate().take(256) {
-            let (half, shift, l) = (e / 128, (e / 32) % 4, e % 32);
-            let q = (self.qs[32 * half + l] >> (2 * shift)) & 3;
+        for (e, (o, q)) in out.iter_mut().zip(self.quants()).enumerate() {
             let sc = self.scales[e / 16];
             let dl = d * (sc & 0x0F) as f32;
             let ml = dmin * (sc >> 4) as f32;
@@ -215,7 +270,33 @@ impl QuantBlock for BlockQ2K {
     }
 }
 
+impl BlockQ2K {
+    /// The 2-bit integers (0..=3) in element order: element e = 128·half + 32·shift + l takes
+    /// bits 2·shift of qs[32·half + l]. Group `e / 16` has scale `scales & 15`, min `scales >> 4`.
+    pub fn quants(&self) -> [u8; 256] {
+        std::array::from_fn(|e| {
+            let (half, shift, l) = (e / 128, (e / 32) % 4, e % 32);
+            (self.qs[32 * half + l] >> (2 * shift)) & 3
+        })
+    }
+}
+
 impl BlockQ3K {
+    /// The signed 3-bit integers (−4..=3) in element order: the 2 low bits as Q2_K's, minus 4
+    /// when the element's bit in `hmask` is clear.
+    pub fn quants(&self) -> [i8; 256] {
+        std::array::from_fn(|e| {
+            let (half, shift, l) = (e / 128, (e / 32) % 4, e % 32);
+            let low = ((self.qs[32 * half + l] >> (2 * shift)) & 3) as i8;
+            let high_set = (self.hmask[l] >> (e / 32)) & 1 == 1;
+            if high_set {
+                low
+            } else {
+                low - 4
+            }
+        })
+    }
+
     /// The 16 signed 6-bit group scales.
     pub fn group_scales(&self) -> [i8; 16] {
         let s = &self.scales;
@@ -233,11 +314,7 @@ impl QuantBlock for BlockQ3K {
     fn dequantize_into(&self, out: &mut [f32]) {
         let d = self.d.to_f32();
         let scales = self.group_scales();
-        for (e, o) in out.iter_mut().enumerate().take(256) {
-            let (half, shift, l) = (e / 128, (e / 32) % 4, e % 32);
-            let low = ((self.qs[32 * half + l] >> (2 * shift)) & 3) as i8;
-            let high_set = (self.hmask[l] >> (e / 32)) & 1 == 1;
-            let q = if high_set { low } else { low - 4 };
+        for (e, (o, q)) in out.iter_mut().zip(self.quants()).enumerate() {
             let dl = d * scales[e / 16] as f32;
             *o = dl * q as f32;
         }
@@ -263,16 +340,53 @@ pub fn k_scale_min(scales: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     (sc, m)
 }
 
+/// The 4-bit integers of Q4_K/Q5_K: group g = 2·chunk + nibble covers qs[32·chunk ..][..32],
+/// low nibbles then high.
+fn k_nibbles(qs: &[u8; 128]) -> [u8; 256] {
+    std::array::from_fn(|e| {
+        let (g, l) = (e / 32, e % 32);
+        (qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 0x0F
+    })
+}
+
+impl BlockQ4K {
+    /// The 4-bit integers (0..=15) in element order; group `e / 32` has the scale and min
+    /// [`k_scale_min`] gives.
+    pub fn quants(&self) -> [u8; 256] {
+        k_nibbles(&self.qs)
+    }
+}
+
+impl BlockQ5K {
+    /// The 5-bit integers (0..=31) in element order: Q4_K's nibbles, bit 4 is bit `e / 32` of
+    /// `qh[e % 32]`.
+    pub fn quants(&self) -> [u8; 256] {
+        let low = k_nibbles(&self.qs);
+        std::array::from_fn(|e| low[e] | (((self.qh[e % 32] >> (e / 32)) & 1) << 4))
+    }
+}
+
+impl BlockQ6K {
+    /// The signed 6-bit integers (−32..=31) in element order: 4 bits from `ql`, 2 from `qh`;
+    /// group `e / 16` has scale `scales[e / 16]`.
+    pub fn quants(&self) -> [i8; 256] {
+        std::array::from_fn(|e| {
+            let (half, r) = (e / 128, e % 128);
+            let low = (self.ql[64 * half + r % 64] >> (4 * (r / 64))) & 0x0F;
+            let high = (self.qh[32 * half + r % 32] >> (2 * (r / 32))) & 3;
+            (low | (high << 4)) as i8 - 32
+        })
+    }
+}
+
 impl QuantBlock for BlockQ4K {
     const TYPE: GgmlType = GgmlType::Q4_K;
     const ELEMENTS: usize = 256;
     fn dequantize_into(&self, out: &mut [f32]) {
         let (d, dmin) = (self.d.to_f32(), self.dmin.to_f32());
         let (sc, m) = k_scale_min(&self.scales);
-        // Group g = 2·chunk + nibble covers qs[32·chunk ..][..32], low nibbles then high.
-        for (e, o) in out.iter_mut().enumerate().take(256) {
-            let (g, l) = (e / 32, e % 32);
-            let q = (self.qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 0x0F;
+        for (e, (o, q)) in out.iter_mut().zip(self.quants()).enumerate() {
+            let g = e / 32;
             let dd = d * sc[g] as f32;
             let dm = dmin * m[g] as f32;
             *o = dd * q as f32 - dm;
@@ -286,11 +400,8 @@ impl QuantBlock for BlockQ5K {
     fn dequantize_into(&self, out: &mut [f32]) {
         let (d, dmin) = (self.d.to_f32(), self.dmin.to_f32());
         let (sc, m) = k_scale_min(&self.scales);
-        for (e, o) in out.iter_mut().enumerate().take(256) {
-            let (g, l) = (e / 32, e % 32);
-            let low = (self.qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 0x0F;
-            let high = (self.qh[l] >> g) & 1;
-            let q = low | (high << 4);
+        for (e, (o, q)) in out.iter_mut().zip(self.quants()).enumerate() {
+            let g = e / 32;
             let dd = d * sc[g] as f32;
             let dm = dmin * m[g] as f32;
             *o = dd * q as f32 - dm;
@@ -303,13 +414,60 @@ impl QuantBlock for BlockQ6K {
     const ELEMENTS: usize = 256;
     fn dequantize_into(&self, out: &mut [f32]) {
         let d = self.d.to_f32();
-        for (e, o) in out.iter_mut().enumerate().take(256) {
-            let (half, r) = (e / 128, e % 128);
-            let low = (self.ql[64 * half + r % 64] >> (4 * (r / 64))) & 0x0F;
-            let high = (self.qh[32 * half + r % 32] >> (2 * (r / 32))) & 3;
-            let q = (low | (high << 4)) as i8 - 32;
+        for (e, (o, q)) in out.iter_mut().zip(self.quants()).enumerate() {
             let dd = d * self.scales[e / 16] as f32;
             *o = dd * q as f32;
+        }
+    }
+}
+
+impl BlockIq4Nl {
+    /// The codebook values in element order.
+    pub fn quants(&self) -> [i8; 32] {
+        nibbles(&self.qs).map(|q| IQ4_VALUES[q as usize])
+    }
+}
+
+impl QuantBlock for BlockIq4Nl {
+    const TYPE: GgmlType = GgmlType::IQ4_NL;
+    const ELEMENTS: usize = 32;
+    fn dequantize_into(&self, out: &mut [f32]) {
+        let d = self.d.to_f32();
+        for (o, q) in out.iter_mut().zip(self.quants()) {
+            *o = d * q as f32;
+        }
+    }
+}
+
+impl BlockIq4Xs {
+    /// The codebook values in element order.
+    pub fn quants(&self) -> [i8; 256] {
+        std::array::from_fn(|e| {
+            let (g, l) = (e / 32, e % 32);
+            let byte = self.qs[16 * g + l % 16];
+            IQ4_VALUES[((byte >> (4 * (l / 16))) & 0x0F) as usize]
+        })
+    }
+
+    /// The 8 signed 6-bit group scales `s − 32`.
+    pub fn group_scales(&self) -> [i8; 8] {
+        std::array::from_fn(|g| {
+            let low = (self.scales_l[g / 2] >> (4 * (g % 2))) & 0x0F;
+            let high = ((self.scales_h >> (2 * g)) & 3) as u8;
+            (low | (high << 4)) as i8 - 32
+        })
+    }
+}
+
+impl QuantBlock for BlockIq4Xs {
+    const TYPE: GgmlType = GgmlType::IQ4_XS;
+    const ELEMENTS: usize = 256;
+    fn dequantize_into(&self, out: &mut [f32]) {
+        let d = self.d.to_f32();
+        let scales = self.group_scales();
+        for (e, (o, q)) in out.iter_mut().zip(self.quants()).enumerate() {
+            let dl = d * scales[e / 32] as f32;
+            *o = dl * q as f32;
         }
     }
 }
@@ -363,6 +521,8 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8]) -> Option<Vec<f32>> {
         GgmlType::Q5_K => dequantize_blocks::<BlockQ5K>(bytes, &mut out),
         GgmlType::Q6_K => dequantize_blocks::<BlockQ6K>(bytes, &mut out),
         GgmlType::Q8_K => dequantize_blocks::<BlockQ8K>(bytes, &mut out),
+        GgmlType::IQ4_NL => dequantize_blocks::<BlockIq4Nl>(bytes, &mut out),
+        GgmlType::IQ4_XS => dequantize_blocks::<BlockIq4Xs>(bytes, &mut out),
         _ => return None,
     }
     Some(out)
@@ -394,5 +554,7 @@ mod tests {
         check::<BlockQ5K>();
         check::<BlockQ6K>();
         check::<BlockQ8K>();
+        check::<BlockIq4Nl>();
+        check::<BlockIq4Xs>();
     }
 }

@@ -11,8 +11,9 @@ mod value;
 use std::path::PathBuf;
 
 pub use blocks::{
-    dequantize, k_scale_min, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
-    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QuantBlock,
+    dequantize, k_scale_min, BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0,
+    BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QuantBlock,
+    IQ4_VALUES,
 };
 pub use file::{GgufFile, TensorInfo};
 pub use tokenizer::{GgufTokenizer, TokenizerModelKind};

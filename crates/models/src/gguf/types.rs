@@ -187,6 +187,8 @@ impl GgmlType {
                 | Q5_K
                 | Q6_K
                 | Q8_K
+                | IQ4_NL
+                | IQ4_XS
         )
     }
 

@@ -1,16 +1,46 @@
 //! A weight matrix `[rows, cols]` as a model stores it: dense f32, or GGUF blocks kept quantized.
-//! GGUF's Q4_0, Q4_1 and Q8_0 blocks of 32 map exactly onto MIL's blockwise shift-scale form:
-//! Q4_0 `d·(q − 8)` as int4 `q − 8` with scale `d`; Q4_1 `d·q + m` as uint4 `q` with scale `d` and
-//! offset `−m/d` (a block with `d = 0` holds `m` everywhere: `q = 1`, scale `m`, offset 0); Q8_0
-//! `d·q` as int8. Nibbles are re-packed from ggml's order (byte `j` holds elements `j` and
-//! `j + 16`) to MIL's (byte `i` holds elements `2i` and `2i + 1`).
+//!
+//! GGUF's block types map onto MIL's blockwise shift-scale form `w = scale·(q − offset)` (one
+//! scale and offset per block of columns) without expanding to f32. Each takes the narrowest
+//! storage whose integers hold the block's own integers unchanged; the scale is the f32 value
+//! gguf-py multiplies by (`d`, or its `d·sc` product, computed the same way):
+//!
+//! | ggml | gguf-py's value | stored | bits/weight (+ f32 params) |
+//! |---|---|---|---|
+//! | Q4_0 | `d·(q − 8)` | int4 `q − 8`, block 32 | 4 + 1 |
+//! | Q4_1 | `d·q + m` | uint4 `q`, offset `−m/d`, block 32 | 4 + 2 |
+//! | Q5_0 | `d·(q − 16)` | int8 `q − 16`, block 32 | 8 + 1 |
+//! | Q5_1 | `d·q + m` | uint8 `q`, offset `−m/d`, block 32 | 8 + 2 |
+//! | Q8_0 | `d·q` | int8 `q`, block 32 | 8 + 1 |
+//! | Q2_K | `(d·sc)·q − dmin·m` | uint4 `q`, offset `dmin·m/(d·sc)`, block 16 | 4 + 4 |
+//! | Q3_K | `(d·s)·q` | int4 `q`, block 16 | 4 + 2 |
+//! | Q4_K | `(d·sc)·q − dmin·m` | uint4 `q`, offset `dmin·m/(d·sc)`, block 32 | 4 + 2 |
+//! | Q5_K | `(d·sc)·q − dmin·m` | uint8 `q`, offset `dmin·m/(d·sc)`, block 32 | 8 + 2 |
+//! | Q6_K | `(d·sc)·(q − 32)` | int8 `q − 32`, block 16 | 8 + 2 |
+//! | IQ4_NL | `d·v[q]` | int8 codebook value `v[q]`, block 32 | 8 + 1 |
+//! | IQ4_XS | `(d·(s − 32))·v[q]` | int8 `v[q]`, block 32 | 8 + 1 |
+//!
+//! Exactness: without an offset, `scale·q` is gguf-py's own f32 product, bit for bit. With one
+//! (the affine types `a·q + b`), the offset `−b/a` is rounded to f32, so `scale·(q − offset)`
+//! may differ from gguf-py's `a·q + b` by a few f32 roundings of the terms: at most
+//! `2⁻²²·(|a·q| + |b|)` (three roundings of relative size 2⁻²⁴ each, one of which gguf-py
+//! also makes), checked against gguf-py in crates/models/tests/gguf_blocks_kept.rs. A block
+//! with `a = 0` (or `b/a` not finite) holds `b` everywhere: `q = 1`, scale `b`, offset 0, exact.
+//! Programs for ANE targets carry scales and offsets in fp16 (the program's float type), which
+//! rounds `d·sc` products and offsets there; the CPU target keeps them f32.
+//!
+//! 4-bit integers are packed in MIL's order (byte `i` holds elements `2i` and `2i + 1`, the even
+//! one in the low nibble), not ggml's.
 
 use std::sync::Arc;
 
 use aneforge::graph::{self, BlockQuantized, HostArray, QuantFormat, Tensor};
 
 use super::LlmError;
-use crate::gguf::{BlockQ4_0, BlockQ4_1, BlockQ8_0, GgmlType, GgufFile};
+use crate::gguf::{
+    k_scale_min, BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, GgmlType, GgufFile,
+};
 
 #[derive(Clone, Debug)]
 pub enum Matrix {
@@ -18,20 +48,83 @@ pub enum Matrix {
     Quant(BlockQuantized),
 }
 
-/// Packs 32 values (0..15) of one block in MIL's nibble order.
-fn pack_nibbles(q: impl Fn(usize) -> u8, out: &mut Vec<u8>) {
-    for i in 0..16 {
-        out.push((q(2 * i) & 15) | ((q(2 * i + 1) & 15) << 4));
+/// Blocks appended in row-major order in MIL's storage of `format`.
+struct Packer {
+    format: QuantFormat,
+    block: usize,
+    data: Vec<u8>,
+    scale: Vec<f32>,
+    offset: Option<Vec<f32>>,
+}
+
+impl Packer {
+    fn new(format: QuantFormat, block: usize, elements: usize, offsets: bool) -> Packer {
+        let blocks = elements / block;
+        Packer {
+            format,
+            block,
+            data: Vec::with_capacity(elements * format.bits() / 8),
+            scale: Vec::with_capacity(blocks),
+            offset: offsets.then(|| Vec::with_capacity(blocks)),
+        }
+    }
+
+    /// One block `scale·q[i]`, `q` in the format's range.
+    fn push(&mut self, q: &[i32], scale: f32) {
+        self.push_shifted(q, scale, 0.0);
+    }
+
+    /// One block `scale·(q[i] − offset)`; a packer without offsets takes only `offset = 0`.
+    fn push_shifted(&mut self, q: &[i32], scale: f32, offset: f32) {
+        debug_assert_eq!(q.len(), self.block);
+        debug_assert!(self.offset.is_some() || offset == 0.0);
+        if self.format.bits() == 4 {
+            self.data.extend(
+                q.chunks_exact(2)
+                    .map(|p| ((p[0] & 15) | ((p[1] & 15) << 4)) as u8),
+            );
+        } else {
+            self.data.extend(q.iter().map(|&v| v as u8));
+        }
+        self.scale.push(scale);
+        if let Some(o) = &mut self.offset {
+            o.push(offset);
+        }
+    }
+
+    /// One block `a·q[i] + b` (see the module's exactness note).
+    fn push_affine(&mut self, q: &[i32], a: f32, b: f32) {
+        let offset = -b / a;
+        if a == 0.0 || !offset.is_finite() {
+            let ones = [1; 32];
+            self.push_shifted(&ones[..self.block], b, 0.0);
+        } else {
+            self.push_shifted(q, a, offset);
+        }
+    }
+
+    fn finish(self, rows: usize, cols: usize) -> Result<BlockQuantized, aneforge::GraphError> {
+        BlockQuantized::new(
+            self.format,
+            rows,
+            cols,
+            self.block,
+            self.data,
+            self.scale,
+            self.offset.map(Into::into),
+        )
     }
 }
 
-/// ggml's nibble for element `e` of a 32-element block.
-fn ggml_nibble(qs: &[u8; 16], e: usize) -> u8 {
-    if e < 16 {
-        qs[e] & 15
-    } else {
-        qs[e - 16] >> 4
-    }
+/// The consecutive groups of `len` (≤ 32) integers of `q`, each in the first `len` slots.
+fn groups<T: Copy + Into<i32>>(q: &[T], len: usize) -> impl Iterator<Item = [i32; 32]> + '_ {
+    q.chunks_exact(len).map(move |g| {
+        let mut out = [0i32; 32];
+        for (o, &v) in out.iter_mut().zip(g) {
+            *o = v.into();
+        }
+        out
+    })
 }
 
 impl Matrix {
@@ -64,61 +157,118 @@ impl Matrix {
         rows: usize,
         cols: usize,
     ) -> Result<Option<Matrix>, LlmError> {
+        use QuantFormat::{I4, I8, U4, U8};
         let info = file.require_tensor(name)?;
-        if info.shape() != [rows, cols] || !cols.is_multiple_of(32) {
+        let ty = info.ggml_type;
+        if info.shape() != [rows, cols] || !cols.is_multiple_of(ty.block_elements()) {
             return Ok(None);
         }
-        let nb = rows * cols / 32;
-        let mut data = Vec::with_capacity(rows * cols / 2);
-        let mut scale = Vec::with_capacity(nb);
-        let bad = |e: aneforge::GraphError| {
-            LlmError::Invalid(format!("{}: tensor '{name}': {e}", file.path().display()))
-        };
-        let q = match info.ggml_type {
+        let n = rows * cols;
+        let mut p;
+        match ty {
             GgmlType::Q4_0 => {
+                p = Packer::new(I4, 32, n, false);
                 for b in file.blocks::<BlockQ4_0>(name)? {
-                    // int4 q − 8, two's complement nibbles
-                    pack_nibbles(|e| ggml_nibble(&b.qs, e).wrapping_sub(8) & 15, &mut data);
-                    scale.push(b.d.to_f32());
+                    let q = b.quants().map(|q| q as i32 - 8);
+                    p.push(&q, b.d.to_f32());
                 }
-                BlockQuantized::new(QuantFormat::I4, rows, cols, 32, data, scale, None)
-                    .map_err(bad)?
             }
             GgmlType::Q4_1 => {
-                let mut offset = Vec::with_capacity(nb);
+                p = Packer::new(U4, 32, n, true);
                 for b in file.blocks::<BlockQ4_1>(name)? {
-                    let (d, m) = (b.d.to_f32(), b.m.to_f32());
-                    if d == 0.0 || !(m / d).is_finite() {
-                        pack_nibbles(|_| 1, &mut data);
-                        scale.push(m);
-                        offset.push(0.0);
-                    } else {
-                        pack_nibbles(|e| ggml_nibble(&b.qs, e), &mut data);
-                        scale.push(d);
-                        offset.push(-m / d);
-                    }
+                    let q = b.quants().map(i32::from);
+                    p.push_affine(&q, b.d.to_f32(), b.m.to_f32());
                 }
-                BlockQuantized::new(
-                    QuantFormat::U4,
-                    rows,
-                    cols,
-                    32,
-                    data,
-                    scale,
-                    Some(offset.into()),
-                )
-                .map_err(bad)?
+            }
+            GgmlType::Q5_0 => {
+                p = Packer::new(I8, 32, n, false);
+                for b in file.blocks::<BlockQ5_0>(name)? {
+                    let q = b.quants().map(|q| q as i32 - 16);
+                    p.push(&q, b.d.to_f32());
+                }
+            }
+            GgmlType::Q5_1 => {
+                p = Packer::new(U8, 32, n, true);
+                for b in file.blocks::<BlockQ5_1>(name)? {
+                    let q = b.quants().map(i32::from);
+                    p.push_affine(&q, b.d.to_f32(), b.m.to_f32());
+                }
             }
             GgmlType::Q8_0 => {
+                p = Packer::new(I8, 32, n, false);
                 for b in file.blocks::<BlockQ8_0>(name)? {
-                    data.extend(b.qs.iter().map(|&v| v as u8));
-                    scale.push(b.d.to_f32());
+                    p.push(&b.qs.map(i32::from), b.d.to_f32());
                 }
-                BlockQuantized::new(QuantFormat::I8, rows, cols, 32, data, scale, None)
-                    .map_err(bad)?
+            }
+            GgmlType::Q2_K => {
+                p = Packer::new(U4, 16, n, true);
+                for b in file.blocks::<BlockQ2K>(name)? {
+                    let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
+                    for (q, &sc) in groups(&b.quants(), 16).zip(&b.scales) {
+                        let a = d * (sc & 0x0F) as f32;
+                        let m = dmin * (sc >> 4) as f32;
+                        p.push_affine(&q[..16], a, -m);
+                    }
+                }
+            }
+            GgmlType::Q3_K => {
+                p = Packer::new(I4, 16, n, false);
+                for b in file.blocks::<BlockQ3K>(name)? {
+                    let d = b.d.to_f32();
+                    for (q, s) in groups(&b.quants(), 16).zip(b.group_scales()) {
+                        p.push(&q[..16], d * s as f32);
+                    }
+                }
+            }
+            GgmlType::Q4_K => {
+                p = Packer::new(U4, 32, n, true);
+                for b in file.blocks::<BlockQ4K>(name)? {
+                    let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
+                    let (sc, m) = k_scale_min(&b.scales);
+                    for (g, q) in groups(&b.quants(), 32).enumerate() {
+                        p.push_affine(&q, d * sc[g] as f32, -(dmin * m[g] as f32));
+                    }
+                }
+            }
+            GgmlType::Q5_K => {
+                p = Packer::new(U8, 32, n, true);
+                for b in file.blocks::<BlockQ5K>(name)? {
+                    let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
+                    let (sc, m) = k_scale_min(&b.scales);
+                    for (g, q) in groups(&b.quants(), 32).enumerate() {
+                        p.push_affine(&q, d * sc[g] as f32, -(dmin * m[g] as f32));
+                    }
+                }
+            }
+            GgmlType::Q6_K => {
+                p = Packer::new(I8, 16, n, false);
+                for b in file.blocks::<BlockQ6K>(name)? {
+                    let d = b.d.to_f32();
+                    for (q, &s) in groups(&b.quants(), 16).zip(&b.scales) {
+                        p.push(&q[..16], d * s as f32);
+                    }
+                }
+            }
+            GgmlType::IQ4_NL => {
+                p = Packer::new(I8, 32, n, false);
+                for b in file.blocks::<BlockIq4Nl>(name)? {
+                    p.push(&b.quants().map(i32::from), b.d.to_f32());
+                }
+            }
+            GgmlType::IQ4_XS => {
+                p = Packer::new(I8, 32, n, false);
+                for b in file.blocks::<BlockIq4Xs>(name)? {
+                    let d = b.d.to_f32();
+                    for (q, s) in groups(&b.quants(), 32).zip(b.group_scales()) {
+                        p.push(&q, d * s as f32);
+                    }
+                }
             }
             _ => return Ok(None),
-        };
+        }
+        let q = p.finish(rows, cols).map_err(|e| {
+            LlmError::Invalid(format!("{}: tensor '{name}': {e}", file.path().display()))
+        })?;
         Ok(Some(Matrix::Quant(q)))
     }
 
@@ -198,16 +348,17 @@ impl Matrix {
                 Matrix::Dense(_) => None,
             })
             .collect();
-        let compatible = quant.len() == parts.len()
-            && quant.windows(2).all(|w| {
-                w[0].format() == w[1].format()
-                    && w[0].block() == w[1].block()
-                    && w[0].offset().is_some() == w[1].offset().is_some()
-            });
-        if compatible {
-            return Ok(Matrix::Quant(BlockQuantized::concat_rows(&quant)?));
+        if quant.len() == parts.len() {
+            if let Some((format, block, offsets)) = common_form(&quant) {
+                let same: Vec<BlockQuantized> = quant
+                    .iter()
+                    .map(|q| widened(q, format, block, offsets))
+                    .collect::<Result<_, _>>()?;
+                let refs: Vec<&BlockQuantized> = same.iter().collect();
+                return Ok(Matrix::Quant(BlockQuantized::concat_rows(&refs)?));
+            }
         }
-        // mixed storage: everything dense
+        // dense and quantized parts, or integers no one format holds: everything dense
         let rows: usize = parts.iter().map(Matrix::rows).sum();
         let mut data = Vec::with_capacity(rows * cols);
         for p in parts {
@@ -258,4 +409,62 @@ impl Matrix {
         }
         Ok(())
     }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The one storage every part converts to without changing a value, or `None`: the parts' own
+/// format when they share it, else 8 bits (int8 when some part is signed, uint8 otherwise; uint8
+/// and signed parts together have none); blocks of the parts' common divisor; offsets when any
+/// part has them (0 for the others).
+fn common_form(parts: &[&BlockQuantized]) -> Option<(QuantFormat, usize, bool)> {
+    let first = parts.first()?.format();
+    let block = parts.iter().fold(0, |g, q| gcd(g, q.block()));
+    let offsets = parts.iter().any(|q| q.offset().is_some());
+    let has = |f: &[QuantFormat]| parts.iter().any(|q| f.contains(&q.format()));
+    let format = if parts.iter().all(|q| q.format() == first) {
+        first
+    } else if has(&[QuantFormat::I4, QuantFormat::I8]) {
+        if has(&[QuantFormat::U8]) {
+            return None;
+        }
+        QuantFormat::I8
+    } else {
+        QuantFormat::U8
+    };
+    Some((format, block, offsets))
+}
+
+/// `q` in `format` with blocks of `block` (a divisor of its own) and offsets when `offsets`:
+/// the same integers, each new block with the scale and offset of the block it lies in.
+fn widened(
+    q: &BlockQuantized,
+    format: QuantFormat,
+    block: usize,
+    offsets: bool,
+) -> Result<BlockQuantized, LlmError> {
+    if q.format() == format && q.block() == block && q.offset().is_some() == offsets {
+        return Ok(q.clone());
+    }
+    let (rows, cols, nb) = (q.rows(), q.cols(), q.blocks_per_row());
+    let mut p = Packer::new(format, block, rows * cols, offsets);
+    let mut ints = vec![0i32; block];
+    for r in 0..rows {
+        for c0 in (0..cols).step_by(block) {
+            for (i, v) in ints.iter_mut().enumerate() {
+                *v = q.q(r, c0 + i);
+            }
+            let b = r * nb + c0 / q.block();
+            let offset = q.offset().map_or(0.0, |o| o[b]);
+            p.push_shifted(&ints, q.scale()[b], offset);
+        }
+    }
+    p.finish(rows, cols)
+        .map_err(|e| LlmError::Internal(format!("widening a {rows}x{cols} matrix: {e}")))
 }

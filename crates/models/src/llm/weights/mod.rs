@@ -120,7 +120,8 @@ impl WeightFile {
 /// How projection matrices are stored in the programs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
-    /// As the file stores them: GGUF Q4_0/Q4_1/Q8_0 blocks stay quantized, everything else f32.
+    /// As the file stores them: GGUF block types stay quantized (see [`Matrix`]), everything else
+    /// f32.
     #[default]
     Stored,
     /// Everything expanded to f32.
