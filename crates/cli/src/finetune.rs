@@ -38,9 +38,13 @@ pub struct FinetuneArgs {
     /// Optimizer steps.
     #[arg(long, default_value_t = 100)]
     pub steps: u64,
-    /// Sequences per step.
+    /// Sequences per micro-batch (one forward and backward pass).
     #[arg(long, default_value_t = 4)]
     pub batch: usize,
+    /// Micro-batches whose gradients are summed into one update (the loss is the mean over all
+    /// their trained tokens, as transformers' gradient accumulation computes it).
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: u32,
     /// Tokens per sequence (at most the model's context).
     #[arg(long, default_value_t = 256)]
     pub seq: usize,
@@ -66,8 +70,8 @@ pub struct FinetuneArgs {
 }
 
 pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
-    if args.batch == 0 || args.steps == 0 {
-        bail!("--batch and --steps must be at least 1");
+    if args.batch == 0 || args.steps == 0 || args.grad_accum == 0 {
+        bail!("--batch, --grad-accum and --steps must be at least 1");
     }
     let llm = Llm::load(&args.model, LoadOptions::new(WeightFormat::Dense))
         .with_context(|| format!("loading {}", args.model))
@@ -102,7 +106,11 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         weight_decay: args.weight_decay,
     };
     let started = Instant::now();
-    let mut trainer = Trainer::new(&loss, &model.params, &[], TrainerOptions::new(optimizer))
+    let options = TrainerOptions {
+        accumulation_steps: args.grad_accum,
+        ..TrainerOptions::new(optimizer)
+    };
+    let mut trainer = Trainer::new(&loss, &model.params, &[], options)
         .context("compiling the training step")?;
     let trained: usize = trainer.read_params()?.iter().map(|(_, _, v)| v.len()).sum();
     eprintln!(
@@ -128,19 +136,24 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         }
         Ok(())
     };
+    let per_update = args.batch * args.grad_accum as usize;
     while trainer.step_count() < args.steps {
         let step = trainer.step_count();
-        let (ids, labels) = data.batch(step, args.batch);
-        let batch = TrainBatch::new(args.batch, args.seq, &ids, &labels, cfg.vocab_size)?;
+        let (ids, labels) = data.batch(step, per_update);
+        let batch = TrainBatch::new(per_update, args.seq, &ids, &labels, cfg.vocab_size)?;
         let t = Instant::now();
-        let stats = trainer.step(&batch.ports(), args.lr)?;
+        let mut loss = 0.0;
+        for m in 0..args.grad_accum as usize {
+            let micro = batch.rows(m * args.batch..(m + 1) * args.batch);
+            loss += trainer.step(&micro.ports(), args.lr)?.loss;
+        }
         let secs = t.elapsed().as_secs_f64();
         eprintln!(
             "step {:>5}/{}: loss {:.4}, {:.0} tokens/s",
             step + 1,
             args.steps,
-            stats.loss,
-            (args.batch * args.seq) as f64 / secs
+            loss,
+            (per_update * args.seq) as f64 / secs
         );
         if (step + 1) % args.save_every == 0 {
             save(&trainer)?;

@@ -321,3 +321,43 @@ fn lora_adapters_save_and_merge_consistently() {
     let rel = (got - losses[5]).abs() / losses[5];
     assert!(rel <= 1e-5, "merged {got} vs adapters {}", losses[5]);
 }
+
+/// Two micro-batches of one sequence accumulated into one update train as the batch of both:
+/// the summed micro-batch losses are the batch loss and the parameters after three updates agree
+/// to rounding.
+#[test]
+fn gradient_accumulation_equals_the_whole_batch() {
+    let llm = load("llama");
+    let cfg = &llm.config;
+    let text = "the quick brown fox jumps over the lazy dog ".repeat(20);
+    let ex = train_data::packed(std::path::Path::new("mem"), &llm.encode(&text).unwrap(), 16).unwrap();
+    let model = trainable(cfg, &llm.weights).unwrap();
+    let batch = |step: u64| {
+        let (ids, labels) = ex.batch(step, 2);
+        TrainBatch::new(2, 16, &ids, &labels, cfg.vocab_size).unwrap()
+    };
+    let whole_loss = causal_lm_loss(cfg, &model, 2, 16).unwrap();
+    let mut whole = Trainer::new(&whole_loss, &model.params, &[], adamw()).unwrap();
+    let micro_loss = causal_lm_loss(cfg, &model, 1, 16).unwrap();
+    let mut options = adamw();
+    options.accumulation_steps = 2;
+    let mut micro = Trainer::new(&micro_loss, &model.params, &[], options).unwrap();
+    for step in 0..3 {
+        let b = batch(step);
+        let want = whole.step(&b.ports(), 1e-3).unwrap();
+        assert!(want.updated);
+        let first = micro.step(&b.rows(0..1).ports(), 1e-3).unwrap();
+        assert!(!first.updated && micro.step_count() == step);
+        let e = micro.checkpoint("").unwrap_err().to_string();
+        assert!(e.contains("1 of 2 micro-batches"), "{e}");
+        let second = micro.step(&b.rows(1..2).ports(), 1e-3).unwrap();
+        assert!(second.updated && micro.step_count() == step + 1);
+        let sum = first.loss + second.loss;
+        assert!((sum - want.loss).abs() <= 1e-5 * want.loss, "step {step}: {sum} vs {}", want.loss);
+    }
+    for ((name, _, got), (_, _, want)) in micro.read_params().unwrap().iter().zip(whole.read_params().unwrap()) {
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(err <= 1e-4 * scale, "{name}: max difference {err} (scale {scale})");
+    }
+}

@@ -406,6 +406,20 @@ impl TrainBatch {
         })
     }
 
+    /// Rows `rows` of this batch as a micro-batch of gradient accumulation: the label weights stay
+    /// normalised over the whole batch, so the micro-batch losses sum to the batch's loss.
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> TrainBatch {
+        let span = rows.start * self.seq..rows.end * self.seq;
+        TrainBatch {
+            batch: rows.len(),
+            seq: self.seq,
+            input_ids: self.input_ids[span.clone()].to_vec(),
+            labels: self.labels[span.clone()].to_vec(),
+            label_weights: self.label_weights[span.clone()].to_vec(),
+            counted: self.label_weights[span].iter().filter(|&&w| w != 0.0).count(),
+        }
+    }
+
     /// The batch's ports for [`aneforge::train::Trainer::step`].
     pub fn ports(&self) -> Vec<(&'static str, aneforge::engine::HostSlice<'_>)> {
         use aneforge::engine::HostSlice;
