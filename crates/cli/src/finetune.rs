@@ -1,5 +1,6 @@
 //! `aneforge finetune`: causal-LM fine-tuning of a decoder LLM on a text or chat `.jsonl` file,
-//! every weight (full) or LoRA adapters, with AdamW; progress, checkpoints and resume.
+//! every weight (full) or LoRA adapters, with AdamW; progress, checkpoints and resume. Training
+//! runs on the CPU engine in f32.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -67,12 +68,15 @@ pub struct FinetuneArgs {
     pub checkpoint: Option<PathBuf>,
     #[arg(long, default_value_t = 50)]
     pub save_every: u64,
+    #[command(flatten)]
+    pub threads: crate::engine_args::ThreadArgs,
 }
 
 pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
     if args.batch == 0 || args.steps == 0 || args.grad_accum == 0 {
         bail!("--batch, --grad-accum and --steps must be at least 1");
     }
+    args.threads.apply()?;
     let llm = Llm::load(&args.model, LoadOptions::new(WeightFormat::Dense))
         .with_context(|| format!("loading {}", args.model))
         .map_err(|e| model_hints::explain(e, &args.model, Wants::Decoder))?;
@@ -110,8 +114,8 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         accumulation_steps: args.grad_accum,
         ..TrainerOptions::new(optimizer)
     };
-    let mut trainer = Trainer::new(&loss, &model.params, &[], options)
-        .context("compiling the training step")?;
+    let mut trainer =
+        Trainer::new(&loss, &model.params, &[], options).context("compiling the training step")?;
     let trained: usize = trainer.read_params()?.iter().map(|(_, _, v)| v.len()).sum();
     eprintln!(
         "{}: {} examples of {} tokens; {} {trained} parameters; AdamW lr {}; compiled in {:.1} s",

@@ -330,7 +330,8 @@ fn gradient_accumulation_equals_the_whole_batch() {
     let llm = load("llama");
     let cfg = &llm.config;
     let text = "the quick brown fox jumps over the lazy dog ".repeat(20);
-    let ex = train_data::packed(std::path::Path::new("mem"), &llm.encode(&text).unwrap(), 16).unwrap();
+    let ex =
+        train_data::packed(std::path::Path::new("mem"), &llm.encode(&text).unwrap(), 16).unwrap();
     let model = trainable(cfg, &llm.weights).unwrap();
     let batch = |step: u64| {
         let (ids, labels) = ex.batch(step, 2);
@@ -353,11 +354,26 @@ fn gradient_accumulation_equals_the_whole_batch() {
         let second = micro.step(&b.rows(1..2).ports(), 1e-3).unwrap();
         assert!(second.updated && micro.step_count() == step + 1);
         let sum = first.loss + second.loss;
-        assert!((sum - want.loss).abs() <= 1e-5 * want.loss, "step {step}: {sum} vs {}", want.loss);
+        assert!(
+            (sum - want.loss).abs() <= 1e-5 * want.loss,
+            "step {step}: {sum} vs {}",
+            want.loss
+        );
     }
-    for ((name, _, got), (_, _, want)) in micro.read_params().unwrap().iter().zip(whole.read_params().unwrap()) {
+    for ((name, _, got), (_, _, want)) in micro
+        .read_params()
+        .unwrap()
+        .iter()
+        .zip(whole.read_params().unwrap())
+    {
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let err = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(err <= 1e-4 * scale, "{name}: max difference {err} (scale {scale})");
+        let err = got
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            err <= 1e-4 * scale,
+            "{name}: max difference {err} (scale {scale})"
+        );
     }
 }

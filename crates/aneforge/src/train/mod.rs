@@ -503,7 +503,8 @@ impl Trainer {
         let apply = self.micro + 1 >= k;
         if k > 1 {
             let flag = if apply { 1.0 } else { 0.0 };
-            self.model.set_input(APPLY_UPDATE, HostSlice::F32(&[flag]))?;
+            self.model
+                .set_input(APPLY_UPDATE, HostSlice::F32(&[flag]))?;
         }
         if let Some(host) = &self.host {
             for (slot, values) in self.slots.iter().zip(&host.params) {

@@ -416,7 +416,10 @@ impl TrainBatch {
             input_ids: self.input_ids[span.clone()].to_vec(),
             labels: self.labels[span.clone()].to_vec(),
             label_weights: self.label_weights[span.clone()].to_vec(),
-            counted: self.label_weights[span].iter().filter(|&&w| w != 0.0).count(),
+            counted: self.label_weights[span]
+                .iter()
+                .filter(|&&w| w != 0.0)
+                .count(),
         }
     }
 
