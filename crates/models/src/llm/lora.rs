@@ -126,10 +126,13 @@ impl LoraConfig {
     }
 }
 
+/// What every adapter tensor name starts with.
+pub const ADAPTER_PREFIX: &str = "base_model.model.";
+
 /// The PEFT name of layer `i`'s `proj` adapter matrix `which` (`lora_A` or `lora_B`).
 pub fn tensor_name(i: usize, proj: Proj, which: &str) -> String {
     format!(
-        "base_model.model.model.layers.{i}.{}.{which}.weight",
+        "{ADAPTER_PREFIX}model.layers.{i}.{}.{which}.weight",
         proj.path()
     )
 }

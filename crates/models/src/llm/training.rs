@@ -18,7 +18,7 @@ use aneforge::autograd::weighted_cross_entropy;
 use aneforge::graph::{self, nn::MASKED, DType, HostArray, Tensor};
 
 use super::block::{decoder_layer, norm_at, rope_rows, rotate_half_matrix, LayerLora, Rope};
-use super::config::{LlmConfig, Positions};
+use super::config::{Family, LlmConfig, Positions};
 use super::weights::{ModelWeights, NormWeights};
 use super::LlmError;
 
@@ -442,8 +442,21 @@ pub fn checkpoint_tensors(
     params: Vec<aneforge::train::NamedArray>,
 ) -> Result<Vec<aneforge::train::NamedArray>, LlmError> {
     let mut out = Vec::with_capacity(params.len());
+    // Gemma stores RMS weights minus one, Gemma 3 names its extra norms otherwise and GPT-2 has
+    // its own names and [in, out] matrices: only the Llama-style layouts are written here
+    let llama_style = matches!(
+        cfg.family,
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3
+    );
     for (port, shape, data) in params {
         let name = tensor_name(&port);
+        if !llama_style && !name.starts_with(super::lora::ADAPTER_PREFIX) {
+            return Err(LlmError::Invalid(format!(
+                "writing fine-tuned {:?} weights under Hugging Face names is not supported yet \
+                 (Llama, Mistral, Qwen2 and Qwen3 are); LoRA adapters are",
+                cfg.family
+            )));
+        }
         let Some(parts) = split_fused(cfg, &name) else {
             out.push((name, shape, data));
             continue;
