@@ -9,7 +9,7 @@ use aneforge::autograd::Optimizer;
 use aneforge::train::{Checkpoint, Trainer, TrainerOptions};
 use aneforge_models::llm::lora::{lora_model, peft_init, save_adapter, LoraConfig};
 use aneforge_models::llm::training::{
-    causal_lm_loss, checkpoint_tensors, save_safetensors, trainable, TrainBatch,
+    causal_lm_loss, check_export, checkpoint_tensors, save_safetensors, trainable, TrainBatch,
 };
 use aneforge_models::llm::{train_data, Llm, LoadOptions, WeightFormat};
 use anyhow::{bail, Context};
@@ -88,6 +88,9 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
             args.model,
             cfg.max_positions
         );
+    }
+    if args.lora_rank.is_none() {
+        check_export(cfg)?;
     }
     let data = train_data::load(&llm, &args.data, args.seq)?;
     let lora = match args.lora_rank {

@@ -434,6 +434,20 @@ impl TrainBatch {
     }
 }
 
+/// Whether fine-tuned weights of `cfg`'s family can be written under Hugging Face names: Gemma
+/// stores RMS weights minus one, Gemma 3 names its extra norms otherwise and GPT-2 has its own
+/// names and `[in, out]` matrices, so only the Llama-style layouts are (LoRA adapters of every
+/// family are).
+pub fn check_export(cfg: &LlmConfig) -> Result<(), LlmError> {
+    match cfg.family {
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => Ok(()),
+        other => Err(LlmError::Invalid(format!(
+            "writing fine-tuned {other:?} weights under Hugging Face names is not supported yet \
+             (Llama, Mistral, Qwen2 and Qwen3 are); train LoRA adapters instead (--lora-rank)"
+        ))),
+    }
+}
+
 /// `params` (as [`aneforge::train::Trainer::read_params`] gives them) under the checkpoint's own
 /// names ([`tensor_name`]): fused parameters split into their parts ([`split_fused`]), the rest as
 /// they are.
@@ -442,20 +456,10 @@ pub fn checkpoint_tensors(
     params: Vec<aneforge::train::NamedArray>,
 ) -> Result<Vec<aneforge::train::NamedArray>, LlmError> {
     let mut out = Vec::with_capacity(params.len());
-    // Gemma stores RMS weights minus one, Gemma 3 names its extra norms otherwise and GPT-2 has
-    // its own names and [in, out] matrices: only the Llama-style layouts are written here
-    let llama_style = matches!(
-        cfg.family,
-        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3
-    );
     for (port, shape, data) in params {
         let name = tensor_name(&port);
-        if !llama_style && !name.starts_with(super::lora::ADAPTER_PREFIX) {
-            return Err(LlmError::Invalid(format!(
-                "writing fine-tuned {:?} weights under Hugging Face names is not supported yet \
-                 (Llama, Mistral, Qwen2 and Qwen3 are); LoRA adapters are",
-                cfg.family
-            )));
+        if !name.starts_with(super::lora::ADAPTER_PREFIX) {
+            check_export(cfg)?;
         }
         let Some(parts) = split_fused(cfg, &name) else {
             out.push((name, shape, data));
