@@ -38,6 +38,10 @@ pub struct ModelArgs {
         default_value_t = 2048
     )]
     pub ctx: usize,
+    /// A LoRA adapter directory in PEFT's layout (adapter_config.json,
+    /// adapter_model.safetensors), merged into the weights (which are then f32).
+    #[arg(long)]
+    pub lora: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -171,10 +175,21 @@ fn load(
 ) -> anyhow::Result<Loaded> {
     let started = Instant::now();
     let (engine, target) = args.engine.select()?;
-    let format = weight_format(&args.compress)?;
-    let llm = Llm::load(&args.model, LoadOptions::new(format))
+    let format = match (&args.lora, weight_format(&args.compress)?) {
+        (None, f) => f,
+        (Some(_), WeightFormat::Stored | WeightFormat::Dense) => WeightFormat::Dense,
+        (Some(_), _) => {
+            bail!("--lora merges into f32 weights; it cannot be combined with --compress int8/int4")
+        }
+    };
+    let mut llm = Llm::load(&args.model, LoadOptions::new(format))
         .with_context(|| format!("loading {}", args.model))
         .map_err(|e| model_hints::explain(e, &args.model, Wants::Decoder))?;
+    if let Some(dir) = &args.lora {
+        let adapter = aneforge_models::llm::lora::load_adapter(dir)?;
+        llm.weights = aneforge_models::llm::lora::merge(&llm.config, &llm.weights, &adapter)
+            .with_context(|| format!("merging the LoRA adapter {}", dir.display()))?;
+    }
     let mut opts = RunnerOptions {
         target: target.clone(),
         engine,
@@ -293,6 +308,7 @@ pub fn generate_cmd(args: GenerateArgs) -> anyhow::Result<()> {
         Some(draft) => {
             let draft_args = ModelArgs {
                 model: draft.clone(),
+                lora: None,
                 ..args.model.clone()
             };
             let draft_loaded = load(&draft_args, Vec::new(), None)?;

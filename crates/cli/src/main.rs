@@ -15,6 +15,7 @@ mod encoder_args;
 mod engine_args;
 mod examples;
 mod export;
+mod finetune;
 mod import;
 mod input;
 mod interrupt;
@@ -97,6 +98,8 @@ enum Command {
     Rerank(rerank::RerankArgs),
     /// The top-k ImageNet classes of images (EfficientNet-Lite, ResNet, MobileNetV3).
     Classify(classify::ClassifyArgs),
+    /// Fine-tune a decoder LLM (every weight, or LoRA adapters) on a text or chat .jsonl file.
+    Finetune(finetune::FinetuneArgs),
     /// Continue a prompt with a decoder LLM; the text streams to stdout, speeds to stderr.
     Generate(llm::GenerateArgs),
     /// An interactive conversation with a chat model (its chat template); one line per turn.
@@ -161,6 +164,7 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Embed(args) => embed::run(args),
         Command::Rerank(args) => rerank::run(args),
         Command::Classify(args) => classify::run(args),
+        Command::Finetune(args) => finetune::run(args),
         Command::Generate(args) => llm::generate_cmd(args),
         Command::Chat(args) => llm::chat_cmd(args),
         Command::CheckFp16(args) => check_fp16::run(args),

@@ -52,6 +52,32 @@ pub fn softmax_cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor
     mean_all(&picked)?.neg()
 }
 
+/// `−Σ weights[i] · log softmax(logits)[i, targets[i]]`: logits `[..., classes]`, i32 targets
+/// and f32 weights `[...]`. With weights `1/n` on `n` counted rows and 0 elsewhere it is the mean
+/// cross-entropy over the counted rows (PyTorch's `ignore_index`); the target of a row of weight
+/// 0 must still be a valid class.
+pub fn weighted_cross_entropy(
+    logits: &Tensor,
+    targets: &Tensor,
+    weights: &Tensor,
+) -> Result<Tensor, GraphError> {
+    check_targets("weighted_cross_entropy", logits, targets)?;
+    if weights.shape() != targets.shape() || weights.dtype() != DType::F32 {
+        return Err(GraphError::shape(
+            "weighted_cross_entropy",
+            &[targets.shape(), weights.shape()],
+            "expected f32 weights shaped like the targets",
+        ));
+    }
+    let classes = logits.shape()[logits.rank() - 1];
+    let picked = logits
+        .log_softmax(-1)?
+        .mul(&one_hot(targets, classes)?)?
+        .sum(&[-1], false)?;
+    let axes = all_axes(&picked);
+    picked.mul(weights)?.sum(&axes, false)?.neg()
+}
+
 /// The fraction of rows whose largest logit is the target class.
 pub fn accuracy(logits: &Tensor, targets: &Tensor) -> Result<Tensor, GraphError> {
     check_targets("accuracy", logits, targets)?;

@@ -11,7 +11,7 @@ pub mod optim;
 mod rules;
 mod util;
 
-pub use loss::{accuracy, mse, softmax_cross_entropy};
+pub use loss::{accuracy, mse, softmax_cross_entropy, weighted_cross_entropy};
 pub use optim::{clip_by_global_norm, Optimizer};
 pub use util::{one_hot, sum_to};
 

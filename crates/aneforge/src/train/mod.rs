@@ -10,6 +10,12 @@
 //!   state `p__m`, `p__v` (Adam) or `p__momentum` (SGD);
 //! - outputs: `loss`, the metrics, `p__next`, `p__m__next` ... , and `grads_finite` (with loss
 //!   scaling: 1 when every gradient was finite and the update was applied, 0 when it was skipped).
+//!
+//! With gradient accumulation over `k` micro-batches, each parameter also has the resident state
+//! `p__grad_acc` (the gradients summed so far) and the program the bool input `apply_update`:
+//! the first `k − 1` calls of [`Trainer::step`] only add their gradients, the `k`-th updates with
+//! the sum and clears it. The loss must be a sum over the micro-batches (weights normalised over
+//! all `k`, as transformers does with `num_items_in_batch`).
 
 mod batches;
 mod checkpoint;
@@ -79,6 +85,8 @@ pub struct TrainerOptions {
     pub mode: UpdateMode,
     pub target: Target,
     pub engine: Engine,
+    /// Micro-batches whose gradients are summed into one update (1: none); resident mode only.
+    pub accumulation_steps: u32,
 }
 
 impl TrainerOptions {
@@ -127,6 +135,7 @@ impl TrainerOptions {
             mode: UpdateMode::Resident,
             target: Target::Cpu,
             engine: Engine::Cpu,
+            accumulation_steps: 1,
         }
     }
 }
@@ -139,6 +148,9 @@ pub struct StepStats {
     pub metrics: Vec<f32>,
     /// With loss scaling: the gradients overflowed and the update was skipped.
     pub skipped: bool,
+    /// The parameters were updated (false for a skipped step and for the micro-batches before
+    /// the last of an accumulation).
+    pub updated: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -169,6 +181,9 @@ pub const BIAS_CORRECTION2: &str = "bias_correction2";
 pub const LOSS_SCALE: &str = "loss_scale";
 pub const LOSS: &str = "loss";
 pub const GRADS_FINITE: &str = "grads_finite";
+pub const APPLY_UPDATE: &str = "apply_update";
+/// The accumulated-gradient state of a parameter (`p__grad_acc`).
+const GRAD_ACC: &str = "grad_acc";
 
 fn next_name(name: &str) -> String {
     format!("{name}__next")
@@ -188,6 +203,8 @@ pub struct Trainer {
     metric_names: Vec<String>,
     options: TrainerOptions,
     step: u64,
+    /// Micro-batches accumulated since the last update.
+    micro: u32,
     scale: Option<ScaleState>,
     host: Option<HostState>,
 }
@@ -242,6 +259,16 @@ impl Trainer {
                     options.target
                 )));
             }
+        }
+        let accumulate = options.accumulation_steps > 1;
+        if options.accumulation_steps == 0
+            || (accumulate && (options.mode == UpdateMode::Host || options.loss_scale.is_some()))
+        {
+            return Err(TrainError::Invalid(format!(
+                "gradient accumulation over {} micro-batches: needs at least 1, and more than 1 \
+                 is supported in resident mode without loss scaling",
+                options.accumulation_steps
+            )));
         }
         let mut seen = HashSet::new();
         let mut slots = Vec::with_capacity(params.len());
@@ -317,14 +344,34 @@ impl Trainer {
                     second_moment_scale: second_moment_scale(&options),
                     second_moment_max: float_max(&options),
                 };
+                let apply = if accumulate {
+                    Some(
+                        scalar_input(APPLY_UPDATE)?
+                            .compare_scalar(crate::graph::CompareOp::NotEqual, 0.0)?,
+                    )
+                } else {
+                    None
+                };
                 for ((slot, p), g) in slots.iter().zip(params).zip(&grads) {
+                    let summed;
+                    let g = match &apply {
+                        Some(apply) => {
+                            let acc_name = state_name(&slot.name, GRAD_ACC);
+                            let acc = input(&acc_name, &slot.shape, DType::F32)?;
+                            summed = acc.add(g)?;
+                            let cleared = summed.mul_scalar(0.0)?;
+                            outputs.push((next_name(&acc_name), apply.select(&cleared, &summed)?));
+                            &summed
+                        }
+                        None => g,
+                    };
                     let state: Vec<Tensor> = opt
                         .state_names()
                         .iter()
                         .map(|s| input(&state_name(&slot.name, s), &slot.shape, DType::F32))
                         .collect::<Result<_, _>>()?;
                     let (mut next, mut next_state) = opt.update(p, g, &state, &scalars)?;
-                    if let Some(ok) = &finite {
+                    if let Some(ok) = finite.as_ref().or(apply.as_ref()) {
                         next = ok.select(&next, p)?;
                         next_state = next_state
                             .iter()
@@ -350,7 +397,8 @@ impl Trainer {
             UpdateMode::Resident => {
                 for slot in &slots {
                     let zeros = vec![0.0f32; slot.shape.iter().product()];
-                    for s in opt.state_names() {
+                    let acc: &[&str] = if accumulate { &[GRAD_ACC] } else { &[] };
+                    for s in opt.state_names().iter().chain(acc) {
                         let name = state_name(&slot.name, s);
                         model.set_input(&name, HostSlice::F32(&zeros))?;
                         model.share_buffer(&next_name(&name), &name)?;
@@ -391,6 +439,7 @@ impl Trainer {
             }),
             options,
             step: 0,
+            micro: 0,
             host,
         })
     }
@@ -450,6 +499,13 @@ impl Trainer {
             self.model
                 .set_input(LOSS_SCALE, HostSlice::F32(&[s.scale]))?;
         }
+        let k = self.options.accumulation_steps;
+        let apply = self.micro + 1 >= k;
+        if k > 1 {
+            let flag = if apply { 1.0 } else { 0.0 };
+            self.model
+                .set_input(APPLY_UPDATE, HostSlice::F32(&[flag]))?;
+        }
         if let Some(host) = &self.host {
             for (slot, values) in self.slots.iter().zip(&host.params) {
                 self.model.set_input(&slot.name, HostSlice::F32(values))?;
@@ -483,6 +539,16 @@ impl Trainer {
                  finite, so do not save them)"
             )));
         }
+        if finite && !apply {
+            self.micro += 1;
+            return Ok(StepStats {
+                loss,
+                metrics,
+                skipped: false,
+                updated: false,
+            });
+        }
+        self.micro = 0;
         if finite {
             if let Some(host) = &mut self.host {
                 for (i, slot) in self.slots.iter().enumerate() {
@@ -508,6 +574,7 @@ impl Trainer {
             loss,
             metrics,
             skipped: !finite,
+            updated: finite,
         })
     }
 
@@ -602,6 +669,12 @@ impl Trainer {
     /// A snapshot of parameters, optimizer state, step and loss scale; `data_position` records
     /// where the data stream is, for resuming it.
     pub fn checkpoint(&self, data_position: &str) -> Result<Checkpoint, TrainError> {
+        if self.micro != 0 {
+            return Err(TrainError::Invalid(format!(
+                "a checkpoint is taken between updates; {} of {} micro-batches are accumulated",
+                self.micro, self.options.accumulation_steps
+            )));
+        }
         let mut state = Vec::new();
         for (i, slot) in self.slots.iter().enumerate() {
             for (s, sname) in self.options.optimizer.state_names().iter().enumerate() {

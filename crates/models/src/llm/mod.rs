@@ -7,14 +7,18 @@
 //! runner with a [`Sampler`].
 
 pub mod audit;
+pub mod block;
 pub mod chat;
 pub mod config;
 mod generate;
+pub mod lora;
 mod matrix;
 mod runner;
 pub mod sampling;
 mod speculative;
 pub mod step;
+pub mod train_data;
+pub mod training;
 mod weights;
 
 use std::path::{Path, PathBuf};

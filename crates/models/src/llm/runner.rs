@@ -748,8 +748,7 @@ fn copy_prefix(
     Ok(())
 }
 
-/// cos and sin of `(pos + i) · inv_freq` as transformers computes them (f32 angle), duplicated
-/// over both halves of the rotated dimensions; 1 and 0 on dimensions that are not rotated.
+/// The rotary tables ([`super::block::rope_rows`]) of positions `pos..pos + t`.
 fn write_rope(
     model: &mut Model,
     [cos_port, sin_port]: [&str; 2],
@@ -759,26 +758,8 @@ fn write_rope(
     pos: usize,
     t: usize,
 ) -> Result<(), LlmError> {
-    let half = dims / 2;
     let fill = |buf: &mut [f32], cos: bool| {
-        for i in 0..t {
-            let p = (pos + i) as f32;
-            let row = &mut buf[i * hd..(i + 1) * hd];
-            for j in 0..hd {
-                row[j] = if j < dims {
-                    let angle = p * inv_freq[j % half];
-                    if cos {
-                        (angle as f64).cos() as f32
-                    } else {
-                        (angle as f64).sin() as f32
-                    }
-                } else if cos {
-                    1.0
-                } else {
-                    0.0
-                };
-            }
-        }
+        super::block::rope_rows(inv_freq, dims, hd, pos..pos + t, cos, buf)
     };
     for (name, cos) in [(cos_port, true), (sin_port, false)] {
         match model.input_view_mut(name)? {

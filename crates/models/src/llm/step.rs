@@ -13,10 +13,11 @@
 
 use std::ops::Range;
 
-use aneforge::graph::{self, DType, HostArray, Tensor};
+use aneforge::graph::{self, DType, Tensor};
 
-use super::config::{LlmConfig, MlpKind, NormKind, Positions};
-use super::weights::{ModelWeights, NormWeights};
+use super::block::{decoder_layer, norm_at, rotate_half_matrix, scaled, Rope};
+use super::config::{LlmConfig, Positions};
+use super::weights::ModelWeights;
 use super::LlmError;
 
 pub const INPUT_IDS: &str = "input_ids";
@@ -81,56 +82,6 @@ pub struct StepSpec {
 
 /// The probe outputs of a step built with [`StepSpec::probes`] start with this.
 pub const PROBE_PREFIX: &str = "probe_";
-
-fn norm(cfg: &LlmConfig, x: &Tensor, w: &NormWeights) -> Result<Tensor, LlmError> {
-    norm_at(cfg, x, w, 1.0)
-}
-
-/// The norm of a value carried at `scale` ([`LlmConfig::residual_scale`]): the epsilon scaled by
-/// `scale²` gives the norm of the unscaled value.
-fn norm_at(cfg: &LlmConfig, x: &Tensor, w: &NormWeights, scale: f32) -> Result<Tensor, LlmError> {
-    let s2 = scale * scale;
-    Ok(match cfg.norm {
-        NormKind::Rms { eps, .. } => x.rms_norm(Some(&w.weight), eps * s2)?,
-        NormKind::Layer { eps } => {
-            x.layer_norm(&[-1], Some(&w.weight), w.bias.as_ref(), eps * s2)?
-        }
-    })
-}
-
-/// `x · scale`, or `x` when `scale` is 1.
-fn scaled(x: Tensor, scale: f32) -> Result<Tensor, LlmError> {
-    Ok(if scale == 1.0 {
-        x
-    } else {
-        x.mul_scalar(scale)?
-    })
-}
-
-/// The constant `R` with `x @ R = rotate_half(x)` over the first `dims` of `head_dim`:
-/// `(-x[half..dims], x[..half])`, zero elsewhere.
-fn rotate_half_matrix(head_dim: usize, dims: usize) -> Result<Tensor, LlmError> {
-    let half = dims / 2;
-    let mut r = vec![0.0f32; head_dim * head_dim];
-    for j in 0..half {
-        r[(j + half) * head_dim + j] = -1.0;
-        r[j * head_dim + j + half] = 1.0;
-    }
-    Ok(graph::constant(HostArray::from_f32(
-        &[head_dim, head_dim],
-        r,
-    )?))
-}
-
-/// `x[T, heads, hd] · cos + rotate_half(x) · sin` with `cos`, `sin` `[T, 1, hd]`.
-fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, rot: &Tensor) -> Result<Tensor, LlmError> {
-    let s = x.shape().to_vec();
-    let flat = x.reshape(&[(s[0] * s[1]) as isize, s[2] as isize])?;
-    let rotated = flat
-        .matmul(rot)?
-        .reshape(&[s[0] as isize, s[1] as isize, s[2] as isize])?;
-    Ok(x.mul(cos)?.add(&rotated.mul(sin)?)?)
-}
 
 /// A rotary table input `[T, hd]`, viewed `[T, 1, hd]` to broadcast over heads.
 fn rope_input(name: &str, t: usize, hd: usize) -> Result<Tensor, LlmError> {
@@ -220,65 +171,34 @@ pub fn build_step(
     let mut outputs: Vec<(String, Tensor)> = Vec::new();
     let mut probes: Vec<(String, Tensor)> = Vec::new();
     for l in spec.layers.clone() {
-        let lw = &w.layers[l];
-        let hn = norm_at(cfg, &x, &lw.attn_norm, rs)?;
-        let qkv = hn.linear(&lw.qkv, lw.qkv_bias.as_ref())?;
-        let parts = qkv.split(&[h * hd, kv * hd, kv * hd], -1)?;
-        let mut q = parts[0].reshape(&[t as isize, h as isize, hd as isize])?;
-        let mut k = parts[1].reshape(&[t as isize, kv as isize, hd as isize])?;
-        let v = parts[2].reshape(&[t as isize, kv as isize, hd as isize])?;
-        if let (Some(qn), Some(kn), NormKind::Rms { eps, .. }) = (&lw.q_norm, &lw.k_norm, cfg.norm)
-        {
-            q = q.rms_norm(Some(qn), eps)?;
-            k = k.rms_norm(Some(kn), eps)?;
-        }
         let (layer_rope, layer_mask) = match &local {
             Some((cos, sin, rot, mask)) if cfg.is_local(l) => (Some((cos, sin, rot)), mask),
             _ => (rope.as_ref().map(|(c, s, r)| (c, s, r)), &mask),
         };
-        if let Some((cos, sin, rot)) = layer_rope {
-            q = self::rope(&q, cos, sin, rot)?;
-            k = self::rope(&k, cos, sin, rot)?;
-        }
-        let k_cache = graph::input(&k_cache(l), &[kv, s, hd], DType::F32)?;
-        let v_cache = graph::input(&v_cache(l), &[kv, s, hd], DType::F32)?;
-        let k_all = k_cache.dynamic_slice_update(&heads_first(&k)?, &write_pos)?;
-        let v_all = v_cache.dynamic_slice_update(&heads_first(&v)?, &write_pos)?;
-        let q = heads_first(&q)?.reshape(&[kv as isize, (group * t) as isize, hd as isize])?;
-        let att = graph::sdpa(&q, &k_all, &v_all, Some(layer_mask), false, cfg.attn_scale)?;
-        let att = att.reshape(&[h as isize, t as isize, hd as isize])?;
-        let att = if t == 1 {
-            att.reshape(&[1, (h * hd) as isize])?
-        } else {
-            att.transpose(&[1, 0, 2])?
-                .reshape(&[t as isize, (h * hd) as isize])?
-        };
-        let mut o = att.linear(&lw.o, lw.o_bias.as_ref())?;
-        if let Some(n) = &lw.post_attn_norm {
-            o = norm(cfg, &o, n)?;
-        }
-        x = x.add(&scaled(o, rs)?)?;
+        let layer_rope = layer_rope.map(|(cos, sin, rot)| Rope { cos, sin, rot });
+        let mut caches = None;
+        let out = decoder_layer(cfg, &w.layers[l], &x, rs, layer_rope, None, |q, k, v| {
+            let k_cache = graph::input(&k_cache(l), &[kv, s, hd], DType::F32)?;
+            let v_cache = graph::input(&v_cache(l), &[kv, s, hd], DType::F32)?;
+            let k_all = k_cache.dynamic_slice_update(&heads_first(&k)?, &write_pos)?;
+            let v_all = v_cache.dynamic_slice_update(&heads_first(&v)?, &write_pos)?;
+            let q = heads_first(&q)?.reshape(&[kv as isize, (group * t) as isize, hd as isize])?;
+            let att = graph::sdpa(&q, &k_all, &v_all, Some(layer_mask), false, cfg.attn_scale)?;
+            let att = att.reshape(&[h as isize, t as isize, hd as isize])?;
+            caches = Some((k_all, v_all));
+            Ok(if t == 1 {
+                att.reshape(&[1, (h * hd) as isize])?
+            } else {
+                att.transpose(&[1, 0, 2])?
+                    .reshape(&[t as isize, (h * hd) as isize])?
+            })
+        })?;
+        let (k_all, v_all) =
+            caches.ok_or_else(|| LlmError::Internal("layer built without attention".into()))?;
+        x = out.x;
         if spec.probes {
-            probes.push((format!("{PROBE_PREFIX}l{l}_attn"), x.clone()));
-        }
-        let hn = norm_at(cfg, &x, &lw.mlp_norm, rs)?;
-        let up = hn.linear(&lw.up, lw.up_bias.as_ref())?;
-        let act = match cfg.mlp {
-            MlpKind::Gated(a) => {
-                let gu = up.split(&[cfg.intermediate_size, cfg.intermediate_size], -1)?;
-                a.apply(&gu[0])?.mul(&gu[1])?
-            }
-            MlpKind::Plain(a) => a.apply(&up)?,
-        };
-        if spec.probes {
-            probes.push((format!("{PROBE_PREFIX}l{l}_mlp"), act.clone()));
-        }
-        let mut down = act.linear(&lw.down, lw.down_bias.as_ref())?;
-        if let Some(n) = &lw.post_mlp_norm {
-            down = norm(cfg, &down, n)?;
-        }
-        x = x.add(&scaled(down, rs)?)?;
-        if spec.probes {
+            probes.push((format!("{PROBE_PREFIX}l{l}_attn"), out.after_attn));
+            probes.push((format!("{PROBE_PREFIX}l{l}_mlp"), out.mlp_act));
             probes.push((format!("{PROBE_PREFIX}l{l}_out"), x.clone()));
         }
         outputs.push((k_cache_out(l), k_all));

@@ -1,0 +1,177 @@
+//! `aneforge finetune`: causal-LM fine-tuning of a decoder LLM on a text or chat `.jsonl` file,
+//! every weight (full) or LoRA adapters, with AdamW; progress, checkpoints and resume. Training
+//! runs on the CPU engine in f32.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use aneforge::autograd::Optimizer;
+use aneforge::train::{Checkpoint, Trainer, TrainerOptions};
+use aneforge_models::llm::lora::{lora_model, peft_init, save_adapter, LoraConfig};
+use aneforge_models::llm::training::{
+    causal_lm_loss, check_export, checkpoint_tensors, save_safetensors, trainable, TrainBatch,
+};
+use aneforge_models::llm::{train_data, Llm, LoadOptions, WeightFormat};
+use anyhow::{bail, Context};
+
+use crate::model_hints::{self, Wants};
+
+#[derive(clap::Args, Debug)]
+pub struct FinetuneArgs {
+    /// Model: an id (ORG/NAME, from the Hugging Face cache), a model directory or a .gguf file
+    /// (quantized weights are expanded to f32 for training).
+    #[arg(short = 'm', long = "model")]
+    pub model: String,
+    /// Training data: a text file (packed into sequences) or a chat .jsonl file (one
+    /// {"messages": [...]} per line; only the assistant answers are trained).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Train LoRA adapters of this rank instead of every weight.
+    #[arg(long)]
+    pub lora_rank: Option<usize>,
+    /// LoRA alpha (the adapter output is scaled by alpha / rank).
+    #[arg(long, default_value_t = 16.0)]
+    pub lora_alpha: f32,
+    /// LoRA target modules: a comma-separated list of q_proj, k_proj, v_proj, o_proj, gate_proj,
+    /// up_proj, down_proj, or all-linear.
+    #[arg(long, default_value = "q_proj,v_proj")]
+    pub lora_targets: String,
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 100)]
+    pub steps: u64,
+    /// Sequences per micro-batch (one forward and backward pass).
+    #[arg(long, default_value_t = 4)]
+    pub batch: usize,
+    /// Micro-batches whose gradients are summed into one update (the loss is the mean over all
+    /// their trained tokens, as transformers' gradient accumulation computes it).
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: u32,
+    /// Tokens per sequence (at most the model's context).
+    #[arg(long, default_value_t = 256)]
+    pub seq: usize,
+    /// AdamW learning rate (constant).
+    #[arg(long, default_value_t = 1e-4)]
+    pub lr: f32,
+    /// AdamW decoupled weight decay.
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f32,
+    /// Seed of the LoRA adapters' initial values.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Where to write the result: a PEFT adapter directory (LoRA) or a directory with
+    /// model.safetensors (full fine-tune, Hugging Face tensor names).
+    #[arg(short = 'o', long)]
+    pub out: PathBuf,
+    /// A training checkpoint file, written every --save-every steps and at the end; an existing
+    /// one is resumed from.
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    #[arg(long, default_value_t = 50)]
+    pub save_every: u64,
+    #[command(flatten)]
+    pub threads: crate::engine_args::ThreadArgs,
+}
+
+pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
+    if args.batch == 0 || args.steps == 0 || args.grad_accum == 0 {
+        bail!("--batch, --grad-accum and --steps must be at least 1");
+    }
+    args.threads.apply()?;
+    let llm = Llm::load(&args.model, LoadOptions::new(WeightFormat::Dense))
+        .with_context(|| format!("loading {}", args.model))
+        .map_err(|e| model_hints::explain(e, &args.model, Wants::Decoder))?;
+    let cfg = &llm.config;
+    if args.seq > cfg.max_positions {
+        bail!(
+            "--seq {} is longer than the context of {} ({} positions)",
+            args.seq,
+            args.model,
+            cfg.max_positions
+        );
+    }
+    if args.lora_rank.is_none() {
+        check_export(cfg)?;
+    }
+    let data = train_data::load(&llm, &args.data, args.seq)?;
+    let lora = match args.lora_rank {
+        Some(rank) => Some(LoraConfig {
+            rank,
+            alpha: args.lora_alpha,
+            targets: LoraConfig::parse_targets(&args.lora_targets)?,
+        }),
+        None => None,
+    };
+    let model = match &lora {
+        Some(lc) => lora_model(cfg, &llm.weights, lc, peft_init(args.seed))?,
+        None => trainable(cfg, &llm.weights)?,
+    };
+    let loss = causal_lm_loss(cfg, &model, args.batch, args.seq)?;
+    let optimizer = Optimizer::AdamW {
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: args.weight_decay,
+    };
+    let started = Instant::now();
+    let options = TrainerOptions {
+        accumulation_steps: args.grad_accum,
+        ..TrainerOptions::new(optimizer)
+    };
+    let mut trainer =
+        Trainer::new(&loss, &model.params, &[], options).context("compiling the training step")?;
+    let trained: usize = trainer.read_params()?.iter().map(|(_, _, v)| v.len()).sum();
+    eprintln!(
+        "{}: {} examples of {} tokens; {} {trained} parameters; AdamW lr {}; compiled in {:.1} s",
+        args.data.display(),
+        data.len(),
+        args.seq,
+        if lora.is_some() { "LoRA," } else { "full," },
+        args.lr,
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(path) = args.checkpoint.as_ref().filter(|p| p.exists()) {
+        let ckpt = Checkpoint::load(path)?;
+        trainer
+            .restore(&ckpt)
+            .with_context(|| format!("resuming from {}", path.display()))?;
+        eprintln!("resumed from {} at step {}", path.display(), ckpt.step);
+    }
+    let save = |trainer: &Trainer| -> anyhow::Result<()> {
+        if let Some(path) = &args.checkpoint {
+            let step = trainer.step_count();
+            trainer.checkpoint(&step.to_string())?.save(path)?;
+        }
+        Ok(())
+    };
+    let per_update = args.batch * args.grad_accum as usize;
+    while trainer.step_count() < args.steps {
+        let step = trainer.step_count();
+        let (ids, labels) = data.batch(step, per_update);
+        let batch = TrainBatch::new(per_update, args.seq, &ids, &labels, cfg.vocab_size)?;
+        let t = Instant::now();
+        let mut loss = 0.0;
+        for m in 0..args.grad_accum as usize {
+            let micro = batch.rows(m * args.batch..(m + 1) * args.batch);
+            loss += trainer.step(&micro.ports(), args.lr)?.loss;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!(
+            "step {:>5}/{}: loss {:.4}, {:.0} tokens/s",
+            step + 1,
+            args.steps,
+            loss,
+            (per_update * args.seq) as f64 / secs
+        );
+        if (step + 1) % args.save_every == 0 {
+            save(&trainer)?;
+        }
+    }
+    save(&trainer)?;
+    let tensors = checkpoint_tensors(cfg, trainer.read_params()?)?;
+    match &lora {
+        Some(lc) => save_adapter(&args.out, lc, &tensors, &args.model)?,
+        None => save_safetensors(&args.out.join("model.safetensors"), &tensors)?,
+    }
+    eprintln!("wrote {}", args.out.display());
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! One decoder layer as a graph, shared by the inference step ([`super::step`]) and the training
+//! forward ([`super::training`]): norms, the fused q|k|v projection, q/k head norms, RoPE, the
+//! output projection, the MLP and the residual adds. Only attention differs between the two (a
+//! resident cache at a runtime position, or causal attention within each sequence of a batch),
+//! so the caller supplies it.
+
+use aneforge::graph::{self, HostArray, Tensor};
+
+use super::config::{LlmConfig, MlpKind, NormKind};
+use super::weights::{LayerWeights, NormWeights};
+use super::LlmError;
+
+pub(super) fn norm(cfg: &LlmConfig, x: &Tensor, w: &NormWeights) -> Result<Tensor, LlmError> {
+    norm_at(cfg, x, w, 1.0)
+}
+
+/// The norm of a value carried at `scale` ([`LlmConfig::residual_scale`]): the epsilon scaled by
+/// `scale²` gives the norm of the unscaled value.
+pub(super) fn norm_at(
+    cfg: &LlmConfig,
+    x: &Tensor,
+    w: &NormWeights,
+    scale: f32,
+) -> Result<Tensor, LlmError> {
+    let s2 = scale * scale;
+    Ok(match cfg.norm {
+        NormKind::Rms { eps, .. } => x.rms_norm(Some(&w.weight), eps * s2)?,
+        NormKind::Layer { eps } => {
+            x.layer_norm(&[-1], Some(&w.weight), w.bias.as_ref(), eps * s2)?
+        }
+    })
+}
+
+/// `x · scale`, or `x` when `scale` is 1.
+pub(super) fn scaled(x: Tensor, scale: f32) -> Result<Tensor, LlmError> {
+    Ok(if scale == 1.0 {
+        x
+    } else {
+        x.mul_scalar(scale)?
+    })
+}
+
+/// The constant `R` with `x @ R = rotate_half(x)` over the first `dims` of `head_dim`:
+/// `(-x[half..dims], x[..half])`, zero elsewhere.
+pub(super) fn rotate_half_matrix(head_dim: usize, dims: usize) -> Result<Tensor, LlmError> {
+    let half = dims / 2;
+    let mut r = vec![0.0f32; head_dim * head_dim];
+    for j in 0..half {
+        r[(j + half) * head_dim + j] = -1.0;
+        r[j * head_dim + j + half] = 1.0;
+    }
+    Ok(graph::constant(HostArray::from_f32(
+        &[head_dim, head_dim],
+        r,
+    )?))
+}
+
+/// The rotary tables of one set of positions: `cos`, `sin` `[N, 1, hd]` (broadcast over heads)
+/// and the rotate-half matrix.
+pub(super) struct Rope<'a> {
+    pub cos: &'a Tensor,
+    pub sin: &'a Tensor,
+    pub rot: &'a Tensor,
+}
+
+/// `x[N, heads, hd] · cos + rotate_half(x) · sin`.
+fn rope(x: &Tensor, r: &Rope<'_>) -> Result<Tensor, LlmError> {
+    let s = x.shape().to_vec();
+    let flat = x.reshape(&[(s[0] * s[1]) as isize, s[2] as isize])?;
+    let rotated = flat
+        .matmul(r.rot)?
+        .reshape(&[s[0] as isize, s[1] as isize, s[2] as isize])?;
+    Ok(x.mul(r.cos)?.add(&rotated.mul(r.sin)?)?)
+}
+
+/// cos (or sin) of `position · inv_freq` as transformers computes it (f32 angle), duplicated over
+/// both halves of the `dims` rotated dimensions; 1 (or 0) on dimensions that are not rotated. One
+/// row of `hd` values per position, written into `out`.
+pub(super) fn rope_rows(
+    inv_freq: &[f32],
+    dims: usize,
+    hd: usize,
+    positions: impl Iterator<Item = usize>,
+    cos: bool,
+    out: &mut [f32],
+) {
+    let half = dims / 2;
+    for (row, p) in out.chunks_exact_mut(hd).zip(positions) {
+        let p = p as f32;
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = if j < dims {
+                let angle = p * inv_freq[j % half];
+                if cos {
+                    (angle as f64).cos() as f32
+                } else {
+                    (angle as f64).sin() as f32
+                }
+            } else if cos {
+                1.0
+            } else {
+                0.0
+            };
+        }
+    }
+}
+
+/// A low-rank adapter of one projection: `a` `[r, in]`, `b` `[out, r]` (PEFT's `lora_A` and
+/// `lora_B` weights).
+#[derive(Clone)]
+pub struct LoraPair {
+    pub a: Tensor,
+    pub b: Tensor,
+}
+
+/// The adapters of one layer's projections; an adapted projection's output gains
+/// `scale · x Aᵀ Bᵀ` (PEFT's LoRA, `scale = alpha / r`).
+#[derive(Clone, Default)]
+pub struct LayerLora {
+    pub q: Option<LoraPair>,
+    pub k: Option<LoraPair>,
+    pub v: Option<LoraPair>,
+    pub o: Option<LoraPair>,
+    pub gate: Option<LoraPair>,
+    pub up: Option<LoraPair>,
+    pub down: Option<LoraPair>,
+    pub scale: f32,
+}
+
+/// `y + scale · x Aᵀ Bᵀ` when `pair` is an adapter, else `y`.
+fn adapted(y: Tensor, x: &Tensor, pair: Option<&LoraPair>, scale: f32) -> Result<Tensor, LlmError> {
+    let Some(p) = pair else { return Ok(y) };
+    let delta = x.linear(&p.a, None)?.linear(&p.b, None)?;
+    Ok(y.add(&scaled(delta, scale)?)?)
+}
+
+/// What one layer produces: its output and the intermediate values the fp16 audit probes.
+pub(super) struct LayerOut {
+    /// The residual stream after the layer.
+    pub x: Tensor,
+    /// The residual stream after the attention half.
+    pub after_attn: Tensor,
+    /// The MLP's activation (the input of the down projection).
+    pub mlp_act: Tensor,
+}
+
+/// Layer `lw` over the residual stream `x[N, D]` (carried at `rs`, [`LlmConfig::residual_scale`]).
+/// `attend(q, k, v)` receives `q[N, H, hd]`, `k` and `v` `[N, KV, hd]` (head-normed and rotated)
+/// and returns the attention output `[N, H·hd]` in head-major columns.
+pub(super) fn decoder_layer(
+    cfg: &LlmConfig,
+    lw: &LayerWeights,
+    x: &Tensor,
+    rs: f32,
+    rope: Option<Rope<'_>>,
+    lora: Option<&LayerLora>,
+    attend: impl FnOnce(Tensor, Tensor, Tensor) -> Result<Tensor, LlmError>,
+) -> Result<LayerOut, LlmError> {
+    let n = x.shape()[0] as isize;
+    let (h, kv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+    let hn = norm_at(cfg, x, &lw.attn_norm, rs)?;
+    let qkv = hn.linear(&lw.qkv, lw.qkv_bias.as_ref())?;
+    let mut parts = qkv.split(&[h * hd, kv * hd, kv * hd], -1)?;
+    if let Some(ad) = lora {
+        for (part, pair) in parts.iter_mut().zip([&ad.q, &ad.k, &ad.v]) {
+            *part = adapted(part.clone(), &hn, pair.as_ref(), ad.scale)?;
+        }
+    }
+    let mut q = parts[0].reshape(&[n, h as isize, hd as isize])?;
+    let mut k = parts[1].reshape(&[n, kv as isize, hd as isize])?;
+    let v = parts[2].reshape(&[n, kv as isize, hd as isize])?;
+    if let (Some(qn), Some(kn), NormKind::Rms { eps, .. }) = (&lw.q_norm, &lw.k_norm, cfg.norm) {
+        q = q.rms_norm(Some(qn), eps)?;
+        k = k.rms_norm(Some(kn), eps)?;
+    }
+    if let Some(r) = &rope {
+        q = self::rope(&q, r)?;
+        k = self::rope(&k, r)?;
+    }
+    let att = attend(q, k, v)?;
+    let lora_scale = lora.map_or(1.0, |l| l.scale);
+    let o = att.linear(&lw.o, lw.o_bias.as_ref())?;
+    let mut o = adapted(o, &att, lora.and_then(|l| l.o.as_ref()), lora_scale)?;
+    if let Some(nw) = &lw.post_attn_norm {
+        o = norm(cfg, &o, nw)?;
+    }
+    let after_attn = x.add(&scaled(o, rs)?)?;
+    let hn = norm_at(cfg, &after_attn, &lw.mlp_norm, rs)?;
+    let up = hn.linear(&lw.up, lw.up_bias.as_ref())?;
+    let pair = |f: fn(&LayerLora) -> &Option<LoraPair>| lora.and_then(|l| f(l).as_ref());
+    let mlp_act = match cfg.mlp {
+        MlpKind::Gated(a) => {
+            let gu = up.split(&[cfg.intermediate_size, cfg.intermediate_size], -1)?;
+            let gate = adapted(gu[0].clone(), &hn, pair(|l| &l.gate), lora_scale)?;
+            let up = adapted(gu[1].clone(), &hn, pair(|l| &l.up), lora_scale)?;
+            a.apply(&gate)?.mul(&up)?
+        }
+        MlpKind::Plain(a) => a.apply(&adapted(up, &hn, pair(|l| &l.up), lora_scale)?)?,
+    };
+    let down = mlp_act.linear(&lw.down, lw.down_bias.as_ref())?;
+    let mut down = adapted(down, &mlp_act, pair(|l| &l.down), lora_scale)?;
+    if let Some(nw) = &lw.post_mlp_norm {
+        down = norm(cfg, &down, nw)?;
+    }
+    let x = after_attn.add(&scaled(down, rs)?)?;
+    Ok(LayerOut {
+        x,
+        after_attn,
+        mlp_act,
+    })
+}

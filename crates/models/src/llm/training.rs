@@ -1,0 +1,512 @@
+//! Causal-LM training of a decoder: the same layers as inference ([`super::block`]) over a
+//! `[batch, seq]` token batch, with every weight a trainable parameter (dense f32), producing the
+//! mean cross-entropy of next-token prediction as transformers computes it (labels shifted by
+//! one inside each sequence, positions labelled [`IGNORE_INDEX`] not counted).
+//!
+//! Parameters are named as in Hugging Face Llama-style checkpoints, except that the loader's
+//! fused projections stay fused: `model.layers.N.self_attn.qkv_proj.weight` holds the rows
+//! `[q; k; v]` and `model.layers.N.mlp.gate_up_proj.weight` the rows `[gate; up]` (AdamW is
+//! elementwise, so training the fused matrix is training its parts). [`split_fused`] gives the
+//! checkpoint's own tensors back.
+//!
+//! Ports: inputs `input_ids` i32 `[batch·seq]`, `labels` i32 `[batch·seq]` (the next token of
+//! each position; any valid id where the weight is 0) and `label_weights` f32 `[batch·seq]`
+//! (`1/n` on the `n` counted positions, 0 elsewhere), all built by [`TrainBatch`]; output: the
+//! scalar loss.
+
+use aneforge::autograd::weighted_cross_entropy;
+use aneforge::graph::{self, nn::MASKED, DType, HostArray, Tensor};
+
+use super::block::{decoder_layer, norm_at, rope_rows, rotate_half_matrix, LayerLora, Rope};
+use super::config::{Family, LlmConfig, Positions};
+use super::weights::{ModelWeights, NormWeights};
+use super::LlmError;
+
+pub const INPUT_IDS: &str = super::step::INPUT_IDS;
+pub const LABELS: &str = "labels";
+pub const LABEL_WEIGHTS: &str = "label_weights";
+/// transformers' label for a position that is not predicted.
+pub const IGNORE_INDEX: i64 = -100;
+
+/// A model whose weights are parameter leaves.
+pub struct TrainableModel {
+    pub weights: ModelWeights,
+    /// Learned position embeddings (GPT-2): a parameter, or a constant when frozen.
+    pub pos_embed: Option<Tensor>,
+    /// Per layer, the LoRA adapters (empty for a full fine-tune).
+    pub lora: Vec<LayerLora>,
+    /// Every parameter, each once (a tied head is the embedding).
+    pub params: Vec<Tensor>,
+}
+
+fn hf_layer(i: usize, stem: &str) -> String {
+    format!("model.layers.{i}.{stem}")
+}
+
+/// The program port of the parameter holding checkpoint tensor `name`: ports are identifiers,
+/// so each `.` becomes `__` (no Hugging Face decoder tensor name holds `__`).
+pub fn port_name(name: &str) -> String {
+    name.replace('.', "__")
+}
+
+/// The checkpoint tensor name of parameter port `port` ([`port_name`] undone).
+pub fn tensor_name(port: &str) -> String {
+    port.replace("__", ".")
+}
+
+/// Turns the constant `t` into the parameter `name` with the same value; quantized constants
+/// cannot be trained.
+fn param_of(name: &str, t: &Tensor, params: &mut Vec<Tensor>) -> Result<Tensor, LlmError> {
+    let value = t
+        .constant_value()
+        .filter(|v| v.as_f32().is_some())
+        .ok_or_else(|| {
+            LlmError::Invalid(format!(
+                "weight {name} is not dense f32; load the model with dense weights \
+                 (WeightFormat::Dense) to train it"
+            ))
+        })?;
+    let p = graph::parameter(&port_name(name), value.clone())?;
+    params.push(p.clone());
+    Ok(p)
+}
+
+fn norm_param(
+    stem: &str,
+    w: &NormWeights,
+    params: &mut Vec<Tensor>,
+) -> Result<NormWeights, LlmError> {
+    Ok(NormWeights {
+        weight: param_of(&format!("{stem}.weight"), &w.weight, params)?,
+        bias: w
+            .bias
+            .as_ref()
+            .map(|b| param_of(&format!("{stem}.bias"), b, params))
+            .transpose()?,
+    })
+}
+
+fn opt_param(
+    name: String,
+    t: &Option<Tensor>,
+    params: &mut Vec<Tensor>,
+) -> Result<Option<Tensor>, LlmError> {
+    t.as_ref().map(|t| param_of(&name, t, params)).transpose()
+}
+
+/// `w` with every weight a parameter (see the module comment for the names).
+pub fn trainable(cfg: &LlmConfig, w: &ModelWeights) -> Result<TrainableModel, LlmError> {
+    let mut params = Vec::new();
+    let p = &mut params;
+    let embed_const = param_of("model.embed_tokens.weight", &w.embed_const, p)?;
+    let pos_embed = w
+        .pos_embed
+        .as_ref()
+        .map(|a| {
+            param_of(
+                "model.embed_positions.weight",
+                &graph::constant(a.clone()),
+                p,
+            )
+        })
+        .transpose()?;
+    let mut layers = Vec::with_capacity(w.layers.len());
+    for (i, lw) in w.layers.iter().enumerate() {
+        let mut l = lw.clone();
+        l.attn_norm = norm_param(&hf_layer(i, "input_layernorm"), &lw.attn_norm, p)?;
+        l.qkv = param_of(&hf_layer(i, "self_attn.qkv_proj.weight"), &lw.qkv, p)?;
+        l.qkv_bias = opt_param(hf_layer(i, "self_attn.qkv_proj.bias"), &lw.qkv_bias, p)?;
+        l.q_norm = opt_param(hf_layer(i, "self_attn.q_norm.weight"), &lw.q_norm, p)?;
+        l.k_norm = opt_param(hf_layer(i, "self_attn.k_norm.weight"), &lw.k_norm, p)?;
+        l.o = param_of(&hf_layer(i, "self_attn.o_proj.weight"), &lw.o, p)?;
+        l.o_bias = opt_param(hf_layer(i, "self_attn.o_proj.bias"), &lw.o_bias, p)?;
+        if let Some(n) = &lw.post_attn_norm {
+            l.post_attn_norm = Some(norm_param(&hf_layer(i, "post_attn_norm"), n, p)?);
+        }
+        l.mlp_norm = norm_param(&hf_layer(i, "post_attention_layernorm"), &lw.mlp_norm, p)?;
+        if let Some(n) = &lw.post_mlp_norm {
+            l.post_mlp_norm = Some(norm_param(&hf_layer(i, "post_mlp_norm"), n, p)?);
+        }
+        l.up = param_of(&hf_layer(i, "mlp.gate_up_proj.weight"), &lw.up, p)?;
+        l.up_bias = opt_param(hf_layer(i, "mlp.gate_up_proj.bias"), &lw.up_bias, p)?;
+        l.down = param_of(&hf_layer(i, "mlp.down_proj.weight"), &lw.down, p)?;
+        l.down_bias = opt_param(hf_layer(i, "mlp.down_proj.bias"), &lw.down_bias, p)?;
+        layers.push(l);
+    }
+    let final_norm = norm_param("model.norm", &w.final_norm, p)?;
+    let head = if cfg.tied_embeddings {
+        embed_const.clone()
+    } else {
+        param_of("lm_head.weight", &w.head, p)?
+    };
+    Ok(TrainableModel {
+        weights: ModelWeights {
+            embed_const,
+            layers,
+            final_norm,
+            head,
+            ..w.clone()
+        },
+        pos_embed,
+        lora: Vec::new(),
+        params,
+    })
+}
+
+/// The checkpoint's own tensors of a fused parameter: `(name, rows)` of each part, in row order,
+/// or `None` when `name` is not fused.
+pub fn split_fused(cfg: &LlmConfig, name: &str) -> Option<Vec<(String, usize)>> {
+    let (h, kv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+    let split = |fused: &str, parts: &[(&str, usize)]| {
+        let stem = name.strip_suffix(fused)?;
+        Some(
+            parts
+                .iter()
+                .map(|(p, rows)| (format!("{stem}{p}"), *rows))
+                .collect(),
+        )
+    };
+    let inter = cfg.intermediate_size;
+    split(
+        "self_attn.qkv_proj.weight",
+        &[
+            ("self_attn.q_proj.weight", h * hd),
+            ("self_attn.k_proj.weight", kv * hd),
+            ("self_attn.v_proj.weight", kv * hd),
+        ],
+    )
+    .or_else(|| {
+        split(
+            "self_attn.qkv_proj.bias",
+            &[
+                ("self_attn.q_proj.bias", h * hd),
+                ("self_attn.k_proj.bias", kv * hd),
+                ("self_attn.v_proj.bias", kv * hd),
+            ],
+        )
+    })
+    .or_else(|| match cfg.mlp {
+        super::config::MlpKind::Gated(_) => split(
+            "mlp.gate_up_proj.weight",
+            &[
+                ("mlp.gate_proj.weight", inter),
+                ("mlp.up_proj.weight", inter),
+            ],
+        ),
+        super::config::MlpKind::Plain(_) => None,
+    })
+}
+
+/// Rotary tables `[batch·seq, 1, hd]` for positions `0..seq` of every sequence, as constants.
+fn rope_consts(
+    inv_freq: &[f32],
+    dims: usize,
+    hd: usize,
+    batch: usize,
+    seq: usize,
+) -> Result<(Tensor, Tensor), LlmError> {
+    let n = batch * seq;
+    let table = |cos: bool| -> Result<Tensor, LlmError> {
+        let mut v = vec![0.0f32; n * hd];
+        rope_rows(
+            inv_freq,
+            dims,
+            hd,
+            (0..batch).flat_map(|_| 0..seq),
+            cos,
+            &mut v,
+        );
+        Ok(graph::constant(HostArray::from_f32(&[n, 1, hd], v)?))
+    };
+    Ok((table(true)?, table(false)?))
+}
+
+/// The additive mask `[seq, seq]`: row `q` sees keys `j <= q` within `window` positions.
+fn causal_mask(seq: usize, window: Option<usize>) -> Result<Tensor, LlmError> {
+    let mut v = vec![0.0f32; seq * seq];
+    for q in 0..seq {
+        for j in 0..seq {
+            let visible = j <= q && window.is_none_or(|w| q - j < w);
+            if !visible {
+                v[q * seq + j] = MASKED;
+            }
+        }
+    }
+    Ok(graph::constant(HostArray::from_f32(&[seq, seq], v)?))
+}
+
+/// `[B·T, n, hd]` → `[B, n, T, hd]`.
+fn per_sequence(x: &Tensor, b: usize, t: usize) -> Result<Tensor, LlmError> {
+    let (n, hd) = (x.shape()[1] as isize, x.shape()[2] as isize);
+    Ok(x.reshape(&[b as isize, t as isize, n, hd])?
+        .transpose(&[0, 2, 1, 3])?)
+}
+
+/// `[B, KV, T, hd]` repeated to `[B, KV·group, T, hd]` (each kv head serves `group` query heads).
+fn repeat_kv(x: &Tensor, group: usize) -> Result<Tensor, LlmError> {
+    if group == 1 {
+        return Ok(x.clone());
+    }
+    let s: Vec<isize> = x.shape().iter().map(|&d| d as isize).collect();
+    Ok(x.reshape(&[s[0], s[1], 1, s[2], s[3]])?
+        .tile(&[1, 1, group, 1, 1])?
+        .reshape(&[s[0], s[1] * group as isize, s[2], s[3]])?)
+}
+
+/// The mean next-token cross-entropy of `model` over a `[batch, seq]` batch (ports in the module
+/// comment).
+pub fn causal_lm_loss(
+    cfg: &LlmConfig,
+    model: &TrainableModel,
+    batch: usize,
+    seq: usize,
+) -> Result<Tensor, LlmError> {
+    if batch == 0 || seq == 0 {
+        return Err(LlmError::Invalid(format!(
+            "a training batch needs at least one sequence of at least one token, got \
+             [{batch}, {seq}]"
+        )));
+    }
+    if seq > cfg.max_positions {
+        return Err(LlmError::Invalid(format!(
+            "training sequences of {seq} tokens are longer than the model's context of {} \
+             positions",
+            cfg.max_positions
+        )));
+    }
+    let w = &model.weights;
+    let n = batch * seq;
+    let (h, kv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+    let group = h / kv;
+    let rs = cfg.residual_scale();
+    let ids = graph::input(INPUT_IDS, &[n], DType::I32)?;
+    let mut x = w.embed_const.gather(&ids, 0)?;
+    let scale = cfg.embed_scale.unwrap_or(1.0) * rs;
+    if scale != 1.0 {
+        x = x.mul_scalar(scale)?;
+    }
+    if let Some(pos) = &model.pos_embed {
+        let positions: Vec<i32> = (0..batch).flat_map(|_| 0..seq as i32).collect();
+        let at = graph::constant(HostArray::from_i32(&[n], positions)?);
+        let mut p = pos.gather(&at, 0)?;
+        if rs != 1.0 {
+            p = p.mul_scalar(rs)?;
+        }
+        x = x.add(&p)?;
+    }
+    let tables = |r: &super::config::Rope| -> Result<_, LlmError> {
+        let inv: Vec<f32> = r.inv_freq().iter().map(|&f| f as f32).collect();
+        let (cos, sin) = rope_consts(&inv, r.dims, hd, batch, seq)?;
+        Ok((cos, sin, rotate_half_matrix(hd, r.dims)?))
+    };
+    let global_rope = match &cfg.positions {
+        Positions::Rope(r) => Some(tables(r)?),
+        Positions::Learned { .. } => None,
+    };
+    let global_mask = causal_mask(seq, cfg.sliding_window)?;
+    let local = match (&cfg.local_attention, &global_rope) {
+        (Some(a), Some(_)) => Some((tables(&a.rope)?, causal_mask(seq, Some(a.window))?)),
+        _ => None,
+    };
+    for (l, lw) in w.layers.iter().enumerate() {
+        let (rope, mask) = match &local {
+            Some((r, m)) if cfg.is_local(l) => (Some(r), m),
+            _ => (global_rope.as_ref(), &global_mask),
+        };
+        let rope = rope.map(|(cos, sin, rot)| Rope { cos, sin, rot });
+        let out = decoder_layer(cfg, lw, &x, rs, rope, model.lora.get(l), |q, k, v| {
+            let q = per_sequence(&q, batch, seq)?;
+            let k = repeat_kv(&per_sequence(&k, batch, seq)?, group)?;
+            let v = repeat_kv(&per_sequence(&v, batch, seq)?, group)?;
+            let att = graph::sdpa(&q, &k, &v, Some(mask), false, cfg.attn_scale)?;
+            Ok(att
+                .transpose(&[0, 2, 1, 3])?
+                .reshape(&[n as isize, (h * hd) as isize])?)
+        })?;
+        x = out.x;
+    }
+    let x = norm_at(cfg, &x, &w.final_norm, rs)?;
+    let logits = x.linear(&w.head, None)?;
+    let labels = graph::input(LABELS, &[n], DType::I32)?;
+    let weights = graph::input(LABEL_WEIGHTS, &[n], DType::F32)?;
+    Ok(weighted_cross_entropy(&logits, &labels, &weights)?)
+}
+
+/// The host side of one batch: token ids and transformers-style labels (`-100` = not predicted)
+/// turned into the ports of [`causal_lm_loss`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainBatch {
+    pub batch: usize,
+    pub seq: usize,
+    pub input_ids: Vec<i32>,
+    pub labels: Vec<i32>,
+    pub label_weights: Vec<f32>,
+    /// Positions whose next token is predicted.
+    pub counted: usize,
+}
+
+impl TrainBatch {
+    /// `ids` and `labels` are `[batch, seq]` row-major; position `t` of a row is trained to
+    /// predict `labels[t + 1]` (transformers' shift), and the last position of each row
+    /// predicts nothing.
+    pub fn new(
+        batch: usize,
+        seq: usize,
+        ids: &[u32],
+        labels: &[i64],
+        vocab: usize,
+    ) -> Result<TrainBatch, LlmError> {
+        let n = batch * seq;
+        if ids.len() != n || labels.len() != n {
+            return Err(LlmError::Invalid(format!(
+                "a [{batch}, {seq}] batch needs {n} token ids and {n} labels, got {} and {}",
+                ids.len(),
+                labels.len()
+            )));
+        }
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(LlmError::Invalid(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
+        let mut targets = vec![0i32; n];
+        let mut counted = vec![false; n];
+        for r in 0..batch {
+            for t in 0..seq.saturating_sub(1) {
+                let label = labels[r * seq + t + 1];
+                if label == IGNORE_INDEX {
+                    continue;
+                }
+                if label < 0 || label as usize >= vocab {
+                    return Err(LlmError::Invalid(format!(
+                        "label {label} (row {r}, position {}) is neither a token id below {vocab} \
+                         nor {IGNORE_INDEX}",
+                        t + 1
+                    )));
+                }
+                targets[r * seq + t] = label as i32;
+                counted[r * seq + t] = true;
+            }
+        }
+        let count = counted.iter().filter(|&&c| c).count();
+        if count == 0 {
+            return Err(LlmError::Invalid(format!(
+                "the [{batch}, {seq}] batch has no position whose next token is trained (every \
+                 label is {IGNORE_INDEX}, or the sequences are one token long)"
+            )));
+        }
+        let w = 1.0 / count as f32;
+        Ok(TrainBatch {
+            batch,
+            seq,
+            input_ids: ids.iter().map(|&i| i as i32).collect(),
+            labels: targets,
+            label_weights: counted.iter().map(|&c| if c { w } else { 0.0 }).collect(),
+            counted: count,
+        })
+    }
+
+    /// Rows `rows` of this batch as a micro-batch of gradient accumulation: the label weights stay
+    /// normalised over the whole batch, so the micro-batch losses sum to the batch's loss.
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> TrainBatch {
+        let span = rows.start * self.seq..rows.end * self.seq;
+        TrainBatch {
+            batch: rows.len(),
+            seq: self.seq,
+            input_ids: self.input_ids[span.clone()].to_vec(),
+            labels: self.labels[span.clone()].to_vec(),
+            label_weights: self.label_weights[span.clone()].to_vec(),
+            counted: self.label_weights[span]
+                .iter()
+                .filter(|&&w| w != 0.0)
+                .count(),
+        }
+    }
+
+    /// The batch's ports for [`aneforge::train::Trainer::step`].
+    pub fn ports(&self) -> Vec<(&'static str, aneforge::engine::HostSlice<'_>)> {
+        use aneforge::engine::HostSlice;
+        vec![
+            (INPUT_IDS, HostSlice::I32(&self.input_ids)),
+            (LABELS, HostSlice::I32(&self.labels)),
+            (LABEL_WEIGHTS, HostSlice::F32(&self.label_weights)),
+        ]
+    }
+}
+
+/// Whether fine-tuned weights of `cfg`'s family can be written under Hugging Face names: Gemma
+/// stores RMS weights minus one, Gemma 3 names its extra norms otherwise and GPT-2 has its own
+/// names and `[in, out]` matrices, so only the Llama-style layouts are (LoRA adapters of every
+/// family are).
+pub fn check_export(cfg: &LlmConfig) -> Result<(), LlmError> {
+    match cfg.family {
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => Ok(()),
+        other => Err(LlmError::Invalid(format!(
+            "writing fine-tuned {other:?} weights under Hugging Face names is not supported yet \
+             (Llama, Mistral, Qwen2 and Qwen3 are); train LoRA adapters instead (--lora-rank)"
+        ))),
+    }
+}
+
+/// `params` (as [`aneforge::train::Trainer::read_params`] gives them) under the checkpoint's own
+/// names ([`tensor_name`]): fused parameters split into their parts ([`split_fused`]), the rest as
+/// they are.
+pub fn checkpoint_tensors(
+    cfg: &LlmConfig,
+    params: Vec<aneforge::train::NamedArray>,
+) -> Result<Vec<aneforge::train::NamedArray>, LlmError> {
+    let mut out = Vec::with_capacity(params.len());
+    for (port, shape, data) in params {
+        let name = tensor_name(&port);
+        if !name.starts_with(super::lora::ADAPTER_PREFIX) {
+            check_export(cfg)?;
+        }
+        let Some(parts) = split_fused(cfg, &name) else {
+            out.push((name, shape, data));
+            continue;
+        };
+        let cols: usize = shape[1..].iter().product();
+        let rows: usize = parts.iter().map(|(_, r)| r).sum();
+        if shape.first() != Some(&rows) || data.len() != rows * cols {
+            return Err(LlmError::Internal(format!(
+                "fused parameter {name} has shape {shape:?}, expected {rows} rows"
+            )));
+        }
+        let mut start = 0;
+        for (part, r) in parts {
+            let mut s = shape.clone();
+            s[0] = r;
+            out.push((part, s, data[start * cols..(start + r) * cols].to_vec()));
+            start += r;
+        }
+    }
+    Ok(out)
+}
+
+/// Writes f32 `tensors` as a safetensors file (`format: pt` metadata, as transformers and PEFT
+/// write), atomically.
+pub fn save_safetensors(
+    path: &std::path::Path,
+    tensors: &[aneforge::train::NamedArray],
+) -> Result<(), LlmError> {
+    use safetensors::tensor::{Dtype, TensorView};
+    let bytes: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|(_, _, d)| d.iter().flat_map(|x| x.to_le_bytes()).collect())
+        .collect();
+    let mut views = Vec::with_capacity(tensors.len());
+    for ((name, shape, _), b) in tensors.iter().zip(&bytes) {
+        let view = TensorView::new(Dtype::F32, shape.clone(), b)
+            .map_err(|e| LlmError::Internal(format!("tensor {name}: {e}")))?;
+        views.push((name.clone(), view));
+    }
+    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    let data = safetensors::serialize(views, Some(meta))
+        .map_err(|e| LlmError::Internal(format!("serializing {}: {e}", path.display())))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| LlmError::Invalid(format!("creating {}: {e}", dir.display())))?;
+    }
+    aneforge::output::write_output(path, &data)
+        .map_err(|e| LlmError::Invalid(format!("writing {}: {e}", path.display())))
+}
