@@ -36,7 +36,10 @@ pub struct IndexArgs {
     #[arg(long)]
     pub db: PathBuf,
     /// The sentence-transformers model that embeds the chunks.
-    #[arg(long = "embed-model", default_value = "sentence-transformers/all-MiniLM-L6-v2")]
+    #[arg(
+        long = "embed-model",
+        default_value = "sentence-transformers/all-MiniLM-L6-v2"
+    )]
     pub embed_model: String,
     /// The longest chunk in bytes (whole lines; longer lines are split at spaces).
     #[arg(long, default_value_t = 800)]
@@ -58,7 +61,10 @@ pub struct AskArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// The model the index was built with.
-    #[arg(long = "embed-model", default_value = "sentence-transformers/all-MiniLM-L6-v2")]
+    #[arg(
+        long = "embed-model",
+        default_value = "sentence-transformers/all-MiniLM-L6-v2"
+    )]
     pub embed_model: String,
     /// A cross-encoder that reranks the nearest chunks (optional).
     #[arg(long = "rerank-model")]
@@ -86,7 +92,10 @@ pub fn run(command: RagCommand) -> anyhow::Result<()> {
     }
 }
 
-fn encoder(model: &str, engine: &crate::engine_args::EngineArgs) -> anyhow::Result<SentenceEncoder> {
+fn encoder(
+    model: &str,
+    engine: &crate::engine_args::EngineArgs,
+) -> anyhow::Result<SentenceEncoder> {
     let args = EncoderArgs {
         model: model.to_string(),
         engine: engine.clone(),
@@ -143,9 +152,9 @@ fn ask_cmd(args: AskArgs) -> anyhow::Result<()> {
                 max_length: None,
                 quiet: true,
             };
-            Some(Arc::new(CrossEncoder::load(m, e.options()?).map_err(|err| {
-                model_hints::explain(err.into(), m, Wants::Encoder)
-            })?))
+            Some(Arc::new(CrossEncoder::load(m, e.options()?).map_err(
+                |err| model_hints::explain(err.into(), m, Wants::Encoder),
+            )?))
         }
         None => None,
     };
@@ -167,8 +176,12 @@ fn ask_cmd(args: AskArgs) -> anyhow::Result<()> {
     } else {
         let loaded = crate::llm::load(&args.model, Vec::new(), None)?;
         let llm = loaded.llm.clone();
-        let prompt = llm.encode_raw(&llm.chat()?.render(&Rag::messages(&args.question, &sources, &[]), true)?)?;
-        let mut runner = Runner::new(llm, loaded.opts.clone()).context("compiling the model's step programs")?;
+        let prompt = llm.encode_raw(
+            &llm.chat()?
+                .render(&Rag::messages(&args.question, &sources, &[]), true)?,
+        )?;
+        let mut runner =
+            Runner::new(llm, loaded.opts.clone()).context("compiling the model's step programs")?;
         let opts = GenerateOptions {
             max_new_tokens: args.max_tokens,
             sampling: SamplingOptions::greedy(),
@@ -195,13 +208,22 @@ fn ask_cmd(args: AskArgs) -> anyhow::Result<()> {
     if args.format.is_text() {
         if answer.is_none() {
             for (i, s) in sources.iter().enumerate() {
-                println!("[{}] {} (score {:.4})\n{}\n", i + 1, s.location(), s.score, s.text);
+                println!(
+                    "[{}] {} (score {:.4})\n{}\n",
+                    i + 1,
+                    s.location(),
+                    s.score,
+                    s.text
+                );
             }
         } else {
             println!("{}", Rag::citations(&sources));
         }
         if let Some(e) = energy {
-            eprintln!("energy: {:.2} J over {:.2} s ({} powermetrics samples)", e.joules, e.seconds, e.samples);
+            eprintln!(
+                "energy: {:.2} J over {:.2} s ({} powermetrics samples)",
+                e.joules, e.seconds, e.samples
+            );
         }
         return Ok(());
     }

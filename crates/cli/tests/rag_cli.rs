@@ -113,7 +113,10 @@ fn sigkill_during_indexing_then_a_rerun_leaves_a_complete_index() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let after_kill = Store::open_existing(&db).unwrap().counts().unwrap();
-    assert!(after_kill.files >= committed && after_kill.files < FILES, "{after_kill:?}");
+    assert!(
+        after_kill.files >= committed && after_kill.files < FILES,
+        "{after_kill:?}"
+    );
     assert_eq!(after_kill.vectors, after_kill.chunks);
 
     let report = run_index(&docs, &db);
@@ -128,7 +131,11 @@ fn sigkill_during_indexing_then_a_rerun_leaves_a_complete_index() {
     assert_complete(&docs, &db);
 
     // a changed file is replaced, a removed one dropped, the rest untouched
-    std::fs::write(docs.join("part03.txt"), "A new first line.\nAnd a second one.\n").unwrap();
+    std::fs::write(
+        docs.join("part03.txt"),
+        "A new first line.\nAnd a second one.\n",
+    )
+    .unwrap();
     std::fs::remove_file(docs.join("part07.txt")).unwrap();
     let report = run_index(&docs, &db);
     assert!(
@@ -150,7 +157,10 @@ fn an_index_built_with_another_model_is_refused() {
         Ok(_) => panic!("opened an index of another model"),
         Err(e) => e.to_string(),
     };
-    assert!(err.contains("some/model") && err.contains("other/model"), "{err}");
+    assert!(
+        err.contains("some/model") && err.contains("other/model"),
+        "{err}"
+    );
     let not_there = dir.path().join("missing.db");
     let err = match Store::open_existing(&not_there) {
         Ok(_) => panic!("opened a missing index"),

@@ -86,7 +86,10 @@ pub fn options(
         Some(v) if v as u64 > limits.max_tokens as u64 => {
             return Err(ApiError::invalid(
                 param,
-                format!("{param} is {v}, more than this server's limit of {}", limits.max_tokens),
+                format!(
+                    "{param} is {v}, more than this server's limit of {}",
+                    limits.max_tokens
+                ),
             ))
         }
         Some(v) => v as usize,
@@ -146,9 +149,10 @@ pub fn submit(
         options,
         events: tx,
     };
-    model.scheduler.submit(job).map_err(|_| {
-        ApiError::busy("the generation queue is full; retry after a moment")
-    })?;
+    model
+        .scheduler
+        .submit(job)
+        .map_err(|_| ApiError::busy("the generation queue is full; retry after a moment"))?;
     Ok(rx)
 }
 

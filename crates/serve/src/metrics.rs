@@ -123,11 +123,26 @@ impl Metrics {
         }
         if let Some(g) = gauges {
             for (name, help, value) in [
-                ("aneforge_queue_depth", "Generations waiting for a worker.", g.queued),
-                ("aneforge_active_sequences", "Generations running.", g.active),
-                ("aneforge_generation_workers", "Generation workers (one sequence each).", g.workers),
+                (
+                    "aneforge_queue_depth",
+                    "Generations waiting for a worker.",
+                    g.queued,
+                ),
+                (
+                    "aneforge_active_sequences",
+                    "Generations running.",
+                    g.active,
+                ),
+                (
+                    "aneforge_generation_workers",
+                    "Generation workers (one sequence each).",
+                    g.workers,
+                ),
             ] {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+                );
             }
         }
         out

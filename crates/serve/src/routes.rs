@@ -64,7 +64,8 @@ async fn unknown_path() -> ApiError {
 }
 
 async fn wrong_method() -> ApiError {
-    ApiError::bad_request("This path does not take this HTTP method").with_status(StatusCode::METHOD_NOT_ALLOWED)
+    ApiError::bad_request("This path does not take this HTTP method")
+        .with_status(StatusCode::METHOD_NOT_ALLOWED)
 }
 
 /// The body as `T`; a body that is too large, not JSON or not of `T`'s shape is a 4xx.
@@ -133,7 +134,11 @@ pub fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError>
         .enumerate()
         .map(|(i, m)| match m.role.as_str() {
             "system" | "developer" | "user" | "assistant" => {
-                let role = if m.role == "developer" { "system" } else { &m.role };
+                let role = if m.role == "developer" {
+                    "system"
+                } else {
+                    &m.role
+                };
                 Ok(ChatMessage::new(role, &text_of(i, m)?))
             }
             other => Err(ApiError::invalid(
@@ -155,7 +160,15 @@ async fn chat(
     let model = state.chat_model(&req.model)?;
     let messages = chat_messages(&req.messages)?;
     let prompt = chat_prompt(model, &messages)?;
-    run_chat(&state, model, prompt, &req.sampling, req.model.clone(), None).await
+    run_chat(
+        &state,
+        model,
+        prompt,
+        &req.sampling,
+        req.model.clone(),
+        None,
+    )
+    .await
 }
 
 /// Generates a chat reply to `prompt`; `appendix` is text appended to the reply after generation
@@ -277,7 +290,10 @@ async fn completions(
     let [text] = prompts.as_slice() else {
         return Err(ApiError::invalid(
             "prompt",
-            format!("exactly one prompt per request is supported, got {}", prompts.len()),
+            format!(
+                "exactly one prompt per request is supported, got {}",
+                prompts.len()
+            ),
         ));
     };
     let prompt = model
@@ -354,9 +370,10 @@ fn embedding_inputs(input: &serde_json::Value) -> Result<Vec<String>, ApiError> 
     };
     match input {
         serde_json::Value::String(s) => Ok(vec![s.clone()]),
-        serde_json::Value::Array(items) if items.is_empty() => {
-            Err(ApiError::invalid("input", "input must not be an empty list"))
-        }
+        serde_json::Value::Array(items) if items.is_empty() => Err(ApiError::invalid(
+            "input",
+            "input must not be an empty list",
+        )),
         serde_json::Value::Array(items) => items
             .iter()
             .map(|v| v.as_str().map(str::to_string).ok_or_else(unsupported))
@@ -375,7 +392,11 @@ async fn embeddings(
     if texts.len() > state.limits.max_inputs {
         return Err(ApiError::invalid(
             "input",
-            format!("at most {} inputs per request, got {}", state.limits.max_inputs, texts.len()),
+            format!(
+                "at most {} inputs per request, got {}",
+                state.limits.max_inputs,
+                texts.len()
+            ),
         ));
     }
     let base64 = match req.encoding_format.as_deref() {
@@ -393,7 +414,11 @@ async fn embeddings(
         if d as u64 != encoder.dimension() as u64 {
             return Err(ApiError::invalid(
                 "dimensions",
-                format!("`{}` has {} dimensions and cannot be shortened to {d}", model.id, encoder.dimension()),
+                format!(
+                    "`{}` has {} dimensions and cannot be shortened to {d}",
+                    model.id,
+                    encoder.dimension()
+                ),
             ));
         }
     }
@@ -443,17 +468,27 @@ async fn rerank(
     let req: RerankRequest = parse(body)?;
     let model = state.rerank_model(&req.model)?;
     if req.documents.is_empty() {
-        return Err(ApiError::invalid("documents", "documents must not be empty"));
+        return Err(ApiError::invalid(
+            "documents",
+            "documents must not be empty",
+        ));
     }
     if req.documents.len() > state.limits.max_inputs {
         return Err(ApiError::invalid(
             "documents",
-            format!("at most {} documents per request, got {}", state.limits.max_inputs, req.documents.len()),
+            format!(
+                "at most {} documents per request, got {}",
+                state.limits.max_inputs,
+                req.documents.len()
+            ),
         ));
     }
     let top_n = match req.top_n {
         Some(n) if n < 1 => {
-            return Err(ApiError::invalid("top_n", format!("top_n must be at least 1, got {n}")))
+            return Err(ApiError::invalid(
+                "top_n",
+                format!("top_n must be at least 1, got {n}"),
+            ))
         }
         Some(n) => Some(n as usize),
         None => None,

@@ -114,7 +114,11 @@ impl AppState {
                 format!(
                     "The model `{model}` is served here but not by this endpoint; this endpoint \
                      serves: {}",
-                    if here.is_empty() { "no model".into() } else { here.join(", ") }
+                    if here.is_empty() {
+                        "no model".into()
+                    } else {
+                        here.join(", ")
+                    }
                 ),
             )
             .with_code("model_not_supported")

@@ -52,9 +52,11 @@ fn server() -> Option<&'static Server> {
             model_or_skip(LLM)?;
             model_or_skip(EMBED)?;
             let llm = Arc::new(Llm::load(LLM, LoadOptions::new(WeightFormat::Stored)).unwrap());
-            let encoder = Arc::new(SentenceEncoder::load(EMBED, EncoderOptions::default()).unwrap());
-            let cross = CrossEncoder::from_dir(fixture_dir().join("ce_bert"), EncoderOptions::default())
-                .unwrap();
+            let encoder =
+                Arc::new(SentenceEncoder::load(EMBED, EncoderOptions::default()).unwrap());
+            let cross =
+                CrossEncoder::from_dir(fixture_dir().join("ce_bert"), EncoderOptions::default())
+                    .unwrap();
             let metrics = Arc::new(Metrics::default());
             let scheduler =
                 Scheduler::start(llm.clone(), runner_options(), 2, 64, metrics.clone()).unwrap();
@@ -213,7 +215,9 @@ fn greedy_chat_is_the_library_generation_plain_and_streamed() {
         assert_eq!(usage["usage"]["completion_tokens"], want_tokens);
         let finish = &chunks[chunks.len() - 2];
         assert_eq!(finish["choices"][0]["finish_reason"], reason);
-        assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+        assert!(chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk"));
     });
 }
 
@@ -292,7 +296,12 @@ fn embeddings_are_the_encoders_in_floats_and_base64() {
     let texts = ["a sentence", "To be, or not to be, that is the question"];
     let want = s.encoder.encode(&texts).unwrap();
     rt().block_on(async {
-        let (status, r) = post(s, "/v1/embeddings", &json!({"model": EMBED, "input": texts})).await;
+        let (status, r) = post(
+            s,
+            "/v1/embeddings",
+            &json!({"model": EMBED, "input": texts}),
+        )
+        .await;
         assert_eq!(status, 200, "{r}");
         assert_eq!(r["object"], "list");
         for (i, row) in want.iter().enumerate() {
@@ -341,10 +350,9 @@ fn rerank_orders_documents_as_sentence_transformers_does() {
         passages: Vec<String>,
         rank: Vec<Vec<RankEntry>>,
     }
-    let meta: Meta = serde_json::from_str(
-        &std::fs::read_to_string(fixture_dir().join("ce_bert.json")).unwrap(),
-    )
-    .unwrap();
+    let meta: Meta =
+        serde_json::from_str(&std::fs::read_to_string(fixture_dir().join("ce_bert.json")).unwrap())
+            .unwrap();
     rt().block_on(async {
         // Cohere's string documents, top_n
         let body = json!({"model": RERANK, "query": meta.queries[0], "documents": meta.passages, "top_n": 3});
@@ -372,10 +380,19 @@ fn rerank_orders_documents_as_sentence_transformers_does() {
     });
 }
 
-fn assert_error(status: u16, body: &Value, want_status: u16, param: Option<&str>, code: Option<&str>) {
+fn assert_error(
+    status: u16,
+    body: &Value,
+    want_status: u16,
+    param: Option<&str>,
+    code: Option<&str>,
+) {
     assert_eq!(status, want_status, "{body}");
     let e = &body["error"];
-    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
     assert!(e["type"].as_str().is_some(), "{body}");
     assert_eq!(e["param"].as_str(), param, "{body}");
     assert_eq!(e["code"].as_str(), code, "{body}");
@@ -398,51 +415,123 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         assert_error(status, &r.json().await.unwrap(), 400, None, None);
 
         let user = json!([{"role": "user", "content": "hi"}]);
-        let (status, r) = post(s, "/v1/chat/completions", &json!({"model": "no-such-model", "messages": user})).await;
+        let (status, r) = post(
+            s,
+            "/v1/chat/completions",
+            &json!({"model": "no-such-model", "messages": user}),
+        )
+        .await;
         assert_error(status, &r, 404, Some("model"), Some("model_not_found"));
         assert!(r["error"]["message"].as_str().unwrap().contains(LLM));
 
-        let (status, r) = post(s, "/v1/chat/completions", &json!({"model": EMBED, "messages": user})).await;
+        let (status, r) = post(
+            s,
+            "/v1/chat/completions",
+            &json!({"model": EMBED, "messages": user}),
+        )
+        .await;
         assert_error(status, &r, 400, Some("model"), Some("model_not_supported"));
 
-        let (status, r) = post(s, "/v1/chat/completions", &json!({"model": LLM, "messages": user, "max_tokens": -5})).await;
+        let (status, r) = post(
+            s,
+            "/v1/chat/completions",
+            &json!({"model": LLM, "messages": user, "max_tokens": -5}),
+        )
+        .await;
         assert_error(status, &r, 400, Some("max_tokens"), None);
 
-        let (status, r) = post(s, "/v1/chat/completions", &json!({"model": LLM, "messages": user, "max_tokens": 100000})).await;
+        let (status, r) = post(
+            s,
+            "/v1/chat/completions",
+            &json!({"model": LLM, "messages": user, "max_tokens": 100000}),
+        )
+        .await;
         assert_error(status, &r, 400, Some("max_tokens"), None);
 
         let long = "all work and no play makes jack a dull boy ".repeat(80);
         let (status, r) = post(s, "/v1/completions", &json!({"model": LLM, "prompt": long})).await;
-        assert_error(status, &r, 400, Some("prompt"), Some("context_length_exceeded"));
-        assert!(r["error"]["message"].as_str().unwrap().contains(&CONTEXT.to_string()));
+        assert_error(
+            status,
+            &r,
+            400,
+            Some("prompt"),
+            Some("context_length_exceeded"),
+        );
+        assert!(r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&CONTEXT.to_string()));
 
-        let (status, r) = post(s, "/v1/chat/completions", &json!({"model": LLM, "messages": user, "temperature": -1})).await;
+        let (status, r) = post(
+            s,
+            "/v1/chat/completions",
+            &json!({"model": LLM, "messages": user, "temperature": -1}),
+        )
+        .await;
         assert_error(status, &r, 400, Some("temperature"), None);
 
-        let (status, r) = post(s, "/v1/chat/completions", &json!({"model": LLM, "messages": [{"role": "robot", "content": "hi"}]})).await;
+        let (status, r) = post(
+            s,
+            "/v1/chat/completions",
+            &json!({"model": LLM, "messages": [{"role": "robot", "content": "hi"}]}),
+        )
+        .await;
         assert_error(status, &r, 400, Some("messages[0].role"), None);
 
         let (status, r) = post(s, "/v1/embeddings", &json!({"model": EMBED, "input": []})).await;
         assert_error(status, &r, 400, Some("input"), None);
 
-        let (status, r) = post(s, "/v1/rerank", &json!({"model": RERANK, "query": "q", "documents": ["a"], "top_n": 0})).await;
+        let (status, r) = post(
+            s,
+            "/v1/rerank",
+            &json!({"model": RERANK, "query": "q", "documents": ["a"], "top_n": 0}),
+        )
+        .await;
         assert_error(status, &r, 400, Some("top_n"), None);
 
         let big = "x".repeat(100 << 10);
         let (status, r) = post(s, "/v1/embeddings", &json!({"model": EMBED, "input": big})).await;
         assert_error(status, &r, 413, None, None);
 
-        let r = client.get(format!("{}/v1/nothing", s.base)).send().await.unwrap();
+        let r = client
+            .get(format!("{}/v1/nothing", s.base))
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
         assert_error(status, &r.json().await.unwrap(), 404, None, None);
 
         // still serving
-        let (status, r) = post(s, "/v1/chat/completions", &json!({"model": LLM, "messages": user, "max_tokens": 2})).await;
+        let (status, r) = post(
+            s,
+            "/v1/chat/completions",
+            &json!({"model": LLM, "messages": user, "max_tokens": 2}),
+        )
+        .await;
         assert_eq!(status, 200, "{r}");
-        let health: Value = client.get(format!("{}/health", s.base)).send().await.unwrap().json().await.unwrap();
+        let health: Value = client
+            .get(format!("{}/health", s.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(health["status"], "ok");
-        let models: Value = client.get(format!("{}/v1/models", s.base)).send().await.unwrap().json().await.unwrap();
-        let ids: Vec<&str> = models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+        let models: Value = client
+            .get(format!("{}/v1/models", s.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let ids: Vec<&str> = models["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
         assert_eq!(ids, [LLM, EMBED, RERANK]);
     });
 }

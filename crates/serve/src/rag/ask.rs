@@ -125,12 +125,23 @@ impl Rag {
         };
         let Some(reranker) = &self.reranker else {
             return Ok(sources(
-                hits.into_iter().map(|h| { let s = 1.0 - h.distance; (h, s) }).collect(),
+                hits.into_iter()
+                    .map(|h| {
+                        let s = 1.0 - h.distance;
+                        (h, s)
+                    })
+                    .collect(),
             ));
         };
         let texts: Vec<&str> = hits.iter().map(|h| h.text.as_str()).collect();
         let ranked = reranker
-            .rank(question, &texts, Some(self.options.top_k), false, &mut |_| {})
+            .rank(
+                question,
+                &texts,
+                Some(self.options.top_k),
+                false,
+                &mut |_| {},
+            )
             .context("reranking the passages")?;
         Ok(sources(
             ranked
@@ -142,7 +153,11 @@ impl Rag {
 
     /// The chat the LLM answers: an instruction (as a system message), the numbered passages
     /// and the question. `history` holds earlier turns of a conversation.
-    pub fn messages(question: &str, sources: &[Source], history: &[ChatMessage]) -> Vec<ChatMessage> {
+    pub fn messages(
+        question: &str,
+        sources: &[Source],
+        history: &[ChatMessage],
+    ) -> Vec<ChatMessage> {
         let mut user = String::from("Passages:\n");
         for (i, s) in sources.iter().enumerate() {
             user.push_str(&format!("\n[{}] ({})\n{}\n", i + 1, s.location(), s.text));

@@ -19,7 +19,10 @@ pub async fn answer(
     req: ChatRequest,
 ) -> Result<Response, ApiError> {
     let Some(model) = state.llm.as_ref() else {
-        return Err(ApiError::invalid("model", "retrieval chat needs an LLM (-m)"));
+        return Err(ApiError::invalid(
+            "model",
+            "retrieval chat needs an LLM (-m)",
+        ));
     };
     let messages = chat_messages(&req.messages)?;
     let Some((last, earlier)) = messages.split_last().filter(|(m, _)| m.role == "user") else {
@@ -32,7 +35,11 @@ pub async fn answer(
         return Err(ApiError::invalid("messages", "the question is empty"));
     }
     let question = last.content.clone();
-    let history: Vec<_> = earlier.iter().filter(|m| m.role != "system").cloned().collect();
+    let history: Vec<_> = earlier
+        .iter()
+        .filter(|m| m.role != "system")
+        .cloned()
+        .collect();
     let retriever = rag.clone();
     let sources = tokio::task::spawn_blocking(move || retriever.retrieve(&question))
         .await

@@ -81,7 +81,10 @@ pub fn chunk(text: &str, opts: &ChunkOptions) -> Vec<Chunk> {
         }
         let mut parts = Vec::new();
         split_line(line, opts.max_chars, &mut parts);
-        pieces.extend(parts.into_iter().map(|p| Piece { line: i + 1, text: p }));
+        pieces.extend(parts.into_iter().map(|p| Piece {
+            line: i + 1,
+            text: p,
+        }));
     }
     let mut chunks = Vec::new();
     let mut start = 0;
@@ -167,12 +170,20 @@ mod tests {
     fn long_lines_split_at_whitespace_and_blank_documents_have_no_chunks() {
         let line = "word ".repeat(100);
         let chunks = chunk(&line, &opts(64, 0));
-        assert!(chunks.iter().all(|c| c.text.len() <= 64 && !c.text.is_empty()));
-        let words: usize = chunks.iter().map(|c| c.text.split_whitespace().count()).sum();
+        assert!(chunks
+            .iter()
+            .all(|c| c.text.len() <= 64 && !c.text.is_empty()));
+        let words: usize = chunks
+            .iter()
+            .map(|c| c.text.split_whitespace().count())
+            .sum();
         assert_eq!(words, 100);
         assert!(chunk("\n  \n\n", &opts(64, 0)).is_empty());
         let unbroken = "é".repeat(100);
         let chunks = chunk(&unbroken, &opts(33, 0));
-        assert_eq!(chunks.iter().map(|c| c.text.chars().count()).sum::<usize>(), 100);
+        assert_eq!(
+            chunks.iter().map(|c| c.text.chars().count()).sum::<usize>(),
+            100
+        );
     }
 }

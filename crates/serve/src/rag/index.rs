@@ -100,7 +100,8 @@ pub fn index(
     let known: std::collections::BTreeMap<String, String> = store.files()?.into_iter().collect();
     let mut report = IndexReport::default();
     for (key, path) in &docs {
-        let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+        let bytes =
+            std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
         let hash = sha256_hex(&bytes);
         let previous = known.get(key);
         if previous == Some(&hash) {

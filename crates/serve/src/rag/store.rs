@@ -76,7 +76,8 @@ fn register_vec() {
         // (sqlite-vec declares it without arguments on the Rust side); with SQLITE_CORE it
         // ignores the API routines pointer and links against the bundled SQLite.
         unsafe {
-            let init = std::mem::transmute::<*const (), Init>(sqlite_vec::sqlite3_vec_init as *const ());
+            let init =
+                std::mem::transmute::<*const (), Init>(sqlite_vec::sqlite3_vec_init as *const ());
             rusqlite::ffi::sqlite3_auto_extension(Some(init));
         }
     });
@@ -165,8 +166,10 @@ impl Store {
         let conn = Connection::open(path).map_err(err)?;
         // WAL: readers (a server answering) never block the indexer; FULL: a committed file
         // survives a power cut, not only a killed process.
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
-        conn.pragma_update(None, "synchronous", "FULL").map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(err)?;
         Ok(conn)
