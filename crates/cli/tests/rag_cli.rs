@@ -11,7 +11,7 @@ use aneforge_models::encoders::{EncoderOptions, SentenceEncoder};
 use aneforge_models::require_model;
 use aneforge_serve::rag::chunk::{chunk, ChunkOptions};
 use aneforge_serve::rag::index::sha256_hex;
-use aneforge_serve::rag::store::Store;
+use aneforge_serve::rag::store::{Store, StoredChunk};
 
 const MINILM: &str = "sentence-transformers/all-MiniLM-L6-v2";
 const FILES: usize = 16;
@@ -65,7 +65,13 @@ fn assert_complete(docs: &Path, db: &Path) {
         let text = std::fs::read_to_string(docs.join(name)).unwrap();
         files.push((name.clone(), sha256_hex(text.as_bytes())));
         for c in chunk(&text, &ChunkOptions::default()) {
-            want.push((name.clone(), c.seq, c.start_line, c.end_line, c.text));
+            want.push(StoredChunk {
+                path: name.clone(),
+                seq: c.seq,
+                start_line: c.start_line,
+                end_line: c.end_line,
+                text: c.text,
+            });
         }
     }
     assert_eq!(store.files().unwrap(), files);
@@ -75,10 +81,10 @@ fn assert_complete(docs: &Path, db: &Path) {
     let counts = store.counts().unwrap();
     assert_eq!(counts.vectors, counts.chunks);
     let encoder = SentenceEncoder::load(MINILM, EncoderOptions::default()).unwrap();
-    for (path, seq, _, _, text) in got.iter().step_by(7) {
-        let q = encoder.encode(&[text.as_str()]).unwrap();
+    for c in got.iter().step_by(7) {
+        let q = encoder.encode(&[c.text.as_str()]).unwrap();
         let hit = &store.search(q.row(0).unwrap(), 1).unwrap()[0];
-        assert_eq!((&hit.path, hit.seq), (path, *seq));
+        assert_eq!((&hit.path, hit.seq), (&c.path, c.seq));
     }
 }
 

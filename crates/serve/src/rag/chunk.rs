@@ -153,8 +153,13 @@ mod tests {
         for (i, c) in chunks.iter().enumerate() {
             assert_eq!(c.seq, i);
             assert!(c.text.len() <= o.max_chars, "{}", c.text.len());
-            for l in c.start_line..=c.end_line {
-                covered[l] = true;
+            for (l, seen) in covered
+                .iter_mut()
+                .enumerate()
+                .take(c.end_line + 1)
+                .skip(c.start_line)
+            {
+                *seen = true;
                 assert!(c.text.contains(&format!("line number {l} of")));
             }
             if i > 0 {

@@ -48,6 +48,16 @@ pub struct Hit {
     pub distance: f32,
 }
 
+/// A chunk as stored: its source and text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredChunk {
+    pub path: String,
+    pub seq: usize,
+    pub start_line: usize,
+    pub end_line: usize,
+    pub text: String,
+}
+
 /// Row counts, for reports and consistency checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Counts {
@@ -360,21 +370,21 @@ impl Store {
         })
     }
 
-    /// Every chunk as `(path, seq, start_line, end_line, text)`, in path and position order.
-    pub fn chunks(&self) -> Result<Vec<(String, usize, usize, usize, String)>, StoreError> {
+    /// Every chunk, in path and position order.
+    pub fn chunks(&self) -> Result<Vec<StoredChunk>, StoreError> {
         let mut stmt = self
             .conn
             .prepare("SELECT path, seq, start_line, end_line, text FROM chunks ORDER BY path, seq")
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get::<_, i64>(1)? as usize,
-                    r.get::<_, i64>(2)? as usize,
-                    r.get::<_, i64>(3)? as usize,
-                    r.get(4)?,
-                ))
+                Ok(StoredChunk {
+                    path: r.get(0)?,
+                    seq: r.get::<_, i64>(1)? as usize,
+                    start_line: r.get::<_, i64>(2)? as usize,
+                    end_line: r.get::<_, i64>(3)? as usize,
+                    text: r.get(4)?,
+                })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>());
         rows.map_err(|e| self.err(e))
