@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use aneforge_models::llm::{generate, FinishReason, GenerateOptions, Llm, Runner, RunnerOptions};
+use aneforge_models::llm::{
+    generate, FinishReason, GenerateOptions, Llm, LlmError, Runner, RunnerOptions,
+};
 use tokio::sync::mpsc;
 
 use crate::metrics::Metrics;
@@ -191,7 +193,11 @@ fn work(mut runner: Runner, queue: &Queue, metrics: &Metrics, active: &AtomicUsi
         active.fetch_add(1, Ordering::Relaxed);
         let events = &job.events;
         let mut on_text = |text: &str| events.send(Event::Text(text.to_string())).is_ok();
-        let result = generate(&mut runner, &job.prompt, &job.options, &mut on_text);
+        // a panic in a step is a bug; it fails this request, not the worker
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            generate(&mut runner, &job.prompt, &job.options, &mut on_text)
+        }))
+        .unwrap_or_else(|_| Err(LlmError::Internal("the generation step panicked".into())));
         active.fetch_sub(1, Ordering::Relaxed);
         match result {
             Ok(g) => {
