@@ -15,6 +15,10 @@ use aneforge_models::llm::{
     SamplingOptions, WeightFormat,
 };
 use aneforge_models::testing::model_or_skip;
+use aneforge_serve::rag::ask::{AskOptions, Rag};
+use aneforge_serve::rag::chunk::ChunkOptions;
+use aneforge_serve::rag::index::index;
+use aneforge_serve::rag::store::Store;
 use aneforge_serve::{AppState, ChatModel, EmbedModel, Limits, Metrics, RerankModel, Scheduler};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -23,6 +27,22 @@ const LLM: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
 const EMBED: &str = "sentence-transformers/all-MiniLM-L6-v2";
 const RERANK: &str = "ce-bert-tiny";
 const CONTEXT: usize = 512;
+
+/// The retrieval chat's documents: each answers one question.
+const RAG_DOCS: [(&str, &str); 3] = [
+    (
+        "bees.txt",
+        "Honey bees live in hives.\nA colony has one queen, many workers and some drones.\n",
+    ),
+    (
+        "trains.txt",
+        "The first public steam railway opened in 1825.\nIt ran between Stockton and Darlington.\n",
+    ),
+    (
+        "tea.txt",
+        "Green tea is brewed with water below boiling.\nBlack tea takes boiling water.\n",
+    ),
+];
 
 fn runner_options() -> RunnerOptions {
     RunnerOptions {
@@ -38,6 +58,8 @@ fn fixture_dir() -> PathBuf {
 
 struct Server {
     base: String,
+    /// Holds the RAG index's directory for the life of the process.
+    _docs: tempfile::TempDir,
     llm: Arc<Llm>,
     encoder: Arc<SentenceEncoder>,
     state: Arc<AppState>,
@@ -57,6 +79,33 @@ fn server() -> Option<&'static Server> {
             let cross =
                 CrossEncoder::from_dir(fixture_dir().join("ce_bert"), EncoderOptions::default())
                     .unwrap();
+            let docs = tempfile::tempdir().unwrap();
+            for (name, text) in RAG_DOCS {
+                std::fs::write(docs.path().join(name), text).unwrap();
+            }
+            let db = docs.path().join("index.db");
+            let mut store = Store::open(&db, EMBED, encoder.dimension()).unwrap();
+            index(
+                docs.path(),
+                &mut store,
+                &encoder,
+                &ChunkOptions::default(),
+                &mut |_, _| {},
+            )
+            .unwrap();
+            drop(store);
+            let rag = Rag::open(
+                "rag",
+                &db,
+                EMBED,
+                encoder.clone(),
+                None,
+                AskOptions {
+                    top_k: 1,
+                    candidates: 1,
+                },
+            )
+            .unwrap();
             let metrics = Arc::new(Metrics::default());
             let scheduler =
                 Scheduler::start(llm.clone(), runner_options(), 2, 64, metrics.clone()).unwrap();
@@ -75,7 +124,7 @@ fn server() -> Option<&'static Server> {
                     id: RERANK.into(),
                     encoder: Arc::new(cross),
                 }),
-                rag: None,
+                rag: Some(Arc::new(rag)),
                 limits: Limits {
                     max_body_bytes: 64 << 10,
                     max_tokens: 1024,
@@ -102,6 +151,7 @@ fn server() -> Option<&'static Server> {
             let addr = rx.recv().unwrap();
             Some(Server {
                 base: format!("http://{addr}"),
+                _docs: docs,
                 llm,
                 encoder,
                 state,
@@ -532,7 +582,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             .iter()
             .map(|m| m["id"].as_str().unwrap())
             .collect();
-        assert_eq!(ids, [LLM, EMBED, RERANK]);
+        assert_eq!(ids, [LLM, "rag", EMBED, RERANK]);
     });
 }
 
@@ -586,5 +636,46 @@ fn a_client_that_disconnects_mid_stream_cancels_its_generation() {
         // and the worker is free again
         let (status, r) = post(s, "/v1/chat/completions", &json!({"model": LLM, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})).await;
         assert_eq!(status, 200, "{r}");
+    });
+}
+
+#[test]
+fn retrieval_chat_answers_from_the_nearest_document_and_cites_it() {
+    let Some(s) = server() else { return };
+    let question = "When did the first public steam railway open?";
+    rt().block_on(async {
+        let body = json!({
+            "model": "rag",
+            "messages": [{"role": "user", "content": question}],
+            "temperature": 0,
+            "max_tokens": 32,
+        });
+        let (status, r) = post(s, "/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{r}");
+        let content = r["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(
+            content.ends_with("\n\nSources:\n[1] trains.txt:1-2"),
+            "{content}"
+        );
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        let events = stream(s, "/v1/chat/completions", &streamed).await;
+        let text: String = events[..events.len() - 1]
+            .iter()
+            .map(|e| serde_json::from_str::<Value>(e).unwrap())
+            .filter_map(|c| {
+                c["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .collect();
+        assert_eq!(text, content);
+        let (status, r) = post(
+            s,
+            "/v1/chat/completions",
+            &json!({"model": "rag", "messages": [{"role": "assistant", "content": "hi"}]}),
+        )
+        .await;
+        assert_error(status, &r, 400, Some("messages"), None);
     });
 }
