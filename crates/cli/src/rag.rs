@@ -72,7 +72,7 @@ pub struct AskArgs {
     /// Passages given to the LLM and cited.
     #[arg(short = 'k', long, default_value_t = 3)]
     pub top_k: usize,
-    /// Nearest chunks the reranker chooses from.
+    /// Chunks taken from each search (embedding and words) before they are fused and reranked.
     #[arg(long, default_value_t = 20)]
     pub candidates: usize,
     /// Most tokens of the answer.

@@ -80,6 +80,7 @@ fn assert_complete(docs: &Path, db: &Path) {
     assert_eq!(got, want);
     let counts = store.counts().unwrap();
     assert_eq!(counts.vectors, counts.chunks);
+    assert_eq!(counts.words, counts.chunks);
     let encoder = SentenceEncoder::load(MINILM, EncoderOptions::default()).unwrap();
     for c in got.iter().step_by(7) {
         let q = encoder.encode(&[c.text.as_str()]).unwrap();
@@ -124,6 +125,7 @@ fn sigkill_during_indexing_then_a_rerun_leaves_a_complete_index() {
         "{after_kill:?}"
     );
     assert_eq!(after_kill.vectors, after_kill.chunks);
+    assert_eq!(after_kill.words, after_kill.chunks);
 
     let report = run_index(&docs, &db);
     assert!(

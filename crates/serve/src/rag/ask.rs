@@ -1,6 +1,8 @@
-//! Answering a question from the index: embed it, take the nearest chunks, rerank them with a
-//! cross-encoder when one is given, and ask the LLM to answer from the numbered passages; the
-//! answer is followed by the passages' sources.
+//! Answering a question from the index: the chunks nearest to the question's embedding and the
+//! chunks that best match its words (BM25) are fused by reciprocal rank (Cormack, Clarke and
+//! Buettcher, SIGIR 2009, with their constant 60), reranked by a cross-encoder when one is given,
+//! and the LLM answers from the best few as numbered passages; the answer is followed by the
+//! passages' sources.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -15,8 +17,8 @@ use super::store::{Hit, Store};
 pub struct AskOptions {
     /// Passages given to the LLM (and cited).
     pub top_k: usize,
-    /// Nearest chunks the reranker chooses the passages from (without a reranker, `top_k` are
-    /// taken directly).
+    /// Chunks taken from each search (vector and words) before fusing, and the fused chunks the
+    /// reranker chooses from.
     pub candidates: usize,
 }
 
@@ -29,8 +31,8 @@ impl Default for AskOptions {
     }
 }
 
-/// A passage given to the LLM: the chunk and its score (cosine similarity, or the reranker's
-/// score when reranked).
+/// A passage given to the LLM: the chunk and its score (the fused reciprocal-rank score, or the
+/// reranker's score when reranked).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Source {
     pub path: String,
@@ -50,6 +52,21 @@ impl Source {
 const INSTRUCTION: &str = "Answer the question using only the numbered passages. Cite the \
     passages you use by their numbers in brackets, like [1]. If the passages do not contain the \
     answer, say so.";
+
+/// Reciprocal-rank fusion of rankings (each best first): a chunk scores the sum of
+/// `1 / (60 + rank)` over the rankings it appears in (rank from 1); best first, ties by id.
+pub fn fuse(rankings: &[Vec<Hit>]) -> Vec<(Hit, f32)> {
+    let mut by_id: std::collections::BTreeMap<i64, (Hit, f32)> = Default::default();
+    for ranking in rankings {
+        for (i, hit) in ranking.iter().enumerate() {
+            let add = 1.0 / (60.0 + (i + 1) as f32);
+            by_id.entry(hit.id).or_insert_with(|| (hit.clone(), 0.0)).1 += add;
+        }
+    }
+    let mut out: Vec<(Hit, f32)> = by_id.into_values().collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.id.cmp(&b.0.id)));
+    out
+}
 
 /// An index with the models that search it; `id` is the model name the server answers to.
 pub struct Rag {
@@ -100,18 +117,18 @@ impl Rag {
             .encode_with(&[question], &EncodeOptions::default(), &mut |_| {})
             .context("embedding the question")?;
         let query = q.row(0).context("the encoder returned no embedding")?;
-        let wanted = if self.reranker.is_some() {
-            self.options.candidates.max(self.options.top_k)
-        } else {
-            self.options.top_k
-        };
-        let hits: Vec<Hit> = {
+        let wanted = self.options.candidates.max(self.options.top_k);
+        let (nearest, matching) = {
             let store = self
                 .store
                 .lock()
                 .map_err(|_| anyhow::anyhow!("the index is unusable after a failed query"))?;
-            store.search(query, wanted)?
+            (
+                store.search(query, wanted)?,
+                store.search_words(question, wanted)?,
+            )
         };
+        let mut hits = fuse(&[nearest, matching]);
         let sources = |hits: Vec<(Hit, f32)>| -> Vec<Source> {
             hits.into_iter()
                 .map(|(h, score)| Source {
@@ -124,16 +141,11 @@ impl Rag {
                 .collect()
         };
         let Some(reranker) = &self.reranker else {
-            return Ok(sources(
-                hits.into_iter()
-                    .map(|h| {
-                        let s = 1.0 - h.distance;
-                        (h, s)
-                    })
-                    .collect(),
-            ));
+            hits.truncate(self.options.top_k);
+            return Ok(sources(hits));
         };
-        let texts: Vec<&str> = hits.iter().map(|h| h.text.as_str()).collect();
+        hits.truncate(wanted);
+        let texts: Vec<&str> = hits.iter().map(|(h, _)| h.text.as_str()).collect();
         let ranked = reranker
             .rank(
                 question,
@@ -146,7 +158,7 @@ impl Rag {
         Ok(sources(
             ranked
                 .iter()
-                .map(|r| (hits[r.corpus_id].clone(), r.score))
+                .map(|r| (hits[r.corpus_id].0.clone(), r.score))
                 .collect(),
         ))
     }
@@ -176,5 +188,31 @@ impl Rag {
             out.push_str(&format!("\n[{}] {}", i + 1, s.location()));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(id: i64) -> Hit {
+        Hit {
+            id,
+            path: format!("f{id}"),
+            seq: 0,
+            start_line: 1,
+            end_line: 1,
+            text: String::new(),
+            distance: 0.0,
+        }
+    }
+
+    #[test]
+    fn fusion_favours_chunks_both_searches_rank_high() {
+        let fused = fuse(&[vec![hit(1), hit(2), hit(3)], vec![hit(3), hit(4), hit(1)]]);
+        let ids: Vec<i64> = fused.iter().map(|(h, _)| h.id).collect();
+        // 1: 1/61 + 1/63, 3: 1/63 + 1/61 (tie, lower id first), then 2 and 4 at 1/62
+        assert_eq!(ids, [1, 3, 2, 4]);
+        assert_eq!(fused[0].1, 1.0 / 61.0 + 1.0 / 63.0);
     }
 }

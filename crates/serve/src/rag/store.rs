@@ -2,7 +2,8 @@
 //! (source lines and text) and the chunks' embeddings in a sqlite-vec `vec0` table, whose rowids
 //! are the chunks' ids. A file's chunks and vectors are replaced in one transaction, so a process
 //! killed at any moment leaves every file either fully indexed at its recorded hash or absent
-//! (then indexed again by the next run), never half-written or duplicated.
+//! (then indexed again by the next run), never half-written or duplicated. An FTS5 table
+//! (`chunk_words`, same rowids) indexes the chunks' words for BM25 keyword search.
 
 use std::path::{Path, PathBuf};
 use std::sync::Once;
@@ -44,7 +45,8 @@ pub struct Hit {
     pub start_line: usize,
     pub end_line: usize,
     pub text: String,
-    /// Cosine distance to the query (0: same direction).
+    /// The search's score, lower is nearer: cosine distance for [`Store::search`], BM25 (as
+    /// SQLite's FTS5 gives it, negative) for [`Store::search_words`].
     pub distance: f32,
 }
 
@@ -64,6 +66,8 @@ pub struct Counts {
     pub files: usize,
     pub chunks: usize,
     pub vectors: usize,
+    /// Rows of the word index.
+    pub words: usize,
 }
 
 pub struct Store {
@@ -124,7 +128,8 @@ impl Store {
                                          end_line INTEGER NOT NULL, text TEXT NOT NULL,
                                          UNIQUE(path, seq));
                      CREATE VIRTUAL TABLE chunk_vectors USING vec0(
-                         embedding float[{dim}] distance_metric=cosine);"
+                         embedding float[{dim}] distance_metric=cosine);
+                     CREATE VIRTUAL TABLE chunk_words USING fts5(text);"
                 ))
                 .map_err(err)?;
                 tx.execute(
@@ -135,12 +140,31 @@ impl Store {
                 tx.commit().map_err(err)?;
             }
         }
+        Self::ensure_words(&conn).map_err(err)?;
         Ok(Store {
             conn,
             path: path.to_path_buf(),
             model: model.to_string(),
             dim,
         })
+    }
+
+    /// Adds the word index to an index built before it existed, from the stored chunks.
+    fn ensure_words(conn: &Connection) -> rusqlite::Result<()> {
+        let exists: bool = conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name = 'chunk_words')",
+            [],
+            |r| r.get(0),
+        )?;
+        if exists {
+            return Ok(());
+        }
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(
+            "CREATE VIRTUAL TABLE chunk_words USING fts5(text);
+             INSERT INTO chunk_words(rowid, text) SELECT id, text FROM chunks;",
+        )?;
+        tx.commit()
     }
 
     /// Opens an existing index, whatever model built it.
@@ -158,6 +182,10 @@ impl Store {
         })?;
         let (model, dim) = meta.ok_or_else(|| StoreError::NotAnIndex {
             path: path.to_path_buf(),
+        })?;
+        Self::ensure_words(&conn).map_err(|source| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            source,
         })?;
         Ok(Store {
             conn,
@@ -270,6 +298,9 @@ impl Store {
             let mut vec_stmt = tx
                 .prepare("INSERT INTO chunk_vectors(rowid, embedding) VALUES (?1, ?2)")
                 .map_err(err)?;
+            let mut word_stmt = tx
+                .prepare("INSERT INTO chunk_words(rowid, text) VALUES (?1, ?2)")
+                .map_err(err)?;
             for (c, v) in chunks.iter().zip(vectors) {
                 chunk_stmt
                     .execute(params![
@@ -283,6 +314,7 @@ impl Store {
                 let id = tx.last_insert_rowid();
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
                 vec_stmt.execute(params![id, bytes]).map_err(err)?;
+                word_stmt.execute(params![id, c.text]).map_err(err)?;
             }
         }
         tx.commit().map_err(err)
@@ -308,6 +340,7 @@ impl Store {
         };
         for id in ids {
             tx.execute("DELETE FROM chunk_vectors WHERE rowid = ?1", [id])?;
+            tx.execute("DELETE FROM chunk_words WHERE rowid = ?1", [id])?;
         }
         tx.execute("DELETE FROM chunks WHERE path = ?1", [path])?;
         tx.execute("DELETE FROM files WHERE path = ?1", [path])?;
@@ -356,6 +389,41 @@ impl Store {
         rows.map_err(|e| self.err(e))
     }
 
+    /// The `k` chunks that best match any word of `text` by BM25, best first.
+    pub fn search_words(&self, text: &str, k: usize) -> Result<Vec<Hit>, StoreError> {
+        let terms: Vec<String> = text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(|w| format!("\"{}\"", w.to_lowercase()))
+            .collect();
+        if terms.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT c.id, c.path, c.seq, c.start_line, c.end_line, c.text, bm25(chunk_words)
+                 FROM chunk_words JOIN chunks AS c ON c.id = chunk_words.rowid
+                 WHERE chunk_words MATCH ?1
+                 ORDER BY bm25(chunk_words), c.id LIMIT ?2",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![terms.join(" OR "), k as i64], |r| {
+                Ok(Hit {
+                    id: r.get(0)?,
+                    path: r.get(1)?,
+                    seq: r.get::<_, i64>(2)? as usize,
+                    start_line: r.get::<_, i64>(3)? as usize,
+                    end_line: r.get::<_, i64>(4)? as usize,
+                    text: r.get(5)?,
+                    distance: r.get::<_, f64>(6)? as f32,
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>());
+        rows.map_err(|e| self.err(e))
+    }
+
     pub fn counts(&self) -> Result<Counts, StoreError> {
         let count = |sql: &str| -> Result<usize, StoreError> {
             self.conn
@@ -367,6 +435,7 @@ impl Store {
             files: count("SELECT COUNT(*) FROM files")?,
             chunks: count("SELECT COUNT(*) FROM chunks")?,
             vectors: count("SELECT COUNT(*) FROM chunk_vectors")?,
+            words: count("SELECT COUNT(*) FROM chunk_words")?,
         })
     }
 
