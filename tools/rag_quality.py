@@ -25,6 +25,8 @@ def main():
     ap.add_argument("--db")
     ap.add_argument("-k", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--retrieve-only", action="store_true",
+                    help="cite the retrieved chunks without running the LLM")
     args = ap.parse_args()
     questions = json.loads((ROOT / "tools/fixtures/rag/out/questions.json").read_text())
     tmp = tempfile.TemporaryDirectory()
@@ -39,7 +41,8 @@ def main():
         t = time.time()
         out = subprocess.run(
             [args.binary, "rag", "ask", q["question"], "--db", db, "-m", LLM, "-k", str(args.k),
-             "-n", "64", "-t", str(args.threads), "--format", "json"],
+             "-n", "64", "-t", str(args.threads), "--format", "json"]
+            + (["--retrieve-only"] if args.retrieve_only else []),
             check=True, capture_output=True, text=True).stdout
         seconds = time.time() - t
         record = json.loads(out)[0]
@@ -49,7 +52,7 @@ def main():
         top1 += hit1
         anyk += hitk
         where = ", ".join(f"{s['path']}:{s['start_line']}-{s['end_line']}" for s in record["sources"])
-        answer = " ".join(record["answer"].split())[:90]
+        answer = " ".join((record["answer"] or "(not asked)").split())[:90]
         rows.append(f"| {q['question']} | {q['line']} | {'yes' if hit1 else 'no'} | "
                     f"{'yes' if hitk else 'no'} | {where} | {seconds:.1f} | {answer} |")
     print("| question | passage line | top-1 cites it | a cited chunk has it | cited chunks | "
