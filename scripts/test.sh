@@ -35,7 +35,7 @@ else
     echo "SKIPPED: cargo check --target $apple (rustup could not install the target here)"
 fi
 
-# coremltools lives in a local venv, (re)installed when tools/requirements-ci.txt changes.
+# coremltools and the openai client live in a local venv, (re)installed when tools/requirements-ci.txt changes.
 venv=.venv-ci
 if ! cmp -s tools/requirements-ci.txt "$venv/requirements-ci.txt" 2>/dev/null; then
     echo "installing coremltools into $venv"
@@ -54,3 +54,8 @@ cargo run --quiet -p aneforge-mil --example coreml_corpus -- "$corpus"
 ANEFORGE_DUMP_CORPUS="$corpus/op-suite" cargo test --quiet -p aneforge --test op_suite --test state \
     --test legalize_cpu --test targets_compress
 "$venv/bin/python" tools/coreml_check.py "$corpus/op-suite"
+
+# `aneforge serve` spoken to by the official OpenAI client and curl (the smollm2 and minilm models;
+# the script skips without them unless ANEFORGE_REQUIRE_MODELS is set).
+cargo build --quiet -p aneforge-cli
+"$venv/bin/python" tools/serve_openai_check.py "$target_dir/debug/aneforge"

@@ -162,13 +162,13 @@ pub struct BenchLlmArgs {
     pub format: crate::output::FormatArgs,
 }
 
-struct Loaded {
-    llm: Arc<Llm>,
-    opts: RunnerOptions,
+pub(crate) struct Loaded {
+    pub(crate) llm: Arc<Llm>,
+    pub(crate) opts: RunnerOptions,
     load_seconds: f64,
 }
 
-fn load(
+pub(crate) fn load(
     args: &ModelArgs,
     all_logits: Vec<usize>,
     prefill: Option<Vec<usize>>,

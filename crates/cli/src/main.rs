@@ -23,8 +23,10 @@ mod llm;
 mod mil;
 mod model_hints;
 mod output;
+mod rag;
 mod rerank;
 mod run;
+mod serve;
 mod sigpipe;
 mod targets;
 mod train_images;
@@ -110,6 +112,12 @@ enum Command {
     CheckFp16(check_fp16::CheckFp16Args),
     /// Transcribe speech with a Whisper model (txt, json, srt or vtt).
     Transcribe(transcribe::TranscribeArgs),
+    /// An OpenAI-compatible HTTP server: chat and text completions (streaming), embeddings,
+    /// reranking, health and Prometheus metrics.
+    Serve(serve::ServeArgs),
+    /// Retrieval-augmented answers: index documents, then ask questions citing them.
+    #[command(subcommand)]
+    Rag(rag::RagCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell) to stdout.
     Completions { shell: clap_complete::Shell },
 }
@@ -169,6 +177,8 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Chat(args) => llm::chat_cmd(args),
         Command::CheckFp16(args) => check_fp16::run(args),
         Command::Transcribe(args) => transcribe::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Rag(command) => rag::run(command),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();
             clap_complete::generate(shell, &mut Cli::command(), "aneforge", &mut out);

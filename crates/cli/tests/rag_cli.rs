@@ -1,0 +1,178 @@
+//! `aneforge rag index` as a process: killed with SIGKILL in the middle of indexing, a second run
+//! completes the index, and the index then holds exactly the chunker's chunks of every file once,
+//! each with its vector; a change and a removal are re-indexed incrementally. Uses the real
+//! MiniLM (skipped when absent: scripts/fetch-models.sh minilm).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aneforge_models::encoders::{EncoderOptions, SentenceEncoder};
+use aneforge_models::require_model;
+use aneforge_serve::rag::chunk::{chunk, ChunkOptions};
+use aneforge_serve::rag::index::sha256_hex;
+use aneforge_serve::rag::store::{Store, StoredChunk};
+
+const MINILM: &str = "sentence-transformers/all-MiniLM-L6-v2";
+const FILES: usize = 16;
+
+fn corpus() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/shakespeare.txt");
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// `FILES` documents of 80 consecutive lines of the corpus each.
+fn write_docs(dir: &Path) {
+    let text = corpus();
+    let lines: Vec<&str> = text.lines().collect();
+    for i in 0..FILES {
+        let part = lines[1000 + i * 80..1000 + (i + 1) * 80].join("\n");
+        std::fs::write(dir.join(format!("part{i:02}.txt")), part).unwrap();
+    }
+}
+
+fn index_command(docs: &Path, db: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_aneforge"));
+    c.args(["rag", "index"])
+        .arg(docs)
+        .arg("--db")
+        .arg(db)
+        .args(["--embed-model", MINILM, "-t", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn run_index(docs: &Path, db: &Path) -> String {
+    let out = index_command(docs, db).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
+/// The index holds each document's chunks exactly once, as the chunker cuts them, each with a
+/// vector that finds its own chunk first, and each file at its content's hash.
+fn assert_complete(docs: &Path, db: &Path) {
+    let store = Store::open_existing(db).unwrap();
+    let mut want = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(docs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let mut files = Vec::new();
+    for name in &names {
+        let text = std::fs::read_to_string(docs.join(name)).unwrap();
+        files.push((name.clone(), sha256_hex(text.as_bytes())));
+        for c in chunk(&text, &ChunkOptions::default()) {
+            want.push(StoredChunk {
+                path: name.clone(),
+                seq: c.seq,
+                start_line: c.start_line,
+                end_line: c.end_line,
+                text: c.text,
+            });
+        }
+    }
+    assert_eq!(store.files().unwrap(), files);
+    let got = store.chunks().unwrap();
+    assert_eq!(got.len(), want.len());
+    assert_eq!(got, want);
+    let counts = store.counts().unwrap();
+    assert_eq!(counts.vectors, counts.chunks);
+    assert_eq!(counts.words, counts.chunks);
+    let encoder = SentenceEncoder::load(MINILM, EncoderOptions::default()).unwrap();
+    for c in got.iter().step_by(7) {
+        let q = encoder.encode(&[c.text.as_str()]).unwrap();
+        let hit = &store.search(q.row(0).unwrap(), 1).unwrap()[0];
+        assert_eq!((&hit.path, hit.seq), (&c.path, c.seq));
+    }
+}
+
+#[test]
+fn sigkill_during_indexing_then_a_rerun_leaves_a_complete_index() {
+    let _model = require_model!(MINILM);
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir(&docs).unwrap();
+    write_docs(&docs);
+    let db = dir.path().join("index.db");
+
+    let mut child = index_command(&docs, &db).spawn().unwrap();
+    let started = Instant::now();
+    let committed = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no file was indexed within 5 minutes"
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the indexer ended ({status}) before it could be killed");
+        }
+        let files = Store::open_existing(&db)
+            .ok()
+            .and_then(|s| s.counts().ok())
+            .map_or(0, |c| c.files);
+        if files >= 2 {
+            break files;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let after_kill = Store::open_existing(&db).unwrap().counts().unwrap();
+    assert!(
+        after_kill.files >= committed && after_kill.files < FILES,
+        "{after_kill:?}"
+    );
+    assert_eq!(after_kill.vectors, after_kill.chunks);
+    assert_eq!(after_kill.words, after_kill.chunks);
+
+    let report = run_index(&docs, &db);
+    assert!(
+        report.contains(&format!(
+            "{} added, 0 updated, {} unchanged, 0 removed",
+            FILES - after_kill.files,
+            after_kill.files
+        )),
+        "{report}"
+    );
+    assert_complete(&docs, &db);
+
+    // a changed file is replaced, a removed one dropped, the rest untouched
+    std::fs::write(
+        docs.join("part03.txt"),
+        "A new first line.\nAnd a second one.\n",
+    )
+    .unwrap();
+    std::fs::remove_file(docs.join("part07.txt")).unwrap();
+    let report = run_index(&docs, &db);
+    assert!(
+        report.contains(&format!(
+            "0 added, 1 updated, {} unchanged, 1 removed",
+            FILES - 2
+        )),
+        "{report}"
+    );
+    assert_complete(&docs, &db);
+}
+
+#[test]
+fn an_index_built_with_another_model_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("index.db");
+    drop(Store::open(&db, "some/model", 8).unwrap());
+    let err = match Store::open(&db, "other/model", 8) {
+        Ok(_) => panic!("opened an index of another model"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("some/model") && err.contains("other/model"),
+        "{err}"
+    );
+    let not_there = dir.path().join("missing.db");
+    let err = match Store::open_existing(&not_there) {
+        Ok(_) => panic!("opened a missing index"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("aneforge rag index"), "{err}");
+}
