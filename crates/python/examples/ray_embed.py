@@ -35,17 +35,27 @@ class Embedder:
 def embed_with_ray(path: str, model: str, workers: int, threads: int, batch_size: int) -> np.ndarray:
     import ray
 
-    ray.init(num_cpus=workers * threads, include_dashboard=False, log_to_driver=False)
+    # one CPU more than the actors hold, for the tasks that read the file
+    # the workers import this module (the actor class) from this file's directory
+    here = os.path.dirname(os.path.abspath(__file__))
+    python_path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    ray.init(
+        num_cpus=workers * threads + 1,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": python_path}},
+    )
     try:
         context = ray.data.DataContext.get_current()
         context.execution_options.preserve_order = True
-        ds = ray.data.read_text(path)
+        # at least two blocks per actor, so the pool shares the work
+        ds = ray.data.read_text(path, override_num_blocks=2 * workers)
         ds = ds.map_batches(
             Embedder,
             fn_constructor_args=(model, threads, batch_size),
             batch_size=4 * batch_size,
             batch_format="numpy",
-            concurrency=workers,
+            compute=ray.data.ActorPoolStrategy(size=workers),
             num_cpus=threads,
         )
         rows = ds.take_all()

@@ -30,7 +30,7 @@ fn _aneforge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<program::Program>()?;
     m.add_class::<encoders::SentenceTransformer>()?;
     m.add_class::<encoders::CrossEncoder>()?;
-    m.add_class::<llm::LLM>()?;
+    m.add_class::<llm::PyLlm>()?;
     m.add_class::<llm::Generation>()?;
     m.add_function(wrap_pyfunction!(graph::input, m)?)?;
     m.add_function(wrap_pyfunction!(graph::constant, m)?)?;

@@ -62,8 +62,8 @@ impl Generation {
 }
 
 /// A decoder LLM (Llama, Mistral, Qwen2/3, Gemma, GPT-2; safetensors or GGUF).
-#[pyclass(module = "aneforge", frozen, subclass)]
-pub struct LLM {
+#[pyclass(module = "aneforge", name = "LLM", frozen, subclass)]
+pub struct PyLlm {
     llm: Arc<Llm>,
     runner: Mutex<Runner>,
 }
@@ -91,7 +91,7 @@ fn messages_of(messages: &Bound<'_, PyAny>) -> PyResult<Vec<ChatMessage>> {
     Ok(out)
 }
 
-impl LLM {
+impl PyLlm {
     fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> PyResult<String> {
         let template = self.llm.chat().map_err(errors::llm)?;
         template
@@ -136,7 +136,7 @@ impl LLM {
 }
 
 #[pymethods]
-impl LLM {
+impl PyLlm {
     /// Loads `model` (an id `ORG/NAME` from the Hugging Face cache, a directory or a `.gguf` file)
     /// and compiles its step programs, as `aneforge generate -m MODEL` does.
     #[new]
@@ -162,7 +162,7 @@ impl LLM {
                 opts.segment_bytes = Some(aneforge::pipeline::WEIGHT_CEILING as usize);
             }
             let runner = Runner::new(llm.clone(), opts)?;
-            Ok(LLM {
+            Ok(PyLlm {
                 llm,
                 runner: Mutex::new(runner),
             })
