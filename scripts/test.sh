@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README): formatting, lints, the whole workspace's tests, then the Core ML
-# export corpus checked by coremltools itself.
+# export corpus checked by coremltools itself, and the Python package and its tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
