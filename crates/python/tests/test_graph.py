@@ -188,6 +188,6 @@ def test_execute_releases_the_gil():
         last = now
         time.sleep(0.001)
     worker.join()
-    # with the GIL held for the whole execute, this loop would stall for about `single` seconds
-    assert len(gaps) > 3, (single, len(gaps))
-    assert max(gaps[1:]) < max(single / 2, 0.05), (single, max(gaps[1:]))
+    # with the GIL held for the whole execute the loop could not run until it returned; released,
+    # it iterates about once a millisecond meanwhile
+    assert len(gaps) >= min(10, single / 0.004), (single, len(gaps))
