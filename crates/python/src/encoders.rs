@@ -208,7 +208,8 @@ impl CrossEncoder {
     }
 
     /// Scores of (query, passage) pairs: float32 `[n]` for single-label models, `[n, labels]`
-    /// otherwise; `apply_softmax=False` and the model's default activation as sentence-transformers.
+    /// otherwise, after the model's default activation (sentence-transformers' choice);
+    /// `activation=False` returns the logits.
     #[pyo3(signature = (sentences, *, activation = true))]
     fn predict<'py>(
         &self,

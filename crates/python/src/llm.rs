@@ -91,6 +91,27 @@ fn messages_of(messages: &Bound<'_, PyAny>) -> PyResult<Vec<ChatMessage>> {
     Ok(out)
 }
 
+/// The generation options; without a seed, one from the clock (as the CLI does).
+fn generate_options(
+    max_new_tokens: usize,
+    sampling: SamplingOptions,
+    seed: Option<u64>,
+    stop: Vec<String>,
+    stop_at_eos: bool,
+) -> GenerateOptions {
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    GenerateOptions {
+        max_new_tokens,
+        sampling: SamplingOptions { seed, ..sampling },
+        stop,
+        stop_at_eos,
+    }
+}
+
 impl PyLlm {
     fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> PyResult<String> {
         let template = self.llm.chat().map_err(errors::llm)?;
@@ -220,24 +241,20 @@ impl PyLlm {
                 .extract::<Vec<u32>>()
                 .map_err(|_| errors::invalid("prompt: expected a str or a list of token ids"))?
         };
-        let seed = seed.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        });
-        let options = GenerateOptions {
-            max_new_tokens: max_tokens,
-            sampling: SamplingOptions {
+        let options = generate_options(
+            max_tokens,
+            SamplingOptions {
                 temperature,
                 top_k,
                 top_p,
                 min_p,
                 repetition_penalty: repeat_penalty,
-                seed,
+                seed: 0,
             },
-            stop: stop.unwrap_or_default(),
-            stop_at_eos: !ignore_eos,
-        };
+            seed,
+            stop.unwrap_or_default(),
+            !ignore_eos,
+        );
         self.run(py, &ids, &options, callback)
     }
 
@@ -261,24 +278,20 @@ impl PyLlm {
         let messages = messages_of(messages)?;
         let rendered = self.render(&messages, true)?;
         let ids = self.llm.encode_raw(&rendered).map_err(errors::llm)?;
-        let seed = seed.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        });
-        let options = GenerateOptions {
-            max_new_tokens: max_tokens,
-            sampling: SamplingOptions {
+        let options = generate_options(
+            max_tokens,
+            SamplingOptions {
                 temperature,
                 top_k,
                 top_p,
                 min_p,
                 repetition_penalty: repeat_penalty,
-                seed,
+                seed: 0,
             },
-            stop: Vec::new(),
-            stop_at_eos: true,
-        };
+            seed,
+            Vec::new(),
+            true,
+        );
         self.run(py, &ids, &options, callback)
     }
 
