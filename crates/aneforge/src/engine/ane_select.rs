@@ -148,4 +148,21 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn select_resolves_targets_the_same_way_for_every_caller() {
+        let cpu = select(EngineKind::Cpu, None).unwrap();
+        assert_eq!((cpu.engine, cpu.target), (Engine::Cpu, Target::Cpu));
+        let h16 = select(EngineKind::Cpu, Some(" H16 ")).unwrap();
+        assert_eq!(h16.target, Target::Ane(AneArch::new("h16").unwrap()));
+        assert_eq!(
+            select(EngineKind::Cpu, Some("cpu")).unwrap().target,
+            Target::Cpu
+        );
+        let err = select(EngineKind::Cpu, Some("h99")).unwrap_err();
+        assert!(
+            matches!(err, SelectError::Target { ref name, .. } if name == "h99"),
+            "{err}"
+        );
+    }
 }
