@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README): formatting, lints, the whole workspace's tests, then the Core ML
-# export corpus checked by coremltools itself.
+# export corpus checked by coremltools itself, and the Python package and its tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
@@ -54,6 +54,21 @@ cargo run --quiet -p aneforge-mil --example coreml_corpus -- "$corpus"
 ANEFORGE_DUMP_CORPUS="$corpus/op-suite" cargo test --quiet -p aneforge --test op_suite --test state \
     --test legalize_cpu --test targets_compress
 "$venv/bin/python" tools/coreml_check.py "$corpus/op-suite"
+
+# The Python package (crates/python): maturin builds it in the dev profile into the same venv,
+# reusing the dependencies cargo test built above, then its pytest suite runs (the real models as
+# the Rust tests take them; pytest's "no tests collected", exit 5, is a failure like any other).
+python_started=$(date +%s)
+VIRTUAL_ENV="$(pwd)/$venv" "$venv/bin/maturin" develop --quiet --manifest-path crates/python/Cargo.toml
+set +e
+"$venv/bin/python" -m pytest -q crates/python/tests
+pytest_status=$?
+set -e
+if [ "$pytest_status" -ne 0 ]; then
+    echo "python package tests failed (pytest exit $pytest_status; 5 means no tests ran)" >&2
+    exit 1
+fi
+echo "python package: built and tested in $(( $(date +%s) - python_started )) s"
 
 # `aneforge serve` spoken to by the official OpenAI client and curl (the smollm2 and minilm models;
 # the script skips without them unless ANEFORGE_REQUIRE_MODELS is set).

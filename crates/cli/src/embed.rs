@@ -74,6 +74,7 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
         prompt: args.prompt.clone(),
         normalize: args.normalize,
         pooling: args.pooling.as_deref().map(parse_pooling).transpose()?,
+        batch_size: None,
     };
     let encoder = SentenceEncoder::load(&args.encoder.model, args.encoder.options()?)
         .map_err(|e| model_hints::explain(e.into(), &args.encoder.model, Wants::Encoder))?;

@@ -1,10 +1,9 @@
 //! `--engine`, `--target` and `--threads`: how every command that runs a program chooses the
 //! engine that runs it, the target its programs are compiled for, and the CPU engine's threads.
 
-use aneforge::arch::host;
-use aneforge::engine::EngineKind;
-use aneforge::{AneArch, Engine, Target};
-use anyhow::{bail, Context};
+use aneforge::engine::{self, EngineKind, SelectError};
+use aneforge::{Engine, Target};
+use anyhow::bail;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct EngineArgs {
@@ -65,38 +64,30 @@ impl EngineArgs {
     /// reason.
     pub fn select(&self) -> anyhow::Result<(Engine, Target)> {
         self.threads.apply()?;
-        let engine = self.engine.select()?;
-        let target = match (self.target.as_deref().map(str::trim), engine) {
-            (Some(name), _) if name.eq_ignore_ascii_case("cpu") => Target::Cpu,
-            (Some(name), _) if name.eq_ignore_ascii_case("ane") => Target::Ane(host_arch()?),
-            (Some(name), _) => Target::Ane(AneArch::new(name).with_context(|| {
-                format!("--target {name}: not cpu, ane or an ANE architecture")
-            })?),
-            (None, Engine::Ane) => Target::Ane(host_arch()?),
-            (None, _) => Target::Cpu,
-        };
-        if engine == Engine::Ane && !target.is_ane() {
-            bail!(
+        match engine::select(self.engine, self.target.as_deref()) {
+            Ok(selection) => {
+                if let Some(warning) = &selection.warning {
+                    eprintln!("warning: {warning}");
+                }
+                Ok((selection.engine, selection.target))
+            }
+            Err(SelectError::Engine(e)) => Err(e.into()),
+            Err(SelectError::Target { name, source }) => Err(anyhow::Error::new(source).context(
+                format!("--target {name}: not cpu, ane or an ANE architecture"),
+            )),
+            Err(SelectError::CpuTargetOnAne) => bail!(
                 "--engine ane runs fp16 ANE programs: drop --target cpu (the default on the ANE \
                  engine is the detected host) or use --engine cpu"
-            );
+            ),
+            Err(e) => Err(e.into()),
         }
-        Ok((engine, target))
     }
-}
-
-/// The host's ANE architecture; a fallback guess is announced on stderr.
-fn host_arch() -> anyhow::Result<AneArch> {
-    let detected = host::detect().context("detecting the host's ANE architecture")?;
-    if let Some(warning) = &detected.warning {
-        eprintln!("warning: {warning}");
-    }
-    Ok(detected.arch)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aneforge::AneArch;
     use clap::Parser;
 
     #[derive(Parser)]

@@ -1,7 +1,10 @@
-//! Choosing an engine: `--engine cpu|ane|auto`.
+//! Choosing an engine and the target its programs are compiled for: `--engine cpu|ane|auto` and
+//! `--target cpu|ane|ARCH`, as every command (and the Python package) takes them.
 
 use super::ane::{AneEngine, AneError};
 use super::Engine;
+use crate::arch::{host, AneArch, ArchError};
+use crate::lower::Target;
 
 /// What the user asked for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -52,6 +55,63 @@ impl EngineKind {
     }
 }
 
+/// An engine and the target to compile for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selection {
+    pub engine: Engine,
+    pub target: Target,
+    /// Set when the host's architecture was a fallback guess (for the caller to show).
+    pub warning: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SelectError {
+    #[error(transparent)]
+    Engine(#[from] AneError),
+    #[error("target {name}: not cpu, ane or an ANE architecture: {source}")]
+    Target { name: String, source: ArchError },
+    #[error("detecting the host's ANE architecture: {0}")]
+    Host(ArchError),
+    #[error(
+        "the ANE engine runs fp16 ANE programs: drop target cpu (the default on the ANE engine is \
+         the detected host) or use the cpu engine"
+    )]
+    CpuTargetOnAne,
+}
+
+/// Resolves an engine request and an optional target name: `cpu`, `ane` (the detected host) or
+/// an ANE architecture or alias (case-insensitive). Without a target: the CPU target on the CPU
+/// engine, the detected host on the ANE engine. The ANE engine only runs ANE targets.
+pub fn select(kind: EngineKind, target: Option<&str>) -> Result<Selection, SelectError> {
+    let engine = kind.select()?;
+    let mut warning = None;
+    let mut host_arch = || -> Result<AneArch, SelectError> {
+        let detected = host::detect().map_err(SelectError::Host)?;
+        warning = detected.warning;
+        Ok(detected.arch)
+    };
+    let target = match (target.map(str::trim), engine) {
+        (Some(name), _) if name.eq_ignore_ascii_case("cpu") => Target::Cpu,
+        (Some(name), _) if name.eq_ignore_ascii_case("ane") => Target::Ane(host_arch()?),
+        (Some(name), _) => {
+            Target::Ane(AneArch::new(name).map_err(|source| SelectError::Target {
+                name: name.to_string(),
+                source,
+            })?)
+        }
+        (None, Engine::Ane) => Target::Ane(host_arch()?),
+        (None, _) => Target::Cpu,
+    };
+    if engine == Engine::Ane && !target.is_ane() {
+        return Err(SelectError::CpuTargetOnAne);
+    }
+    Ok(Selection {
+        engine,
+        target,
+        warning,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +145,23 @@ mod tests {
                 "the ANE engine needs macOS on Apple Silicon, or ANEFORGE_E5RT_LIB pointing at \
                  an e5rt implementation (such as this repo's simulator)"
             ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn select_resolves_targets_the_same_way_for_every_caller() {
+        let cpu = select(EngineKind::Cpu, None).unwrap();
+        assert_eq!((cpu.engine, cpu.target), (Engine::Cpu, Target::Cpu));
+        let h16 = select(EngineKind::Cpu, Some(" H16 ")).unwrap();
+        assert_eq!(h16.target, Target::Ane(AneArch::new("h16").unwrap()));
+        assert_eq!(
+            select(EngineKind::Cpu, Some("cpu")).unwrap().target,
+            Target::Cpu
+        );
+        let err = select(EngineKind::Cpu, Some("h99")).unwrap_err();
+        assert!(
+            matches!(err, SelectError::Target { ref name, .. } if name == "h99"),
             "{err}"
         );
     }

@@ -14,7 +14,7 @@ mod cpu;
 mod load;
 
 pub use ane::{AneEngine, AneError, AneOptions, AneProgram, AneStats};
-pub use ane_select::{EngineKind, UnknownEngine};
+pub use ane_select::{select, EngineKind, SelectError, Selection, UnknownEngine};
 pub use aneforge_cpu::{
     codec, find_port, Accumulation, BufferMut, BufferRef, Carried, Direction, HostSlice,
     HostTensor, Port, PortError, ValueStats,

@@ -150,7 +150,9 @@ impl CrossEncoder {
                 prompt_len: 0,
             });
         }
-        self.loaded.runtime.run(&rows, &Head::Logits, progress)
+        self.loaded
+            .runtime
+            .run(&rows, &Head::Logits, None, progress)
     }
 
     /// Scores as `CrossEncoder.predict` gives them by default: the activation applied to the

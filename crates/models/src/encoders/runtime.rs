@@ -157,23 +157,31 @@ impl Runtime {
         !self.options.target.is_ane()
     }
 
-    /// Runs every row through the program for `head`; returns one output vector per row, in the
-    /// order given. `progress` is told how many rows each finished batch held.
+    /// Runs every row through the program for `head`, `batch_size` rows per execution (default:
+    /// the options'); returns one output vector per row, in the order given. `progress` is told
+    /// how many rows each finished batch held.
     pub fn run(
         &self,
         rows: &[Row],
         head: &Head,
+        batch_size: Option<usize>,
         progress: &mut dyn FnMut(usize),
     ) -> Result<Vec<Vec<f32>>, EncoderError> {
+        let batch_size = batch_size.unwrap_or(self.options.batch_size);
+        if batch_size == 0 {
+            return Err(EncoderError::Unsupported(
+                "batch size must be at least 1".into(),
+            ));
+        }
         for (index, row) in rows.iter().enumerate() {
             self.check_row(index, row)?;
         }
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(rows[i].ids.len()));
         let mut out = vec![Vec::new(); rows.len()];
-        for chunk in order.chunks(self.options.batch_size) {
+        for chunk in order.chunks(batch_size) {
             let longest = chunk.iter().map(|&i| rows[i].ids.len()).max().unwrap_or(0);
-            let batch = batch_bucket(chunk.len(), self.options.batch_size);
+            let batch = batch_bucket(chunk.len(), batch_size);
             let seq = seq_bucket(longest, self.max_length);
             let tokens: usize = chunk.iter().map(|&i| rows[i].ids.len()).sum();
             let key = ProgramKey {

@@ -46,6 +46,8 @@ pub struct EncodeOptions {
     pub normalize: bool,
     /// Pooling modes instead of the model's, concatenated in order.
     pub pooling: Option<Vec<Pooling>>,
+    /// Texts per program execution instead of the encoder's `EncoderOptions::batch_size`.
+    pub batch_size: Option<usize>,
 }
 
 /// A sentence-transformers model (or a bare transformers encoder, pooled by mean).
@@ -248,7 +250,10 @@ impl SentenceEncoder {
             modes,
             normalize: self.normalize || options.normalize,
         };
-        let vectors = self.loaded.runtime.run(&rows, &head, progress)?;
+        let vectors = self
+            .loaded
+            .runtime
+            .run(&rows, &head, options.batch_size, progress)?;
         let mut data = Vec::with_capacity(texts.len() * dim);
         for v in vectors {
             data.extend_from_slice(&v);

@@ -1,0 +1,43 @@
+//! The `aneforge` Python package's native module (`aneforge._aneforge`): thin bindings over the
+//! library crates. Graphs and programs (`graph`, `program`), sentence encoders and rerankers
+//! (`encoders`), decoder LLMs (`llm`); engine and target choice as on the CLI (`options`); NumPy
+//! interop (`arrays`); Rust errors as Python exceptions (`errors`).
+
+mod arrays;
+mod encoders;
+mod errors;
+mod graph;
+mod llm;
+mod options;
+mod program;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _aneforge(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("AneforgeError", py.get_type::<errors::AneforgeError>())?;
+    m.add(
+        "InvalidInputError",
+        py.get_type::<errors::InvalidInputError>(),
+    )?;
+    m.add(
+        "ModelNotFoundError",
+        py.get_type::<errors::ModelNotFoundError>(),
+    )?;
+    m.add_class::<graph::Tensor>()?;
+    m.add_class::<program::Program>()?;
+    m.add_class::<encoders::SentenceTransformer>()?;
+    m.add_class::<encoders::CrossEncoder>()?;
+    m.add_class::<llm::PyLlm>()?;
+    m.add_class::<llm::Generation>()?;
+    m.add_function(wrap_pyfunction!(graph::input, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::constant, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::concat, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::where_, m)?)?;
+    m.add_function(wrap_pyfunction!(program::compile, m)?)?;
+    m.add_function(wrap_pyfunction!(options::set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(options::num_threads, m)?)?;
+    Ok(())
+}
