@@ -24,8 +24,8 @@ macro_rules! symbol_table {
         required { $($name:ident : fn($($arg:ty),*);)* }
         optional { $($oname:ident : fn($($oarg:ty),*);)* }
     ) => {
-        /// Function pointers resolved from the runtime library; valid while `Runtime::_library`
-        /// is loaded, which is as long as the `Runtime` lives.
+        /// Function pointers resolved from the runtime library; valid for the life of the
+        /// process, which keeps the library loaded (see [`Runtime::load`]).
         #[allow(non_snake_case)]
         struct Symbols {
             $($name: unsafe extern "C" fn($($arg),*) -> Code,)*
@@ -102,8 +102,7 @@ fn lookup<T: Copy>(library: &libloading::Library, name: &str) -> Option<T> {
         .find_map(|candidate| {
             // SAFETY: `T` is the function-pointer type the symbol table declares for `name`, which
             // is the signature documented in docs/ane-runtime.md. The pointer is copied out of the
-            // `Symbol` borrow; it stays valid because `Runtime` keeps the library loaded for as
-            // long as any copy can be called (every handle holds an `Arc<Runtime>`).
+            // `Symbol` borrow; it stays valid because a loaded runtime library is never unloaded.
             unsafe { library.get::<T>(candidate.as_bytes()).ok().map(|s| *s) }
         })
 }
@@ -112,7 +111,6 @@ fn lookup<T: Copy>(library: &libloading::Library, name: &str) -> Option<T> {
 pub(crate) struct Runtime {
     symbols: Symbols,
     path: PathBuf,
-    _library: libloading::Library,
 }
 
 // SAFETY: the runtime's functions are plain C entry points; the engine serializes every call that
@@ -259,11 +257,14 @@ impl Runtime {
                 reason,
             }
         })?;
-        let symbols = Symbols::resolve(&library, path)?;
+        // A runtime library stays loaded for the life of the process: threads it started (the
+        // simulator's worker pool) and its thread-local destructors can outlive every engine, and
+        // unmapping their code under them is a crash (dlclose does not wait for them).
+        let library: &'static libloading::Library = Box::leak(Box::new(library));
+        let symbols = Symbols::resolve(library, path)?;
         Ok(Arc::new(Runtime {
             symbols,
             path: path.to_path_buf(),
-            _library: library,
         }))
     }
 
