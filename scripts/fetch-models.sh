@@ -439,8 +439,7 @@ fetch_silero_vad() {
 
 # Fashion-MNIST (Zalando Research, MIT): the four IDX files, gzip-compressed as published, from
 # Debian's dataset-fashion-mnist package (fetched with apt-get download, no root needed, and
-# unpacked with dpkg-deb), placed as the pseudo-model zalandoresearch/fashion-mnist. A machine that
-# already has the package installed is used as the source instead.
+# unpacked with dpkg-deb), placed as the pseudo-model zalandoresearch/fashion-mnist.
 fetch_fashion_mnist() {
     local repo="zalandoresearch/fashion-mnist" rev
     rev="$(sha1_of_text "debian:dataset-fashion-mnist-0.0~git20200523.55506a9-1")"
@@ -453,8 +452,13 @@ fetch_fashion_mnist() {
         cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa
         8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05)
     if is_complete "$repo_dir" "$rev" "${files[@]}"; then say "$repo: present"; return; fi
-    local src="/usr/share/datasets/fashion-mnist" tmp=""
-    if [[ ! -f "$src/${files[0]}" ]]; then
+    # The package's own file list says where an installed copy is; otherwise the .deb is fetched
+    # and unpacked, and the files are found in it.
+    local src="" tmp=""
+    if command -v dpkg >/dev/null 2>&1 && dpkg -s dataset-fashion-mnist >/dev/null 2>&1; then
+        src="$(dirname "$(dpkg -L dataset-fashion-mnist | grep "/${files[0]}\$" | head -n1)")"
+    fi
+    if [[ -z "$src" || ! -f "$src/${files[0]}" ]]; then
         command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1 \
             || die "$repo: needs Debian's apt-get and dpkg-deb (or the dataset-fashion-mnist package installed)"
         tmp="$(mktemp -d)"
@@ -462,7 +466,8 @@ fetch_fashion_mnist() {
         (cd "$tmp" && apt-get download -q dataset-fashion-mnist=0.0~git20200523.55506a9-1 >&2) \
             || die "apt-get download dataset-fashion-mnist failed (are Debian's package lists reachable?)"
         dpkg-deb -x "$tmp"/dataset-fashion-mnist_*.deb "$tmp/root" || die "cannot unpack the .deb"
-        src="$tmp/root/usr/share/datasets/fashion-mnist"
+        src="$(dirname "$(find "$tmp/root" -name "${files[0]}" | head -n1)")"
+        [[ -f "$src/${files[0]}" ]] || die "the dataset-fashion-mnist package holds no ${files[0]}"
     fi
     local i
     for i in "${!files[@]}"; do
