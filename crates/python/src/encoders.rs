@@ -2,27 +2,34 @@
 //! sentence-transformers' Python signatures.
 
 use aneforge_models::encoders::SentenceEncoder;
-use aneforge_models::encoders::{CrossEncoder as RsCrossEncoder, EncodeOptions, EncoderOptions};
+use aneforge_models::encoders::{
+    CrossEncoder as RsCrossEncoder, EncodeOptions, EncoderError, EncoderOptions,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::{arrays, errors, options};
 
-fn encoder_options(
+/// Loads an encoder model (`load` is the model type's loader) with the GIL released.
+fn load_encoder<T: Send>(
     py: Python<'_>,
+    spec: &str,
     engine: &str,
     target: Option<&str>,
     batch_size: usize,
     max_length: Option<usize>,
-) -> PyResult<EncoderOptions> {
+    load: fn(&str, EncoderOptions) -> Result<T, EncoderError>,
+) -> PyResult<T> {
     let (engine, target) = options::select(py, engine, target)?;
-    Ok(EncoderOptions {
+    let options = EncoderOptions {
         target,
         engine,
         batch_size,
         max_length,
         ..EncoderOptions::default()
-    })
+    };
+    py.detach(move || load(spec, options))
+        .map_err(errors::encoder)
 }
 
 /// `texts` as a list of strings: one string, or a sequence of strings.
@@ -84,11 +91,15 @@ impl SentenceTransformer {
         batch_size: usize,
         max_length: Option<usize>,
     ) -> PyResult<Self> {
-        let options = encoder_options(py, engine, target, batch_size, max_length)?;
-        let spec = model_name_or_path.to_string();
-        let inner = py
-            .detach(move || SentenceEncoder::load(&spec, options))
-            .map_err(errors::encoder)?;
+        let inner = load_encoder(
+            py,
+            model_name_or_path,
+            engine,
+            target,
+            batch_size,
+            max_length,
+            SentenceEncoder::load,
+        )?;
         Ok(SentenceTransformer { inner })
     }
 
@@ -199,11 +210,15 @@ impl CrossEncoder {
         batch_size: usize,
         max_length: Option<usize>,
     ) -> PyResult<Self> {
-        let options = encoder_options(py, engine, target, batch_size, max_length)?;
-        let spec = model_name_or_path.to_string();
-        let inner = py
-            .detach(move || RsCrossEncoder::load(&spec, options))
-            .map_err(errors::encoder)?;
+        let inner = load_encoder(
+            py,
+            model_name_or_path,
+            engine,
+            target,
+            batch_size,
+            max_length,
+            RsCrossEncoder::load,
+        )?;
         Ok(CrossEncoder { inner })
     }
 
