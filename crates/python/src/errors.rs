@@ -12,6 +12,7 @@ use std::error::Error;
 use aneforge::engine::{EngineError, SelectError};
 use aneforge_models::encoders::EncoderError;
 use aneforge_models::llm::LlmError;
+use aneforge_models::vision::{ImageError, VisionError};
 use aneforge_models::ResolveError;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
@@ -130,6 +131,21 @@ pub fn llm(e: LlmError) -> PyErr {
         | LlmError::ContextFull { .. }
         | LlmError::TokenOutOfRange { .. } => Kind::Invalid,
         LlmError::Compile(p) => program_kind(p),
+        _ => Kind::Internal,
+    };
+    raise(kind, chain(&e))
+}
+
+pub fn vision(e: VisionError) -> PyErr {
+    let kind = match &e {
+        VisionError::Resolve(r) => resolve_kind(r),
+        VisionError::Image(ImageError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Kind::NotFound
+        }
+        VisionError::Image(_) | VisionError::Unsupported(_) => Kind::Invalid,
+        VisionError::Program(p) => program_kind(p),
         _ => Kind::Internal,
     };
     raise(kind, chain(&e))

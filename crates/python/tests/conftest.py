@@ -60,3 +60,22 @@ def cosines(a, b):
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def model_dir(model_id):
+    """The snapshot directory of ``model_id`` in the Hugging Face cache, as the loaders find it
+    (``$HF_HOME/hub/models--ORG--NAME/snapshots/<refs/main>``), or a skip (a failure under
+    ANEFORGE_REQUIRE_MODELS=1) when it is not there."""
+    assert model_id in listed_models(), f"{model_id} is not in tools/test-models.txt: CI would not fetch it"
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    repo = home / "hub" / ("models--" + model_id.replace("/", "--"))
+    try:
+        snapshot = repo / "snapshots" / (repo / "refs" / "main").read_text().strip()
+    except OSError as e:
+        snapshot = None
+        missing = e
+    if snapshot is None or not snapshot.is_dir():
+        if os.environ.get("ANEFORGE_REQUIRE_MODELS", "") not in ("", "0"):
+            pytest.fail(f"{model_id} is required (ANEFORGE_REQUIRE_MODELS) but missing under {repo}")
+        pytest.skip(f"{model_id} is not in the Hugging Face cache (scripts/fetch-models.sh): {repo}")
+    return snapshot

@@ -6,7 +6,7 @@ target=...)`` -> ``af.Program`` (``run``, ``set_input``, ``execute``, ``read_out
 ``share_buffer``, zero-copy ``input_view`` / ``output_view``).
 
 Models: ``af.SentenceTransformer``, ``af.CrossEncoder`` (sentence-transformers' signatures) and
-``af.LLM`` (``generate``, ``stream``, ``chat``). Models are found as the CLI finds them: an id
+``af.LLM`` (``generate``, ``stream``, ``chat``), and ``af.ImageClassifier`` (``classify``). Models are found as the CLI finds them: an id
 ``ORG/NAME`` in the Hugging Face cache (``HF_HOME``), or a directory.
 
 ``engine="cpu"|"ane"|"auto"`` and ``target="cpu"|"ane"|"h16"|...`` mean what ``--engine`` and
@@ -22,6 +22,7 @@ from ._aneforge import (
     AneforgeError,
     CrossEncoder,
     Generation,
+    ImageClassifier,
     InvalidInputError,
     ModelNotFoundError,
     Program,
@@ -42,6 +43,7 @@ __all__ = [
     "AneforgeError",
     "CrossEncoder",
     "Generation",
+    "ImageClassifier",
     "InvalidInputError",
     "LLM",
     "ModelNotFoundError",

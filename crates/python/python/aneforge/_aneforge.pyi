@@ -159,6 +159,30 @@ class CrossEncoder:
     @property
     def num_labels(self) -> int: ...
 
+class ImageClassifier:
+    """An image classifier (EfficientNet-Lite, torchvision ResNet or MobileNetV3, HF ResNet), as
+    ``aneforge classify -m MODEL`` loads it: a model id in the Hugging Face cache, a directory, or
+    a checkpoint file (.pth, .pt, .safetensors)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        engine: Engine = "cpu",
+        target: Optional[str] = None,
+        batch_size: int = 8,
+    ) -> None: ...
+    def classify(
+        self,
+        images: Union[str, "PathLike[str]", np.ndarray, Sequence[Union[str, "PathLike[str]", np.ndarray]]],
+        top_k: int = 5,
+    ) -> Union[List[Dict[str, Any]], List[List[Dict[str, Any]]]]:
+        """The ``top_k`` classes of each image (``index``, ``label``, ``probability``, ``logit``),
+        most probable first. An image is a path (JPEG, PNG, WebP, BMP) or a uint8 ``[H, W, 3]``
+        RGB array; one image gives one list, a sequence gives a list per image."""
+    @property
+    def labels(self) -> List[str]: ...
+
 class Generation:
     text: str
     tokens: List[int]

@@ -1,0 +1,81 @@
+"""af.ImageClassifier on the real EfficientNet-Lite0 weights and scikit-image's photos: the
+PyTorch reference's top-5 and probabilities (tools/fixtures/vision/out/efficientnet_lite/lite0.json,
+from tools/fixtures/vision/efficientnet_lite.py), NumPy pixels equal to the same image read from a
+file, and errors for bad input."""
+
+import struct
+
+import numpy as np
+import pytest
+
+import aneforge as af
+from conftest import FIXTURES, load_model, model_dir, read_json
+
+MODEL = "ml-illustrated/efficientnet-lite0"
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    return load_model(af.ImageClassifier, MODEL)
+
+
+@pytest.fixture(scope="module")
+def photos():
+    return model_dir("scikit-image/data")
+
+
+def write_bmp(path, rgb):
+    """A 24-bit bottom-up BMP of a uint8 [H, W, 3] RGB array (rows padded to 4 bytes)."""
+    h, w, _ = rgb.shape
+    stride = (3 * w + 3) // 4 * 4
+    rows = np.zeros((h, stride), dtype=np.uint8)
+    rows[:, : 3 * w] = rgb[::-1, :, ::-1].reshape(h, 3 * w)
+    header = struct.pack("<2sIHHI", b"BM", 54 + rows.size, 0, 0, 54)
+    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, rows.size, 2835, 2835, 0, 0)
+    path.write_bytes(header + info + rows.tobytes())
+
+
+def test_top5_matches_the_pytorch_reference(classifier, photos):
+    reference = read_json(FIXTURES / "vision" / "out" / "efficientnet_lite" / "lite0.json")
+    # PNG photos: the JPEG one differs by the decoder (docs/vision.md)
+    pngs = [p for p in reference["photos"] if p["photo"].endswith(".png")]
+    results = classifier.classify([str(photos / p["photo"]) for p in pngs], top_k=5)
+    assert len(results) == len(pngs)
+    for want, got in zip(pngs, results):
+        assert [p["index"] for p in got] == want["top5"], want["photo"]
+        np.testing.assert_allclose([p["probability"] for p in got], want["probs"], atol=1e-4)
+    assert results[0][0]["label"] == classifier.labels[pngs[0]["top5"][0]]
+    # one image (a path-like object) gives one list
+    one = classifier.classify(photos / "coffee.png", top_k=2)
+    assert [p["index"] for p in one] == next(p["top5"][:2] for p in pngs if p["photo"] == "coffee.png")
+
+
+def test_numpy_pixels_equal_the_same_image_from_a_file(classifier, tmp_path):
+    rng = np.random.default_rng(7)
+    # smooth enough to give a peaked prediction, varied enough that a flipped axis would show
+    y, x = np.mgrid[0:180, 0:240]
+    rgb = np.stack([(x * 255 // 239), (y * 255 // 179), rng.integers(0, 256, (180, 240))], axis=-1)
+    rgb = rgb.astype(np.uint8)
+    write_bmp(tmp_path / "img.bmp", rgb)
+    from_file = classifier.classify(str(tmp_path / "img.bmp"), top_k=10)
+    from_array = classifier.classify(rgb, top_k=10)
+    assert from_array == from_file
+    # a non-contiguous view is read as the image it shows
+    assert classifier.classify(np.ascontiguousarray(rgb[:, ::-1])[:, ::-1], top_k=10) == from_file
+
+
+def test_bad_input_is_named(classifier, tmp_path):
+    with pytest.raises(af.InvalidInputError, match="uint8"):
+        classifier.classify(np.zeros((8, 8, 3), dtype=np.float32))
+    with pytest.raises(af.InvalidInputError, match=r"\[height, width, 3\]"):
+        classifier.classify(np.zeros((8, 8, 4), dtype=np.uint8))
+    with pytest.raises(ValueError, match="top_k"):
+        classifier.classify(np.zeros((8, 8, 3), dtype=np.uint8), top_k=0)
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 20)
+    with pytest.raises(af.InvalidInputError, match="broken.png"):
+        classifier.classify(str(bad))
+    with pytest.raises(FileNotFoundError, match="missing.png"):
+        classifier.classify(str(tmp_path / "missing.png"))
+    with pytest.raises(af.ModelNotFoundError):
+        af.ImageClassifier(str(tmp_path / "no-such-model"))
