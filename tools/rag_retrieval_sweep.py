@@ -1,0 +1,98 @@
+"""Retrieval-only sweep of the RAG question set with the reference libraries: chunks cut as
+`aneforge rag index` cuts them (whole lines, at most N bytes, trailing lines repeated up to the
+overlap), embedded with sentence-transformers, BM25 through SQLite FTS5 (optionally with stop
+words removed from the question or the porter stemmer), fused by reciprocal rank (constant 60)
+as `aneforge rag ask` fuses them. Prints, per setting, how many of the ten questions of
+tools/fixtures/rag/out/questions.json have their passage in the top k chunks of each ranking.
+
+It answers "which lever would lift retrieval" without rebuilding the index in Rust; the shipped
+numbers come from tools/rag_quality.py.
+
+usage: python3 tools/rag_retrieval_sweep.py [--model sentence-transformers/all-MiniLM-L6-v2]
+           [--chunks 800/200,400/100] (needs sentence-transformers and the model in the HF cache)
+"""
+
+import argparse
+import json
+import pathlib
+import re
+import sqlite3
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Lucene's English stop set, plus the question words
+STOP = set(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then "
+    "there these they this to was will with what which who whom whose how why when where do does "
+    "did".split()
+)
+
+
+def chunks(lines, max_chars, overlap):
+    out, i, n = [], 0, len(lines)
+    while i < n:
+        size, j = 0, i
+        while j < n and (size + len(lines[j]) + 1 <= max_chars or j == i):
+            size += len(lines[j]) + 1
+            j += 1
+        text = "\n".join(lines[i:j])
+        if text.strip():
+            out.append(text)
+        if j >= n:
+            break
+        k, kept = j, 0
+        while k - 1 > i and kept + len(lines[k - 1]) + 1 <= overlap:
+            kept += len(lines[k - 1]) + 1
+            k -= 1
+        i = k
+    return out
+
+
+def bm25(texts, question, k, stop, porter):
+    db = sqlite3.connect(":memory:")
+    db.execute(f"CREATE VIRTUAL TABLE w USING fts5(text{', tokenize=porter' if porter else ''})")
+    db.executemany("INSERT INTO w(rowid, text) VALUES (?, ?)", enumerate(texts))
+    terms = [t.lower() for t in re.split(r"[^\w]+", question) if t]
+    terms = [t for t in terms if not (stop and t in STOP)]
+    query = " OR ".join(f'"{t}"' for t in terms)
+    rows = db.execute("SELECT rowid FROM w WHERE w MATCH ? ORDER BY bm25(w) LIMIT ?", (query, k))
+    return [r[0] for r in rows]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="sentence-transformers/all-MiniLM-L6-v2")
+    ap.add_argument("--chunks", default="800/200,400/100")
+    args = ap.parse_args()
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(args.model, device="cpu")
+    lines = (ROOT / "data/shakespeare.txt").read_text(encoding="utf-8").splitlines()
+    questions = json.loads((ROOT / "tools/fixtures/rag/out/questions.json").read_text())
+    q_emb = model.encode([q["question"] for q in questions], normalize_embeddings=True)
+    print(f"| chunks | BM25 query | k | vector | BM25 | fused |\n|---|---|---|---|---|---|")
+    for spec in args.chunks.split(","):
+        max_chars, overlap = map(int, spec.split("/"))
+        texts = chunks(lines, max_chars, overlap)
+        emb = model.encode(texts, batch_size=32, normalize_embeddings=True)
+        for stop, porter in [(False, False), (True, False), (True, True)]:
+            for k in (3, 5):
+                hits = {"vector": 0, "bm25": 0, "fused": 0}
+                for qi, q in enumerate(questions):
+                    vec = list(np.argsort(-(emb @ q_emb[qi]))[:50])
+                    words = bm25(texts, q["question"], 50, stop, porter)
+                    score = {}
+                    for ranking in (vec, words):
+                        for r, i in enumerate(ranking):
+                            score[i] = score.get(i, 0.0) + 1.0 / (60 + r + 1)
+                    fused = sorted(score, key=lambda i: (-score[i], i))
+                    for name, ranking in (("vector", vec), ("bm25", words), ("fused", fused)):
+                        hits[name] += any(q["passage"] in texts[i] for i in ranking[:k])
+                query = "all words" + (", stop words out" if stop else "") + (", porter" if porter else "")
+                print(f"| {max_chars}/{overlap} ({len(texts)}) | {query} | {k} | "
+                      f"{hits['vector']}/10 | {hits['bm25']}/10 | {hits['fused']}/10 |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
