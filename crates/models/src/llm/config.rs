@@ -17,10 +17,13 @@ pub enum Family {
     Gemma,
     Gemma3,
     Gpt2,
+    Qwen3Moe,
+    Mixtral,
+    Phi3,
 }
 
 impl Family {
-    pub const SUPPORTED_HF: [&'static str; 7] = [
+    pub const SUPPORTED_HF: [&'static str; 10] = [
         "llama",
         "mistral",
         "qwen2",
@@ -28,9 +31,14 @@ impl Family {
         "gemma",
         "gemma3_text",
         "gpt2",
+        "qwen3_moe",
+        "mixtral",
+        "phi3",
     ];
-    pub const SUPPORTED_GGUF: [&'static str; 6] =
-        ["llama", "qwen2", "qwen3", "gemma", "gemma3", "gpt2"];
+    /// GGUF architectures (Mixtral files say `llama` and hold expert tensors).
+    pub const SUPPORTED_GGUF: [&'static str; 8] = [
+        "llama", "qwen2", "qwen3", "gemma", "gemma3", "gpt2", "qwen3moe", "phi3",
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -41,6 +49,9 @@ impl Family {
             Family::Gemma => "gemma",
             Family::Gemma3 => "gemma3",
             Family::Gpt2 => "gpt2",
+            Family::Qwen3Moe => "qwen3_moe",
+            Family::Mixtral => "mixtral",
+            Family::Phi3 => "phi3",
         }
     }
 
@@ -66,6 +77,20 @@ pub struct LocalAttention {
 pub const GEMMA3_GLOBAL_EVERY: usize = 6;
 /// Gemma 3's local RoPE base when a checkpoint does not give it.
 pub const GEMMA3_LOCAL_THETA: f64 = 10_000.0;
+
+/// A sparse mixture of experts in place of every layer's MLP (Mixtral, Qwen3-MoE): a router
+/// picks `top_k` of `count` gated MLPs per token by softmax probability, and their outputs are
+/// summed weighted by those probabilities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Experts {
+    pub count: usize,
+    pub top_k: usize,
+    /// Each expert's intermediate size.
+    pub size: usize,
+    /// The chosen probabilities are divided by their sum (Mixtral always; Qwen3-MoE's
+    /// `norm_topk_prob`), which equals a softmax over the top-k router logits.
+    pub norm_top_k: bool,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum NormKind {
@@ -199,6 +224,8 @@ pub struct LlmConfig {
     /// Attention logits are scaled by this instead of `1/√head_dim` (Gemma 3's
     /// `query_pre_attn_scalar^-½`).
     pub attn_scale: Option<f32>,
+    /// A mixture of experts replaces the MLP of every layer.
+    pub experts: Option<Experts>,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
     pub source: ConfigSource,
@@ -361,7 +388,10 @@ fn hf_rope_of(
             ))
         }
     };
-    let partial = c.get::<f64>("partial_rotary_factor")?.unwrap_or(1.0);
+    let partial = match num("partial_rotary_factor")? {
+        Some(p) => p,
+        None => c.get::<f64>("partial_rotary_factor")?.unwrap_or(1.0),
+    };
     let dims = ((head_dim as f64) * partial) as usize;
     if dims == 0 || !dims.is_multiple_of(2) || dims > head_dim {
         return Err(invalid(
@@ -374,6 +404,77 @@ fn hf_rope_of(
         theta,
         dims,
         scaling,
+    })
+}
+
+/// The experts of a Mixtral or Qwen3-MoE `config.json`; `None` for other families.
+fn hf_experts(c: &ModelConfig, family: Family) -> Result<Option<Experts>, LlmConfigError> {
+    let path = c.path();
+    let (count_field, size_field, norm_top_k) = match family {
+        Family::Mixtral => ("num_local_experts", "intermediate_size", true),
+        Family::Qwen3Moe => {
+            // every layer sparse, as in the published Qwen3-MoE checkpoints
+            if c.get::<usize>("decoder_sparse_step")?.unwrap_or(1) != 1 {
+                return Err(invalid(
+                    path,
+                    "decoder_sparse_step",
+                    "only 1 (every layer a mixture of experts) is supported",
+                ));
+            }
+            if !c
+                .get::<Vec<usize>>("mlp_only_layers")?
+                .unwrap_or_default()
+                .is_empty()
+            {
+                return Err(invalid(
+                    path,
+                    "mlp_only_layers",
+                    "dense layers among sparse ones are not supported",
+                ));
+            }
+            let norm = c.get::<bool>("norm_topk_prob")?.unwrap_or(false);
+            // published checkpoints say num_experts; transformers 5 writes num_local_experts
+            let count = if c.value().get("num_experts").is_some() {
+                "num_experts"
+            } else {
+                "num_local_experts"
+            };
+            (count, "moe_intermediate_size", norm)
+        }
+        _ => return Ok(None),
+    };
+    experts_of(
+        path,
+        count_field,
+        positive(c, count_field)?,
+        positive(c, "num_experts_per_tok")?,
+        positive(c, size_field)?,
+        norm_top_k,
+    )
+    .map(Some)
+}
+
+/// Checks that `top_k` of `count` experts can be chosen.
+fn experts_of(
+    path: &Path,
+    count_field: &str,
+    count: usize,
+    top_k: usize,
+    size: usize,
+    norm_top_k: bool,
+) -> Result<Experts, LlmConfigError> {
+    if top_k > count {
+        return Err(invalid(
+            path,
+            count_field,
+            format!("{count} experts cannot supply {top_k} per token"),
+        ));
+    }
+    Ok(Experts {
+        count,
+        top_k,
+        size,
+        norm_top_k,
     })
 }
 
@@ -390,6 +491,9 @@ impl LlmConfig {
             "gemma" => Family::Gemma,
             "gemma3_text" => Family::Gemma3,
             "gpt2" => Family::Gpt2,
+            "qwen3_moe" => Family::Qwen3Moe,
+            "mixtral" => Family::Mixtral,
+            "phi3" => Family::Phi3,
             other => {
                 return Err(LlmConfigError::UnsupportedArchitecture {
                     path,
@@ -448,8 +552,10 @@ impl LlmConfig {
         let default_theta = 10_000.0;
         let rope = hf_rope(c, head_dim, default_theta)?;
         let sliding_window = match family {
-            Family::Mistral => optional_positive(c, "sliding_window")?,
-            Family::Qwen2 | Family::Qwen3 => {
+            Family::Mistral | Family::Mixtral | Family::Phi3 => {
+                optional_positive(c, "sliding_window")?
+            }
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => {
                 if c.get::<bool>("use_sliding_window")?.unwrap_or(false) {
                     return Err(invalid(
                         &path,
@@ -532,6 +638,7 @@ impl LlmConfig {
             },
             _ => None,
         };
+        let experts = hf_experts(c, family)?;
         let tied_default = family.is_gemma();
         Ok(LlmConfig {
             family,
@@ -551,7 +658,7 @@ impl LlmConfig {
             qkv_bias,
             o_bias,
             mlp_bias: c.get("mlp_bias")?.unwrap_or(false),
-            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3),
+            qk_norm: matches!(family, Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3),
             embed_scale: family.is_gemma().then(|| (hidden_size as f32).sqrt()),
             tied_embeddings: c.get("tie_word_embeddings")?.unwrap_or(tied_default),
             max_positions: positive(c, "max_position_embeddings")?,
@@ -559,6 +666,7 @@ impl LlmConfig {
             local_attention,
             post_norms: family == Family::Gemma3,
             attn_scale,
+            experts,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::HfConfig(path),
@@ -637,6 +745,7 @@ impl LlmConfig {
             local_attention: None,
             post_norms: false,
             attn_scale: None,
+            experts: None,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::HfConfig(path),
@@ -654,6 +763,8 @@ impl LlmConfig {
             "gemma" => Family::Gemma,
             "gemma3" => Family::Gemma3,
             "gpt2" => Family::Gpt2,
+            "qwen3moe" => Family::Qwen3Moe,
+            "phi3" => Family::Phi3,
             other => {
                 return Err(LlmConfigError::UnsupportedArchitecture {
                     path,
@@ -666,6 +777,11 @@ impl LlmConfig {
             }
         };
         let key = |k: &str| format!("{arch}.{k}");
+        // llama.cpp writes Mixtral as `llama` with experts
+        let family = match file.get_u64(&key("expert_count"))? {
+            Some(n) if n > 0 && family == Family::Llama => Family::Mixtral,
+            _ => family,
+        };
         let size = |k: &str| -> Result<usize, LlmConfigError> {
             let k = key(k);
             let v = file.require_u64(&k)?;
@@ -770,11 +886,36 @@ impl LlmConfig {
                 local_attention: None,
                 post_norms: false,
                 attn_scale: None,
+                experts: None,
                 bos_token_id: bos,
                 eos_token_ids: eos,
                 source: ConfigSource::Gguf(path),
             });
         }
+        let experts = match family {
+            Family::Mixtral | Family::Qwen3Moe => {
+                let k = key("expert_feed_forward_length");
+                let expert_size = match family {
+                    Family::Qwen3Moe => size("expert_feed_forward_length")?,
+                    _ => opt_size("expert_feed_forward_length")?
+                        .map_or_else(|| size("feed_forward_length"), Ok)?,
+                };
+                // llama.cpp renormalises the chosen weights of both (its `norm_w`)
+                let norm = match file.get(&key("expert_weights_norm")) {
+                    Some(MetaValue::Bool(b)) => *b,
+                    _ => true,
+                };
+                Some(experts_of(
+                    &path,
+                    &k,
+                    size("expert_count")?,
+                    size("expert_used_count")?,
+                    expert_size,
+                    norm,
+                )?)
+            }
+            _ => None,
+        };
         let k = key("attention.layer_norm_rms_epsilon");
         let eps = finite_positive(&path, &k, file.require_f64(&k)?)? as f32;
         let k = key("rope.freq_base");
@@ -807,6 +948,17 @@ impl LlmConfig {
                     format!("'{other}' is not supported (linear is)"),
                 ))
             }
+        };
+        if file.tensor("rope_factors_long.weight").is_some() {
+            return Err(invalid(
+                &path,
+                "rope_factors_long.weight",
+                "LongRoPE scaling (Phi-3 128k) is not supported",
+            ));
+        }
+        let sliding_window = match family {
+            Family::Phi3 => opt_size("attention.sliding_window")?,
+            _ => None,
         };
         let has_qkv_bias = file.tensor("blk.0.attn_q.bias").is_some()
             || file.tensor("blk.0.attn_qkv.bias").is_some();
@@ -858,10 +1010,11 @@ impl LlmConfig {
             embed_scale: family.is_gemma().then(|| (hidden_size as f32).sqrt()),
             tied_embeddings,
             max_positions,
-            sliding_window: None,
+            sliding_window,
             local_attention,
             post_norms: family == Family::Gemma3,
             attn_scale: None,
+            experts,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::Gguf(path),
