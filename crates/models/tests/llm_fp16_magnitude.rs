@@ -26,8 +26,16 @@ use llm_fixtures::{floats, ints, tiny_large};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
-const FAMILIES: [&str; 7] = [
-    "llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2",
+const FAMILIES: [&str; 9] = [
+    "llama",
+    "llama3",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gpt2",
+    "qwen3_moe",
+    "mixtral",
 ];
 
 /// The residual-stream magnitude the fixtures must reach for these tests to mean anything.

@@ -13,7 +13,7 @@ use aneforge_models::llm::{
 use llm_fixtures::{floats, ints};
 use safetensors::SafeTensors;
 
-const FAMILIES: [&str; 10] = [
+const FAMILIES: [&str; 11] = [
     "llama",
     "llama3",
     "mistral",
@@ -24,11 +24,12 @@ const FAMILIES: [&str; 10] = [
     "gemma3",
     "qwen3_moe",
     "mixtral",
+    "phi3",
 ];
 
 /// Families also written as GGUF (`<family>.gguf`, llama.cpp's names and layout, the same
 /// weights).
-const GGUF_FAMILIES: [&str; 2] = ["qwen3_moe", "mixtral"];
+const GGUF_FAMILIES: [&str; 3] = ["qwen3_moe", "mixtral", "phi3"];
 
 fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/llm/out/tiny")

@@ -133,6 +133,34 @@ fn adapted(y: Tensor, x: &Tensor, pair: Option<&LoraPair>, scale: f32) -> Result
     Ok(y.add(&scaled(delta, scale)?)?)
 }
 
+/// Attention of `q` over `k`, `v` under the additive `mask` (any batch dimensions in front):
+/// the fused op, or with [`LlmConfig::attn_softcap`] the logits soft-capped before the mask.
+pub(super) fn attention(
+    cfg: &LlmConfig,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &Tensor,
+) -> Result<Tensor, LlmError> {
+    let Some(cap) = cfg.attn_softcap else {
+        return Ok(graph::sdpa(q, k, v, Some(mask), false, cfg.attn_scale)?);
+    };
+    let scale = cfg.attn_scale.unwrap_or(1.0 / (cfg.head_dim as f32).sqrt());
+    let logits = q.matmul_t(k, false, true)?.mul_scalar(scale / cap)?;
+    let p = logits.tanh()?.mul_scalar(cap)?.add(mask)?.softmax(-1)?;
+    Ok(p.matmul(v)?)
+}
+
+/// The output head's logits of the final-normed `x`, soft-capped with
+/// [`LlmConfig::final_softcap`].
+pub(super) fn head_logits(cfg: &LlmConfig, x: &Tensor, head: &Tensor) -> Result<Tensor, LlmError> {
+    let logits = x.linear(head, None)?;
+    Ok(match cfg.final_softcap {
+        Some(cap) => logits.mul_scalar(1.0 / cap)?.tanh()?.mul_scalar(cap)?,
+        None => logits,
+    })
+}
+
 /// The router's weight of every expert for each row of `x[N, D]`, `[N, E]`: softmax
 /// probabilities, zero outside each row's `top_k` largest, divided by their sum when
 /// [`Experts::norm_top_k`]. The `top_k`-th largest probability is found by taking out the

@@ -20,10 +20,11 @@ pub enum Family {
     Qwen3Moe,
     Mixtral,
     Phi3,
+    Gemma2,
 }
 
 impl Family {
-    pub const SUPPORTED_HF: [&'static str; 10] = [
+    pub const SUPPORTED_HF: [&'static str; 11] = [
         "llama",
         "mistral",
         "qwen2",
@@ -34,10 +35,11 @@ impl Family {
         "qwen3_moe",
         "mixtral",
         "phi3",
+        "gemma2",
     ];
     /// GGUF architectures (Mixtral files say `llama` and hold expert tensors).
-    pub const SUPPORTED_GGUF: [&'static str; 8] = [
-        "llama", "qwen2", "qwen3", "gemma", "gemma3", "gpt2", "qwen3moe", "phi3",
+    pub const SUPPORTED_GGUF: [&'static str; 9] = [
+        "llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2", "qwen3moe", "phi3",
     ];
 
     pub fn name(self) -> &'static str {
@@ -52,12 +54,13 @@ impl Family {
             Family::Qwen3Moe => "qwen3_moe",
             Family::Mixtral => "mixtral",
             Family::Phi3 => "phi3",
+            Family::Gemma2 => "gemma2",
         }
     }
 
     /// Gemma's conventions: `(1 + w)` norms, √hidden embedding scale, tied embeddings.
     pub fn is_gemma(self) -> bool {
-        matches!(self, Family::Gemma | Family::Gemma3)
+        matches!(self, Family::Gemma | Family::Gemma2 | Family::Gemma3)
     }
 }
 
@@ -73,6 +76,8 @@ pub struct LocalAttention {
     pub rope: Rope,
 }
 
+/// Gemma 2's layer pattern when a checkpoint does not list it: every other layer is global.
+pub const GEMMA2_GLOBAL_EVERY: usize = 2;
 /// Gemma 3's layer pattern when a checkpoint does not list it: every sixth layer is global.
 pub const GEMMA3_GLOBAL_EVERY: usize = 6;
 /// Gemma 3's local RoPE base when a checkpoint does not give it.
@@ -226,6 +231,10 @@ pub struct LlmConfig {
     pub attn_scale: Option<f32>,
     /// A mixture of experts replaces the MLP of every layer.
     pub experts: Option<Experts>,
+    /// Attention logits become `cap · tanh(logit / cap)` before the mask (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// Output logits become `cap · tanh(logit / cap)` (Gemma 2).
+    pub final_softcap: Option<f32>,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
     pub source: ConfigSource,
@@ -494,6 +503,7 @@ impl LlmConfig {
             "qwen3_moe" => Family::Qwen3Moe,
             "mixtral" => Family::Mixtral,
             "phi3" => Family::Phi3,
+            "gemma2" => Family::Gemma2,
             other => {
                 return Err(LlmConfigError::UnsupportedArchitecture {
                     path,
@@ -531,13 +541,15 @@ impl LlmConfig {
             }
         };
         let act_name: Option<String> = match family {
-            Family::Gemma | Family::Gemma3 => c.get("hidden_activation")?.or(c.get("hidden_act")?),
+            Family::Gemma | Family::Gemma2 | Family::Gemma3 => {
+                c.get("hidden_activation")?.or(c.get("hidden_act")?)
+            }
             _ => c.get("hidden_act")?,
         };
         let act_name = act_name.unwrap_or_else(|| "silu".into());
         let act = match (family, act_name.as_str()) {
             // legacy Gemma configs say "gelu" and mean the tanh approximation (as transformers)
-            (Family::Gemma | Family::Gemma3, "gelu") => Activation::GeluTanh,
+            (Family::Gemma | Family::Gemma2 | Family::Gemma3, "gelu") => Activation::GeluTanh,
             (_, name) => Activation::parse(name).ok_or_else(|| {
                 invalid(&path, "hidden_act", format!("'{name}' is not supported"))
             })?,
@@ -574,7 +586,20 @@ impl LlmConfig {
                 }
             }
         }
-        let local_attention = if family == Family::Gemma3 {
+        let softcap = |field: &str| -> Result<Option<f32>, LlmConfigError> {
+            match c.get::<f64>(field)? {
+                Some(v) => Ok(Some(finite_positive(&path, field, v)? as f32)),
+                None => Ok(None),
+            }
+        };
+        let (attn_softcap, final_softcap) = match family {
+            Family::Gemma2 => (
+                softcap("attn_logit_softcapping")?,
+                softcap("final_logit_softcapping")?,
+            ),
+            _ => (None, None),
+        };
+        let local_attention = if matches!(family, Family::Gemma2 | Family::Gemma3) {
             let n_layers = positive(c, "num_hidden_layers")?;
             let window = positive(c, "sliding_window")?;
             let local = match c.get::<Vec<String>>("layer_types")? {
@@ -600,8 +625,11 @@ impl LlmConfig {
                         .collect::<Result<Vec<_>, _>>()?
                 }
                 None => {
-                    let every = optional_positive(c, "sliding_window_pattern")?
-                        .unwrap_or(GEMMA3_GLOBAL_EVERY);
+                    let default = match family {
+                        Family::Gemma2 => GEMMA2_GLOBAL_EVERY,
+                        _ => GEMMA3_GLOBAL_EVERY,
+                    };
+                    let every = optional_positive(c, "sliding_window_pattern")?.unwrap_or(default);
                     (0..n_layers).map(|l| (l + 1) % every != 0).collect()
                 }
             };
@@ -609,7 +637,10 @@ impl LlmConfig {
                 .value()
                 .get("rope_parameters")
                 .is_some_and(|p| p.get("sliding_attention").is_some());
-            let rope = if per_type {
+            // Gemma 2's local layers rotate as its global ones do
+            let rope = if family == Family::Gemma2 {
+                rope.clone()
+            } else if per_type {
                 hf_rope_of(c, "sliding_attention", head_dim, GEMMA3_LOCAL_THETA)?
             } else {
                 let theta = c
@@ -630,7 +661,7 @@ impl LlmConfig {
             None
         };
         let attn_scale = match family {
-            Family::Gemma3 => match c.get::<f64>("query_pre_attn_scalar")? {
+            Family::Gemma2 | Family::Gemma3 => match c.get::<f64>("query_pre_attn_scalar")? {
                 Some(q) => {
                     Some((1.0 / finite_positive(&path, "query_pre_attn_scalar", q)?.sqrt()) as f32)
                 }
@@ -664,9 +695,11 @@ impl LlmConfig {
             max_positions: positive(c, "max_position_embeddings")?,
             sliding_window,
             local_attention,
-            post_norms: family == Family::Gemma3,
+            post_norms: matches!(family, Family::Gemma2 | Family::Gemma3),
             attn_scale,
             experts,
+            attn_softcap,
+            final_softcap,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::HfConfig(path),
@@ -746,6 +779,8 @@ impl LlmConfig {
             post_norms: false,
             attn_scale: None,
             experts: None,
+            attn_softcap: None,
+            final_softcap: None,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::HfConfig(path),
@@ -765,6 +800,7 @@ impl LlmConfig {
             "gpt2" => Family::Gpt2,
             "qwen3moe" => Family::Qwen3Moe,
             "phi3" => Family::Phi3,
+            "gemma2" => Family::Gemma2,
             other => {
                 return Err(LlmConfigError::UnsupportedArchitecture {
                     path,
@@ -887,6 +923,8 @@ impl LlmConfig {
                 post_norms: false,
                 attn_scale: None,
                 experts: None,
+                attn_softcap: None,
+                final_softcap: None,
                 bos_token_id: bos,
                 eos_token_ids: eos,
                 source: ConfigSource::Gguf(path),
@@ -968,8 +1006,20 @@ impl LlmConfig {
         } else {
             Activation::Silu
         };
+        // llama.cpp's Gemma 2: every other layer global, one RoPE
         // llama.cpp's Gemma 3: every sixth layer global, local layers at RoPE base 10000
         let local_attention = match (family, opt_size("attention.sliding_window")?) {
+            (Family::Gemma2, Some(window)) => Some(LocalAttention {
+                window,
+                local: (0..n_layers)
+                    .map(|l| (l + 1) % GEMMA2_GLOBAL_EVERY != 0)
+                    .collect(),
+                rope: Rope {
+                    theta,
+                    dims,
+                    scaling: scaling.clone(),
+                },
+            }),
             (Family::Gemma3, Some(window)) => Some(LocalAttention {
                 window,
                 local: (0..n_layers)
@@ -981,6 +1031,26 @@ impl LlmConfig {
                     scaling: RopeScaling::None,
                 },
             }),
+            _ => None,
+        };
+        let softcap = |k: &str| -> Result<Option<f32>, LlmConfigError> {
+            let k = key(k);
+            match file.get_f64(&k)? {
+                Some(v) => Ok(Some(finite_positive(&path, &k, v)? as f32)),
+                None => Ok(None),
+            }
+        };
+        let (attn_softcap, final_softcap) = match family {
+            Family::Gemma2 => (
+                softcap("attn_logit_softcapping")?,
+                softcap("final_logit_softcapping")?,
+            ),
+            _ => (None, None),
+        };
+        // llama.cpp's Gemma 2: 1/√(hidden/heads) for the 46-layer 27B model (its
+        // query_pre_attn_scalar), else 1/√head_dim
+        let attn_scale = match family {
+            Family::Gemma2 if n_layers == 46 => Some((n_heads as f32 / hidden_size as f32).sqrt()),
             _ => None,
         };
         Ok(LlmConfig {
@@ -1012,9 +1082,11 @@ impl LlmConfig {
             max_positions,
             sliding_window,
             local_attention,
-            post_norms: family == Family::Gemma3,
-            attn_scale: None,
+            post_norms: matches!(family, Family::Gemma2 | Family::Gemma3),
+            attn_scale,
             experts,
+            attn_softcap,
+            final_softcap,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::Gguf(path),

@@ -212,7 +212,7 @@ pub fn load_hf(
     let names = match cfg.family {
         Family::Gpt2 if file.contains("transformer.wte.weight") => NameMap::hf_gpt2("transformer."),
         Family::Gpt2 => NameMap::hf_gpt2(""),
-        Family::Gemma3 => NameMap::hf_gemma3(),
+        Family::Gemma2 | Family::Gemma3 => NameMap::hf_gemma3(),
         Family::Mixtral => NameMap::hf_mixtral(),
         Family::Phi3 => NameMap::hf_phi3(),
         _ => NameMap::hf(),
