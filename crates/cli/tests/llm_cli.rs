@@ -16,7 +16,7 @@ use aneforge_models::require_model;
 use safetensors::SafeTensors;
 
 const SMOLLM2: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
-const FAMILIES: [&str; 11] = [
+const FAMILIES: [&str; 12] = [
     "llama",
     "llama3",
     "mistral",
@@ -28,6 +28,7 @@ const FAMILIES: [&str; 11] = [
     "qwen3_moe",
     "mixtral",
     "phi3",
+    "gemma2",
 ];
 
 fn fixtures() -> PathBuf {

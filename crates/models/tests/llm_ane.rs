@@ -21,7 +21,7 @@ use aneforge_models::llm::{
 };
 use llm_fixtures::{file_ints, tiny};
 
-const FAMILIES: [&str; 11] = [
+const FAMILIES: [&str; 12] = [
     "llama",
     "llama3",
     "mistral",
@@ -33,6 +33,7 @@ const FAMILIES: [&str; 11] = [
     "qwen3_moe",
     "mixtral",
     "phi3",
+    "gemma2",
 ];
 
 fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {
@@ -133,9 +134,9 @@ fn prefill_and_a_decode_step_through_the_ane_engine_on_the_simulator() {
         ..AneOptions::default()
     })
     .unwrap();
-    // a dense family, the mixtures of experts (routing by compare/select in the program) and
-    // fused projections
-    for family in ["llama", "qwen3_moe", "mixtral", "phi3"] {
+    // a dense family, the mixtures of experts (routing by compare/select in the program), fused
+    // projections and soft-capped attention
+    for family in ["llama", "qwen3_moe", "mixtral", "phi3", "gemma2"] {
         let llm = Arc::new(
             Llm::load(
                 tiny(family).to_str().unwrap(),

@@ -13,7 +13,7 @@ use aneforge_models::llm::{
 use llm_fixtures::{floats, ints};
 use safetensors::SafeTensors;
 
-const FAMILIES: [&str; 11] = [
+const FAMILIES: [&str; 12] = [
     "llama",
     "llama3",
     "mistral",
@@ -25,11 +25,12 @@ const FAMILIES: [&str; 11] = [
     "qwen3_moe",
     "mixtral",
     "phi3",
+    "gemma2",
 ];
 
 /// Families also written as GGUF (`<family>.gguf`, llama.cpp's names and layout, the same
 /// weights).
-const GGUF_FAMILIES: [&str; 3] = ["qwen3_moe", "mixtral", "phi3"];
+const GGUF_FAMILIES: [&str; 4] = ["qwen3_moe", "mixtral", "phi3", "gemma2"];
 
 fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/llm/out/tiny")

@@ -340,9 +340,11 @@ impl Builder<'_> {
         };
         let (up, up_bias, down, down_bias, router) = match (cfg.experts, cfg.mlp) {
             (Some(x), _) => {
+                // experts first: a file with fewer experts than its config names the first
+                // missing one
+                let (up, down) = self.experts(i, x)?;
                 let name = format!("{}.weight", self.names.layer(i, Part::Router)?);
                 let router = c(self.dense(&name, &[x.count, d])?);
-                let (up, down) = self.experts(i, x)?;
                 (up, None, down, None, Some(router))
             }
             (None, mlp) => {
