@@ -499,3 +499,29 @@ fn widened(
     p.finish(rows, cols)
         .map_err(|e| LlmError::Internal(format!("widening a {rows}x{cols} matrix: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Row-merging a block-quantized matrix keeps every value where the dense merge puts it.
+    #[test]
+    fn merged_rows_keep_their_values() {
+        let (rows, cols) = (6, 64);
+        let values: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let dense = Matrix::Dense(HostArray::from_f32(&[rows, cols], values).unwrap());
+        for format in [QuantFormat::I8, QuantFormat::I4] {
+            let Matrix::Quant(q) = dense.quantize(format).unwrap() else {
+                panic!("quantize gives blocks");
+            };
+            let Matrix::Quant(merged) = Matrix::Quant(q.clone()).merge_rows(3).unwrap() else {
+                panic!("merging blocks keeps blocks");
+            };
+            assert_eq!((merged.rows(), merged.cols()), (2, 3 * cols));
+            assert_eq!(merged.dequantize(), q.dequantize(), "{format:?}");
+        }
+        assert!(dense.merge_rows(4).is_err());
+    }
+}
