@@ -26,7 +26,7 @@ use llm_fixtures::{floats, ints, tiny_large};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
-const FAMILIES: [&str; 9] = [
+const FAMILIES: [&str; 10] = [
     "llama",
     "llama3",
     "mistral",
@@ -36,6 +36,7 @@ const FAMILIES: [&str; 9] = [
     "gpt2",
     "qwen3_moe",
     "mixtral",
+    "phi3",
 ];
 
 /// The residual-stream magnitude the fixtures must reach for these tests to mean anything.
