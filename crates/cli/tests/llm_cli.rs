@@ -16,8 +16,19 @@ use aneforge_models::require_model;
 use safetensors::SafeTensors;
 
 const SMOLLM2: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
-const FAMILIES: [&str; 8] = [
-    "llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2", "gemma3",
+const FAMILIES: [&str; 12] = [
+    "llama",
+    "llama3",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gpt2",
+    "gemma3",
+    "qwen3_moe",
+    "mixtral",
+    "phi3",
+    "gemma2",
 ];
 
 fn fixtures() -> PathBuf {

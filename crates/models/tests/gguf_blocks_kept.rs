@@ -23,7 +23,7 @@ fn fixture() -> (Arc<GgufFile>, SafeTensorsFiles) {
 
 fn kept(file: &Arc<GgufFile>, name: &str) -> BlockQuantized {
     let shape = file.tensor(name).unwrap().shape();
-    match Matrix::from_gguf_blocks(file, name, shape[0], shape[1]).unwrap() {
+    match Matrix::from_gguf_blocks(file, name, &[shape[0], shape[1]]).unwrap() {
         Some(Matrix::Quant(q)) => q,
         other => panic!("{name}: not kept quantized: {other:?}"),
     }
@@ -172,7 +172,7 @@ fn other_types_and_shapes_are_not_kept() {
     for name in ["q.F32", "q.F16", "q.BF16", "q.Q8_K"] {
         let shape = file.tensor(name).unwrap().shape();
         assert!(
-            Matrix::from_gguf_blocks(&file, name, shape[0], shape[1])
+            Matrix::from_gguf_blocks(&file, name, &[shape[0], shape[1]])
                 .unwrap()
                 .is_none(),
             "{name}"
@@ -181,7 +181,7 @@ fn other_types_and_shapes_are_not_kept() {
     // a shape other than the file's: left to the dense path, which reports it
     let shape = file.tensor("q.Q4_K").unwrap().shape();
     assert!(
-        Matrix::from_gguf_blocks(&file, "q.Q4_K", shape[1], shape[0])
+        Matrix::from_gguf_blocks(&file, "q.Q4_K", &[shape[1], shape[0]])
             .unwrap()
             .is_none()
     );

@@ -21,8 +21,19 @@ use aneforge_models::llm::{
 };
 use llm_fixtures::{file_ints, tiny};
 
-const FAMILIES: [&str; 8] = [
-    "llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2", "gemma3",
+const FAMILIES: [&str; 12] = [
+    "llama",
+    "llama3",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gpt2",
+    "gemma3",
+    "qwen3_moe",
+    "mixtral",
+    "phi3",
+    "gemma2",
 ];
 
 fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {
@@ -123,32 +134,35 @@ fn prefill_and_a_decode_step_through_the_ane_engine_on_the_simulator() {
         ..AneOptions::default()
     })
     .unwrap();
-    let family = "llama";
-    let llm = Arc::new(
-        Llm::load(
-            tiny(family).to_str().unwrap(),
-            LoadOptions::new(WeightFormat::Stored),
-        )
-        .unwrap(),
-    );
-    let prompt = file_ints(&tiny(family).join("expected.safetensors"), "prompt_ids");
-    let want = file_ints(&tiny(family).join("expected.safetensors"), "greedy_ids");
-    let mut on_ane = runner(llm.clone(), ane(), Engine::Ane);
-    let mut on_cpu = runner(llm.clone(), ane(), Engine::Cpu);
-    let mut fp32 = runner(llm, Target::Cpu, Engine::Cpu);
-    for (step, tokens) in [&prompt[..], &want[..1]].into_iter().enumerate() {
-        let a = on_ane.feed(tokens).unwrap();
-        let c = on_cpu.feed(tokens).unwrap();
-        let r = fp32.feed(tokens).unwrap();
-        // the simulator executes the same fp16 program with the CPU engine's fp16 semantics
-        let dev = max_abs_diff(&a, &c);
-        assert_eq!(dev, 0.0, "step {step}: ANE engine vs CPU engine");
-        let to_fp32 = max_abs_diff(&a, &r);
-        let want_tok = want[step];
-        assert_eq!(argmax(&r), want_tok);
-        if margin(&r) > 2.0 * to_fp32 {
-            assert_eq!(argmax(&a), want_tok, "step {step}");
+    // a dense family, the mixtures of experts (routing by compare/select in the program), fused
+    // projections and soft-capped attention
+    for family in ["llama", "qwen3_moe", "mixtral", "phi3", "gemma2"] {
+        let llm = Arc::new(
+            Llm::load(
+                tiny(family).to_str().unwrap(),
+                LoadOptions::new(WeightFormat::Stored),
+            )
+            .unwrap(),
+        );
+        let prompt = file_ints(&tiny(family).join("expected.safetensors"), "prompt_ids");
+        let want = file_ints(&tiny(family).join("expected.safetensors"), "greedy_ids");
+        let mut on_ane = runner(llm.clone(), ane(), Engine::Ane);
+        let mut on_cpu = runner(llm.clone(), ane(), Engine::Cpu);
+        let mut fp32 = runner(llm, Target::Cpu, Engine::Cpu);
+        for (step, tokens) in [&prompt[..], &want[..1]].into_iter().enumerate() {
+            let a = on_ane.feed(tokens).unwrap();
+            let c = on_cpu.feed(tokens).unwrap();
+            let r = fp32.feed(tokens).unwrap();
+            // the simulator executes the same fp16 program with the CPU engine's fp16 semantics
+            let dev = max_abs_diff(&a, &c);
+            assert_eq!(dev, 0.0, "{family} step {step}: ANE engine vs CPU engine");
+            let to_fp32 = max_abs_diff(&a, &r);
+            let want_tok = want[step];
+            assert_eq!(argmax(&r), want_tok, "{family}");
+            if margin(&r) > 2.0 * to_fp32 {
+                assert_eq!(argmax(&a), want_tok, "{family} step {step}");
+            }
         }
+        assert_eq!(on_ane.len(), prompt.len() + 1);
     }
-    assert_eq!(on_ane.len(), prompt.len() + 1);
 }

@@ -73,6 +73,9 @@ fn unsupported_architectures_are_named() {
         msg.contains("unsupported architecture 'mamba'") && msg.contains("llama"),
         "{msg}"
     );
+    for name in ["qwen3_moe", "mixtral", "phi3", "gemma2"] {
+        assert!(msg.contains(name), "{name} missing from: {msg}");
+    }
 
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("rwkv.gguf");
@@ -82,6 +85,39 @@ fn unsupported_architectures_are_named() {
         msg.contains("unsupported architecture 'rwkv6'") && msg.contains("rwkv.gguf"),
         "{msg}"
     );
+    for name in ["qwen3moe", "phi3", "gemma2"] {
+        assert!(msg.contains(name), "{name} missing from: {msg}");
+    }
+}
+
+#[test]
+fn a_mixture_of_experts_missing_experts_is_an_error() {
+    // the config promises a ninth expert the checkpoint does not have
+    let dir = edited_copy("qwen3_moe", "config.json", |c| {
+        c["num_local_experts"] = 9.into();
+    });
+    let msg = load(dir.path()).unwrap_err().to_string();
+    assert!(
+        msg.contains("model.layers.0.mlp.experts.8.gate_proj.weight"),
+        "{msg}"
+    );
+    let dir = edited_copy("mixtral", "config.json", |c| {
+        c["num_experts_per_tok"] = 5.into();
+    });
+    let msg = load(dir.path()).unwrap_err().to_string();
+    assert!(
+        msg.contains("num_local_experts") && msg.contains("4 experts cannot supply 5"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn phi3_long_rope_is_refused() {
+    let dir = edited_copy("phi3", "config.json", |c| {
+        c["rope_parameters"]["rope_type"] = "longrope".into();
+    });
+    let msg = load(dir.path()).unwrap_err().to_string();
+    assert!(msg.contains("'longrope' is not supported"), "{msg}");
 }
 
 /// A GGUF v3 file for `llama` with the metadata the config needs, `extra` f32 entries, and a

@@ -26,8 +26,17 @@ use llm_fixtures::{floats, ints, tiny_large};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
-const FAMILIES: [&str; 7] = [
-    "llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2",
+const FAMILIES: [&str; 10] = [
+    "llama",
+    "llama3",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gpt2",
+    "qwen3_moe",
+    "mixtral",
+    "phi3",
 ];
 
 /// The residual-stream magnitude the fixtures must reach for these tests to mean anything.

@@ -13,9 +13,24 @@ use aneforge_models::llm::{
 use llm_fixtures::{floats, ints};
 use safetensors::SafeTensors;
 
-const FAMILIES: [&str; 8] = [
-    "llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2", "gemma3",
+const FAMILIES: [&str; 12] = [
+    "llama",
+    "llama3",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gpt2",
+    "gemma3",
+    "qwen3_moe",
+    "mixtral",
+    "phi3",
+    "gemma2",
 ];
+
+/// Families also written as GGUF (`<family>.gguf`, llama.cpp's names and layout, the same
+/// weights).
+const GGUF_FAMILIES: [&str; 4] = ["qwen3_moe", "mixtral", "phi3", "gemma2"];
 
 fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/llm/out/tiny")
@@ -186,5 +201,29 @@ fn requantized_weights_match_the_reference() {
             let err = relative_error(&got, &reference);
             assert!(err < 1e-4, "{family} {format:?}: relative error {err:e}");
         }
+    }
+}
+
+/// The GGUF files of the same weights (llama.cpp's architecture names, stacked `ffn_*_exps`
+/// experts, Llama's permuted q/k rows, the tokenizer in metadata) give transformers' logits and
+/// greedy tokens.
+#[test]
+fn gguf_files_match_transformers() {
+    for family in GGUF_FAMILIES {
+        let path = fixture_dir().join(format!("{family}.gguf"));
+        let llm = Arc::new(
+            Llm::load(path.to_str().unwrap(), LoadOptions::default())
+                .unwrap_or_else(|e| panic!("{family}: {e}")),
+        );
+        let want = expected(family);
+        let text = "ROMEO: But soft, what light through yonder window breaks?";
+        assert_eq!(llm.encode(text).unwrap(), want.prompt_ids, "{family}");
+        let mut runner = Runner::new(llm.clone(), options()).unwrap();
+        let got = runner.feed_all(&want.prompt_ids).unwrap();
+        let err = relative_error(&got, &want.prompt_logits);
+        assert!(err < 1e-4, "{family}: prompt logits relative error {err:e}");
+        runner.reset();
+        let g = generate(&mut runner, &want.prompt_ids, &greedy(64), &mut |_| true).unwrap();
+        assert_eq!(g.tokens, want.greedy_ids, "{family}");
     }
 }

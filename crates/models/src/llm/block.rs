@@ -6,7 +6,7 @@
 
 use aneforge::graph::{self, HostArray, Tensor};
 
-use super::config::{LlmConfig, MlpKind, NormKind};
+use super::config::{Experts, LlmConfig, MlpKind, NormKind};
 use super::weights::{LayerWeights, NormWeights};
 use super::LlmError;
 
@@ -133,6 +133,58 @@ fn adapted(y: Tensor, x: &Tensor, pair: Option<&LoraPair>, scale: f32) -> Result
     Ok(y.add(&scaled(delta, scale)?)?)
 }
 
+/// Attention of `q` over `k`, `v` under the additive `mask` (any batch dimensions in front):
+/// the fused op, or with [`LlmConfig::attn_softcap`] the logits soft-capped before the mask.
+pub(super) fn attention(
+    cfg: &LlmConfig,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &Tensor,
+) -> Result<Tensor, LlmError> {
+    let Some(cap) = cfg.attn_softcap else {
+        return Ok(graph::sdpa(q, k, v, Some(mask), false, cfg.attn_scale)?);
+    };
+    let scale = cfg.attn_scale.unwrap_or(1.0 / (cfg.head_dim as f32).sqrt());
+    let logits = q.matmul_t(k, false, true)?.mul_scalar(scale / cap)?;
+    let p = logits.tanh()?.mul_scalar(cap)?.add(mask)?.softmax(-1)?;
+    Ok(p.matmul(v)?)
+}
+
+/// The output head's logits of the final-normed `x`, soft-capped with
+/// [`LlmConfig::final_softcap`].
+pub(super) fn head_logits(cfg: &LlmConfig, x: &Tensor, head: &Tensor) -> Result<Tensor, LlmError> {
+    let logits = x.linear(head, None)?;
+    Ok(match cfg.final_softcap {
+        Some(cap) => logits.mul_scalar(1.0 / cap)?.tanh()?.mul_scalar(cap)?,
+        None => logits,
+    })
+}
+
+/// The router's weight of every expert for each row of `x[N, D]`, `[N, E]`: softmax
+/// probabilities, zero outside each row's `top_k` largest, divided by their sum when
+/// [`Experts::norm_top_k`]. The `top_k`-th largest probability is found by taking out the
+/// largest `top_k − 1` times (they are probabilities, so −1 is below all of them); ties with it
+/// are all kept.
+fn route(x: &Tensor, router: &Tensor, experts: Experts) -> Result<Tensor, LlmError> {
+    let p = x.linear(router, None)?.softmax(-1)?;
+    let mut rest = p.clone();
+    if experts.top_k > 1 {
+        let below = p.mul_scalar(0.0)?.add_scalar(-1.0)?;
+        for _ in 1..experts.top_k {
+            let top = rest.max(&[-1], true)?;
+            rest = rest.ge(&top)?.select(&below, &rest)?;
+        }
+    }
+    let kth = rest.max(&[-1], true)?;
+    let w = p.ge(&kth)?.select(&p, &p.mul_scalar(0.0)?)?;
+    Ok(if experts.norm_top_k {
+        w.div(&w.sum(&[-1], true)?)?
+    } else {
+        w
+    })
+}
+
 /// What one layer produces: its output and the intermediate values the fp16 audit probes.
 pub(super) struct LayerOut {
     /// The residual stream after the layer.
@@ -187,14 +239,26 @@ pub(super) fn decoder_layer(
     let hn = norm_at(cfg, &after_attn, &lw.mlp_norm, rs)?;
     let up = hn.linear(&lw.up, lw.up_bias.as_ref())?;
     let pair = |f: fn(&LayerLora) -> &Option<LoraPair>| lora.and_then(|l| f(l).as_ref());
-    let mlp_act = match cfg.mlp {
-        MlpKind::Gated(a) => {
+    let mlp_act = match (cfg.mlp, cfg.experts, &lw.router) {
+        // every expert computed, then weighted by the router (zero for the unchosen); `up` holds
+        // each expert's gate and up rows in turn and `down` each expert's columns in turn, so
+        // one projection sums the experts
+        (MlpKind::Gated(a), Some(x), Some(router)) => {
+            let (e, i) = (x.count as isize, x.size as isize);
+            let w = route(&hn, router, x)?.reshape(&[n, e, 1])?;
+            let gu = up.reshape(&[n, e, 2 * i])?.split(&[x.size, x.size], -1)?;
+            a.apply(&gu[0])?
+                .mul(&gu[1])?
+                .mul(&w)?
+                .reshape(&[n, e * i])?
+        }
+        (MlpKind::Gated(a), _, _) => {
             let gu = up.split(&[cfg.intermediate_size, cfg.intermediate_size], -1)?;
             let gate = adapted(gu[0].clone(), &hn, pair(|l| &l.gate), lora_scale)?;
             let up = adapted(gu[1].clone(), &hn, pair(|l| &l.up), lora_scale)?;
             a.apply(&gate)?.mul(&up)?
         }
-        MlpKind::Plain(a) => a.apply(&adapted(up, &hn, pair(|l| &l.up), lora_scale)?)?,
+        (MlpKind::Plain(a), _, _) => a.apply(&adapted(up, &hn, pair(|l| &l.up), lora_scale)?)?,
     };
     let down = mlp_act.linear(&lw.down, lw.down_bias.as_ref())?;
     let mut down = adapted(down, &mlp_act, pair(|l| &l.down), lora_scale)?;

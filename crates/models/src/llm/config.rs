@@ -17,10 +17,14 @@ pub enum Family {
     Gemma,
     Gemma3,
     Gpt2,
+    Qwen3Moe,
+    Mixtral,
+    Phi3,
+    Gemma2,
 }
 
 impl Family {
-    pub const SUPPORTED_HF: [&'static str; 7] = [
+    pub const SUPPORTED_HF: [&'static str; 11] = [
         "llama",
         "mistral",
         "qwen2",
@@ -28,9 +32,15 @@ impl Family {
         "gemma",
         "gemma3_text",
         "gpt2",
+        "qwen3_moe",
+        "mixtral",
+        "phi3",
+        "gemma2",
     ];
-    pub const SUPPORTED_GGUF: [&'static str; 6] =
-        ["llama", "qwen2", "qwen3", "gemma", "gemma3", "gpt2"];
+    /// GGUF architectures (Mixtral files say `llama` and hold expert tensors).
+    pub const SUPPORTED_GGUF: [&'static str; 9] = [
+        "llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2", "qwen3moe", "phi3",
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -41,12 +51,16 @@ impl Family {
             Family::Gemma => "gemma",
             Family::Gemma3 => "gemma3",
             Family::Gpt2 => "gpt2",
+            Family::Qwen3Moe => "qwen3_moe",
+            Family::Mixtral => "mixtral",
+            Family::Phi3 => "phi3",
+            Family::Gemma2 => "gemma2",
         }
     }
 
     /// Gemma's conventions: `(1 + w)` norms, √hidden embedding scale, tied embeddings.
     pub fn is_gemma(self) -> bool {
-        matches!(self, Family::Gemma | Family::Gemma3)
+        matches!(self, Family::Gemma | Family::Gemma2 | Family::Gemma3)
     }
 }
 
@@ -62,10 +76,26 @@ pub struct LocalAttention {
     pub rope: Rope,
 }
 
+/// Gemma 2's layer pattern when a checkpoint does not list it: every other layer is global.
+pub const GEMMA2_GLOBAL_EVERY: usize = 2;
 /// Gemma 3's layer pattern when a checkpoint does not list it: every sixth layer is global.
 pub const GEMMA3_GLOBAL_EVERY: usize = 6;
 /// Gemma 3's local RoPE base when a checkpoint does not give it.
 pub const GEMMA3_LOCAL_THETA: f64 = 10_000.0;
+
+/// A sparse mixture of experts in place of every layer's MLP (Mixtral, Qwen3-MoE): a router
+/// picks `top_k` of `count` gated MLPs per token by softmax probability, and their outputs are
+/// summed weighted by those probabilities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Experts {
+    pub count: usize,
+    pub top_k: usize,
+    /// Each expert's intermediate size.
+    pub size: usize,
+    /// The chosen probabilities are divided by their sum (Mixtral always; Qwen3-MoE's
+    /// `norm_topk_prob`), which equals a softmax over the top-k router logits.
+    pub norm_top_k: bool,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum NormKind {
@@ -199,6 +229,12 @@ pub struct LlmConfig {
     /// Attention logits are scaled by this instead of `1/√head_dim` (Gemma 3's
     /// `query_pre_attn_scalar^-½`).
     pub attn_scale: Option<f32>,
+    /// A mixture of experts replaces the MLP of every layer.
+    pub experts: Option<Experts>,
+    /// Attention logits become `cap · tanh(logit / cap)` before the mask (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// Output logits become `cap · tanh(logit / cap)` (Gemma 2).
+    pub final_softcap: Option<f32>,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
     pub source: ConfigSource,
@@ -361,7 +397,10 @@ fn hf_rope_of(
             ))
         }
     };
-    let partial = c.get::<f64>("partial_rotary_factor")?.unwrap_or(1.0);
+    let partial = match num("partial_rotary_factor")? {
+        Some(p) => p,
+        None => c.get::<f64>("partial_rotary_factor")?.unwrap_or(1.0),
+    };
     let dims = ((head_dim as f64) * partial) as usize;
     if dims == 0 || !dims.is_multiple_of(2) || dims > head_dim {
         return Err(invalid(
@@ -374,6 +413,77 @@ fn hf_rope_of(
         theta,
         dims,
         scaling,
+    })
+}
+
+/// The experts of a Mixtral or Qwen3-MoE `config.json`; `None` for other families.
+fn hf_experts(c: &ModelConfig, family: Family) -> Result<Option<Experts>, LlmConfigError> {
+    let path = c.path();
+    let (count_field, size_field, norm_top_k) = match family {
+        Family::Mixtral => ("num_local_experts", "intermediate_size", true),
+        Family::Qwen3Moe => {
+            // every layer sparse, as in the published Qwen3-MoE checkpoints
+            if c.get::<usize>("decoder_sparse_step")?.unwrap_or(1) != 1 {
+                return Err(invalid(
+                    path,
+                    "decoder_sparse_step",
+                    "only 1 (every layer a mixture of experts) is supported",
+                ));
+            }
+            if !c
+                .get::<Vec<usize>>("mlp_only_layers")?
+                .unwrap_or_default()
+                .is_empty()
+            {
+                return Err(invalid(
+                    path,
+                    "mlp_only_layers",
+                    "dense layers among sparse ones are not supported",
+                ));
+            }
+            let norm = c.get::<bool>("norm_topk_prob")?.unwrap_or(false);
+            // published checkpoints say num_experts; transformers 5 writes num_local_experts
+            let count = if c.value().get("num_experts").is_some() {
+                "num_experts"
+            } else {
+                "num_local_experts"
+            };
+            (count, "moe_intermediate_size", norm)
+        }
+        _ => return Ok(None),
+    };
+    experts_of(
+        path,
+        count_field,
+        positive(c, count_field)?,
+        positive(c, "num_experts_per_tok")?,
+        positive(c, size_field)?,
+        norm_top_k,
+    )
+    .map(Some)
+}
+
+/// Checks that `top_k` of `count` experts can be chosen.
+fn experts_of(
+    path: &Path,
+    count_field: &str,
+    count: usize,
+    top_k: usize,
+    size: usize,
+    norm_top_k: bool,
+) -> Result<Experts, LlmConfigError> {
+    if top_k > count {
+        return Err(invalid(
+            path,
+            count_field,
+            format!("{count} experts cannot supply {top_k} per token"),
+        ));
+    }
+    Ok(Experts {
+        count,
+        top_k,
+        size,
+        norm_top_k,
     })
 }
 
@@ -390,6 +500,10 @@ impl LlmConfig {
             "gemma" => Family::Gemma,
             "gemma3_text" => Family::Gemma3,
             "gpt2" => Family::Gpt2,
+            "qwen3_moe" => Family::Qwen3Moe,
+            "mixtral" => Family::Mixtral,
+            "phi3" => Family::Phi3,
+            "gemma2" => Family::Gemma2,
             other => {
                 return Err(LlmConfigError::UnsupportedArchitecture {
                     path,
@@ -427,13 +541,15 @@ impl LlmConfig {
             }
         };
         let act_name: Option<String> = match family {
-            Family::Gemma | Family::Gemma3 => c.get("hidden_activation")?.or(c.get("hidden_act")?),
+            Family::Gemma | Family::Gemma2 | Family::Gemma3 => {
+                c.get("hidden_activation")?.or(c.get("hidden_act")?)
+            }
             _ => c.get("hidden_act")?,
         };
         let act_name = act_name.unwrap_or_else(|| "silu".into());
         let act = match (family, act_name.as_str()) {
             // legacy Gemma configs say "gelu" and mean the tanh approximation (as transformers)
-            (Family::Gemma | Family::Gemma3, "gelu") => Activation::GeluTanh,
+            (Family::Gemma | Family::Gemma2 | Family::Gemma3, "gelu") => Activation::GeluTanh,
             (_, name) => Activation::parse(name).ok_or_else(|| {
                 invalid(&path, "hidden_act", format!("'{name}' is not supported"))
             })?,
@@ -448,8 +564,10 @@ impl LlmConfig {
         let default_theta = 10_000.0;
         let rope = hf_rope(c, head_dim, default_theta)?;
         let sliding_window = match family {
-            Family::Mistral => optional_positive(c, "sliding_window")?,
-            Family::Qwen2 | Family::Qwen3 => {
+            Family::Mistral | Family::Mixtral | Family::Phi3 => {
+                optional_positive(c, "sliding_window")?
+            }
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => {
                 if c.get::<bool>("use_sliding_window")?.unwrap_or(false) {
                     return Err(invalid(
                         &path,
@@ -468,7 +586,20 @@ impl LlmConfig {
                 }
             }
         }
-        let local_attention = if family == Family::Gemma3 {
+        let softcap = |field: &str| -> Result<Option<f32>, LlmConfigError> {
+            match c.get::<f64>(field)? {
+                Some(v) => Ok(Some(finite_positive(&path, field, v)? as f32)),
+                None => Ok(None),
+            }
+        };
+        let (attn_softcap, final_softcap) = match family {
+            Family::Gemma2 => (
+                softcap("attn_logit_softcapping")?,
+                softcap("final_logit_softcapping")?,
+            ),
+            _ => (None, None),
+        };
+        let local_attention = if matches!(family, Family::Gemma2 | Family::Gemma3) {
             let n_layers = positive(c, "num_hidden_layers")?;
             let window = positive(c, "sliding_window")?;
             let local = match c.get::<Vec<String>>("layer_types")? {
@@ -494,8 +625,11 @@ impl LlmConfig {
                         .collect::<Result<Vec<_>, _>>()?
                 }
                 None => {
-                    let every = optional_positive(c, "sliding_window_pattern")?
-                        .unwrap_or(GEMMA3_GLOBAL_EVERY);
+                    let default = match family {
+                        Family::Gemma2 => GEMMA2_GLOBAL_EVERY,
+                        _ => GEMMA3_GLOBAL_EVERY,
+                    };
+                    let every = optional_positive(c, "sliding_window_pattern")?.unwrap_or(default);
                     (0..n_layers).map(|l| (l + 1) % every != 0).collect()
                 }
             };
@@ -503,7 +637,10 @@ impl LlmConfig {
                 .value()
                 .get("rope_parameters")
                 .is_some_and(|p| p.get("sliding_attention").is_some());
-            let rope = if per_type {
+            // Gemma 2's local layers rotate as its global ones do
+            let rope = if family == Family::Gemma2 {
+                rope.clone()
+            } else if per_type {
                 hf_rope_of(c, "sliding_attention", head_dim, GEMMA3_LOCAL_THETA)?
             } else {
                 let theta = c
@@ -524,7 +661,7 @@ impl LlmConfig {
             None
         };
         let attn_scale = match family {
-            Family::Gemma3 => match c.get::<f64>("query_pre_attn_scalar")? {
+            Family::Gemma2 | Family::Gemma3 => match c.get::<f64>("query_pre_attn_scalar")? {
                 Some(q) => {
                     Some((1.0 / finite_positive(&path, "query_pre_attn_scalar", q)?.sqrt()) as f32)
                 }
@@ -532,6 +669,7 @@ impl LlmConfig {
             },
             _ => None,
         };
+        let experts = hf_experts(c, family)?;
         let tied_default = family.is_gemma();
         Ok(LlmConfig {
             family,
@@ -551,14 +689,17 @@ impl LlmConfig {
             qkv_bias,
             o_bias,
             mlp_bias: c.get("mlp_bias")?.unwrap_or(false),
-            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3),
+            qk_norm: matches!(family, Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3),
             embed_scale: family.is_gemma().then(|| (hidden_size as f32).sqrt()),
             tied_embeddings: c.get("tie_word_embeddings")?.unwrap_or(tied_default),
             max_positions: positive(c, "max_position_embeddings")?,
             sliding_window,
             local_attention,
-            post_norms: family == Family::Gemma3,
+            post_norms: matches!(family, Family::Gemma2 | Family::Gemma3),
             attn_scale,
+            experts,
+            attn_softcap,
+            final_softcap,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::HfConfig(path),
@@ -637,6 +778,9 @@ impl LlmConfig {
             local_attention: None,
             post_norms: false,
             attn_scale: None,
+            experts: None,
+            attn_softcap: None,
+            final_softcap: None,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::HfConfig(path),
@@ -654,6 +798,9 @@ impl LlmConfig {
             "gemma" => Family::Gemma,
             "gemma3" => Family::Gemma3,
             "gpt2" => Family::Gpt2,
+            "qwen3moe" => Family::Qwen3Moe,
+            "phi3" => Family::Phi3,
+            "gemma2" => Family::Gemma2,
             other => {
                 return Err(LlmConfigError::UnsupportedArchitecture {
                     path,
@@ -666,6 +813,11 @@ impl LlmConfig {
             }
         };
         let key = |k: &str| format!("{arch}.{k}");
+        // llama.cpp writes Mixtral as `llama` with experts
+        let family = match file.get_u64(&key("expert_count"))? {
+            Some(n) if n > 0 && family == Family::Llama => Family::Mixtral,
+            _ => family,
+        };
         let size = |k: &str| -> Result<usize, LlmConfigError> {
             let k = key(k);
             let v = file.require_u64(&k)?;
@@ -770,11 +922,38 @@ impl LlmConfig {
                 local_attention: None,
                 post_norms: false,
                 attn_scale: None,
+                experts: None,
+                attn_softcap: None,
+                final_softcap: None,
                 bos_token_id: bos,
                 eos_token_ids: eos,
                 source: ConfigSource::Gguf(path),
             });
         }
+        let experts = match family {
+            Family::Mixtral | Family::Qwen3Moe => {
+                let k = key("expert_feed_forward_length");
+                let expert_size = match family {
+                    Family::Qwen3Moe => size("expert_feed_forward_length")?,
+                    _ => opt_size("expert_feed_forward_length")?
+                        .map_or_else(|| size("feed_forward_length"), Ok)?,
+                };
+                // llama.cpp renormalises the chosen weights of both (its `norm_w`)
+                let norm = match file.get(&key("expert_weights_norm")) {
+                    Some(MetaValue::Bool(b)) => *b,
+                    _ => true,
+                };
+                Some(experts_of(
+                    &path,
+                    &k,
+                    size("expert_count")?,
+                    size("expert_used_count")?,
+                    expert_size,
+                    norm,
+                )?)
+            }
+            _ => None,
+        };
         let k = key("attention.layer_norm_rms_epsilon");
         let eps = finite_positive(&path, &k, file.require_f64(&k)?)? as f32;
         let k = key("rope.freq_base");
@@ -808,6 +987,17 @@ impl LlmConfig {
                 ))
             }
         };
+        if file.tensor("rope_factors_long.weight").is_some() {
+            return Err(invalid(
+                &path,
+                "rope_factors_long.weight",
+                "LongRoPE scaling (Phi-3 128k) is not supported",
+            ));
+        }
+        let sliding_window = match family {
+            Family::Phi3 => opt_size("attention.sliding_window")?,
+            _ => None,
+        };
         let has_qkv_bias = file.tensor("blk.0.attn_q.bias").is_some()
             || file.tensor("blk.0.attn_qkv.bias").is_some();
         let has_o_bias = file.tensor("blk.0.attn_output.bias").is_some();
@@ -816,8 +1006,20 @@ impl LlmConfig {
         } else {
             Activation::Silu
         };
+        // llama.cpp's Gemma 2: every other layer global, one RoPE
         // llama.cpp's Gemma 3: every sixth layer global, local layers at RoPE base 10000
         let local_attention = match (family, opt_size("attention.sliding_window")?) {
+            (Family::Gemma2, Some(window)) => Some(LocalAttention {
+                window,
+                local: (0..n_layers)
+                    .map(|l| (l + 1) % GEMMA2_GLOBAL_EVERY != 0)
+                    .collect(),
+                rope: Rope {
+                    theta,
+                    dims,
+                    scaling: scaling.clone(),
+                },
+            }),
             (Family::Gemma3, Some(window)) => Some(LocalAttention {
                 window,
                 local: (0..n_layers)
@@ -829,6 +1031,26 @@ impl LlmConfig {
                     scaling: RopeScaling::None,
                 },
             }),
+            _ => None,
+        };
+        let softcap = |k: &str| -> Result<Option<f32>, LlmConfigError> {
+            let k = key(k);
+            match file.get_f64(&k)? {
+                Some(v) => Ok(Some(finite_positive(&path, &k, v)? as f32)),
+                None => Ok(None),
+            }
+        };
+        let (attn_softcap, final_softcap) = match family {
+            Family::Gemma2 => (
+                softcap("attn_logit_softcapping")?,
+                softcap("final_logit_softcapping")?,
+            ),
+            _ => (None, None),
+        };
+        // llama.cpp's Gemma 2: 1/√(hidden/heads) for the 46-layer 27B model (its
+        // query_pre_attn_scalar), else 1/√head_dim
+        let attn_scale = match family {
+            Family::Gemma2 if n_layers == 46 => Some((n_heads as f32 / hidden_size as f32).sqrt()),
             _ => None,
         };
         Ok(LlmConfig {
@@ -858,10 +1080,13 @@ impl LlmConfig {
             embed_scale: family.is_gemma().then(|| (hidden_size as f32).sqrt()),
             tied_embeddings,
             max_positions,
-            sliding_window: None,
+            sliding_window,
             local_attention,
-            post_norms: family == Family::Gemma3,
-            attn_scale: None,
+            post_norms: matches!(family, Family::Gemma2 | Family::Gemma3),
+            attn_scale,
+            experts,
+            attn_softcap,
+            final_softcap,
             bos_token_id: bos,
             eos_token_ids: eos,
             source: ConfigSource::Gguf(path),

@@ -145,6 +145,18 @@ fn check_family(cfg: &LlmConfig, lc: &LoraConfig) -> Result<(), LlmError> {
                 .into(),
         ));
     }
+    if cfg.experts.is_some()
+        && lc
+            .targets
+            .iter()
+            .any(|p| matches!(p, Proj::Gate | Proj::Up | Proj::Down))
+    {
+        return Err(LlmError::Invalid(
+            "LoRA targets gate_proj/up_proj/down_proj: this model's MLPs are mixtures of experts; \
+             adapters are supported on its attention projections (q/k/v/o)"
+                .into(),
+        ));
+    }
     if matches!(cfg.mlp, MlpKind::Plain(_)) && lc.targets.contains(&Proj::Gate) {
         return Err(LlmError::Invalid(
             "LoRA target gate_proj: this model's MLP has no gate".into(),

@@ -150,17 +150,22 @@ impl Matrix {
         }
     }
 
-    /// The quantized form of a GGUF tensor, or `None` when its type is not kept quantized.
+    /// The quantized form of a GGUF tensor of `shape` as a matrix of its last dimension's
+    /// columns (a stack of experts `[E, rows, cols]` becomes `[E·rows, cols]`), or `None` when
+    /// its type is not kept quantized or its shape differs.
     pub fn from_gguf_blocks(
         file: &Arc<GgufFile>,
         name: &str,
-        rows: usize,
-        cols: usize,
+        shape: &[usize],
     ) -> Result<Option<Matrix>, LlmError> {
         use QuantFormat::{I4, I8, U4, U8};
         let info = file.require_tensor(name)?;
         let ty = info.ggml_type;
-        if info.shape() != [rows, cols] || !cols.is_multiple_of(ty.block_elements()) {
+        let Some((&cols, lead)) = shape.split_last() else {
+            return Ok(None);
+        };
+        let rows: usize = lead.iter().product();
+        if info.shape() != shape || !cols.is_multiple_of(ty.block_elements()) {
             return Ok(None);
         }
         let n = rows * cols;
@@ -370,6 +375,32 @@ impl Matrix {
         Ok(Matrix::Dense(HostArray::from_f32(&[rows, cols], data)?))
     }
 
+    /// `[rows, cols]` viewed as `[rows / k, k·cols]`: each row of the result is `k` consecutive
+    /// rows (storage is row-major, and a row holds whole blocks, so nothing moves).
+    pub fn merge_rows(&self, k: usize) -> Result<Matrix, LlmError> {
+        let (rows, cols) = (self.rows(), self.cols());
+        if k == 0 || !rows.is_multiple_of(k) {
+            return Err(LlmError::Internal(format!(
+                "merging {rows} rows in groups of {k}"
+            )));
+        }
+        match self {
+            Matrix::Dense(a) => Ok(Matrix::Dense(HostArray::from_f32(
+                &[rows / k, k * cols],
+                a.as_f32().unwrap_or(&[]).to_vec(),
+            )?)),
+            Matrix::Quant(q) => Ok(Matrix::Quant(BlockQuantized::new(
+                q.format(),
+                rows / k,
+                k * cols,
+                q.block(),
+                q.data().clone(),
+                q.scale().clone(),
+                q.offset().cloned(),
+            )?)),
+        }
+    }
+
     /// Row `r` of the result is row `perm[r]` of `self`.
     pub fn permute_rows(&self, perm: &[usize]) -> Result<Matrix, LlmError> {
         let (rows, cols) = (self.rows(), self.cols());
@@ -467,4 +498,30 @@ fn widened(
     }
     p.finish(rows, cols)
         .map_err(|e| LlmError::Internal(format!("widening a {rows}x{cols} matrix: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Row-merging a block-quantized matrix keeps every value where the dense merge puts it.
+    #[test]
+    fn merged_rows_keep_their_values() {
+        let (rows, cols) = (6, 64);
+        let values: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let dense = Matrix::Dense(HostArray::from_f32(&[rows, cols], values).unwrap());
+        for format in [QuantFormat::I8, QuantFormat::I4] {
+            let Matrix::Quant(q) = dense.quantize(format).unwrap() else {
+                panic!("quantize gives blocks");
+            };
+            let Matrix::Quant(merged) = Matrix::Quant(q.clone()).merge_rows(3).unwrap() else {
+                panic!("merging blocks keeps blocks");
+            };
+            assert_eq!((merged.rows(), merged.cols()), (2, 3 * cols));
+            assert_eq!(merged.dequantize(), q.dequantize(), "{format:?}");
+        }
+        assert!(dense.merge_rows(4).is_err());
+    }
 }

@@ -15,7 +15,9 @@ use std::ops::Range;
 
 use aneforge::graph::{self, DType, Tensor};
 
-use super::block::{decoder_layer, norm_at, rotate_half_matrix, scaled, Rope};
+use super::block::{
+    attention, decoder_layer, head_logits, norm_at, rotate_half_matrix, scaled, Rope,
+};
 use super::config::{LlmConfig, Positions};
 use super::weights::ModelWeights;
 use super::LlmError;
@@ -183,7 +185,7 @@ pub fn build_step(
             let k_all = k_cache.dynamic_slice_update(&heads_first(&k)?, &write_pos)?;
             let v_all = v_cache.dynamic_slice_update(&heads_first(&v)?, &write_pos)?;
             let q = heads_first(&q)?.reshape(&[kv as isize, (group * t) as isize, hd as isize])?;
-            let att = graph::sdpa(&q, &k_all, &v_all, Some(layer_mask), false, cfg.attn_scale)?;
+            let att = attention(cfg, &q, &k_all, &v_all, layer_mask)?;
             let att = att.reshape(&[h as isize, t as isize, hd as isize])?;
             caches = Some((k_all, v_all));
             Ok(if t == 1 {
@@ -213,7 +215,7 @@ pub fn build_step(
             _ => x,
         };
         let x = norm_at(cfg, &x, &w.final_norm, rs)?;
-        (LOGITS.to_string(), x.linear(&w.head, None)?)
+        (LOGITS.to_string(), head_logits(cfg, &x, &w.head)?)
     } else {
         (HIDDEN_OUT.to_string(), x)
     };

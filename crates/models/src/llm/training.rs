@@ -17,7 +17,9 @@
 use aneforge::autograd::weighted_cross_entropy;
 use aneforge::graph::{self, nn::MASKED, DType, HostArray, Tensor};
 
-use super::block::{decoder_layer, norm_at, rope_rows, rotate_half_matrix, LayerLora, Rope};
+use super::block::{
+    attention, decoder_layer, head_logits, norm_at, rope_rows, rotate_half_matrix, LayerLora, Rope,
+};
 use super::config::{Family, LlmConfig, Positions};
 use super::weights::{ModelWeights, NormWeights};
 use super::LlmError;
@@ -318,7 +320,7 @@ pub fn causal_lm_loss(
             let q = per_sequence(&q, batch, seq)?;
             let k = repeat_kv(&per_sequence(&k, batch, seq)?, group)?;
             let v = repeat_kv(&per_sequence(&v, batch, seq)?, group)?;
-            let att = graph::sdpa(&q, &k, &v, Some(mask), false, cfg.attn_scale)?;
+            let att = attention(cfg, &q, &k, &v, mask)?;
             Ok(att
                 .transpose(&[0, 2, 1, 3])?
                 .reshape(&[n as isize, (h * hd) as isize])?)
@@ -326,7 +328,7 @@ pub fn causal_lm_loss(
         x = out.x;
     }
     let x = norm_at(cfg, &x, &w.final_norm, rs)?;
-    let logits = x.linear(&w.head, None)?;
+    let logits = head_logits(cfg, &x, &w.head)?;
     let labels = graph::input(LABELS, &[n], DType::I32)?;
     let weights = graph::input(LABEL_WEIGHTS, &[n], DType::F32)?;
     Ok(weighted_cross_entropy(&logits, &labels, &weights)?)

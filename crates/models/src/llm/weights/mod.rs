@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use aneforge::graph::{self, HostArray, Tensor};
 
-use super::config::{Family, LlmConfig, MlpKind, NormKind, Positions};
+use super::config::{Experts, Family, LlmConfig, MlpKind, NormKind, Positions};
 use super::matrix::Matrix;
 use super::LlmError;
 use crate::gguf::GgufFile;
 use crate::weights::{TensorSource, VarBuilder};
-use names::{NameMap, Part};
+use names::{ExpertLayout, NameMap, Part};
 
 /// Weight (and bias) of one normalisation.
 #[derive(Clone)]
@@ -37,11 +37,16 @@ pub struct LayerWeights {
     pub mlp_norm: NormWeights,
     /// The MLP output's norm ([`LlmConfig::post_norms`]).
     pub post_mlp_norm: Option<NormWeights>,
-    /// Gated MLPs: `[gate; up]` rows `[2·I, hidden]`; plain MLPs: `[I, hidden]`.
+    /// Gated MLPs: `[gate; up]` rows `[2·I, hidden]`; plain MLPs: `[I, hidden]`. A mixture of
+    /// `E` experts: every expert's `[gate; up]` in expert order, `[E·2·I, hidden]`.
     pub up: Tensor,
     pub up_bias: Option<Tensor>,
+    /// `[hidden, I]`; a mixture of experts: every expert's columns in expert order,
+    /// `[hidden, E·I]`, so one projection sums the (router-weighted) experts.
     pub down: Tensor,
     pub down_bias: Option<Tensor>,
+    /// The mixture of experts' router `[E, hidden]` ([`LlmConfig::experts`]).
+    pub router: Option<Tensor>,
 }
 
 #[derive(Clone)]
@@ -100,20 +105,22 @@ impl WeightFile {
         Ok(HostArray::from_f32(&shape, data)?)
     }
 
-    /// A matrix `[rows, cols]`, kept block-quantized when the file stores it so and `quantized`.
-    fn matrix(
-        &self,
-        name: &str,
-        rows: usize,
-        cols: usize,
-        quantized: bool,
-    ) -> Result<Matrix, LlmError> {
+    /// A tensor of `shape` as a matrix of its last dimension's columns (`[rows, cols]`, or a
+    /// stack `[E, rows, cols]` as `[E·rows, cols]`), kept block-quantized when the file stores
+    /// it so and `quantized`.
+    fn matrix(&self, name: &str, shape: &[usize], quantized: bool) -> Result<Matrix, LlmError> {
         if let (WeightFile::Gguf(f), true) = (self, quantized) {
-            if let Some(m) = Matrix::from_gguf_blocks(f, name, rows, cols)? {
+            if let Some(m) = Matrix::from_gguf_blocks(f, name, shape)? {
                 return Ok(m);
             }
         }
-        Ok(Matrix::Dense(self.dense(name, &[rows, cols])?))
+        let a = self.dense(name, shape)?;
+        let cols = shape.last().copied().unwrap_or(1);
+        let rows = a.len() / cols.max(1);
+        Ok(Matrix::Dense(HostArray::from_f32(
+            &[rows, cols],
+            a.as_f32().unwrap_or(&[]).to_vec(),
+        )?))
     }
 }
 
@@ -205,7 +212,9 @@ pub fn load_hf(
     let names = match cfg.family {
         Family::Gpt2 if file.contains("transformer.wte.weight") => NameMap::hf_gpt2("transformer."),
         Family::Gpt2 => NameMap::hf_gpt2(""),
-        Family::Gemma3 => NameMap::hf_gemma3(),
+        Family::Gemma2 | Family::Gemma3 => NameMap::hf_gemma3(),
+        Family::Mixtral => NameMap::hf_mixtral(),
+        Family::Phi3 => NameMap::hf_phi3(),
         _ => NameMap::hf(),
     };
     load(cfg, &file, &names, opts)
@@ -218,7 +227,10 @@ pub fn load_gguf(
     gguf: &Arc<GgufFile>,
     opts: LoadOptions,
 ) -> Result<ModelWeights, LlmError> {
-    let names = NameMap::gguf(cfg.family == Family::Llama);
+    let names = match cfg.family {
+        Family::Phi3 => NameMap::gguf_phi3(),
+        f => NameMap::gguf(matches!(f, Family::Llama | Family::Mixtral)),
+    };
     load(cfg, &WeightFile::Gguf(gguf.clone()), &names, opts)
 }
 
@@ -326,21 +338,39 @@ impl Builder<'_> {
         } else {
             (None, None)
         };
-        let (up, up_bias) = match cfg.mlp {
-            MlpKind::Gated(_) => {
-                let gate = self.layer_matrix(i, Part::Gate, inter, d)?;
-                let up = self.layer_matrix(i, Part::Up, inter, d)?;
-                let parts = [(Part::Gate, inter), (Part::Up, inter)];
-                let bias = self.biases(cfg.mlp_bias, i, &parts)?;
-                (Matrix::concat_rows(&[gate, up])?, bias)
+        let (up, up_bias, down, down_bias, router) = match (cfg.experts, cfg.mlp) {
+            (Some(x), _) => {
+                // experts first: a file with fewer experts than its config names the first
+                // missing one
+                let (up, down) = self.experts(i, x)?;
+                let name = format!("{}.weight", self.names.layer(i, Part::Router)?);
+                let router = c(self.dense(&name, &[x.count, d])?);
+                (up, None, down, None, Some(router))
             }
-            MlpKind::Plain(_) => (
-                self.layer_matrix(i, Part::Up, inter, d)?,
-                self.biases(cfg.mlp_bias, i, &[(Part::Up, inter)])?,
-            ),
+            (None, mlp) => {
+                let (up, up_bias) = match mlp {
+                    MlpKind::Gated(_) if self.names.has(Part::GateUp) => {
+                        let gate_up = self.layer_matrix(i, Part::GateUp, 2 * inter, d)?;
+                        let bias = self.biases(cfg.mlp_bias, i, &[(Part::GateUp, 2 * inter)])?;
+                        (gate_up, bias)
+                    }
+                    MlpKind::Gated(_) => {
+                        let gate = self.layer_matrix(i, Part::Gate, inter, d)?;
+                        let up = self.layer_matrix(i, Part::Up, inter, d)?;
+                        let parts = [(Part::Gate, inter), (Part::Up, inter)];
+                        let bias = self.biases(cfg.mlp_bias, i, &parts)?;
+                        (Matrix::concat_rows(&[gate, up])?, bias)
+                    }
+                    MlpKind::Plain(_) => (
+                        self.layer_matrix(i, Part::Up, inter, d)?,
+                        self.biases(cfg.mlp_bias, i, &[(Part::Up, inter)])?,
+                    ),
+                };
+                let down = self.layer_matrix(i, Part::Down, d, inter)?;
+                let down_bias = self.biases(cfg.mlp_bias, i, &[(Part::Down, d)])?;
+                (up, up_bias, down, down_bias, None)
+            }
         };
-        let down = self.layer_matrix(i, Part::Down, d, inter)?;
-        let down_bias = self.biases(cfg.mlp_bias, i, &[(Part::Down, d)])?;
         Ok(LayerWeights {
             attn_norm,
             qkv: qkv.constant()?,
@@ -356,7 +386,47 @@ impl Builder<'_> {
             up_bias,
             down: down.constant()?,
             down_bias,
+            router,
         })
+    }
+
+    /// Layer `i`'s experts as the two matrices of [`LayerWeights::up`] and
+    /// [`LayerWeights::down`]: `[g₀; u₀; g₁; u₁; …]` and `[hidden, E·I]`.
+    fn experts(&mut self, i: usize, x: Experts) -> Result<(Matrix, Matrix), LlmError> {
+        let (d, n, e) = (self.cfg.hidden_size, x.size, x.count);
+        let names = self.names;
+        let (gate_up, down) = match names.experts {
+            ExpertLayout::PerExpert { .. } => {
+                let mut gate_up = Vec::with_capacity(2 * e);
+                let mut down = Vec::with_capacity(e);
+                for j in 0..e {
+                    let name = |p| -> Result<String, LlmError> {
+                        Ok(format!("{}.weight", names.expert(i, j, p)?))
+                    };
+                    gate_up.push(self.matrix(&name(Part::ExpertGate)?, n, d)?);
+                    gate_up.push(self.matrix(&name(Part::ExpertUp)?, n, d)?);
+                    down.push(self.matrix(&name(Part::ExpertDown)?, d, n)?);
+                }
+                (Matrix::concat_rows(&gate_up)?, Matrix::concat_rows(&down)?)
+            }
+            ExpertLayout::Stacked => {
+                let name = |p| -> Result<String, LlmError> {
+                    Ok(format!("{}.weight", names.layer(i, p)?))
+                };
+                let gate = self.stack(&name(Part::ExpertGate)?, &[e, n, d])?;
+                let up = self.stack(&name(Part::ExpertUp)?, &[e, n, d])?;
+                // [g₀…g_E; u₀…u_E] → [g₀; u₀; g₁; u₁; …]
+                let interleave: Vec<usize> = (0..e)
+                    .flat_map(|j| (0..2 * n).map(move |r| (r / n) * e * n + j * n + r % n))
+                    .collect();
+                let gate_up = Matrix::concat_rows(&[gate, up])?.permute_rows(&interleave)?;
+                (gate_up, self.stack(&name(Part::ExpertDown)?, &[e, d, n])?)
+            }
+        };
+        // [E·hidden, I] (expert-major) → rows in (hidden, expert) order → [hidden, E·I]
+        let by_row: Vec<usize> = (0..d * e).map(|r| (r % e) * d + r / e).collect();
+        let down = down.permute_rows(&by_row)?.merge_rows(e)?;
+        Ok((gate_up, down))
     }
 
     /// Whether layer `i` stores q, k and v as one matrix: always when the source has no separate
@@ -379,8 +449,13 @@ impl Builder<'_> {
     }
 
     fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix, LlmError> {
+        self.stack(name, &[rows, cols])
+    }
+
+    /// A tensor of `shape` as a matrix of its last dimension's columns.
+    fn stack(&mut self, name: &str, shape: &[usize]) -> Result<Matrix, LlmError> {
         let keep = self.opts.weights == WeightFormat::Stored;
-        let m = self.file.matrix(name, rows, cols, keep)?;
+        let m = self.file.matrix(name, shape, keep)?;
         self.stored(m)
     }
 

@@ -23,7 +23,25 @@ pub(super) enum Part {
     PostMlpNorm,
     Gate,
     Up,
+    /// Gate and up stored as one matrix `[gate; up]` (Phi-3).
+    GateUp,
     Down,
+    /// The mixture of experts' router `[experts, hidden]`.
+    Router,
+    /// One expert's (or, stacked, every expert's) gate, up and down projections.
+    ExpertGate,
+    ExpertUp,
+    ExpertDown,
+}
+
+/// How a source stores a layer's experts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ExpertLayout {
+    /// One tensor per expert: `{layers}{i}.{prefix}{e}.{stem}` (Hugging Face).
+    PerExpert { prefix: &'static str },
+    /// Every expert in one `[experts, rows, cols]` tensor `{layers}{i}.{stem}` (llama.cpp's
+    /// `ffn_*_exps`).
+    Stacked,
 }
 
 pub(super) struct NameMap {
@@ -41,6 +59,7 @@ pub(super) struct NameMap {
     pub transposed: bool,
     /// q and k rows are in llama.cpp's interleaved RoPE order.
     pub rope_permuted: bool,
+    pub experts: ExpertLayout,
 }
 
 impl NameMap {
@@ -62,7 +81,12 @@ impl NameMap {
                     Part::MlpNorm => "post_attention_layernorm",
                     Part::Gate => "mlp.gate_proj",
                     Part::Up => "mlp.up_proj",
+                    Part::GateUp => return None,
                     Part::Down => "mlp.down_proj",
+                    Part::Router => "mlp.gate",
+                    Part::ExpertGate => "gate_proj",
+                    Part::ExpertUp => "up_proj",
+                    Part::ExpertDown => "down_proj",
                 })
             },
             embed: "model.embed_tokens.weight".into(),
@@ -71,6 +95,45 @@ impl NameMap {
             head: "lm_head.weight".into(),
             transposed: false,
             rope_permuted: false,
+            experts: ExpertLayout::PerExpert {
+                prefix: "mlp.experts.",
+            },
+        }
+    }
+
+    /// Phi-3's Hugging Face names: Llama's, with q|k|v in `self_attn.qkv_proj` and gate|up in
+    /// `mlp.gate_up_proj`.
+    pub fn hf_phi3() -> NameMap {
+        NameMap {
+            stem: |part| {
+                Some(match part {
+                    Part::Q | Part::K | Part::V | Part::Gate | Part::Up => return None,
+                    Part::Qkv => "self_attn.qkv_proj",
+                    Part::GateUp => "mlp.gate_up_proj",
+                    other => return (NameMap::hf().stem)(other),
+                })
+            },
+            ..NameMap::hf()
+        }
+    }
+
+    /// Mixtral's Hugging Face names: Llama's, with `block_sparse_moe.experts.N.w1` (gate), `w3`
+    /// (up) and `w2` (down).
+    pub fn hf_mixtral() -> NameMap {
+        NameMap {
+            stem: |part| {
+                Some(match part {
+                    Part::Router => "block_sparse_moe.gate",
+                    Part::ExpertGate => "w1",
+                    Part::ExpertUp => "w3",
+                    Part::ExpertDown => "w2",
+                    other => return (NameMap::hf().stem)(other),
+                })
+            },
+            experts: ExpertLayout::PerExpert {
+                prefix: "block_sparse_moe.experts.",
+            },
+            ..NameMap::hf()
         }
     }
 
@@ -112,6 +175,7 @@ impl NameMap {
             head: "lm_head.weight".into(),
             transposed: true,
             rope_permuted: false,
+            experts: ExpertLayout::Stacked,
         }
     }
 
@@ -135,7 +199,12 @@ impl NameMap {
                     Part::PostMlpNorm => "post_ffw_norm",
                     Part::Gate => "ffn_gate",
                     Part::Up => "ffn_up",
+                    Part::GateUp => return None,
                     Part::Down => "ffn_down",
+                    Part::Router => "ffn_gate_inp",
+                    Part::ExpertGate => "ffn_gate_exps",
+                    Part::ExpertUp => "ffn_up_exps",
+                    Part::ExpertDown => "ffn_down_exps",
                 })
             },
             embed: "token_embd.weight".into(),
@@ -144,6 +213,21 @@ impl NameMap {
             head: "output.weight".into(),
             transposed: false,
             rope_permuted,
+            experts: ExpertLayout::Stacked,
+        }
+    }
+
+    /// llama.cpp's Phi-3 names: its `ffn_up` holds gate|up `[2·I, hidden]`.
+    pub fn gguf_phi3() -> NameMap {
+        NameMap {
+            stem: |part| {
+                Some(match part {
+                    Part::Gate | Part::Up => return None,
+                    Part::GateUp => "ffn_up",
+                    other => return (NameMap::gguf(false).stem)(other),
+                })
+            },
+            ..NameMap::gguf(false)
         }
     }
 
@@ -157,5 +241,17 @@ impl NameMap {
             LlmError::Internal(format!("no tensor name for {part:?} in {}", self.layers))
         })?;
         Ok(format!("{}{i}.{stem}", self.layers))
+    }
+
+    /// The stem of expert `e`'s `part` in layer `i` (sources with [`ExpertLayout::PerExpert`]).
+    pub fn expert(&self, i: usize, e: usize, part: Part) -> Result<String, LlmError> {
+        let (ExpertLayout::PerExpert { prefix }, Some(stem)) = (self.experts, (self.stem)(part))
+        else {
+            return Err(LlmError::Internal(format!(
+                "no per-expert name for {part:?} in {}",
+                self.layers
+            )));
+        };
+        Ok(format!("{}{i}.{prefix}{e}.{stem}", self.layers))
     }
 }
