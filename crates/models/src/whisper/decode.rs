@@ -576,7 +576,7 @@ impl Whisper {
         let total = stream
             .expected_samples()
             .map(|n| n as f64 / SAMPLE_RATE as f64);
-        let file_max = self.file_log10_max(path)?;
+        let file_max = self.mel.file_log10_max(path)?;
         let mut seek = 0usize;
         let mut segments = Vec::new();
         let mut language = None;
@@ -632,29 +632,6 @@ impl Whisper {
             language,
             duration: seek as f64 / SAMPLE_RATE as f64,
         })
-    }
-
-    /// The whole file's largest `log10` mel energy: a first pass over its 30 s windows, so that
-    /// every window is clamped as the file's one spectrogram is.
-    fn file_log10_max(&self, path: &Path) -> Result<f32, WhisperError> {
-        let mut stream = AudioStream::open(path)?;
-        let mut before: Vec<f32> = Vec::new();
-        let mut max = f32::NEG_INFINITY;
-        loop {
-            let mut window = stream.peek(WINDOW_SAMPLES + CONTEXT)?;
-            if window.is_empty() {
-                break;
-            }
-            let after = window.split_off(window.len().min(WINDOW_SAMPLES));
-            max = max.max(self.mel.log10_max(&before, &window, &after));
-            let n = window.len();
-            before = window[n.saturating_sub(CONTEXT)..].to_vec();
-            stream.consume(n)?;
-            if n < WINDOW_SAMPLES {
-                break;
-            }
-        }
-        Ok(max)
     }
 
     /// openai-whisper's segmentation of one window's tokens: segments end at consecutive
