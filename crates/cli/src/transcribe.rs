@@ -51,7 +51,12 @@ pub struct TranscribeArgs {
     #[arg(long, default_value = "2.4", value_name = "RATIO|none")]
     pub compression_ratio_threshold: Threshold,
     /// Fall back when the average token log-probability is below this (none: off).
-    #[arg(long, default_value = "-1.0", value_name = "LOGPROB|none", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        default_value = "-1.0",
+        value_name = "LOGPROB|none",
+        allow_hyphen_values = true
+    )]
     pub logprob_threshold: Threshold,
     /// A window whose no-speech probability is above this and whose average log-probability is
     /// below --logprob-threshold is silent and skipped (none: off).

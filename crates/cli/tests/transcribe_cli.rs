@@ -173,10 +173,19 @@ fn silence_is_skipped_under_the_no_speech_rule() {
         args.extend_from_slice(extra);
         args.push(&wav);
         let out = common::run(&args);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
-    let plain = run(&["--logprob-threshold", "none", "--no-speech-threshold", "none"]);
+    let plain = run(&[
+        "--logprob-threshold",
+        "none",
+        "--no-speech-threshold",
+        "none",
+    ]);
     assert_eq!(plain.trim(), want["text"].as_str().unwrap().trim());
     let threshold = format!("{}", want["avg_logprob"].as_f64().unwrap() + 0.1);
     assert_eq!(run(&["--logprob-threshold", &threshold]), "\n");

@@ -50,7 +50,12 @@ fn checkpoint(name: &str, reference: &Value) -> tempfile::TempDir {
     }
     let views: Vec<(String, TensorView)> = data
         .iter()
-        .map(|(n, s, b)| (n.clone(), TensorView::new(Dtype::F32, s.clone(), b).unwrap()))
+        .map(|(n, s, b)| {
+            (
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+            )
+        })
         .collect();
     safetensors::tensor::serialize_to_file(views, None, &dir.path().join("model.safetensors"))
         .unwrap();
@@ -69,7 +74,9 @@ fn check(name: &str, decoder_layers: usize) {
     assert_eq!(cfg.decoder_layers, decoder_layers);
     let mut programs = Programs::new(cfg, Arc::new(weights), &WhisperOptions::default()).unwrap();
     let mel: Vec<f32> = (0..128)
-        .flat_map(|c| (0..3000).map(move |t| (0.5 * (0.01 * t as f64 + 0.1 * c as f64).sin()) as f32))
+        .flat_map(|c| {
+            (0..3000).map(move |t| (0.5 * (0.01 * t as f64 + 0.1 * c as f64).sin()) as f32)
+        })
         .collect();
     programs.encode(&mel).unwrap();
     let mut worst = 0.0f64;
@@ -79,13 +86,31 @@ fn check(name: &str, decoder_layers: usize) {
         let mut compare = |i: usize, want: &Value| {
             worst = worst.max((f64::from(logits[i]) - want.as_f64().unwrap()).abs());
         };
-        for (k, i) in reference["top_indices"][pos].as_array().unwrap().iter().enumerate() {
-            compare(i.as_u64().unwrap() as usize, &reference["top_values"][pos][k]);
+        for (k, i) in reference["top_indices"][pos]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
+            compare(
+                i.as_u64().unwrap() as usize,
+                &reference["top_values"][pos][k],
+            );
         }
-        for (i, v) in reference["head"][pos].as_array().unwrap().iter().enumerate() {
+        for (i, v) in reference["head"][pos]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
             compare(i, v);
         }
-        for (j, v) in reference["every_997"][pos].as_array().unwrap().iter().enumerate() {
+        for (j, v) in reference["every_997"][pos]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
             compare(j * 997, v);
         }
     }
