@@ -115,7 +115,7 @@ fn a_two_hour_file_is_streamed_in_bounded_memory() {
             break;
         }
         let after = window.split_off(window.len().min(WINDOW_SAMPLES));
-        if windows % 10 == 0 {
+        if windows.is_multiple_of(10) {
             let features = mel.file_window(&before, &window, &after, file_max);
             assert_eq!(features.len(), 80 * WINDOW_FRAMES);
             assert!(features.iter().all(|x| x.is_finite()));
