@@ -51,11 +51,18 @@ pub struct WindowTokens {
     pub no_speech: bool,
 }
 
-/// One decoding's tokens (without the end token) and its average log-probability over the
-/// tokens it chose (the end token included).
+/// One decoding's tokens (without the end token) and the summed log-probability of the tokens
+/// it chose (the end token included), `scored` of them.
 struct Decoded {
     tokens: Vec<u32>,
-    avg_logprob: f64,
+    sum_logprob: f64,
+    scored: usize,
+}
+
+impl Decoded {
+    fn avg_logprob(&self) -> f64 {
+        self.sum_logprob / self.scored.max(1) as f64
+    }
 }
 
 /// A piece of the transcript with its time span (seconds from the start of the file).
@@ -298,13 +305,19 @@ impl Whisper {
         let (prompt, language) = self.prompt(opts)?;
         let mut rng = StdRng::seed_from_u64(fallback.seed);
         let mut on_logits = Some(on_logits);
+        let (first, no_speech_prob) = self.feed_prompt(&prompt)?;
+        // the logits after the prompt while the caches hold nothing else; each further decoding
+        // feeds the prompt again
+        let mut fed = Some(first);
         let mut last = None;
         for &temperature in &fallback.temperatures {
-            let (first, no_speech_prob) = self.feed_prompt(&prompt)?;
             let decoded = if temperature > 0.0 {
                 let mut best: Option<(f64, Decoded)> = None;
                 for _ in 0..fallback.best_of {
-                    let (first, _) = self.feed_prompt(&prompt)?;
+                    let first = match fed.take() {
+                        Some(l) => l,
+                        None => self.feed_prompt(&prompt)?.0,
+                    };
                     let d = self.sample(
                         prompt.len(),
                         first,
@@ -314,8 +327,7 @@ impl Whisper {
                         &mut |_, _| {},
                     )?;
                     // openai-whisper's ranking: summed log-probability over the text length
-                    let scored = d.tokens.len() + 1;
-                    let rank = d.avg_logprob * scored as f64 / d.tokens.len().max(1) as f64;
+                    let rank = d.sum_logprob / d.tokens.len().max(1) as f64;
                     if best.as_ref().is_none_or(|b| rank > b.0) {
                         best = Some((rank, d));
                     }
@@ -323,18 +335,24 @@ impl Whisper {
                 best.map(|b| b.1).ok_or_else(|| {
                     WhisperError::Invalid("best_of must be at least 1".to_string())
                 })?
-            } else if opts.beam_size > 1 {
-                self.beam_search(&prompt, first, opts)?
             } else {
-                let sink: &mut dyn FnMut(usize, &[f32]) = match on_logits.take() {
-                    Some(f) => f,
-                    None => &mut |_, _| {},
+                let first = match fed.take() {
+                    Some(l) => l,
+                    None => self.feed_prompt(&prompt)?.0,
                 };
-                self.sample(prompt.len(), first, opts, 0.0, &mut rng, sink)?
+                if opts.beam_size > 1 {
+                    self.beam_search(&prompt, first, opts)?
+                } else {
+                    let sink: &mut dyn FnMut(usize, &[f32]) = match on_logits.take() {
+                        Some(f) => f,
+                        None => &mut |_, _| {},
+                    };
+                    self.sample(prompt.len(), first, opts, 0.0, &mut rng, sink)?
+                }
             };
             let scores = WindowScores {
                 compression_ratio: compression_ratio(self.text(&decoded.tokens)?.trim()),
-                avg_logprob: decoded.avg_logprob,
+                avg_logprob: decoded.avg_logprob(),
                 no_speech_prob,
             };
             let retry = fallback.needs_fallback(&scores);
@@ -397,7 +415,8 @@ impl Whisper {
         }
         Ok(Decoded {
             tokens: generated,
-            avg_logprob: sum_logprob / scored as f64,
+            sum_logprob,
+            scored,
         })
     }
 
@@ -512,14 +531,16 @@ impl Whisper {
             }
         }
         // the finished score is the summed log-probability over the generated length (end
-        // token included): the average log-probability
+        // token included)
         let (mut best, score, _) = finished.swap_remove(0);
+        let scored = best.len();
         if best.last() == Some(&eot) {
             best.pop();
         }
         Ok(Decoded {
             tokens: best,
-            avg_logprob: f64::from(score),
+            sum_logprob: f64::from(score) * scored as f64,
+            scored,
         })
     }
 
