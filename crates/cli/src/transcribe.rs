@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 
-use aneforge_models::whisper::{DecodeOptions, Transcript, Whisper, WhisperOptions};
+use aneforge_models::whisper::fallback::temperatures;
+use aneforge_models::whisper::{DecodeOptions, Fallback, Transcript, Whisper, WhisperOptions};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -39,6 +40,34 @@ pub struct TranscribeArgs {
     /// 30 s; without them a window is one segment).
     #[arg(long)]
     pub timestamps: bool,
+    /// Temperature of the first decoding (0: greedy or beam search; above 0: sampling).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Temperature added on each fallback (0: no fallback), up to 1.0: a window is decoded
+    /// again when it fails the compression-ratio or log-probability threshold.
+    #[arg(long, default_value_t = 0.2, value_name = "STEP")]
+    pub temperature_increment_on_fallback: f32,
+    /// Fall back when the text's gzip compression ratio is above this (none: off).
+    #[arg(long, default_value = "2.4", value_name = "RATIO|none")]
+    pub compression_ratio_threshold: Threshold,
+    /// Fall back when the average token log-probability is below this (none: off).
+    #[arg(
+        long,
+        default_value = "-1.0",
+        value_name = "LOGPROB|none",
+        allow_hyphen_values = true
+    )]
+    pub logprob_threshold: Threshold,
+    /// A window whose no-speech probability is above this and whose average log-probability is
+    /// below --logprob-threshold is silent and skipped (none: off).
+    #[arg(long, default_value = "0.6", value_name = "P|none")]
+    pub no_speech_threshold: Threshold,
+    /// Candidates sampled at a temperature above 0 (the most likely is kept).
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub best_of: usize,
+    /// Seed of the sampling at temperatures above 0.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Weight compression of ANE-target programs: none, auto, int8 or int4.
@@ -54,6 +83,24 @@ pub struct TranscribeArgs {
     /// file), and the model's load and compile time.
     #[arg(long)]
     pub timings: bool,
+}
+
+/// A threshold or `none`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Threshold(pub Option<f64>);
+
+impl std::str::FromStr for Threshold {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("none") {
+            return Ok(Threshold(None));
+        }
+        match s.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(Threshold(Some(v))),
+            _ => Err(format!("expected a number or none, found '{s}'")),
+        }
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +176,17 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
             serde_json::json!({"load_seconds": started.elapsed().as_secs_f64()})
         );
     }
+    let fallback = Fallback {
+        temperatures: temperatures(args.temperature, args.temperature_increment_on_fallback),
+        compression_ratio_threshold: args.compression_ratio_threshold.0,
+        logprob_threshold: args.logprob_threshold.0,
+        no_speech_threshold: args.no_speech_threshold.0,
+        best_of: args.best_of,
+        seed: args.seed,
+    };
+    if let Err(e) = fallback.validate() {
+        bail!("{e}");
+    }
     let mut transcripts = Vec::new();
     for path in &args.audio {
         let bar = if args.quiet {
@@ -147,6 +205,7 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
             timestamps: args.timestamps
                 || matches!(args.format, TranscriptFormat::Srt | TranscriptFormat::Vtt),
             beam_size: args.beam_size,
+            fallback: fallback.clone(),
         };
         let mut progress = |done: f64, total: Option<f64>| {
             if let Some(total) = total {
@@ -241,6 +300,13 @@ fn transcribe(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thresholds_take_none() {
+        assert_eq!("none".parse::<Threshold>(), Ok(Threshold(None)));
+        assert_eq!("-1.5".parse::<Threshold>(), Ok(Threshold(Some(-1.5))));
+        assert!("x".parse::<Threshold>().is_err());
+    }
 
     #[test]
     fn clocks_round_to_milliseconds() {

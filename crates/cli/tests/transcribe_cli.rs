@@ -134,3 +134,59 @@ fn flac_ogg_and_mp3_transcribe_like_the_wav() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines, vec![want; 3]);
 }
+
+/// 30 s of zeros: tiny.en's greedy text (transformers' " you", fixture
+/// tools/fixtures/whisper/fallback.py) without thresholds; silent and skipped (an empty line) when
+/// the log-probability threshold lies above that text's average log-probability.
+#[test]
+fn silence_is_skipped_under_the_no_speech_rule() {
+    let _ = require_model!(TINY_EN);
+    let path = common::repo("tools/fixtures/whisper/out/fallback.json");
+    let fx: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let want = &fx["models"][TINY_EN]["clips"]["silence"];
+    let dir = tempfile::tempdir().unwrap();
+    let wav = dir.path().join("silence.wav");
+    let n: u32 = 30 * 16000;
+    let mut b = Vec::new();
+    for part in [
+        &b"RIFF"[..],
+        &(36 + 2 * n).to_le_bytes(),
+        b"WAVEfmt ",
+        &16u32.to_le_bytes(),
+        &1u16.to_le_bytes(),
+        &1u16.to_le_bytes(),
+        &16000u32.to_le_bytes(),
+        &32000u32.to_le_bytes(),
+        &2u16.to_le_bytes(),
+        &16u16.to_le_bytes(),
+        b"data",
+        &(2 * n).to_le_bytes(),
+    ] {
+        b.extend_from_slice(part);
+    }
+    b.resize(b.len() + 2 * n as usize, 0);
+    std::fs::write(&wav, b).unwrap();
+    let wav = wav.display().to_string();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["transcribe", "-m", TINY_EN, "-q"];
+        args.extend_from_slice(extra);
+        args.push(&wav);
+        let out = common::run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plain = run(&[
+        "--logprob-threshold",
+        "none",
+        "--no-speech-threshold",
+        "none",
+    ]);
+    assert_eq!(plain.trim(), want["text"].as_str().unwrap().trim());
+    let threshold = format!("{}", want["avg_logprob"].as_f64().unwrap() + 0.1);
+    assert_eq!(run(&["--logprob-threshold", &threshold]), "\n");
+}

@@ -1,11 +1,16 @@
 //! Greedy decoding of one 30 s window as transformers' `WhisperForConditionalGeneration.generate`
 //! does it (begin-suppression, the suppression list, and with timestamps the timestamp rules),
-//! and long audio in sequential windows with timestamp seeking, as openai-whisper does.
+//! beam search, sampling with temperature fallback, and long audio in sequential windows with
+//! timestamp seeking, as openai-whisper does.
 
 use std::path::Path;
 use std::sync::Arc;
 
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
 use super::audio::{AudioStream, SAMPLE_RATE};
+use super::fallback::{compression_ratio, Fallback, WindowScores};
 use super::mel::{LogMel, HOP, N_FFT, WINDOW_SAMPLES};
 use super::runtime::{Programs, WhisperOptions};
 use super::tokens::SpecialTokens;
@@ -17,7 +22,7 @@ use crate::tokenizer::TextTokenizer;
 const CONTEXT: usize = N_FFT / 2;
 
 /// What to decode.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct DecodeOptions {
     /// A language code (`en`, `de`, ...) for multilingual models; `None` detects it per window.
     pub language: Option<String>,
@@ -28,14 +33,36 @@ pub struct DecodeOptions {
     /// Beam search with this many beams (transformers' `num_beams`, length penalty 1); 0 or 1
     /// decodes greedily.
     pub beam_size: usize,
+    /// Temperatures, thresholds and sampling (default: one pass at temperature 0).
+    pub fallback: Fallback,
 }
 
-/// One window's result: the prompt and the generated tokens (without the end token).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One window's result: the prompt and the generated tokens (without the end token) of the
+/// accepted (or last) decoding, with its scores.
+#[derive(Clone, Debug, PartialEq)]
 pub struct WindowTokens {
     pub prompt: Vec<u32>,
     pub generated: Vec<u32>,
     pub language: Option<String>,
+    pub scores: WindowScores,
+    /// The temperature of the decoding returned.
+    pub temperature: f32,
+    /// The window holds no speech by the no-speech rule (its tokens are then not used).
+    pub no_speech: bool,
+}
+
+/// One decoding's tokens (without the end token) and the summed log-probability of the tokens
+/// it chose (the end token included), `scored` of them.
+struct Decoded {
+    tokens: Vec<u32>,
+    sum_logprob: f64,
+    scored: usize,
+}
+
+impl Decoded {
+    fn avg_logprob(&self) -> f64 {
+        self.sum_logprob / self.scored.max(1) as f64
+    }
 }
 
 /// A piece of the transcript with its time span (seconds from the start of the file).
@@ -91,6 +118,28 @@ fn suppress(logits: &mut [f32], ids: &[u32]) {
 fn log_softmax(v: &[f32]) -> Vec<f32> {
     let lse = log_sum_exp(v);
     v.iter().map(|&x| (f64::from(x) - lse) as f32).collect()
+}
+
+/// A token drawn from `softmax(scores / temperature)` (suppressed scores are `-inf`: never).
+fn draw(scores: &[f32], temperature: f32, rng: &mut StdRng) -> u32 {
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let t = f64::from(temperature);
+    let weight = |x: f32| (f64::from(x - max) / t).exp();
+    let total: f64 = scores.iter().map(|&x| weight(x)).sum();
+    let mut u = rng.random::<f64>() * total;
+    let mut last = 0;
+    for (i, &x) in scores.iter().enumerate() {
+        let w = weight(x);
+        if w > 0.0 {
+            last = i;
+            if u < w {
+                return i as u32;
+            }
+            u -= w;
+        }
+    }
+    // rounding left `u` past the sum: the last possible token
+    last as u32
 }
 
 fn log_sum_exp(v: &[f32]) -> f64 {
@@ -152,15 +201,41 @@ impl Whisper {
         Ok(self.tokenizer.decode(&plain, true)?)
     }
 
-    /// The most likely language of the encoded window: the decoder's first step after
-    /// `<|startoftranscript|>`, over the language tokens only.
-    fn detect_language(&mut self) -> Result<String, WhisperError> {
+    /// The language probabilities of one window of features: the softmax over the language
+    /// tokens of the decoder's first step after `<|startoftranscript|>`, as `(code, p)` in
+    /// token order (empty for an English-only model).
+    pub fn language_probabilities(
+        &mut self,
+        mel: &[f32],
+    ) -> Result<Vec<(String, f64)>, WhisperError> {
+        self.programs.encode(mel)?;
+        self.encoded_language_probabilities()
+    }
+
+    fn encoded_language_probabilities(&mut self) -> Result<Vec<(String, f64)>, WhisperError> {
         let logits = self.programs.step(self.tokens.sot, 0)?;
-        let best = self
+        let picked: Vec<f32> = self
             .tokens
             .languages
             .iter()
-            .max_by(|a, b| logits[a.1 as usize].total_cmp(&logits[b.1 as usize]))
+            .map(|&(_, id)| logits[id as usize])
+            .collect();
+        let lp = log_softmax(&picked);
+        Ok(self
+            .tokens
+            .languages
+            .iter()
+            .zip(lp)
+            .map(|((code, _), l)| (code.clone(), f64::from(l).exp()))
+            .collect())
+    }
+
+    /// The most likely language of the encoded window.
+    fn detect_language(&mut self) -> Result<String, WhisperError> {
+        let probs = self.encoded_language_probabilities()?;
+        let best = probs
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
             .ok_or_else(|| WhisperError::Config("the tokenizer has no language tokens".into()))?;
         Ok(best.0.clone())
     }
@@ -198,37 +273,136 @@ impl Whisper {
         Ok((prompt, language))
     }
 
-    /// Decodes one window of features greedily. `on_logits(step, raw)` sees each step's raw
-    /// logits before any suppression.
+    /// Feeds the prompt from position 0; returns the logits after it and the probability of
+    /// `<|nospeech|>` after `<|startoftranscript|>` (raw logits, as openai-whisper and
+    /// transformers' `WhisperNoSpeechDetection` take it).
+    fn feed_prompt(&mut self, prompt: &[u32]) -> Result<(Vec<f32>, f64), WhisperError> {
+        let mut logits = Vec::new();
+        let mut no_speech_prob = 0.0;
+        for (pos, &tok) in prompt.iter().enumerate() {
+            logits = self.programs.step(tok, pos)?;
+            if pos == 0 {
+                let lp = log_softmax(&logits);
+                no_speech_prob = f64::from(lp[self.tokens.no_speech as usize]).exp();
+            }
+        }
+        Ok((logits, no_speech_prob))
+    }
+
+    /// Decodes one window of features: at each temperature of `opts.fallback` in turn until a
+    /// result passes its thresholds (greedy or beam search at 0, the best of `best_of` samples
+    /// above). `on_logits(step, raw)` sees each step's raw logits, before any suppression, of
+    /// the first greedy pass.
     pub fn decode_window(
         &mut self,
         mel: &[f32],
         opts: &DecodeOptions,
         on_logits: &mut dyn FnMut(usize, &[f32]),
     ) -> Result<WindowTokens, WhisperError> {
+        let fallback = &opts.fallback;
+        fallback.validate().map_err(WhisperError::Invalid)?;
         self.programs.encode(mel)?;
         let (prompt, language) = self.prompt(opts)?;
-        let mut logits = Vec::new();
-        for (pos, &tok) in prompt.iter().enumerate() {
-            logits = self.programs.step(tok, pos)?;
+        let mut rng = StdRng::seed_from_u64(fallback.seed);
+        let mut on_logits = Some(on_logits);
+        let (first, no_speech_prob) = self.feed_prompt(&prompt)?;
+        // the logits after the prompt while the caches hold nothing else; each further decoding
+        // feeds the prompt again
+        let mut fed = Some(first);
+        let mut last = None;
+        for &temperature in &fallback.temperatures {
+            let decoded = if temperature > 0.0 {
+                let mut best: Option<(f64, Decoded)> = None;
+                for _ in 0..fallback.best_of {
+                    let first = match fed.take() {
+                        Some(l) => l,
+                        None => self.feed_prompt(&prompt)?.0,
+                    };
+                    let d = self.sample(
+                        prompt.len(),
+                        first,
+                        opts,
+                        temperature,
+                        &mut rng,
+                        &mut |_, _| {},
+                    )?;
+                    // openai-whisper's ranking: summed log-probability over the text length
+                    let rank = d.sum_logprob / d.tokens.len().max(1) as f64;
+                    if best.as_ref().is_none_or(|b| rank > b.0) {
+                        best = Some((rank, d));
+                    }
+                }
+                best.map(|b| b.1).ok_or_else(|| {
+                    WhisperError::Invalid("best_of must be at least 1".to_string())
+                })?
+            } else {
+                let first = match fed.take() {
+                    Some(l) => l,
+                    None => self.feed_prompt(&prompt)?.0,
+                };
+                if opts.beam_size > 1 {
+                    self.beam_search(&prompt, first, opts)?
+                } else {
+                    let sink: &mut dyn FnMut(usize, &[f32]) = match on_logits.take() {
+                        Some(f) => f,
+                        None => &mut |_, _| {},
+                    };
+                    self.sample(prompt.len(), first, opts, 0.0, &mut rng, sink)?
+                }
+            };
+            let scores = WindowScores {
+                compression_ratio: compression_ratio(self.text(&decoded.tokens)?.trim()),
+                avg_logprob: decoded.avg_logprob(),
+                no_speech_prob,
+            };
+            let retry = fallback.needs_fallback(&scores);
+            last = Some((decoded, scores, temperature));
+            if !retry {
+                break;
+            }
         }
-        let begin = prompt.len();
+        let (decoded, scores, temperature) =
+            last.ok_or_else(|| WhisperError::Invalid("no temperature to decode at".into()))?;
+        Ok(WindowTokens {
+            prompt,
+            generated: decoded.tokens,
+            language,
+            no_speech: fallback.is_silent(&scores),
+            scores,
+            temperature,
+        })
+    }
+
+    /// One decoding after the prompt (`first`: the logits after it): the most likely token at
+    /// each step when `temperature` is 0, else a token drawn from the processed scores divided
+    /// by `temperature`. The log-probabilities summed are those of the processed scores at
+    /// temperature 1, as openai-whisper and transformers score a decoding.
+    fn sample(
+        &mut self,
+        begin: usize,
+        first: Vec<f32>,
+        opts: &DecodeOptions,
+        temperature: f32,
+        rng: &mut StdRng,
+        on_logits: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<Decoded, WhisperError> {
+        let mut logits = first;
         let mut generated: Vec<u32> = Vec::new();
         let max = self.programs.context();
         let mut pos = begin;
-        if opts.beam_size > 1 {
-            let generated = self.beam_search(&prompt, logits, opts)?;
-            return Ok(WindowTokens {
-                prompt,
-                generated,
-                language,
-            });
-        }
+        let mut sum_logprob = 0.0f64;
+        let mut scored = 0usize;
         loop {
             on_logits(generated.len(), &logits);
             let mut scores = logits.clone();
             self.process(&mut scores, &generated, opts);
-            let next = argmax(&scores);
+            let next = if temperature > 0.0 {
+                draw(&scores, temperature, rng)
+            } else {
+                argmax(&scores)
+            };
+            sum_logprob += f64::from(scores[next as usize]) - log_sum_exp(&scores);
+            scored += 1;
             if next == self.tokens.eot {
                 break;
             }
@@ -239,10 +413,10 @@ impl Whisper {
             logits = self.programs.step(next, pos)?;
             pos += 1;
         }
-        Ok(WindowTokens {
-            prompt,
-            generated,
-            language,
+        Ok(Decoded {
+            tokens: generated,
+            sum_logprob,
+            scored,
         })
     }
 
@@ -269,7 +443,7 @@ impl Whisper {
         prompt: &[u32],
         first: Vec<f32>,
         opts: &DecodeOptions,
-    ) -> Result<Vec<u32>, WhisperError> {
+    ) -> Result<Decoded, WhisperError> {
         const NEG: f32 = -1.0e9;
         let beams = opts.beam_size;
         self.programs.ensure_hypotheses(beams)?;
@@ -356,11 +530,18 @@ impl Whisper {
                 logits.push(self.programs.step_on(i, last, cur_len - 1)?);
             }
         }
-        let mut best = finished.swap_remove(0).0;
+        // the finished score is the summed log-probability over the generated length (end
+        // token included)
+        let (mut best, score, _) = finished.swap_remove(0);
+        let scored = best.len();
         if best.last() == Some(&eot) {
             best.pop();
         }
-        Ok(best)
+        Ok(Decoded {
+            tokens: best,
+            sum_logprob: f64::from(score) * scored as f64,
+            scored,
+        })
     }
 
     /// transformers' `WhisperTimeStampLogitsProcessor`.
@@ -416,7 +597,7 @@ impl Whisper {
         let total = stream
             .expected_samples()
             .map(|n| n as f64 / SAMPLE_RATE as f64);
-        let file_max = self.file_log10_max(path)?;
+        let file_max = self.mel.file_log10_max(path)?;
         let mut seek = 0usize;
         let mut segments = Vec::new();
         let mut language = None;
@@ -436,7 +617,10 @@ impl Whisper {
             }
             let offset = seek as f64 / SAMPLE_RATE as f64;
             let window_secs = window.len() as f64 / SAMPLE_RATE as f64;
-            let advance = if opts.timestamps {
+            let advance = if out.no_speech {
+                // openai-whisper skips a silent window whole
+                window.len()
+            } else if opts.timestamps {
                 let (segs, advance) =
                     self.timestamp_segments(&out.generated, offset, window.len())?;
                 segments.extend(segs);
@@ -451,7 +635,9 @@ impl Whisper {
                 });
                 window.len()
             };
-            texts.push(self.text(&out.generated)?);
+            if !out.no_speech {
+                texts.push(self.text(&out.generated)?);
+            }
             // always move forward, also when a window yields no complete segment
             let advance = advance.max(SAMPLES_PER_POSITION).min(window.len());
             seek += stream.consume(advance)?;
@@ -467,29 +653,6 @@ impl Whisper {
             language,
             duration: seek as f64 / SAMPLE_RATE as f64,
         })
-    }
-
-    /// The whole file's largest `log10` mel energy: a first pass over its 30 s windows, so that
-    /// every window is clamped as the file's one spectrogram is.
-    fn file_log10_max(&self, path: &Path) -> Result<f32, WhisperError> {
-        let mut stream = AudioStream::open(path)?;
-        let mut before: Vec<f32> = Vec::new();
-        let mut max = f32::NEG_INFINITY;
-        loop {
-            let mut window = stream.peek(WINDOW_SAMPLES + CONTEXT)?;
-            if window.is_empty() {
-                break;
-            }
-            let after = window.split_off(window.len().min(WINDOW_SAMPLES));
-            max = max.max(self.mel.log10_max(&before, &window, &after));
-            let n = window.len();
-            before = window[n.saturating_sub(CONTEXT)..].to_vec();
-            stream.consume(n)?;
-            if n < WINDOW_SAMPLES {
-                break;
-            }
-        }
-        Ok(max)
     }
 
     /// openai-whisper's segmentation of one window's tokens: segments end at consecutive

@@ -6,11 +6,13 @@
 //! slice: a window's edge frames see the neighbouring samples, and the clamp uses the maximum
 //! over every window (a first pass).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use realfft::{RealFftPlanner, RealToComplex};
 
-use super::audio::SAMPLE_RATE;
+use super::audio::{AudioStream, SAMPLE_RATE};
+use super::WhisperError;
 
 pub const N_FFT: usize = 400;
 pub const HOP: usize = 160;
@@ -133,6 +135,30 @@ impl LogMel {
     /// [`file_window`](Self::file_window)); the maximum over a file's windows is its `file_max`.
     pub fn log10_max(&self, before: &[f32], samples: &[f32], after: &[f32]) -> f32 {
         max_of(&self.log10_frames(before, samples, after))
+    }
+
+    /// The whole file's largest `log10` mel energy: a first pass over its 30 s windows (one
+    /// window of samples held at a time), so that every window is clamped as the file's one
+    /// spectrogram is.
+    pub fn file_log10_max(&self, path: &Path) -> Result<f32, WhisperError> {
+        let mut stream = AudioStream::open(path)?;
+        let mut before: Vec<f32> = Vec::new();
+        let mut max = f32::NEG_INFINITY;
+        loop {
+            let mut window = stream.peek(WINDOW_SAMPLES + N_FFT / 2)?;
+            if window.is_empty() {
+                break;
+            }
+            let after = window.split_off(window.len().min(WINDOW_SAMPLES));
+            max = max.max(self.log10_max(&before, &window, &after));
+            let n = window.len();
+            before = window[n.saturating_sub(N_FFT / 2)..].to_vec();
+            stream.consume(n)?;
+            if n < WINDOW_SAMPLES {
+                break;
+            }
+        }
+        Ok(max)
     }
 
     /// `log10(max(mel, 1e-10))` of the window's `WINDOW_FRAMES` frames. Frame `t` is centred on

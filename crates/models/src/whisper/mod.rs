@@ -5,6 +5,7 @@ pub mod audio;
 pub mod config;
 pub mod ct2;
 pub mod decode;
+pub mod fallback;
 pub mod graph;
 pub mod mel;
 pub mod runtime;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 pub use config::WhisperConfig;
 pub use ct2::Ct2Model;
 pub use decode::{DecodeOptions, Segment, Transcript, Whisper, WindowTokens};
+pub use fallback::{Fallback, WindowScores};
 pub use runtime::WhisperOptions;
 pub use weights::WhisperWeights;
 

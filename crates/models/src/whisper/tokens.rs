@@ -16,6 +16,9 @@ pub struct SpecialTokens {
     pub translate: u32,
     pub transcribe: u32,
     pub no_timestamps: u32,
+    /// `<|nospeech|>` (`<|nocaptions|>` in older vocabularies): its probability after
+    /// `<|startoftranscript|>` says the window holds no speech.
+    pub no_speech: u32,
     /// `<|0.00|>`; timestamp `i` (0.02 s steps) is `timestamp_begin + i`.
     pub timestamp_begin: u32,
     /// `(code, id)` of every language token, in id order.
@@ -72,6 +75,9 @@ impl SpecialTokens {
             (None, None)
         };
         let eot = id(tok, "<|endoftext|>")?;
+        let no_speech = tok
+            .token_to_id("<|nospeech|>")
+            .map_or_else(|| id(tok, "<|nocaptions|>"), Ok)?;
         let transcribe = id(tok, "<|transcribe|>")?;
         let suppress = suppress.ok_or_else(|| {
             WhisperError::Config(format!(
@@ -86,6 +92,7 @@ impl SpecialTokens {
             translate,
             transcribe,
             no_timestamps,
+            no_speech,
             timestamp_begin: no_timestamps + 1,
             languages,
             multilingual: vocab_size >= 51865,

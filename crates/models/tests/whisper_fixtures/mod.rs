@@ -7,7 +7,7 @@ use aneforge_models::whisper::audio::load_audio;
 use aneforge_models::whisper::{DecodeOptions, Whisper, WhisperOptions};
 use serde_json::Value;
 
-fn fixture(name: &str) -> Value {
+pub fn fixture(name: &str) -> Value {
     let path = format!(
         "{}/../../tools/fixtures/whisper/out/{name}",
         env!("CARGO_MANIFEST_DIR")
@@ -15,7 +15,7 @@ fn fixture(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
-fn ids(v: &Value) -> Vec<u32> {
+pub fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .unwrap()
         .iter()
