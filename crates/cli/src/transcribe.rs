@@ -165,10 +165,8 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
         target,
         engine,
     };
-    let resolved = aneforge_models::resolve(&args.model)
-        .with_context(|| format!("cannot find the Whisper model {}", args.model))?;
     let started = std::time::Instant::now();
-    let mut whisper = Whisper::load(resolved.dir(), &options)
+    let mut whisper = Whisper::open(&args.model, &options)
         .with_context(|| format!("cannot load the Whisper model {}", args.model))?;
     if args.timings {
         eprintln!(
@@ -219,7 +217,7 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
             ));
         };
         let started = std::time::Instant::now();
-        let transcript = transcribe(&mut whisper, path, &decode, &mut progress)?;
+        let transcript = whisper.transcribe(path, &decode, &mut progress)?;
         bar.finish_and_clear();
         if args.timings {
             eprintln!(
@@ -277,24 +275,6 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
             Ok(out.flush()?)
         }
     }
-}
-
-fn transcribe(
-    whisper: &mut Whisper,
-    path: &std::path::Path,
-    decode: &DecodeOptions,
-    progress: &mut dyn FnMut(f64, Option<f64>),
-) -> anyhow::Result<Transcript> {
-    // audio over one window is decoded with timestamps: the next window starts where the last
-    // complete segment ended
-    let long = aneforge_models::whisper::audio::AudioStream::open(path)?
-        .expected_samples()
-        .is_none_or(|n| n > aneforge_models::whisper::mel::WINDOW_SAMPLES as u64);
-    let decode = DecodeOptions {
-        timestamps: decode.timestamps || long,
-        ..decode.clone()
-    };
-    Ok(whisper.transcribe_file(path, &decode, progress)?)
 }
 
 #[cfg(test)]

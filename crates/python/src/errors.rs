@@ -13,6 +13,7 @@ use aneforge::engine::{EngineError, SelectError};
 use aneforge_models::encoders::EncoderError;
 use aneforge_models::llm::LlmError;
 use aneforge_models::vision::{ImageError, VisionError};
+use aneforge_models::whisper::WhisperError;
 use aneforge_models::ResolveError;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
@@ -146,6 +147,19 @@ pub fn vision(e: VisionError) -> PyErr {
         }
         VisionError::Image(_) | VisionError::Unsupported(_) => Kind::Invalid,
         VisionError::Program(p) => program_kind(p),
+        _ => Kind::Internal,
+    };
+    raise(kind, chain(&e))
+}
+
+pub fn whisper(e: WhisperError) -> PyErr {
+    let kind = match &e {
+        WhisperError::Resolve(r) => resolve_kind(r),
+        WhisperError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            Kind::NotFound
+        }
+        WhisperError::Audio { .. } | WhisperError::Invalid(_) => Kind::Invalid,
+        WhisperError::Program(p) => program_kind(p),
         _ => Kind::Internal,
     };
     raise(kind, chain(&e))

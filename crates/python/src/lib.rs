@@ -1,6 +1,6 @@
 //! The `aneforge` Python package's native module (`aneforge._aneforge`): thin bindings over the
 //! library crates. Graphs and programs (`graph`, `program`), sentence encoders and rerankers
-//! (`encoders`), decoder LLMs (`llm`), image classifiers (`vision`); engine and target choice as on the CLI (`options`); NumPy
+//! (`encoders`), decoder LLMs (`llm`), image classifiers (`vision`), speech recognition (`whisper`); engine and target choice as on the CLI (`options`); NumPy
 //! interop (`arrays`); Rust errors as Python exceptions (`errors`).
 
 mod arrays;
@@ -11,6 +11,7 @@ mod llm;
 mod options;
 mod program;
 mod vision;
+mod whisper;
 
 use pyo3::prelude::*;
 
@@ -34,6 +35,7 @@ fn _aneforge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<llm::PyLlm>()?;
     m.add_class::<llm::Generation>()?;
     m.add_class::<vision::ImageClassifier>()?;
+    m.add_class::<whisper::Whisper>()?;
     m.add_function(wrap_pyfunction!(graph::input, m)?)?;
     m.add_function(wrap_pyfunction!(graph::constant, m)?)?;
     m.add_function(wrap_pyfunction!(graph::concat, m)?)?;

@@ -152,6 +152,12 @@ fn log_sum_exp(v: &[f32]) -> f64 {
 }
 
 impl Whisper {
+    /// Finds the model `spec` names (a hub id in the local cache or a directory) and loads it.
+    pub fn open(spec: &str, options: &WhisperOptions) -> Result<Whisper, WhisperError> {
+        let model = crate::resolve(spec)?;
+        Whisper::load(model.dir(), options)
+    }
+
     /// Loads the checkpoint in `dir` (transformers or CTranslate2) and compiles its programs.
     pub fn load(dir: &Path, options: &WhisperOptions) -> Result<Whisper, WhisperError> {
         let files = CheckpointFiles::find(dir)?;
@@ -582,6 +588,25 @@ impl Whisper {
         if timestamp_mass > f64::from(best_text) {
             scores[..ts].fill(f32::NEG_INFINITY);
         }
+    }
+
+    /// Transcribes a file as `aneforge transcribe` does: audio longer than one window (or of
+    /// unknown length) is decoded with timestamps, so that each next window starts where the
+    /// last complete segment ended.
+    pub fn transcribe(
+        &mut self,
+        path: &Path,
+        opts: &DecodeOptions,
+        progress: &mut dyn FnMut(f64, Option<f64>),
+    ) -> Result<Transcript, WhisperError> {
+        let long = AudioStream::open(path)?
+            .expected_samples()
+            .is_none_or(|n| n > WINDOW_SAMPLES as u64);
+        let opts = DecodeOptions {
+            timestamps: opts.timestamps || long,
+            ..opts.clone()
+        };
+        self.transcribe_file(path, &opts, progress)
     }
 
     /// Transcribes a file window by window (30 s each; with timestamps, each next window starts

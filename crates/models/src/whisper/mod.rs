@@ -32,6 +32,8 @@ pub enum WhisperError {
         source: std::io::Error,
     },
     #[error(transparent)]
+    Resolve(#[from] crate::resolve::ResolveError),
+    #[error(transparent)]
     Weights(#[from] WeightError),
     #[error("Whisper config: {0}")]
     Config(String),

@@ -6,7 +6,8 @@ target=...)`` -> ``af.Program`` (``run``, ``set_input``, ``execute``, ``read_out
 ``share_buffer``, zero-copy ``input_view`` / ``output_view``).
 
 Models: ``af.SentenceTransformer``, ``af.CrossEncoder`` (sentence-transformers' signatures) and
-``af.LLM`` (``generate``, ``stream``, ``chat``), and ``af.ImageClassifier`` (``classify``). Models are found as the CLI finds them: an id
+``af.LLM`` (``generate``, ``stream``, ``chat``), ``af.ImageClassifier`` (``classify``) and
+``af.Whisper`` (``transcribe``). Models are found as the CLI finds them: an id
 ``ORG/NAME`` in the Hugging Face cache (``HF_HOME``), or a directory.
 
 ``engine="cpu"|"ane"|"auto"`` and ``target="cpu"|"ane"|"h16"|...`` mean what ``--engine`` and
@@ -28,6 +29,7 @@ from ._aneforge import (
     Program,
     SentenceTransformer,
     Tensor,
+    Whisper,
     __version__,
     compile,
     concat,
@@ -50,6 +52,7 @@ __all__ = [
     "Program",
     "SentenceTransformer",
     "Tensor",
+    "Whisper",
     "__version__",
     "compile",
     "concat",
@@ -64,8 +67,9 @@ _DONE = object()
 
 
 class LLM(_NativeLLM):
-    """A decoder LLM (Llama, Mistral, Qwen2/3, Gemma, GPT-2; safetensors or GGUF), loaded and
-    compiled as ``aneforge generate -m MODEL`` does. Sampling defaults are the CLI's."""
+    """A decoder LLM (Llama, Mistral, Qwen2/3, Qwen3-MoE, Mixtral, Phi-3, Gemma 1/2/3, GPT-2;
+    safetensors or GGUF), loaded and compiled as ``aneforge generate -m MODEL`` does. Sampling
+    defaults are the CLI's."""
 
     def generate(self, prompt, **kwargs) -> str:
         """The generated text; keywords as ``generate_details``."""

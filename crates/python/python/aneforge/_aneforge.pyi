@@ -183,6 +183,32 @@ class ImageClassifier:
     @property
     def labels(self) -> List[str]: ...
 
+class Whisper:
+    """A Whisper model (transformers safetensors or a CTranslate2 ``model.bin``), as
+    ``aneforge transcribe -m MODEL`` loads it: a model id in the Hugging Face cache or a
+    directory."""
+
+    def __init__(self, model: str, *, engine: Engine = "cpu", target: Optional[str] = None) -> None: ...
+    def transcribe(
+        self,
+        audio: Union[str, PathLike],
+        *,
+        language: Optional[str] = None,
+        task: Literal["transcribe", "translate"] = "transcribe",
+        beam_size: int = 1,
+        timestamps: bool = False,
+        temperature: float = 0.0,
+        temperature_increment_on_fallback: float = 0.2,
+        compression_ratio_threshold: Optional[float] = 2.4,
+        logprob_threshold: Optional[float] = -1.0,
+        no_speech_threshold: Optional[float] = 0.6,
+        best_of: int = 5,
+        seed: int = 0,
+    ) -> Dict[str, Any]:
+        """``{"text", "language", "duration", "segments": [{"start", "end", "text", "tokens"}]}``
+        of an audio file (WAV, FLAC, MP3, OGG/Vorbis). Defaults are ``aneforge transcribe``'s
+        (openai-whisper's temperature fallback; ``None`` turns a threshold off)."""
+
 class Generation:
     text: str
     tokens: List[int]
