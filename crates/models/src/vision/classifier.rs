@@ -18,6 +18,7 @@ use super::image_input::{Preprocess, RgbImage};
 use super::mobilenet_v3::MobileNetV3;
 use super::resample::Interpolation;
 use super::resnet::{Layout as ResNetLayout, ResNet};
+use super::vit::VisionTransformer;
 use super::VisionError;
 
 pub const PIXEL_VALUES: &str = "pixel_values";
@@ -35,11 +36,21 @@ pub enum Network {
     EfficientNetLite(EfficientNetLite),
     ResNet(ResNet),
     MobileNetV3(MobileNetV3),
+    VisionTransformer(VisionTransformer),
 }
 
 impl Network {
-    /// Recognises the family from the checkpoint's tensor names and loads it.
-    pub fn load(vb: &VarBuilder) -> Result<Network, VisionError> {
+    /// Recognises the family from the checkpoint's tensor names and loads it; `config` is the
+    /// model's `config.json` (only the vision transformers read it).
+    pub fn load(
+        vb: &VarBuilder,
+        config: Option<&serde_json::Value>,
+    ) -> Result<Network, VisionError> {
+        if let Some(root) = VisionTransformer::detect(vb) {
+            return Ok(Network::VisionTransformer(VisionTransformer::load(
+                vb, root, config,
+            )?));
+        }
         if vb.contains("_conv_stem.weight") {
             let variant = EfficientNetLite::detect(vb);
             let classes = vb.meta("_fc.bias").map_or(1000, |m| m.shape[0]);
@@ -64,6 +75,7 @@ impl Network {
             Network::EfficientNetLite(m) => format!("efficientnet-lite{}", m.variant),
             Network::ResNet(m) => m.name(),
             Network::MobileNetV3(m) => m.name(),
+            Network::VisionTransformer(m) => m.name(),
         }
     }
 
@@ -72,6 +84,7 @@ impl Network {
             Network::EfficientNetLite(m) => m.forward(x),
             Network::ResNet(m) => m.forward(x),
             Network::MobileNetV3(m) => m.forward(x),
+            Network::VisionTransformer(m) => m.forward(x),
         }
     }
 
@@ -80,6 +93,7 @@ impl Network {
             Network::EfficientNetLite(m) => m.classes(),
             Network::ResNet(m) => m.classes(),
             Network::MobileNetV3(m) => m.classes(),
+            Network::VisionTransformer(m) => m.classes(),
         }
     }
 
@@ -101,6 +115,7 @@ impl Network {
             Network::ResNet(_) | Network::MobileNetV3(_) => {
                 Preprocess::imagenet(256, 224, Interpolation::Bilinear)
             }
+            Network::VisionTransformer(m) => m.default_preprocess(),
         }
     }
 }
@@ -186,6 +201,21 @@ fn checkpoint_in(dir: &Path) -> Result<PathBuf, VisionError> {
     }
 }
 
+/// The JSON document at `file`, `None` when there is no such file.
+pub(crate) fn read_json(file: &Path) -> Result<Option<serde_json::Value>, VisionError> {
+    if !file.is_file() {
+        return Ok(None);
+    }
+    let bad = |message: String| VisionError::Model {
+        path: file.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| bad(format!("not JSON: {e}")))
+}
+
 /// Opens a checkpoint file by its content: safetensors or a `torch.save` file.
 pub fn open_checkpoint(path: &Path) -> Result<VarBuilder, VisionError> {
     let source: Arc<dyn TensorSource> = if path.extension().is_some_and(|x| x == "safetensors") {
@@ -220,33 +250,21 @@ impl ImageClassifier {
     /// The checkpoint at `path`; a `preprocessor_config.json` beside it sets the recipe and a
     /// `config.json` with an `id2label` for every class names the classes.
     pub fn from_checkpoint(path: &Path, options: ClassifierOptions) -> Result<Self, VisionError> {
-        let vb = open_checkpoint(path)?;
-        let network = Network::load(&vb)?;
-        let mut clf = Self::new(network, options)?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        let read_json = |name: &str| -> Result<Option<serde_json::Value>, VisionError> {
-            let file = dir.join(name);
-            if !file.is_file() {
-                return Ok(None);
-            }
-            let bad = |message: String| VisionError::Model {
-                path: file.clone(),
-                message,
-            };
-            let text = std::fs::read_to_string(&file).map_err(|e| bad(e.to_string()))?;
-            serde_json::from_str(&text)
-                .map(Some)
-                .map_err(|e| bad(format!("not JSON: {e}")))
-        };
-        if let Some(cfg) = read_json("preprocessor_config.json")? {
+        let config = read_json(&dir.join("config.json"))?;
+        let vb = open_checkpoint(path)?;
+        let network = Network::load(&vb, config.as_ref())?;
+        let mut clf = Self::new(network, options)?;
+        let preprocessor = dir.join("preprocessor_config.json");
+        if let Some(cfg) = read_json(&preprocessor)? {
             clf.preprocess = Preprocess::from_preprocessor_config(&cfg).map_err(|message| {
                 VisionError::Model {
-                    path: dir.join("preprocessor_config.json"),
+                    path: preprocessor,
                     message,
                 }
             })?;
         }
-        if let Some(cfg) = read_json("config.json")? {
+        if let Some(cfg) = config {
             if let Some(map) = cfg["id2label"].as_object() {
                 let classes = clf.network.classes();
                 let labels: Option<Vec<String>> = (0..classes)

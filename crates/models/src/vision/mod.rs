@@ -1,6 +1,7 @@
 //! Vision models: images in ([`image_input`]), Pillow-exact resampling ([`resample`]), and image
 //! classifiers ([`classifier`]) of the EfficientNet-Lite, ResNet and MobileNetV3 families, with
-//! BatchNorm folded into the convolutions ([`layers`]).
+//! BatchNorm folded into the convolutions ([`layers`]), and the vision transformers ViT and DeiT
+//! ([`vit`]) on the pre-norm encoder ([`transformer`]).
 
 pub mod classifier;
 pub mod efficientnet_lite;
@@ -9,6 +10,8 @@ pub mod layers;
 pub mod mobilenet_v3;
 pub mod resample;
 pub mod resnet;
+pub mod transformer;
+pub mod vit;
 
 use std::path::PathBuf;
 
@@ -36,7 +39,7 @@ pub enum VisionError {
     Program(#[from] aneforge::Error),
     #[error("{}: {message}", path.display())]
     Model { path: PathBuf, message: String },
-    #[error("{source_desc}: no known image classifier layout (EfficientNet-Lite, torchvision ResNet or MobileNetV3); first tensors: {}", first_names.join(", "))]
+    #[error("{source_desc}: no known image classifier layout (EfficientNet-Lite, torchvision ResNet or MobileNetV3, Hugging Face ResNet, ViT or DeiT); first tensors: {}", first_names.join(", "))]
     UnknownArchitecture {
         source_desc: String,
         first_names: Vec<String>,
