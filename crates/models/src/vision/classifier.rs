@@ -4,18 +4,19 @@
 //! names.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use aneforge::engine::{Executable, HostSlice};
 use aneforge::graph::input;
-use aneforge::{Compress, DType, Engine, ParameterMode, ProgramOptions, Target};
+use aneforge::{Compress, DType, Engine, Target};
 
 use crate::resolve::{resolve, ModelSource};
 use crate::weights::{SafeTensorsFiles, TensorSource, TorchCheckpoint, VarBuilder};
 
+use super::clip::ClipModel;
 use super::efficientnet_lite::EfficientNetLite;
 use super::image_input::{Preprocess, RgbImage};
 use super::mobilenet_v3::MobileNetV3;
+use super::programs::{program_batch, Compiler, Programs};
 use super::resample::Interpolation;
 use super::resnet::{Layout as ResNetLayout, ResNet};
 use super::vit::VisionTransformer;
@@ -63,6 +64,13 @@ impl Network {
         }
         if vb.contains("features.0.0.weight") && vb.contains("classifier.3.weight") {
             return Ok(Network::MobileNetV3(MobileNetV3::load_torchvision(vb)?));
+        }
+        if ClipModel::detect(vb) {
+            return Err(VisionError::Unsupported(format!(
+                "{} is a CLIP model: it classifies zero-shot against labels (ClipModel; \
+                 `aneforge classify --labels`)",
+                vb.source().describe()
+            )));
         }
         Err(VisionError::UnknownArchitecture {
             source_desc: vb.source().describe(),
@@ -160,7 +168,7 @@ pub struct ImageClassifier {
     labels: Vec<String>,
     options: ClassifierOptions,
     /// Compiled programs by (batch, height, width).
-    programs: Mutex<Vec<(ProgramKey, Box<dyn Executable>)>>,
+    programs: Programs<ProgramKey>,
 }
 
 /// The checkpoint file of a model directory: `model.safetensors`, else its one `.pth`/`.pt`/`.bin`.
@@ -295,7 +303,7 @@ impl ImageClassifier {
             network,
             labels,
             options,
-            programs: Mutex::new(Vec::new()),
+            programs: Programs::default(),
         })
     }
 
@@ -331,11 +339,7 @@ impl ImageClassifier {
         }
         let mut out = Vec::with_capacity(inputs.len());
         for chunk in inputs.chunks(self.options.batch_size) {
-            let batch = if chunk.len() == self.options.batch_size {
-                chunk.len()
-            } else {
-                chunk.len().next_power_of_two().min(self.options.batch_size)
-            };
+            let batch = program_batch(chunk.len(), self.options.batch_size);
             let mut feed = vec![0f32; batch * per];
             for (i, x) in chunk.iter().enumerate() {
                 feed[i * per..(i + 1) * per].copy_from_slice(x);
@@ -398,51 +402,23 @@ impl ImageClassifier {
             .collect()
     }
 
-    fn compile(
-        &self,
-        batch: usize,
-        (h, w): (usize, usize),
-    ) -> Result<Box<dyn Executable>, VisionError> {
-        let x = input(PIXEL_VALUES, &[batch, 3, h, w], DType::F32)?;
-        let logits = self.network.forward(&x)?;
-        let program = |e: aneforge::Error| VisionError::Program(e);
-        let artifact = aneforge::compile_artifact(
-            &[(LOGITS, &logits)],
-            &ProgramOptions {
-                target: self.options.target.clone(),
-                parameters: ParameterMode::Constant,
-                compress: self.options.compress,
-                weight_ceiling: None,
-            },
-        )
-        .map_err(|e| program(e.into()))?;
-        aneforge::engine::load(&artifact, self.options.engine).map_err(|e| program(e.into()))
-    }
-
     fn execute(
         &self,
         batch: usize,
-        size: (usize, usize),
+        (h, w): (usize, usize),
         feed: &[f32],
     ) -> Result<Vec<f32>, VisionError> {
-        let mut programs = self
-            .programs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let key = (batch, size.0, size.1);
-        let at = match programs.iter().position(|(k, _)| *k == key) {
-            Some(at) => at,
-            None => {
-                let exec = self.compile(batch, size)?;
-                programs.push((key, exec));
-                programs.len() - 1
+        let build = || {
+            let x = input(PIXEL_VALUES, &[batch, 3, h, w], DType::F32)?;
+            let logits = self.network.forward(&x)?;
+            Compiler {
+                target: self.options.target.clone(),
+                engine: self.options.engine,
+                compress: self.options.compress,
             }
+            .load(&[(LOGITS, &logits)])
         };
-        let exec = &mut programs[at].1;
-        let engine = |e: aneforge::engine::EngineError| VisionError::Program(e.into());
-        exec.set_input(PIXEL_VALUES, HostSlice::F32(feed))
-            .map_err(engine)?;
-        exec.execute().map_err(engine)?;
-        exec.read_output_f32(LOGITS).map_err(engine)
+        self.programs
+            .run((batch, h, w), build, &[(PIXEL_VALUES, feed)], LOGITS)
     }
 }

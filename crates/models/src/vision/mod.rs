@@ -4,10 +4,12 @@
 //! ([`vit`]) on the pre-norm encoder ([`transformer`]).
 
 pub mod classifier;
+pub mod clip;
 pub mod efficientnet_lite;
 pub mod image_input;
 pub mod layers;
 pub mod mobilenet_v3;
+pub mod programs;
 pub mod resample;
 pub mod resnet;
 pub mod transformer;
@@ -19,6 +21,7 @@ pub use classifier::{
     imagenet_labels, open_checkpoint, ClassifierOptions, ImageClassifier, Network, Prediction,
     LOGITS, PIXEL_VALUES,
 };
+pub use clip::{ClipModel, EosPooling};
 pub use image_input::{
     decode_image, load_image, CropRounding, ImageError, Preprocess, Resize, RgbImage,
     IMAGENET_MEAN, IMAGENET_STD,
