@@ -15,6 +15,7 @@ use crate::weights::{SafeTensorsFiles, TensorSource, TorchCheckpoint, VarBuilder
 use super::clip::ClipModel;
 use super::efficientnet_lite::EfficientNetLite;
 use super::image_input::{Preprocess, RgbImage};
+use super::mobilenet_v2::MobileNetV2;
 use super::mobilenet_v3::MobileNetV3;
 use super::programs::{program_batch, Compiler, Programs};
 use super::resample::Interpolation;
@@ -36,6 +37,7 @@ pub fn imagenet_labels() -> Vec<String> {
 pub enum Network {
     EfficientNetLite(EfficientNetLite),
     ResNet(ResNet),
+    MobileNetV2(MobileNetV2),
     MobileNetV3(MobileNetV3),
     VisionTransformer(VisionTransformer),
 }
@@ -62,6 +64,9 @@ impl Network {
         if let Some(layout) = ResNetLayout::detect(vb) {
             return Ok(Network::ResNet(ResNet::load(vb, layout)?));
         }
+        if MobileNetV2::detect(vb) {
+            return Ok(Network::MobileNetV2(MobileNetV2::load_torchvision(vb)?));
+        }
         if vb.contains("features.0.0.weight") && vb.contains("classifier.3.weight") {
             return Ok(Network::MobileNetV3(MobileNetV3::load_torchvision(vb)?));
         }
@@ -82,6 +87,7 @@ impl Network {
         match self {
             Network::EfficientNetLite(m) => format!("efficientnet-lite{}", m.variant),
             Network::ResNet(m) => m.name(),
+            Network::MobileNetV2(m) => m.name(),
             Network::MobileNetV3(m) => m.name(),
             Network::VisionTransformer(m) => m.name(),
         }
@@ -91,6 +97,7 @@ impl Network {
         match self {
             Network::EfficientNetLite(m) => m.forward(x),
             Network::ResNet(m) => m.forward(x),
+            Network::MobileNetV2(m) => m.forward(x),
             Network::MobileNetV3(m) => m.forward(x),
             Network::VisionTransformer(m) => m.forward(x),
         }
@@ -100,6 +107,7 @@ impl Network {
         match self {
             Network::EfficientNetLite(m) => m.classes(),
             Network::ResNet(m) => m.classes(),
+            Network::MobileNetV2(m) => m.classes(),
             Network::MobileNetV3(m) => m.classes(),
             Network::VisionTransformer(m) => m.classes(),
         }
@@ -120,7 +128,7 @@ impl Network {
                 p.std = [128.0 / 255.0; 3];
                 p
             }
-            Network::ResNet(_) | Network::MobileNetV3(_) => {
+            Network::ResNet(_) | Network::MobileNetV2(_) | Network::MobileNetV3(_) => {
                 Preprocess::imagenet(256, 224, Interpolation::Bilinear)
             }
             Network::VisionTransformer(m) => m.default_preprocess(),
