@@ -82,9 +82,9 @@ fn result<'a>(image: &'a str, predictions: &'a [Prediction]) -> ImageResult<'a> 
 
 /// A classifier with its own classes, or CLIP against the given labels.
 enum Classifier<'a> {
-    Fixed(ImageClassifier),
+    Fixed(Box<ImageClassifier>),
     ZeroShot {
-        model: ClipModel,
+        model: Box<ClipModel>,
         labels: Vec<&'a str>,
         template: &'a str,
     },
@@ -134,17 +134,19 @@ pub fn run(args: ClassifyArgs) -> anyhow::Result<()> {
         .filter(|l| !l.is_empty())
         .collect();
     let clf = if args.labels.is_empty() {
-        Classifier::Fixed(
+        Classifier::Fixed(Box::new(
             ImageClassifier::load(&args.model, options)
                 .with_context(|| format!("loading image classifier {}", args.model))?,
-        )
+        ))
     } else {
         if labels.is_empty() {
             bail!("--labels holds no label");
         }
         Classifier::ZeroShot {
-            model: ClipModel::load(&args.model, options)
-                .with_context(|| format!("loading CLIP model {}", args.model))?,
+            model: Box::new(
+                ClipModel::load(&args.model, options)
+                    .with_context(|| format!("loading CLIP model {}", args.model))?,
+            ),
             labels,
             template: &args.template,
         }

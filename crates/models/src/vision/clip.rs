@@ -36,7 +36,7 @@ pub const POOL_WEIGHTS: &str = "pool_weights";
 
 /// OpenAI CLIP's normalisation constants.
 pub const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
-pub const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_58, 0.275_777_1];
+pub const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
 
 /// Which token the text tower pools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
