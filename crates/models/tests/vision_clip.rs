@@ -260,3 +260,34 @@ fn directories_that_are_not_clip_models_are_refused() {
         .to_string();
     assert!(err.contains("tokenizer.json"), "{err}");
 }
+
+/// A config with the current `eos_token_id` (the id of `<|endoftext|>`, pooled at its first
+/// occurrence) pools the same token as the legacy one (the highest id), so the text embeddings
+/// are transformers' again.
+#[test]
+fn the_current_eos_token_id_pools_the_same_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    for f in [
+        "model.safetensors",
+        "preprocessor_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        std::fs::copy(dir().join(f), tmp.path().join(f)).unwrap();
+    }
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir().join("config.json")).unwrap()).unwrap();
+    let clip = model(Target::Cpu, Engine::Cpu);
+    let eos = clip.tokenizer().token_to_id("<|endoftext|>").unwrap();
+    assert_ne!(eos, 2);
+    config["text_config"]["eos_token_id"] = eos.into();
+    std::fs::write(tmp.path().join("config.json"), config.to_string()).unwrap();
+    let current =
+        ClipModel::load(tmp.path().to_str().unwrap(), ClassifierOptions::default()).unwrap();
+    let labels = labels();
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    let texts = current.text_embeddings(&labels).unwrap();
+    let (_, want) = npy("text_embeds");
+    let (worst, scale) = max_diff(&texts, &want);
+    assert!(worst <= 1e-4 * scale, "text_embeds off by {worst}");
+}

@@ -271,3 +271,49 @@ fn checkpoints_that_do_not_fit_are_named() {
     let msg = load_err(odd.path());
     assert!(msg.contains("square grid"), "{msg}");
 }
+
+/// The layer names transformers 5 saves (`vit.layers.N.attention.q_proj`, `mlp.fc1`, …; the
+/// inverse of the fixture's HUB_NAMES, transformers' own conversion) load to the same logits.
+#[test]
+fn transformers5_names_load_the_same_model() {
+    let photos = require_model!("scikit-image/data");
+    let renamed = edited("vit", |t| {
+        for (name, _, _) in t.iter_mut() {
+            let mut n = name.replace(".encoder.layer.", ".layers.");
+            for (from, to) in [
+                (".attention.attention.query.", ".attention.q_proj."),
+                (".attention.attention.key.", ".attention.k_proj."),
+                (".attention.attention.value.", ".attention.v_proj."),
+                (".attention.output.dense.", ".attention.o_proj."),
+                (".intermediate.dense.", ".mlp.fc1."),
+                (".output.dense.", ".mlp.fc2."),
+            ] {
+                n = n.replace(from, to);
+            }
+            *name = n;
+        }
+    });
+    let clf = ImageClassifier::load(
+        renamed.path().to_str().unwrap(),
+        ClassifierOptions::default(),
+    )
+    .unwrap();
+    let (doc, want) = expected("vit");
+    let images: Vec<_> = doc["photos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| load_image(photos.dir().join(p.as_str().unwrap())).unwrap())
+        .collect();
+    let got = clf
+        .logits_of(&clf.pixel_values(&images), (224, 224), &mut |_| {})
+        .unwrap();
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let worst = got
+        .iter()
+        .flatten()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst <= 1e-4 * scale, "logits off by {worst}");
+}
