@@ -1,14 +1,18 @@
 """Peers of `aneforge bench vision`: PyTorch and ONNX Runtime running the same classifier on the
 same kind of input (deterministic synthetic [batch, 3, H, W] tensors; preprocessing excluded).
 
-  vision_peers.py resnet50-checkpoint OUT.pth      torchvision ResNet-50 with reproducible random
-                                                   weights (ImageNet weights are not available
-                                                   here), saved as a state_dict for aneforge
+  vision_peers.py checkpoint KIND OUT              KIND with seeded random weights (ImageNet
+                                                   weights are not available here; speed does
+                                                   not depend on them): resnet50 and mobilenet_v2
+                                                   as torchvision state_dicts (OUT.pth), vit-b16
+                                                   as a Hugging Face directory (OUT) of
+                                                   google/vit-base-patch16-224's configuration
   vision_peers.py torch MODEL BATCH THREADS RUNS   one JSON line
   vision_peers.py ort MODEL BATCH THREADS RUNS     one JSON line (exports MODEL to ONNX first)
 
-MODEL: resnet50:PATH.pth or efficientnet-lite0:PATH.pth. Needs torch, torchvision,
-onnxruntime, onnx and (for Lite0) efficientnet-lite-pytorch==0.1.0 (pip install --no-deps).
+MODEL: KIND:PATH, KIND one of resnet50, mobilenet_v2, vit-b16, efficientnet-lite0. Needs torch,
+torchvision, transformers (ViT), onnxruntime, onnx and (for Lite0) efficientnet-lite-pytorch==0.1.0
+(pip install --no-deps).
 """
 import json
 import os
@@ -21,9 +25,22 @@ import time
 def build(model):
     import torch
     kind, path = model.split(":", 1)
-    if kind == "resnet50":
+    if kind == "vit-b16":
+        from transformers import ViTForImageClassification
+
+        class Logits(torch.nn.Module):
+            def __init__(self, vit):
+                super().__init__()
+                self.vit = vit
+
+            def forward(self, x):
+                return self.vit(pixel_values=x).logits
+
+        vit = ViTForImageClassification.from_pretrained(path, dtype=torch.float32)
+        return kind, Logits(vit).eval(), 224
+    if kind in ("resnet50", "mobilenet_v2"):
         import torchvision
-        net = torchvision.models.resnet50(weights=None)
+        net = getattr(torchvision.models, kind)(weights=None)
         size = 224
     elif kind == "efficientnet-lite0":
         from efficientnet_lite_pytorch import EfficientNet
@@ -58,12 +75,19 @@ def measure(run, batch, runs):
 
 def main():
     cmd = sys.argv[1]
-    if cmd == "resnet50-checkpoint":
+    if cmd == "checkpoint":
         import torch
-        import torchvision
+        kind, out = sys.argv[2], sys.argv[3]
         torch.manual_seed(0)
-        net = torchvision.models.resnet50(weights=None)
-        torch.save(net.state_dict(), sys.argv[2])
+        if kind == "vit-b16":
+            from transformers import ViTConfig, ViTForImageClassification
+            cfg = ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                            intermediate_size=3072, image_size=224, patch_size=16,
+                            num_labels=1000)
+            ViTForImageClassification(cfg).save_pretrained(out)
+        else:
+            import torchvision
+            torch.save(getattr(torchvision.models, kind)(weights=None).state_dict(), out)
         return
     model, batch, threads, runs = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     import torch

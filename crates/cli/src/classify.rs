@@ -1,8 +1,11 @@
-//! `aneforge classify`: the top-k ImageNet classes of images, as text, JSON or JSON lines.
+//! `aneforge classify`: the top-k classes of images (a classifier's own, or zero-shot labels for
+//! a CLIP model), as text, JSON or JSON lines.
 
 use std::path::{Path, PathBuf};
 
-use aneforge_models::vision::{load_image, ClassifierOptions, ImageClassifier, Prediction};
+use aneforge_models::vision::{
+    load_image, ClassifierOptions, ClipModel, ImageClassifier, Prediction, RgbImage,
+};
 use anyhow::{bail, Context};
 
 use crate::encoder_args::{parse_compress, progress};
@@ -12,7 +15,8 @@ use crate::output::{Format, FormatArgs};
 #[derive(clap::Args)]
 pub struct ClassifyArgs {
     /// Model id (ORG/NAME in the Hugging Face cache), directory, or checkpoint file (.pth, .pt,
-    /// .safetensors): EfficientNet-Lite, torchvision ResNet or MobileNetV3.
+    /// .safetensors): EfficientNet-Lite, ResNet, MobileNetV2/V3, ViT, DeiT; or a CLIP model
+    /// directory with --labels.
     #[arg(short = 'm', long = "model")]
     pub model: String,
     /// Image files (JPEG, PNG, WebP, BMP). Without images or --file, stdin is read, one path per
@@ -21,6 +25,14 @@ pub struct ClassifyArgs {
     /// A file with one image path per line (`-`: stdin).
     #[arg(long, short = 'f', conflicts_with = "images")]
     pub file: Option<PathBuf>,
+    /// Zero-shot labels for a CLIP model, comma-separated ("a cat,a dog"): each image is ranked
+    /// against these.
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// The prompt each zero-shot label is put into; `{}` stands for the label (e.g.
+    /// "a photo of a {}.").
+    #[arg(long, default_value = "{}", requires = "labels")]
+    pub template: String,
     /// Classes reported per image, most probable first.
     #[arg(long, short = 'k', default_value_t = 5)]
     pub top_k: usize,
@@ -68,6 +80,34 @@ fn result<'a>(image: &'a str, predictions: &'a [Prediction]) -> ImageResult<'a> 
     }
 }
 
+/// A classifier with its own classes, or CLIP against the given labels.
+enum Classifier<'a> {
+    Fixed(Box<ImageClassifier>),
+    ZeroShot {
+        model: Box<ClipModel>,
+        labels: Vec<&'a str>,
+        template: &'a str,
+    },
+}
+
+impl Classifier<'_> {
+    fn classify(
+        &self,
+        images: &[RgbImage],
+        top_k: usize,
+        progress: &mut dyn FnMut(usize),
+    ) -> anyhow::Result<Vec<Vec<Prediction>>> {
+        Ok(match self {
+            Classifier::Fixed(clf) => clf.classify(images, top_k, progress)?,
+            Classifier::ZeroShot {
+                model,
+                labels,
+                template,
+            } => model.zero_shot(images, labels, template, top_k, progress)?,
+        })
+    }
+}
+
 pub fn run(args: ClassifyArgs) -> anyhow::Result<()> {
     if args.top_k == 0 {
         bail!("--top-k takes a count of at least 1");
@@ -87,8 +127,30 @@ pub fn run(args: ClassifyArgs) -> anyhow::Result<()> {
         engine,
         batch_size: args.batch_size,
     };
-    let clf = ImageClassifier::load(&args.model, options)
-        .with_context(|| format!("loading image classifier {}", args.model))?;
+    let labels: Vec<&str> = args
+        .labels
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let clf = if args.labels.is_empty() {
+        Classifier::Fixed(Box::new(
+            ImageClassifier::load(&args.model, options)
+                .with_context(|| format!("loading image classifier {}", args.model))?,
+        ))
+    } else {
+        if labels.is_empty() {
+            bail!("--labels holds no label");
+        }
+        Classifier::ZeroShot {
+            model: Box::new(
+                ClipModel::load(&args.model, options)
+                    .with_context(|| format!("loading CLIP model {}", args.model))?,
+            ),
+            labels,
+            template: &args.template,
+        }
+    };
     let format = args.format.get();
     let bar = progress(paths.len(), args.batch_size, args.quiet, "images");
     let mut all = Vec::new();

@@ -224,3 +224,123 @@ fn a_regenerated_torchvision_checkpoint_file_classifies_like_torchvision() {
         }
     }
 }
+
+fn hf_vit(name: &str) -> PathBuf {
+    PathBuf::from(common::repo(&format!(
+        "tools/fixtures/vision/out/hf_vit/{name}"
+    )))
+}
+
+fn npy_rows(path: PathBuf) -> Vec<Vec<f32>> {
+    let (shape, data) = aneforge_models::npy::read(path).unwrap();
+    data.chunks(shape[1]).map(<[f32]>::to_vec).collect()
+}
+
+fn skimage() -> Option<PathBuf> {
+    Some(model_or_skip("scikit-image/data")?.dir().to_path_buf())
+}
+
+/// A random-weight ViT directory (tools/fixtures/vision/hf_vit_random.py): the top-3 classes
+/// are transformers' three largest logits, named from config.json's id2label.
+#[test]
+fn a_vit_directory_classifies_with_its_own_labels() {
+    let Some(dir) = skimage() else { return };
+    let model = hf_vit("vit");
+    let logits = npy_rows(model.join("logits.npy"));
+    let photo = dir.join("astronaut.png").display().to_string();
+    let out = common::run(&[
+        "classify",
+        "-m",
+        model.to_str().unwrap(),
+        "--format",
+        "json",
+        "-k",
+        "3",
+        &photo,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let preds = doc[0]["predictions"].as_array().unwrap();
+    let mut order: Vec<usize> = (0..logits[0].len()).collect();
+    order.sort_by(|&a, &b| logits[0][b].total_cmp(&logits[0][a]));
+    for (p, want) in preds.iter().zip(&order) {
+        assert_eq!(p["index"], *want);
+        assert_eq!(p["label"], format!("LABEL_{want}"));
+    }
+}
+
+/// CLIP zero-shot from the command line: per image, the labels ranked by transformers'
+/// logits_per_image with their softmax as probabilities.
+#[test]
+fn clip_ranks_the_given_labels_zero_shot() {
+    let Some(dir) = skimage() else { return };
+    let model = hf_vit("clip");
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(model.join("expected.json")).unwrap())
+            .unwrap();
+    let labels: Vec<&str> = expected["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    let logits = npy_rows(model.join("logits_per_image.npy"));
+    let photos: Vec<String> = expected["photos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| dir.join(p.as_str().unwrap()).display().to_string())
+        .collect();
+    let joined = labels.join(",");
+    let mut args = vec![
+        "classify",
+        "-m",
+        model.to_str().unwrap(),
+        "--labels",
+        &joined,
+        "--format",
+        "json",
+        "--batch-size",
+        "2",
+        "-k",
+        "5",
+    ];
+    args.extend(photos.iter().map(String::as_str));
+    let out = common::run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (i, row) in doc.as_array().unwrap().iter().enumerate() {
+        let want = &logits[i];
+        let max = want.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let total: f64 = want.iter().map(|&l| f64::from(l - max).exp()).sum();
+        let mut order: Vec<usize> = (0..want.len()).collect();
+        order.sort_by(|&a, &b| want[b].total_cmp(&want[a]));
+        for (p, &j) in row["predictions"].as_array().unwrap().iter().zip(&order) {
+            assert_eq!(p["label"], labels[j], "photo {i}");
+            let prob = f64::from(want[j] - max).exp() / total;
+            let d = (p["probability"].as_f64().unwrap() - prob).abs();
+            assert!(d < 1e-4, "photo {i}: probability off by {d}");
+        }
+    }
+    // A non-CLIP model with labels is refused by name.
+    let vit = hf_vit("vit");
+    let out = common::run(&[
+        "classify",
+        "-m",
+        vit.to_str().unwrap(),
+        "--labels",
+        "a,b",
+        &photos[0],
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a CLIP checkpoint"), "{err}");
+}

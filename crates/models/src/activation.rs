@@ -12,11 +12,13 @@ pub enum Activation {
     Relu,
     /// `silu` / `swish`.
     Silu,
+    /// `quick_gelu` (OpenAI CLIP): `x · sigmoid(1.702 x)`.
+    QuickGelu,
 }
 
 impl Activation {
     /// Every name [`Activation::parse`] accepts.
-    pub const NAMES: [(&'static str, Activation); 9] = [
+    pub const NAMES: [(&'static str, Activation); 10] = [
         ("gelu", Activation::Gelu),
         ("gelu_python", Activation::Gelu),
         ("gelu_new", Activation::GeluTanh),
@@ -26,6 +28,7 @@ impl Activation {
         ("relu", Activation::Relu),
         ("silu", Activation::Silu),
         ("swish", Activation::Silu),
+        ("quick_gelu", Activation::QuickGelu),
     ];
 
     pub fn parse(name: &str) -> Option<Activation> {
@@ -47,6 +50,7 @@ impl Activation {
             Activation::GeluTanh => x.gelu_tanh(),
             Activation::Relu => x.relu(),
             Activation::Silu => x.silu(),
+            Activation::QuickGelu => x.mul(&x.mul_scalar(1.702)?.sigmoid()?),
         }
     }
 }

@@ -221,6 +221,6 @@ fn the_safetensors_path_loads_the_same_network() {
         from_st.get_any(w).unwrap().data(),
         from_pth.read_f32(w).unwrap().data()
     );
-    let net = aneforge_models::vision::Network::load(&from_st).unwrap();
+    let net = aneforge_models::vision::Network::load(&from_st, None).unwrap();
     assert_eq!(net.name(), "efficientnet-lite0");
 }

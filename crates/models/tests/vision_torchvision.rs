@@ -187,3 +187,50 @@ fn hf_resnet18_matches_transformers() {
 fn hf_resnet50_matches_transformers() {
     check_hf("resnet-50");
 }
+
+#[test]
+fn mobilenet_v2_matches_torchvision() {
+    check("mobilenet_v2", "mobilenet-v2");
+}
+
+#[test]
+fn mobilenet_v2_fp16_follows_torchvision() {
+    check_fp16("mobilenet_v2", "mobilenet-v2");
+}
+
+/// MobileNetV2's h16 program through the ANE engine over the e5rt simulator: the CPU engine's
+/// results for the same program, within cosine 0.999 of torchvision with the same top-1.
+#[test]
+fn mobilenet_v2_through_the_ane_engine_on_the_simulator() {
+    use aneforge::engine::{AneEngine, AneOptions};
+    use aneforge::Engine;
+    AneEngine::install_global(AneOptions {
+        library: Some(e5rt_sim::test_library_path().unwrap_or_else(|e| panic!("{e}"))),
+        program_cache: Some(std::env::temp_dir().join("aneforge-vision-torchvision-programs")),
+        ..AneOptions::default()
+    })
+    .unwrap();
+    let ane = |engine| ClassifierOptions {
+        target: Target::Ane("h16".parse::<AneArch>().unwrap()),
+        engine,
+        ..ClassifierOptions::default()
+    };
+    check_on("mobilenet_v2", "mobilenet-v2", ane(Engine::Ane));
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("torchvision/mobilenet_v2.json")).unwrap(),
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    aneforge_models::testing::write_reproducible_state_dict(
+        &doc,
+        &tmp.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let image = load_image(fixtures().join("images/wide.png")).unwrap();
+    let run = |engine| {
+        let clf = ImageClassifier::load(tmp.path().to_str().unwrap(), ane(engine)).unwrap();
+        let x = clf.pixel_values(std::slice::from_ref(&image));
+        clf.logits_of(&x, (224, 224), &mut |_| {}).unwrap()
+    };
+    assert_eq!(run(Engine::Ane), run(Engine::Cpu));
+}

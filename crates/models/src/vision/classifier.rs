@@ -4,20 +4,23 @@
 //! names.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use aneforge::engine::{Executable, HostSlice};
 use aneforge::graph::input;
-use aneforge::{Compress, DType, Engine, ParameterMode, ProgramOptions, Target};
+use aneforge::{Compress, DType, Engine, Target};
 
 use crate::resolve::{resolve, ModelSource};
 use crate::weights::{SafeTensorsFiles, TensorSource, TorchCheckpoint, VarBuilder};
 
+use super::clip::ClipModel;
 use super::efficientnet_lite::EfficientNetLite;
 use super::image_input::{Preprocess, RgbImage};
+use super::mobilenet_v2::MobileNetV2;
 use super::mobilenet_v3::MobileNetV3;
+use super::programs::{program_batch, Compiler, Programs};
 use super::resample::Interpolation;
 use super::resnet::{Layout as ResNetLayout, ResNet};
+use super::vit::VisionTransformer;
 use super::VisionError;
 
 pub const PIXEL_VALUES: &str = "pixel_values";
@@ -34,12 +37,23 @@ pub fn imagenet_labels() -> Vec<String> {
 pub enum Network {
     EfficientNetLite(EfficientNetLite),
     ResNet(ResNet),
+    MobileNetV2(MobileNetV2),
     MobileNetV3(MobileNetV3),
+    VisionTransformer(VisionTransformer),
 }
 
 impl Network {
-    /// Recognises the family from the checkpoint's tensor names and loads it.
-    pub fn load(vb: &VarBuilder) -> Result<Network, VisionError> {
+    /// Recognises the family from the checkpoint's tensor names and loads it; `config` is the
+    /// model's `config.json` (only the vision transformers read it).
+    pub fn load(
+        vb: &VarBuilder,
+        config: Option<&serde_json::Value>,
+    ) -> Result<Network, VisionError> {
+        if let Some(root) = VisionTransformer::detect(vb) {
+            return Ok(Network::VisionTransformer(VisionTransformer::load(
+                vb, root, config,
+            )?));
+        }
         if vb.contains("_conv_stem.weight") {
             let variant = EfficientNetLite::detect(vb);
             let classes = vb.meta("_fc.bias").map_or(1000, |m| m.shape[0]);
@@ -50,8 +64,18 @@ impl Network {
         if let Some(layout) = ResNetLayout::detect(vb) {
             return Ok(Network::ResNet(ResNet::load(vb, layout)?));
         }
+        if MobileNetV2::detect(vb) {
+            return Ok(Network::MobileNetV2(MobileNetV2::load_torchvision(vb)?));
+        }
         if vb.contains("features.0.0.weight") && vb.contains("classifier.3.weight") {
             return Ok(Network::MobileNetV3(MobileNetV3::load_torchvision(vb)?));
+        }
+        if ClipModel::detect(vb) {
+            return Err(VisionError::Unsupported(format!(
+                "{} is a CLIP model: it classifies zero-shot against labels (ClipModel; \
+                 `aneforge classify --labels`)",
+                vb.source().describe()
+            )));
         }
         Err(VisionError::UnknownArchitecture {
             source_desc: vb.source().describe(),
@@ -63,7 +87,9 @@ impl Network {
         match self {
             Network::EfficientNetLite(m) => format!("efficientnet-lite{}", m.variant),
             Network::ResNet(m) => m.name(),
+            Network::MobileNetV2(m) => m.name(),
             Network::MobileNetV3(m) => m.name(),
+            Network::VisionTransformer(m) => m.name(),
         }
     }
 
@@ -71,7 +97,9 @@ impl Network {
         match self {
             Network::EfficientNetLite(m) => m.forward(x),
             Network::ResNet(m) => m.forward(x),
+            Network::MobileNetV2(m) => m.forward(x),
             Network::MobileNetV3(m) => m.forward(x),
+            Network::VisionTransformer(m) => m.forward(x),
         }
     }
 
@@ -79,7 +107,9 @@ impl Network {
         match self {
             Network::EfficientNetLite(m) => m.classes(),
             Network::ResNet(m) => m.classes(),
+            Network::MobileNetV2(m) => m.classes(),
             Network::MobileNetV3(m) => m.classes(),
+            Network::VisionTransformer(m) => m.classes(),
         }
     }
 
@@ -98,9 +128,10 @@ impl Network {
                 p.std = [128.0 / 255.0; 3];
                 p
             }
-            Network::ResNet(_) | Network::MobileNetV3(_) => {
+            Network::ResNet(_) | Network::MobileNetV2(_) | Network::MobileNetV3(_) => {
                 Preprocess::imagenet(256, 224, Interpolation::Bilinear)
             }
+            Network::VisionTransformer(m) => m.default_preprocess(),
         }
     }
 }
@@ -145,7 +176,7 @@ pub struct ImageClassifier {
     labels: Vec<String>,
     options: ClassifierOptions,
     /// Compiled programs by (batch, height, width).
-    programs: Mutex<Vec<(ProgramKey, Box<dyn Executable>)>>,
+    programs: Programs<ProgramKey>,
 }
 
 /// The checkpoint file of a model directory: `model.safetensors`, else its one `.pth`/`.pt`/`.bin`.
@@ -186,6 +217,21 @@ fn checkpoint_in(dir: &Path) -> Result<PathBuf, VisionError> {
     }
 }
 
+/// The JSON document at `file`, `None` when there is no such file.
+pub(crate) fn read_json(file: &Path) -> Result<Option<serde_json::Value>, VisionError> {
+    if !file.is_file() {
+        return Ok(None);
+    }
+    let bad = |message: String| VisionError::Model {
+        path: file.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| bad(format!("not JSON: {e}")))
+}
+
 /// Opens a checkpoint file by its content: safetensors or a `torch.save` file.
 pub fn open_checkpoint(path: &Path) -> Result<VarBuilder, VisionError> {
     let source: Arc<dyn TensorSource> = if path.extension().is_some_and(|x| x == "safetensors") {
@@ -220,33 +266,21 @@ impl ImageClassifier {
     /// The checkpoint at `path`; a `preprocessor_config.json` beside it sets the recipe and a
     /// `config.json` with an `id2label` for every class names the classes.
     pub fn from_checkpoint(path: &Path, options: ClassifierOptions) -> Result<Self, VisionError> {
-        let vb = open_checkpoint(path)?;
-        let network = Network::load(&vb)?;
-        let mut clf = Self::new(network, options)?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        let read_json = |name: &str| -> Result<Option<serde_json::Value>, VisionError> {
-            let file = dir.join(name);
-            if !file.is_file() {
-                return Ok(None);
-            }
-            let bad = |message: String| VisionError::Model {
-                path: file.clone(),
-                message,
-            };
-            let text = std::fs::read_to_string(&file).map_err(|e| bad(e.to_string()))?;
-            serde_json::from_str(&text)
-                .map(Some)
-                .map_err(|e| bad(format!("not JSON: {e}")))
-        };
-        if let Some(cfg) = read_json("preprocessor_config.json")? {
+        let config = read_json(&dir.join("config.json"))?;
+        let vb = open_checkpoint(path)?;
+        let network = Network::load(&vb, config.as_ref())?;
+        let mut clf = Self::new(network, options)?;
+        let preprocessor = dir.join("preprocessor_config.json");
+        if let Some(cfg) = read_json(&preprocessor)? {
             clf.preprocess = Preprocess::from_preprocessor_config(&cfg).map_err(|message| {
                 VisionError::Model {
-                    path: dir.join("preprocessor_config.json"),
+                    path: preprocessor,
                     message,
                 }
             })?;
         }
-        if let Some(cfg) = read_json("config.json")? {
+        if let Some(cfg) = config {
             if let Some(map) = cfg["id2label"].as_object() {
                 let classes = clf.network.classes();
                 let labels: Option<Vec<String>> = (0..classes)
@@ -277,7 +311,7 @@ impl ImageClassifier {
             network,
             labels,
             options,
-            programs: Mutex::new(Vec::new()),
+            programs: Programs::default(),
         })
     }
 
@@ -313,11 +347,7 @@ impl ImageClassifier {
         }
         let mut out = Vec::with_capacity(inputs.len());
         for chunk in inputs.chunks(self.options.batch_size) {
-            let batch = if chunk.len() == self.options.batch_size {
-                chunk.len()
-            } else {
-                chunk.len().next_power_of_two().min(self.options.batch_size)
-            };
+            let batch = program_batch(chunk.len(), self.options.batch_size);
             let mut feed = vec![0f32; batch * per];
             for (i, x) in chunk.iter().enumerate() {
                 feed[i * per..(i + 1) * per].copy_from_slice(x);
@@ -380,51 +410,23 @@ impl ImageClassifier {
             .collect()
     }
 
-    fn compile(
-        &self,
-        batch: usize,
-        (h, w): (usize, usize),
-    ) -> Result<Box<dyn Executable>, VisionError> {
-        let x = input(PIXEL_VALUES, &[batch, 3, h, w], DType::F32)?;
-        let logits = self.network.forward(&x)?;
-        let program = |e: aneforge::Error| VisionError::Program(e);
-        let artifact = aneforge::compile_artifact(
-            &[(LOGITS, &logits)],
-            &ProgramOptions {
-                target: self.options.target.clone(),
-                parameters: ParameterMode::Constant,
-                compress: self.options.compress,
-                weight_ceiling: None,
-            },
-        )
-        .map_err(|e| program(e.into()))?;
-        aneforge::engine::load(&artifact, self.options.engine).map_err(|e| program(e.into()))
-    }
-
     fn execute(
         &self,
         batch: usize,
-        size: (usize, usize),
+        (h, w): (usize, usize),
         feed: &[f32],
     ) -> Result<Vec<f32>, VisionError> {
-        let mut programs = self
-            .programs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let key = (batch, size.0, size.1);
-        let at = match programs.iter().position(|(k, _)| *k == key) {
-            Some(at) => at,
-            None => {
-                let exec = self.compile(batch, size)?;
-                programs.push((key, exec));
-                programs.len() - 1
+        let build = || {
+            let x = input(PIXEL_VALUES, &[batch, 3, h, w], DType::F32)?;
+            let logits = self.network.forward(&x)?;
+            Compiler {
+                target: self.options.target.clone(),
+                engine: self.options.engine,
+                compress: self.options.compress,
             }
+            .load(&[(LOGITS, &logits)])
         };
-        let exec = &mut programs[at].1;
-        let engine = |e: aneforge::engine::EngineError| VisionError::Program(e.into());
-        exec.set_input(PIXEL_VALUES, HostSlice::F32(feed))
-            .map_err(engine)?;
-        exec.execute().map_err(engine)?;
-        exec.read_output_f32(LOGITS).map_err(engine)
+        self.programs
+            .run((batch, h, w), build, &[(PIXEL_VALUES, feed)], LOGITS)
     }
 }

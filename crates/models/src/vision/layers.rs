@@ -26,9 +26,11 @@ pub enum Padding {
     Symmetric,
     /// TensorFlow's SAME: total `max((⌈i/s⌉−1)·s + k − i, 0)`, the smaller half before.
     Same,
+    /// No padding (patch embeddings).
+    Valid,
 }
 
-fn graph_array(shape: &[usize], data: Vec<f32>) -> Result<GraphArray, VisionError> {
+pub(crate) fn graph_array(shape: &[usize], data: Vec<f32>) -> Result<GraphArray, VisionError> {
     Ok(GraphArray::from_f32(shape, data)?)
 }
 
@@ -124,6 +126,7 @@ impl Conv {
         let pads = match padding {
             Padding::Symmetric => vec![(kh / 2, kh / 2), (kw / 2, kw / 2)],
             Padding::Same => vec![same_pads(h, kh, self.stride), same_pads(w, kw, self.stride)],
+            Padding::Valid => vec![(0, 0), (0, 0)],
         };
         let attrs = ConvAttrs {
             strides: vec![self.stride, self.stride],
@@ -136,37 +139,91 @@ impl Conv {
     }
 }
 
-/// A fully connected layer: `weight[out, in]`, `bias[out]`.
+/// A fully connected layer: `weight[out, in]`, `bias[out]` (absent in CLIP's projections).
 #[derive(Clone, Debug)]
 pub struct Linear {
     pub weight: GraphArray,
-    pub bias: GraphArray,
+    pub bias: Option<GraphArray>,
 }
 
+/// `{prefix}.weight` `[out, in]` and `{prefix}.bias` `[out]`.
 pub fn load_linear(
     vb: &VarBuilder,
     prefix: &str,
     in_features: usize,
     out_features: usize,
 ) -> Result<Linear, VisionError> {
-    let w = vb.get(&[out_features, in_features], &format!("{prefix}.weight"))?;
+    let mut l = load_linear_no_bias(vb, prefix, in_features, out_features)?;
     let b = vb.get(&[out_features], &format!("{prefix}.bias"))?;
+    l.bias = Some(graph_array(&[out_features], b.into_data())?);
+    Ok(l)
+}
+
+/// `{prefix}.weight` `[out, in]` alone.
+pub fn load_linear_no_bias(
+    vb: &VarBuilder,
+    prefix: &str,
+    in_features: usize,
+    out_features: usize,
+) -> Result<Linear, VisionError> {
+    let w = vb.get(&[out_features, in_features], &format!("{prefix}.weight"))?;
     Ok(Linear {
         weight: graph_array(&[out_features, in_features], w.into_data())?,
-        bias: graph_array(&[out_features], b.into_data())?,
+        bias: None,
     })
 }
 
 impl Linear {
     pub fn apply(&self, x: &Tensor) -> Result<Tensor, VisionError> {
-        Ok(x.linear(
-            &constant(self.weight.clone()),
-            Some(&constant(self.bias.clone())),
-        )?)
+        let bias = self.bias.clone().map(constant);
+        Ok(x.linear(&constant(self.weight.clone()), bias.as_ref())?)
+    }
+
+    /// The weight and bias as graph constants.
+    pub fn constants(&self) -> (Tensor, Option<Tensor>) {
+        (
+            constant(self.weight.clone()),
+            self.bias.clone().map(constant),
+        )
     }
 
     pub fn out_features(&self) -> usize {
         self.weight.shape()[0]
+    }
+}
+
+/// Layer normalisation over the last axis: `gamma`, `beta` `[dim]`.
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    pub gamma: GraphArray,
+    pub beta: GraphArray,
+    pub eps: f32,
+}
+
+/// `{prefix}.weight` and `{prefix}.bias`, both `[dim]`.
+pub fn load_layer_norm(
+    vb: &VarBuilder,
+    prefix: &str,
+    dim: usize,
+    eps: f32,
+) -> Result<LayerNorm, VisionError> {
+    let g = vb.get(&[dim], &format!("{prefix}.weight"))?;
+    let b = vb.get(&[dim], &format!("{prefix}.bias"))?;
+    Ok(LayerNorm {
+        gamma: graph_array(&[dim], g.into_data())?,
+        beta: graph_array(&[dim], b.into_data())?,
+        eps,
+    })
+}
+
+impl LayerNorm {
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor, VisionError> {
+        Ok(x.layer_norm(
+            &[-1],
+            Some(&constant(self.gamma.clone())),
+            Some(&constant(self.beta.clone())),
+            self.eps,
+        )?)
     }
 }
 
