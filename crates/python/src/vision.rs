@@ -83,7 +83,7 @@ fn prediction<'py>(py: Python<'py>, p: &Prediction) -> PyResult<Bound<'py, PyDic
     Ok(d)
 }
 
-/// An image classifier (EfficientNet-Lite, torchvision ResNet or MobileNetV3, and HF ResNet),
+/// An image classifier (EfficientNet-Lite, ResNet, MobileNetV2/V3, HF ViT and DeiT),
 /// loaded and compiled as `aneforge classify -m MODEL` does.
 #[pyclass(module = "aneforge", frozen)]
 pub struct ImageClassifier {

@@ -160,7 +160,7 @@ class CrossEncoder:
     def num_labels(self) -> int: ...
 
 class ImageClassifier:
-    """An image classifier (EfficientNet-Lite, torchvision ResNet or MobileNetV3, HF ResNet), as
+    """An image classifier (EfficientNet-Lite, ResNet, MobileNetV2/V3, HF ViT and DeiT), as
     ``aneforge classify -m MODEL`` loads it: a model id in the Hugging Face cache, a directory, or
     a checkpoint file (.pth, .pt, .safetensors)."""
 
