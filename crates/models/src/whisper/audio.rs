@@ -23,6 +23,10 @@ pub const SAMPLE_RATE: usize = 16_000;
 
 /// Input frames per resampler call.
 const RESAMPLE_CHUNK: usize = 1024;
+/// Sample rates read. The FFT resampler's transforms grow with the rate ratio reduced by the
+/// rates' common divisor (a 1 Hz or 800 MHz header asks for FFTs of millions of points per
+/// chunk); real audio lies well inside (8 kHz telephone to 384 kHz studio).
+const SOURCE_RATES: std::ops::RangeInclusive<usize> = 1_000..=768_000;
 
 /// A decoded, mono, 16 kHz sample stream over one file.
 pub struct AudioStream {
@@ -103,6 +107,13 @@ impl AudioStream {
         let source_rate = params.sample_rate.unwrap_or(0) as usize;
         if source_rate == 0 {
             return Err(bad("the sample rate is 0 (or missing)".into()));
+        }
+        if !SOURCE_RATES.contains(&source_rate) {
+            return Err(bad(format!(
+                "the sample rate {source_rate} Hz is outside {}..={} Hz",
+                SOURCE_RATES.start(),
+                SOURCE_RATES.end()
+            )));
         }
         let decoder = symphonia::default::get_codecs()
             .make(&params, &DecoderOptions::default())
@@ -191,6 +202,13 @@ impl AudioStream {
                 })
             })?;
             match decoded {
+                // the FFT resampler fails on NaN or infinity (float WAVs can hold them)
+                Ok(_) if self.pending.iter().any(|v| !v.is_finite()) => {
+                    return Err(self.bad(format!(
+                        "non-finite (NaN or infinite) samples after {:.2} s",
+                        self.decoded_frames as f64 / self.source_rate as f64
+                    )))
+                }
                 Ok(frames) => self.decoded_frames += frames as u64,
                 Err(e) => {
                     return Err(self.bad(format!(
@@ -218,8 +236,7 @@ impl AudioStream {
             if rest >= need {
                 let chunk = &self.pending[used..used + need];
                 out.extend(
-                    resampler
-                        .process(&[chunk], None)
+                    guarded(&self.path, || resampler.process(&[chunk], None))?
                         .map_err(|e| WhisperError::Invalid(format!("resampler: {e}")))?
                         .remove(0),
                 );
@@ -228,10 +245,11 @@ impl AudioStream {
                 if end {
                     let chunk = &self.pending[used..];
                     out.extend(
-                        resampler
-                            .process_partial(Some(&[chunk]), None)
-                            .map_err(|e| WhisperError::Invalid(format!("resampler: {e}")))?
-                            .remove(0),
+                        guarded(&self.path, || {
+                            resampler.process_partial(Some(&[chunk]), None)
+                        })?
+                        .map_err(|e| WhisperError::Invalid(format!("resampler: {e}")))?
+                        .remove(0),
                     );
                     used = self.pending.len();
                 }
@@ -245,10 +263,11 @@ impl AudioStream {
                 as usize;
             let delay = resampler.output_delay();
             while self.emitted as usize + out.len() < total + delay {
-                let more = resampler
-                    .process_partial::<&[f32]>(None, None)
-                    .map_err(|e| WhisperError::Invalid(format!("resampler: {e}")))?
-                    .remove(0);
+                let more = guarded(&self.path, || {
+                    resampler.process_partial::<&[f32]>(None, None)
+                })?
+                .map_err(|e| WhisperError::Invalid(format!("resampler: {e}")))?
+                .remove(0);
                 if more.is_empty() {
                     break;
                 }
