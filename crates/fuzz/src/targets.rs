@@ -89,7 +89,8 @@ pub fn find(name: &str) -> Option<&'static Target> {
     TARGETS.iter().find(|t| t.name == name)
 }
 
-/// `data` written to `name` in this process's scratch directory, for entry points that take a path.
+/// `data` written to `name` in this process's scratch directory (under the system temporary
+/// directory, `TMPDIR`), for entry points that take a path.
 fn scratch_file(name: &str, data: &[u8]) -> PathBuf {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
@@ -99,6 +100,9 @@ fn scratch_file(name: &str, data: &[u8]) -> PathBuf {
             .expect("a scratch directory for fuzz inputs")
     });
     let path = dir.path().join(name);
+    // a new file each time: ext4 flushes a file truncated by a rewrite (auto_da_alloc), which
+    // costs milliseconds per input
+    let _ = std::fs::remove_file(&path);
     std::fs::write(&path, data).expect("writing a fuzz input to the scratch directory");
     path
 }

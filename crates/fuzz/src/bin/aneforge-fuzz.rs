@@ -34,6 +34,7 @@ struct Options {
     timeout_ms: u64,
     seed: u64,
     out: PathBuf,
+    scratch: Option<PathBuf>,
     targets: Vec<&'static Target>,
     worker: bool,
 }
@@ -42,9 +43,11 @@ fn usage() -> String {
     let names: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
     format!(
         "usage: aneforge-fuzz [--execs N] [--seconds S] [--max-memory BYTES] [--timeout-ms T] \
-         [--seed N] [--out DIR] [TARGET...]\n\
+         [--seed N] [--out DIR] [--scratch DIR] [TARGET...]\n\
          Each target runs until N executions or S seconds, whichever comes first \
          (defaults: 1000000 executions, no time limit; 2 GiB address space; 5000 ms per input).\n\
+         Parsers that take a path read inputs written under --scratch (default: the system \
+         temporary directory); a memory file system there is much faster.\n\
          targets: {}",
         names.join(" ")
     )
@@ -58,6 +61,7 @@ fn parse_args() -> Result<Options, String> {
         timeout_ms: 5000,
         seed: 1,
         out: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/fuzz"),
+        scratch: None,
         targets: Vec::new(),
         worker: false,
     };
@@ -82,6 +86,7 @@ fn parse_args() -> Result<Options, String> {
             "--timeout-ms" => o.timeout_ms = number(value("milliseconds")?)?.max(1),
             "--seed" => o.seed = number(value("a number")?)?,
             "--out" => o.out = PathBuf::from(value("a directory")?),
+            "--scratch" => o.scratch = Some(PathBuf::from(value("a directory")?)),
             "--worker" => o.worker = true,
             "-h" | "--help" => return Err(usage()),
             name => o
@@ -192,7 +197,11 @@ fn drive(target: &Target, options: &Options) -> Result<Report, String> {
         map[..HEADER].fill(0);
         map.flush().map_err(|e| e.to_string())?;
         let remaining = options.seconds - started.elapsed().as_secs_f64();
-        let status = Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
+        let mut command = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
+        if let Some(dir) = &options.scratch {
+            command.env("TMPDIR", dir);
+        }
+        let status = command
             .args(["--worker", target.name])
             .args(["--execs", &(options.execs - report.execs).to_string()])
             .args(["--max-memory", &options.max_memory.to_string()])
