@@ -99,3 +99,16 @@ fn a_nan_token_score_does_not_break_the_merge_order() {
     let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
     assert!(tokenizer.into_text_tokenizer().is_ok());
 }
+
+/// A FLAC Vorbis comment claiming a length up to 4 GiB was allocated by the decoder library
+/// before the read failed (an abort under the fuzzer's address-space cap).
+#[test]
+fn a_flac_comment_longer_than_its_block_is_an_error() {
+    let path = regressions().join("audio-flac-comment-length.flac");
+    let message = error_of(aneforge_models::whisper::audio::load_audio(&path));
+    assert!(
+        message.contains("audio-flac-comment-length.flac"),
+        "{message}"
+    );
+    assert!(message.contains("Vorbis comment runs past"), "{message}");
+}

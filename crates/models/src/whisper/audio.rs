@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use rubato::{FftFixedIn, Resampler};
@@ -75,6 +75,7 @@ impl AudioStream {
             return Err(bad("the file is empty".into()));
         }
         check_wav_header(&path)?;
+        check_flac_comments(&path)?;
         let mss = MediaSourceStream::new(Box::new(file), Default::default());
         let mut hint = Hint::new();
         if let Some(ext) = path.extension().and_then(|e| e.to_str()) {
@@ -374,6 +375,63 @@ fn check_wav_header(path: &Path) -> Result<(), WhisperError> {
         at += 8 + len as usize + (len as usize & 1);
     }
     Ok(())
+}
+
+/// FLAC files: every length inside a Vorbis comment block (the vendor string, each comment) must
+/// lie inside the block; the decoder library allocates what they claim, up to 4 GiB, before
+/// reading. Other files pass unchecked.
+fn check_flac_comments(path: &Path) -> Result<(), WhisperError> {
+    const VORBIS_COMMENT: u8 = 4;
+    let io = |e| WhisperError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let mut file = File::open(path).map_err(io)?;
+    let mut marker = [0u8; 4];
+    if file.read_exact(&mut marker).is_err() || &marker != b"fLaC" {
+        return Ok(());
+    }
+    loop {
+        let mut head = [0u8; 4];
+        if file.read_exact(&mut head).is_err() {
+            return Ok(());
+        }
+        let len = u32::from_be_bytes([0, head[1], head[2], head[3]]) as usize;
+        if head[0] & 0x7f == VORBIS_COMMENT {
+            // a metadata block is at most 16 MiB (a 24-bit length)
+            let mut block = Vec::new();
+            (&mut file)
+                .take(len as u64)
+                .read_to_end(&mut block)
+                .map_err(io)?;
+            let le32 = |at: usize| {
+                block
+                    .get(at..at + 4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            };
+            let past = || WhisperError::Audio {
+                path: path.to_path_buf(),
+                reason: "a Vorbis comment runs past its FLAC metadata block (a corrupt file)"
+                    .into(),
+            };
+            let vendor = le32(0).ok_or_else(past)?;
+            let mut at = 4usize.checked_add(vendor).ok_or_else(past)?;
+            let count = le32(at).ok_or_else(past)?;
+            at += 4;
+            for _ in 0..count {
+                let n = le32(at).ok_or_else(past)?;
+                at = (at + 4).checked_add(n).ok_or_else(past)?;
+                if at > block.len() {
+                    return Err(past());
+                }
+            }
+        } else {
+            file.seek(SeekFrom::Current(len as i64)).map_err(io)?;
+        }
+        if head[0] & 0x80 != 0 {
+            return Ok(());
+        }
+    }
 }
 
 /// A whole file as mono 16 kHz samples.
