@@ -9,6 +9,11 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo build -p e5rt-sim
 cargo test --workspace
 
+# Every file parser fuzzed for a few seconds (crates/fuzz, docs/hardening.md): mutated fixtures,
+# each input under a 2 GiB address-space cap and a 5 s watchdog; any panic, abort or hang fails
+# the run and leaves its input in target/fuzz/crashes.
+cargo run --quiet -p aneforge-fuzz -- --seconds 5
+
 # The op suite and the state tests a second time, their ANE-target programs run by the ANE engine on
 # the simulator (on a Mac, leave ANEFORGE_E5RT_LIB unset to use the real framework).
 target_dir=${CARGO_TARGET_DIR:-target}

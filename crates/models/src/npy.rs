@@ -133,7 +133,8 @@ pub fn read(path: impl AsRef<Path>) -> Result<(Vec<usize>, Vec<f32>), NpyError> 
     }
 }
 
-fn parse(bytes: &[u8]) -> Result<(Vec<usize>, HostTensor), String> {
+/// Parses a `.npy` file's bytes (what [`read_tensor`] reads): its shape and data, or why not.
+pub fn parse(bytes: &[u8]) -> Result<(Vec<usize>, HostTensor), String> {
     if bytes.get(..6) != Some(MAGIC) {
         return Err("missing the \\x93NUMPY magic".into());
     }

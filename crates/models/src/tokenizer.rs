@@ -156,9 +156,11 @@ impl TextTokenizer {
             crate::config::ConfigError::Io { source, .. } => load(source.to_string()),
             other => load(other.to_string()),
         })?;
-        let inner: Tokenizer = text
-            .parse()
-            .map_err(|e: tokenizers::Error| load(e.to_string()))?;
+        // the tokenizers crate panics on some malformed files (an `expect` in its decoder
+        // deserializer); that is bad input, not a bug of the caller
+        let parsed = std::panic::catch_unwind(|| text.parse::<Tokenizer>())
+            .map_err(|_| load("malformed tokenizer (the tokenizers library gave up)".into()))?;
+        let inner = parsed.map_err(|e: tokenizers::Error| load(e.to_string()))?;
         check_post_processor(&inner).map_err(|message| TokenizerError::Load {
             path: path.to_path_buf(),
             message,

@@ -402,7 +402,11 @@ fn merges_from_scores(
     }
     let mut merges: Vec<(String, String, f64, usize, usize)> = Vec::new();
     for token in order {
-        let score = score_of[token];
+        // a NaN score ranks last (as -inf): the sort needs a total order
+        let score = match score_of[token] {
+            s if s.is_nan() => f64::NEG_INFINITY,
+            s => s,
+        };
         let mut local: Vec<(&str, &str, u32, u32)> = token
             .char_indices()
             .skip(1)

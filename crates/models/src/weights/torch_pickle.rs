@@ -538,7 +538,8 @@ impl TorchCheckpoint {
             let mut entry = zip
                 .by_name(name)
                 .map_err(|e| format!("entry {name}: {e}"))?;
-            let mut out = Vec::with_capacity(entry.size() as usize);
+            // the entry's size is the archive's claim: reserve no more than the archive holds
+            let mut out = Vec::with_capacity((entry.size() as usize).min(bytes.len()));
             entry
                 .read_to_end(&mut out)
                 .map_err(|e| format!("entry {name}: {e}"))?;

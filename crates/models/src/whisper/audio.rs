@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use rubato::{FftFixedIn, Resampler};
@@ -23,6 +23,10 @@ pub const SAMPLE_RATE: usize = 16_000;
 
 /// Input frames per resampler call.
 const RESAMPLE_CHUNK: usize = 1024;
+/// Sample rates read. The FFT resampler's transforms grow with the rate ratio reduced by the
+/// rates' common divisor (a 1 Hz or 800 MHz header asks for FFTs of millions of points per
+/// chunk); real audio lies well inside (8 kHz telephone to 384 kHz studio).
+const SOURCE_RATES: std::ops::RangeInclusive<usize> = 1_000..=768_000;
 
 /// A decoded, mono, 16 kHz sample stream over one file.
 pub struct AudioStream {
@@ -71,6 +75,7 @@ impl AudioStream {
             return Err(bad("the file is empty".into()));
         }
         check_wav_header(&path)?;
+        check_flac_comments(&path)?;
         let mss = MediaSourceStream::new(Box::new(file), Default::default());
         let mut hint = Hint::new();
         if let Some(ext) = path.extension().and_then(|e| e.to_str()) {
@@ -103,6 +108,13 @@ impl AudioStream {
         let source_rate = params.sample_rate.unwrap_or(0) as usize;
         if source_rate == 0 {
             return Err(bad("the sample rate is 0 (or missing)".into()));
+        }
+        if !SOURCE_RATES.contains(&source_rate) {
+            return Err(bad(format!(
+                "the sample rate {source_rate} Hz is outside {}..={} Hz",
+                SOURCE_RATES.start(),
+                SOURCE_RATES.end()
+            )));
         }
         let decoder = symphonia::default::get_codecs()
             .make(&params, &DecoderOptions::default())
@@ -191,6 +203,13 @@ impl AudioStream {
                 })
             })?;
             match decoded {
+                // the FFT resampler fails on NaN or infinity (float WAVs can hold them)
+                Ok(_) if self.pending.iter().any(|v| !v.is_finite()) => {
+                    return Err(self.bad(format!(
+                        "non-finite (NaN or infinite) samples after {:.2} s",
+                        self.decoded_frames as f64 / self.source_rate as f64
+                    )))
+                }
                 Ok(frames) => self.decoded_frames += frames as u64,
                 Err(e) => {
                     return Err(self.bad(format!(
@@ -218,8 +237,7 @@ impl AudioStream {
             if rest >= need {
                 let chunk = &self.pending[used..used + need];
                 out.extend(
-                    resampler
-                        .process(&[chunk], None)
+                    guarded(&self.path, || resampler.process(&[chunk], None))?
                         .map_err(|e| WhisperError::Invalid(format!("resampler: {e}")))?
                         .remove(0),
                 );
@@ -228,10 +246,11 @@ impl AudioStream {
                 if end {
                     let chunk = &self.pending[used..];
                     out.extend(
-                        resampler
-                            .process_partial(Some(&[chunk]), None)
-                            .map_err(|e| WhisperError::Invalid(format!("resampler: {e}")))?
-                            .remove(0),
+                        guarded(&self.path, || {
+                            resampler.process_partial(Some(&[chunk]), None)
+                        })?
+                        .map_err(|e| WhisperError::Invalid(format!("resampler: {e}")))?
+                        .remove(0),
                     );
                     used = self.pending.len();
                 }
@@ -245,10 +264,11 @@ impl AudioStream {
                 as usize;
             let delay = resampler.output_delay();
             while self.emitted as usize + out.len() < total + delay {
-                let more = resampler
-                    .process_partial::<&[f32]>(None, None)
-                    .map_err(|e| WhisperError::Invalid(format!("resampler: {e}")))?
-                    .remove(0);
+                let more = guarded(&self.path, || {
+                    resampler.process_partial::<&[f32]>(None, None)
+                })?
+                .map_err(|e| WhisperError::Invalid(format!("resampler: {e}")))?
+                .remove(0);
                 if more.is_empty() {
                     break;
                 }
@@ -355,6 +375,63 @@ fn check_wav_header(path: &Path) -> Result<(), WhisperError> {
         at += 8 + len as usize + (len as usize & 1);
     }
     Ok(())
+}
+
+/// FLAC files: every length inside a Vorbis comment block (the vendor string, each comment) must
+/// lie inside the block; the decoder library allocates what they claim, up to 4 GiB, before
+/// reading. Other files pass unchecked.
+fn check_flac_comments(path: &Path) -> Result<(), WhisperError> {
+    const VORBIS_COMMENT: u8 = 4;
+    let io = |e| WhisperError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let mut file = File::open(path).map_err(io)?;
+    let mut marker = [0u8; 4];
+    if file.read_exact(&mut marker).is_err() || &marker != b"fLaC" {
+        return Ok(());
+    }
+    loop {
+        let mut head = [0u8; 4];
+        if file.read_exact(&mut head).is_err() {
+            return Ok(());
+        }
+        let len = u32::from_be_bytes([0, head[1], head[2], head[3]]) as usize;
+        if head[0] & 0x7f == VORBIS_COMMENT {
+            // a metadata block is at most 16 MiB (a 24-bit length)
+            let mut block = Vec::new();
+            (&mut file)
+                .take(len as u64)
+                .read_to_end(&mut block)
+                .map_err(io)?;
+            let le32 = |at: usize| {
+                block
+                    .get(at..at + 4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            };
+            let past = || WhisperError::Audio {
+                path: path.to_path_buf(),
+                reason: "a Vorbis comment runs past its FLAC metadata block (a corrupt file)"
+                    .into(),
+            };
+            let vendor = le32(0).ok_or_else(past)?;
+            let mut at = 4usize.checked_add(vendor).ok_or_else(past)?;
+            let count = le32(at).ok_or_else(past)?;
+            at += 4;
+            for _ in 0..count {
+                let n = le32(at).ok_or_else(past)?;
+                at = (at + 4).checked_add(n).ok_or_else(past)?;
+                if at > block.len() {
+                    return Err(past());
+                }
+            }
+        } else {
+            file.seek(SeekFrom::Current(len as i64)).map_err(io)?;
+        }
+        if head[0] & 0x80 != 0 {
+            return Ok(());
+        }
+    }
 }
 
 /// A whole file as mono 16 kHz samples.
