@@ -16,20 +16,7 @@ use aneforge_models::require_model;
 use safetensors::SafeTensors;
 
 const SMOLLM2: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
-const FAMILIES: [&str; 12] = [
-    "llama",
-    "llama3",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "gemma",
-    "gpt2",
-    "gemma3",
-    "qwen3_moe",
-    "mixtral",
-    "phi3",
-    "gemma2",
-];
+use aneforge_models::testing::TINY_LLM_FAMILIES as FAMILIES;
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/llm/out")

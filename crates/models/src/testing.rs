@@ -22,6 +22,23 @@ pub fn test_models() -> Vec<(&'static str, &'static str)> {
         .collect()
 }
 
+/// The decoder families of the random-weight fixtures (`tools/fixtures/llm/tiny_models.py`): one
+/// directory each under `tools/fixtures/llm/out/tiny`, used by every tiny-LLM test.
+pub const TINY_LLM_FAMILIES: [&str; 12] = [
+    "llama",
+    "llama3",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gpt2",
+    "gemma3",
+    "qwen3_moe",
+    "mixtral",
+    "phi3",
+    "gemma2",
+];
+
 /// The `ORG/NAME` part of a model spec such as `ORG/NAME@rev/file.gguf`.
 fn repo_of(spec: &str) -> String {
     let mut parts = spec.split('/');

@@ -21,20 +21,7 @@ use aneforge_models::llm::{
 };
 use llm_fixtures::{file_ints, tiny};
 
-const FAMILIES: [&str; 12] = [
-    "llama",
-    "llama3",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "gemma",
-    "gpt2",
-    "gemma3",
-    "qwen3_moe",
-    "mixtral",
-    "phi3",
-    "gemma2",
-];
+use aneforge_models::testing::TINY_LLM_FAMILIES as FAMILIES;
 
 fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {
     llm_fixtures::small_runner(llm, target, engine, 16)

@@ -13,20 +13,7 @@ use aneforge_models::llm::{
 use llm_fixtures::{floats, ints};
 use safetensors::SafeTensors;
 
-const FAMILIES: [&str; 12] = [
-    "llama",
-    "llama3",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "gemma",
-    "gpt2",
-    "gemma3",
-    "qwen3_moe",
-    "mixtral",
-    "phi3",
-    "gemma2",
-];
+use aneforge_models::testing::TINY_LLM_FAMILIES as FAMILIES;
 
 /// Families also written as GGUF (`<family>.gguf`, llama.cpp's names and layout, the same
 /// weights).
