@@ -390,24 +390,7 @@ impl ImageClassifier {
 
     /// The `k` most probable classes of one row of logits (softmax in f64).
     pub fn top_k(&self, logits: &[f32], k: usize) -> Vec<Prediction> {
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let exp: Vec<f64> = logits
-            .iter()
-            .map(|&l| (f64::from(l) - f64::from(max)).exp())
-            .collect();
-        let total: f64 = exp.iter().sum();
-        let mut order: Vec<usize> = (0..logits.len()).collect();
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-        order
-            .into_iter()
-            .take(k)
-            .map(|i| Prediction {
-                index: i,
-                label: self.labels.get(i).cloned().unwrap_or_default(),
-                probability: (exp[i] / total) as f32,
-                logit: logits[i],
-            })
-            .collect()
+        top_k(logits, &self.labels, k)
     }
 
     fn execute(
@@ -429,4 +412,30 @@ impl ImageClassifier {
         self.programs
             .run((batch, h, w), build, &[(PIXEL_VALUES, feed)], LOGITS)
     }
+}
+
+/// The `k` largest of `logits` (ties: the lower index first) with their softmax probabilities
+/// (computed in f64) and names from `labels` (empty past its end).
+pub fn top_k<S: AsRef<str>>(logits: &[f32], labels: &[S], k: usize) -> Vec<Prediction> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exp: Vec<f64> = logits
+        .iter()
+        .map(|&l| (f64::from(l) - f64::from(max)).exp())
+        .collect();
+    let total: f64 = exp.iter().sum();
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    order
+        .into_iter()
+        .take(k)
+        .map(|i| Prediction {
+            index: i,
+            label: labels
+                .get(i)
+                .map(|l| l.as_ref().to_string())
+                .unwrap_or_default(),
+            probability: (exp[i] / total) as f32,
+            logit: logits[i],
+        })
+        .collect()
 }

@@ -495,26 +495,7 @@ impl ClipModel {
         Ok(self
             .logits(&images, &texts)
             .iter()
-            .map(|row| {
-                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let exp: Vec<f64> = row
-                    .iter()
-                    .map(|&l| (f64::from(l) - f64::from(max)).exp())
-                    .collect();
-                let total: f64 = exp.iter().sum();
-                let mut order: Vec<usize> = (0..row.len()).collect();
-                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-                order
-                    .into_iter()
-                    .take(top_k)
-                    .map(|i| Prediction {
-                        index: i,
-                        label: labels[i].to_string(),
-                        probability: (exp[i] / total) as f32,
-                        logit: row[i],
-                    })
-                    .collect()
-            })
+            .map(|row| super::classifier::top_k(row, labels, top_k))
             .collect())
     }
 
