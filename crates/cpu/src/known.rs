@@ -4,15 +4,12 @@ use crate::tensor::{AlignedBuf, Elem};
 use aneforge_mil::{BlobFile, DType, Literal, TensorData, TensorType};
 use half::f16;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 pub type BlobStore = HashMap<String, BlobFile>;
 
 #[derive(Clone, Debug)]
 pub(crate) enum Data {
-    /// Shared: a BLOBFILE payload decoded once while any plan holds it, and handed on as the
-    /// prepared weight of the matmuls that read it ([`crate::shared_weights`]).
-    F32(Arc<Vec<f32>>),
+    F32(Vec<f32>),
     F16(Vec<f16>),
     I32(Vec<i32>),
     I64(Vec<i64>),
@@ -35,7 +32,7 @@ impl Known {
     /// Numeric contents widened to f32; `None` for strings.
     pub fn f32s(&self) -> Option<Vec<f32>> {
         Some(match &self.data {
-            Data::F32(v) => v.to_vec(),
+            Data::F32(v) => v.clone(),
             Data::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
             Data::I32(v) => v.iter().map(|&x| x as f32).collect(),
             Data::I64(v) => v.iter().map(|&x| x as f32).collect(),
@@ -45,14 +42,6 @@ impl Known {
             Data::Quant(q) => q.dequantize(),
             Data::Str(_) => return None,
         })
-    }
-
-    /// The f32 contents themselves (shared, not copied); `None` for other storage.
-    pub fn f32_shared(&self) -> Option<Arc<Vec<f32>>> {
-        match &self.data {
-            Data::F32(v) => Some(v.clone()),
-            _ => None,
-        }
     }
 
     /// Integer contents (bools as 0/1); `None` for floats and strings.
@@ -85,7 +74,7 @@ impl Known {
     pub fn from_f32(dtype: DType, shape: Vec<usize>, v: Vec<f32>) -> Known {
         let data = match dtype {
             DType::Fp16 => Data::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
-            _ => Data::F32(Arc::new(v)),
+            _ => Data::F32(v),
         };
         Known { dtype, shape, data }
     }
@@ -97,7 +86,7 @@ impl Known {
             return Known::from_f32(self.dtype, self.shape.clone(), q.dequantize()).to_buffer();
         }
         Some(match (&self.data, elem) {
-            (Data::F32(v), Elem::F32) => AlignedBuf::from_bytes(bytemuck::cast_slice(v.as_slice())),
+            (Data::F32(v), Elem::F32) => AlignedBuf::from_bytes(bytemuck::cast_slice(v)),
             (Data::F16(v), Elem::F16) => AlignedBuf::from_bytes(bytemuck::cast_slice(v)),
             (Data::I32(v), Elem::I32) => AlignedBuf::from_bytes(bytemuck::cast_slice(v)),
             (Data::I64(v), Elem::I32) => {
@@ -138,7 +127,7 @@ pub(crate) fn decode_literal(lit: &Literal, blobs: &BlobStore) -> Result<Known, 
                 TensorData::Float(v) => match d {
                     DType::Fp16 => Data::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
                     DType::Fp32 | DType::Fp64 | DType::Bf16 => {
-                        Data::F32(Arc::new(v.iter().map(|&x| x as f32).collect()))
+                        Data::F32(v.iter().map(|&x| x as f32).collect())
                     }
                     _ => return Err(format!("float data for a {d} literal")),
                 },
@@ -161,18 +150,10 @@ pub(crate) fn decode_literal(lit: &Literal, blobs: &BlobStore) -> Result<Known, 
             })?;
             let payload = file.payload(*offset, ty).map_err(|e| e.to_string())?;
             let n: usize = shape.iter().product();
-            let data = match ty.dtype {
-                DType::Fp32 | DType::Bf16 => Data::F32(crate::shared_weights::decoded_f32(
-                    payload,
-                    ty.dtype,
-                    || widen_payload(ty.dtype, payload),
-                )),
-                d => decode_payload(d, payload, n)?,
-            };
             Ok(Known {
                 dtype: ty.dtype,
                 shape,
-                data,
+                data: decode_payload(ty.dtype, payload, n)?,
             })
         }
         Literal::Tuple(_) | Literal::Dict { .. } => {
@@ -216,25 +197,17 @@ pub(crate) fn unpack_bits(bytes: &[u8], bits: usize, n: usize) -> Vec<u8> {
     out
 }
 
-/// An fp32 or bf16 payload as f32 values.
-fn widen_payload(d: DType, p: &[u8]) -> Vec<f32> {
-    if d == DType::Bf16 {
-        p.chunks_exact(2)
-            .map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
-            .collect()
-    } else {
-        p.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    }
-}
-
 fn decode_payload(d: DType, p: &[u8], n: usize) -> Result<Data, String> {
     let le16 = |c: &[u8]| u16::from_le_bytes([c[0], c[1]]);
     let le32 = |c: &[u8]| u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
     Ok(match d {
         DType::Fp16 => Data::F16(p.chunks_exact(2).map(|c| f16::from_bits(le16(c))).collect()),
-        DType::Bf16 | DType::Fp32 => Data::F32(Arc::new(widen_payload(d, p))),
+        DType::Bf16 => Data::F32(
+            p.chunks_exact(2)
+                .map(|c| half::bf16::from_bits(le16(c)).to_f32())
+                .collect(),
+        ),
+        DType::Fp32 => Data::F32(p.chunks_exact(4).map(|c| f32::from_bits(le32(c))).collect()),
         DType::Int8 => Data::I8(p.iter().map(|&b| b as i8).collect()),
         DType::Uint8 => Data::U8(p.to_vec()),
         DType::Int16 => Data::I32(p.chunks_exact(2).map(|c| le16(c) as i16 as i32).collect()),

@@ -40,11 +40,6 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 /// The shared copy of `data` if a live plan already holds the same contents, else `data` itself,
 /// registered for later plans.
 pub(crate) fn share(data: Vec<f32>) -> Arc<Vec<f32>> {
-    share_arc(Arc::new(data))
-}
-
-/// [`share`] of data that may already be shared (a decoded constant): no copy is made.
-pub(crate) fn share_arc(data: Arc<Vec<f32>>) -> Arc<Vec<f32>> {
     let key = (content_hash(&data), data.len());
     let mut guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
     let registry = guard.get_or_insert_with(HashMap::new);
@@ -53,44 +48,15 @@ pub(crate) fn share_arc(data: Arc<Vec<f32>>) -> Arc<Vec<f32>> {
     if let Some(existing) = slot
         .iter()
         .filter_map(Weak::upgrade)
-        .find(|e| Arc::ptr_eq(e, &data) || same_bits(e, &data))
+        .find(|e| same_bits(e, &data))
     {
         return existing;
     }
-    let fresh = data;
+    let fresh = Arc::new(data);
     slot.push(Arc::downgrade(&fresh));
     if registry.len() > 4096 {
         registry.retain(|_, ws| ws.iter().any(|w| w.strong_count() > 0));
     }
-    fresh
-}
-
-/// Payload address, byte length and dtype name -> the payload decoded to f32.
-type Decoded = HashMap<(usize, usize, &'static str), Weak<Vec<f32>>>;
-
-static DECODED: Mutex<Option<Decoded>> = Mutex::new(None);
-
-/// An fp32 or bf16 BLOBFILE payload as f32 values: the copy a live plan already holds, else
-/// `decode()`'s, registered for later plans. Every function of a multi-function program (an
-/// LLM's decode and prefill steps) reads the same blob, so its weights are decoded once. A plan
-/// holding the values also holds the blob, so the address cannot be reused while they live.
-pub(crate) fn decoded_f32(
-    payload: &[u8],
-    dtype: aneforge_mil::DType,
-    decode: impl FnOnce() -> Vec<f32>,
-) -> Arc<Vec<f32>> {
-    let key = (payload.as_ptr() as usize, payload.len(), dtype.name());
-    let mut guard = DECODED.lock().unwrap_or_else(|e| e.into_inner());
-    let registry = guard.get_or_insert_with(HashMap::new);
-    if let Some(existing) = registry.get(&key).and_then(Weak::upgrade) {
-        return existing;
-    }
-    let fresh = Arc::new(decode());
-    // a dead entry never upgrades, so stale keys are only swept now and then
-    if registry.len() > 4096 {
-        registry.retain(|_, w| w.strong_count() > 0);
-    }
-    registry.insert(key, Arc::downgrade(&fresh));
     fresh
 }
 

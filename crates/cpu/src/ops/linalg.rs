@@ -247,14 +247,11 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
             let wk = cx
                 .known(w)
                 .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
-            // an f32 constant is already in the layout the kernel reads: share it as it is
-            let wt = match wk.f32_shared() {
-                Some(shared) => crate::shared_weights::share_arc(shared),
-                None => crate::shared_weights::share(
-                    wk.f32s().ok_or_else(|| cx.err("weight is not numeric"))?,
-                ),
-            };
-            Rhs::Prepared(Prepared { wt, k })
+            let wt = wk.f32s().ok_or_else(|| cx.err("weight is not numeric"))?;
+            Rhs::Prepared(Prepared {
+                wt: crate::shared_weights::share(wt),
+                k,
+            })
         }
     };
     if let Some(b) = bias {
