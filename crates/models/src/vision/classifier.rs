@@ -17,7 +17,7 @@ use super::efficientnet_lite::EfficientNetLite;
 use super::image_input::{Preprocess, RgbImage};
 use super::mobilenet_v2::MobileNetV2;
 use super::mobilenet_v3::MobileNetV3;
-use super::programs::{program_batch, Compiler, Programs};
+use super::programs::{run_batched, Compiler, Programs};
 use super::resample::Interpolation;
 use super::resnet::{Layout as ResNetLayout, ResNet};
 use super::vit::VisionTransformer;
@@ -336,30 +336,13 @@ impl ImageClassifier {
         (height, width): (usize, usize),
         progress: &mut dyn FnMut(usize),
     ) -> Result<Vec<Vec<f32>>, VisionError> {
-        let per = 3 * height * width;
-        for (i, x) in inputs.iter().enumerate() {
-            if x.len() != per {
-                return Err(VisionError::Unsupported(format!(
-                    "input {i} holds {} values, expected 3x{height}x{width} = {per}",
-                    x.len()
-                )));
-            }
-        }
-        let mut out = Vec::with_capacity(inputs.len());
-        for chunk in inputs.chunks(self.options.batch_size) {
-            let batch = program_batch(chunk.len(), self.options.batch_size);
-            let mut feed = vec![0f32; batch * per];
-            for (i, x) in chunk.iter().enumerate() {
-                feed[i * per..(i + 1) * per].copy_from_slice(x);
-            }
-            let logits = self.execute(batch, (height, width), &feed)?;
-            let classes = logits.len() / batch;
-            for i in 0..chunk.len() {
-                out.push(logits[i * classes..(i + 1) * classes].to_vec());
-            }
-            progress(chunk.len());
-        }
-        Ok(out)
+        run_batched(
+            inputs,
+            (height, width),
+            self.options.batch_size,
+            progress,
+            |batch, feed| self.execute(batch, (height, width), feed),
+        )
     }
 
     /// Preprocesses and classifies `images`: the `top_k` classes of each, most probable first.

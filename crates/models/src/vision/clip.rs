@@ -23,7 +23,7 @@ use crate::weights::VarBuilder;
 use super::classifier::{open_checkpoint, read_json, ClassifierOptions, Prediction, PIXEL_VALUES};
 use super::image_input::{CropRounding, Preprocess, RgbImage};
 use super::layers::{load_layer_norm, load_linear_no_bias, LayerNorm, Linear};
-use super::programs::{program_batch, Compiler, Programs};
+use super::programs::{program_batch, run_batched, Compiler, Programs};
 use super::resample::Interpolation;
 use super::transformer::{Encoder, EncoderShape, Names, PatchEmbedding};
 use super::VisionError;
@@ -329,38 +329,25 @@ impl ClipModel {
         progress: &mut dyn FnMut(usize),
     ) -> Result<Vec<Vec<f32>>, VisionError> {
         let s = self.vision.embedding.image_size;
-        let per = 3 * s * s;
-        for (i, x) in inputs.iter().enumerate() {
-            if x.len() != per {
-                return Err(VisionError::Unsupported(format!(
-                    "input {i} holds {} values, expected 3x{s}x{s} = {per}",
-                    x.len()
-                )));
-            }
-        }
-        let dim = self.dimension();
-        let mut out = Vec::with_capacity(inputs.len());
-        for chunk in inputs.chunks(self.options.batch_size) {
-            let batch = program_batch(chunk.len(), self.options.batch_size);
-            let mut feed = vec![0f32; batch * per];
-            for (i, x) in chunk.iter().enumerate() {
-                feed[i * per..(i + 1) * per].copy_from_slice(x);
-            }
-            let build = || {
-                let x = input(PIXEL_VALUES, &[batch, 3, s, s], DType::F32)?;
-                let e = self.image_graph(&x)?;
-                self.compiler().load(&[(IMAGE_EMBEDS, &e)])
-            };
-            let e = self.programs.run(
-                Key::Image(batch, s),
-                build,
-                &[(PIXEL_VALUES, &feed)],
-                IMAGE_EMBEDS,
-            )?;
-            out.extend(e.chunks(dim).take(chunk.len()).map(<[f32]>::to_vec));
-            progress(chunk.len());
-        }
-        Ok(out)
+        run_batched(
+            inputs,
+            (s, s),
+            self.options.batch_size,
+            progress,
+            |batch, feed| {
+                let build = || {
+                    let x = input(PIXEL_VALUES, &[batch, 3, s, s], DType::F32)?;
+                    let e = self.image_graph(&x)?;
+                    self.compiler().load(&[(IMAGE_EMBEDS, &e)])
+                };
+                self.programs.run(
+                    Key::Image(batch, s),
+                    build,
+                    &[(PIXEL_VALUES, feed)],
+                    IMAGE_EMBEDS,
+                )
+            },
+        )
     }
 
     /// Preprocesses `images` and embeds them (L2-normalised).

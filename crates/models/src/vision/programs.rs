@@ -87,3 +87,37 @@ pub fn program_batch(len: usize, batch_size: usize) -> usize {
         len.next_power_of_two().min(batch_size)
     }
 }
+
+/// Runs `inputs` (each `[3, height, width]`) through a batched program, `batch_size` at a time:
+/// each chunk padded to its [`program_batch`] is handed to `run(batch, feed)`, whose output rows
+/// (one per batch entry) are returned in input order. `progress` is told each chunk's length.
+pub fn run_batched(
+    inputs: &[Vec<f32>],
+    (height, width): (usize, usize),
+    batch_size: usize,
+    progress: &mut dyn FnMut(usize),
+    mut run: impl FnMut(usize, &[f32]) -> Result<Vec<f32>, VisionError>,
+) -> Result<Vec<Vec<f32>>, VisionError> {
+    let per = 3 * height * width;
+    for (i, x) in inputs.iter().enumerate() {
+        if x.len() != per {
+            return Err(VisionError::Unsupported(format!(
+                "input {i} holds {} values, expected 3x{height}x{width} = {per}",
+                x.len()
+            )));
+        }
+    }
+    let mut out = Vec::with_capacity(inputs.len());
+    for chunk in inputs.chunks(batch_size) {
+        let batch = program_batch(chunk.len(), batch_size);
+        let mut feed = vec![0f32; batch * per];
+        for (i, x) in chunk.iter().enumerate() {
+            feed[i * per..(i + 1) * per].copy_from_slice(x);
+        }
+        let rows = run(batch, &feed)?;
+        let width = rows.len() / batch;
+        out.extend(rows.chunks(width).take(chunk.len()).map(<[f32]>::to_vec));
+        progress(chunk.len());
+    }
+    Ok(out)
+}
