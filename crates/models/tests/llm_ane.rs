@@ -23,6 +23,21 @@ use llm_fixtures::{file_ints, tiny};
 
 use aneforge_models::testing::TINY_LLM_FAMILIES as FAMILIES;
 
+/// A tiny fixture model as stored, its prompt and transformers' greedy tokens.
+fn tiny_with_greedy(family: &str) -> (Arc<Llm>, Vec<u32>, Vec<u32>) {
+    let llm = Llm::load(
+        tiny(family).to_str().unwrap(),
+        LoadOptions::new(WeightFormat::Stored),
+    )
+    .unwrap();
+    let expected = tiny(family).join("expected.safetensors");
+    (
+        Arc::new(llm),
+        file_ints(&expected, "prompt_ids"),
+        file_ints(&expected, "greedy_ids"),
+    )
+}
+
 fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {
     llm_fixtures::small_runner(llm, target, engine, 16)
 }
@@ -46,15 +61,7 @@ const FP16_RELATIVE: f32 = 2e-2;
 #[test]
 fn ane_target_in_fp16_follows_the_greedy_tokens_where_margins_allow() {
     for family in FAMILIES {
-        let llm = Arc::new(
-            Llm::load(
-                tiny(family).to_str().unwrap(),
-                LoadOptions::new(WeightFormat::Stored),
-            )
-            .unwrap(),
-        );
-        let prompt = file_ints(&tiny(family).join("expected.safetensors"), "prompt_ids");
-        let want = file_ints(&tiny(family).join("expected.safetensors"), "greedy_ids");
+        let (llm, prompt, want) = tiny_with_greedy(family);
         let mut fp32 = runner(llm.clone(), Target::Cpu, Engine::Cpu);
         let mut fp16 = runner(llm.clone(), ane(), Engine::Cpu);
         let text = fp16.artifact(0).unwrap().mil_text().to_string();
@@ -124,15 +131,7 @@ fn prefill_and_a_decode_step_through_the_ane_engine_on_the_simulator() {
     // a dense family, the mixtures of experts (routing by compare/select in the program), fused
     // projections and soft-capped attention
     for family in ["llama", "qwen3_moe", "mixtral", "phi3", "gemma2"] {
-        let llm = Arc::new(
-            Llm::load(
-                tiny(family).to_str().unwrap(),
-                LoadOptions::new(WeightFormat::Stored),
-            )
-            .unwrap(),
-        );
-        let prompt = file_ints(&tiny(family).join("expected.safetensors"), "prompt_ids");
-        let want = file_ints(&tiny(family).join("expected.safetensors"), "greedy_ids");
+        let (llm, prompt, want) = tiny_with_greedy(family);
         let mut on_ane = runner(llm.clone(), ane(), Engine::Ane);
         let mut on_cpu = runner(llm.clone(), ane(), Engine::Cpu);
         let mut fp32 = runner(llm, Target::Cpu, Engine::Cpu);
