@@ -368,32 +368,7 @@ pub fn ct2() -> Vec<Vec<u8>> {
         ("decoder/embeddings/weight", vec![4, 2], 0, f32s(8)),
     ];
     let aliases = [("decoder/projection/weight", "decoder/embeddings/weight")];
-    let mut out = Vec::new();
-    let s = |out: &mut Vec<u8>, v: &str| {
-        out.extend_from_slice(&((v.len() + 1) as u16).to_le_bytes());
-        out.extend_from_slice(v.as_bytes());
-        out.push(0);
-    };
-    out.extend_from_slice(&6u32.to_le_bytes());
-    s(&mut out, "WhisperSpec");
-    out.extend_from_slice(&3u32.to_le_bytes());
-    out.extend_from_slice(&(vars.len() as u32).to_le_bytes());
-    for (name, dims, dtype, bytes) in &vars {
-        s(&mut out, name);
-        out.push(dims.len() as u8);
-        for d in dims {
-            out.extend_from_slice(&d.to_le_bytes());
-        }
-        out.push(*dtype);
-        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        out.extend_from_slice(bytes);
-    }
-    out.extend_from_slice(&(aliases.len() as u32).to_le_bytes());
-    for (a, t) in aliases {
-        s(&mut out, a);
-        s(&mut out, t);
-    }
-    vec![out]
+    vec![aneforge_models::testing::ct2_bytes(&vars, &aliases)]
 }
 
 /// IDX files of unsigned bytes (images [n, h, w] and labels [n]), raw and gzipped.

@@ -248,6 +248,38 @@ macro_rules! require_model {
     };
 }
 
+/// A CTranslate2 `model.bin` (version 6, spec `WhisperSpec`, revision 3) holding `vars` as
+/// `(name, dims, dtype code, bytes)` and `aliases` as `(name, target)`: synthetic files for
+/// tests and fuzz seeds (layout in `whisper::ct2`).
+pub fn ct2_bytes(vars: &[(&str, Vec<u32>, u8, Vec<u8>)], aliases: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let s = |out: &mut Vec<u8>, v: &str| {
+        out.extend_from_slice(&((v.len() + 1) as u16).to_le_bytes());
+        out.extend_from_slice(v.as_bytes());
+        out.push(0);
+    };
+    out.extend_from_slice(&6u32.to_le_bytes());
+    s(&mut out, "WhisperSpec");
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&(vars.len() as u32).to_le_bytes());
+    for (name, dims, dtype, bytes) in vars {
+        s(&mut out, name);
+        out.push(dims.len() as u8);
+        for d in dims {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out.push(*dtype);
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
+    out.extend_from_slice(&(aliases.len() as u32).to_le_bytes());
+    for (a, t) in aliases {
+        s(&mut out, a);
+        s(&mut out, t);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -81,34 +81,9 @@ fn base_model_bin_reads_as_transformers_tensors() {
     check_real("openai/whisper-base");
 }
 
-/// A CTranslate2 writer for synthetic files: `(name, dims, dtype code, bytes)`.
+/// A CTranslate2 file of `vars` and `aliases` at `path`.
 fn write_ct2(path: &Path, vars: &[(&str, Vec<u32>, u8, Vec<u8>)], aliases: &[(&str, &str)]) {
-    let mut out = Vec::new();
-    let s = |out: &mut Vec<u8>, v: &str| {
-        out.extend_from_slice(&((v.len() + 1) as u16).to_le_bytes());
-        out.extend_from_slice(v.as_bytes());
-        out.push(0);
-    };
-    out.extend_from_slice(&6u32.to_le_bytes());
-    s(&mut out, "WhisperSpec");
-    out.extend_from_slice(&3u32.to_le_bytes());
-    out.extend_from_slice(&(vars.len() as u32).to_le_bytes());
-    for (name, dims, dtype, bytes) in vars {
-        s(&mut out, name);
-        out.push(dims.len() as u8);
-        for d in dims {
-            out.extend_from_slice(&d.to_le_bytes());
-        }
-        out.push(*dtype);
-        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        out.extend_from_slice(bytes);
-    }
-    out.extend_from_slice(&(aliases.len() as u32).to_le_bytes());
-    for (a, t) in aliases {
-        s(&mut out, a);
-        s(&mut out, t);
-    }
-    std::fs::write(path, out).unwrap();
+    std::fs::write(path, aneforge_models::testing::ct2_bytes(vars, aliases)).unwrap();
 }
 
 fn f32s(n: usize, start: f32) -> Vec<u8> {
