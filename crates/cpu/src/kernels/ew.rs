@@ -468,10 +468,10 @@ crate::simd_dispatch! {
         match op {
             UnOp::Relu => map!(|v: f32| v.max(0.0)),
             UnOp::Relu6 => map!(|v: f32| v.clamp(0.0, 6.0)),
-            UnOp::GeluExact => map!(|v: f32| 0.5 * v * (1.0 + math::erf(v * std::f32::consts::FRAC_1_SQRT_2))),
+            UnOp::GeluExact => map!(math::gelu_exact),
             UnOp::GeluTanh => map!(math::gelu_tanh),
-            UnOp::GeluSigmoid => map!(|v: f32| v * math::sigmoid(1.702 * v)),
-            UnOp::Silu => map!(|v: f32| v * math::sigmoid(v)),
+            UnOp::GeluSigmoid => map!(math::gelu_sigmoid),
+            UnOp::Silu => map!(math::silu),
             UnOp::Sigmoid => map!(math::sigmoid),
             UnOp::SigmoidHard(a, b) => map!(|v: f32| (a * v + b).clamp(0.0, 1.0)),
             UnOp::Tanh => map!(math::tanh),

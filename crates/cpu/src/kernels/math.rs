@@ -106,6 +106,25 @@ pub fn erf(x: f32) -> f32 {
     }
 }
 
+// The activations below are named `inline(always)` functions rather than closures at their call
+// sites: a closure is a separate function that a debug build (many codegen units) may leave
+// un-inlined and compiled without the caller's SIMD features, so its loop stops vectorising.
+
+#[inline(always)]
+pub fn gelu_exact(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+#[inline(always)]
+pub fn gelu_sigmoid(x: f32) -> f32 {
+    x * sigmoid(1.702 * x)
+}
+
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x * sigmoid(x)
+}
+
 #[inline(always)]
 pub fn gelu_tanh(x: f32) -> f32 {
     const C: f32 = 0.797_884_6; // sqrt(2/pi)
