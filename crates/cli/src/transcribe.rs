@@ -68,6 +68,10 @@ pub struct TranscribeArgs {
     /// Seed of the sampling at temperatures above 0.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Audio over 30 s: decode each window after the previous windows' text (up to 223 tokens),
+    /// as openai-whisper does by default; restarts after a window decoded above temperature 0.5.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
+    pub condition_on_previous_text: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Weight compression of ANE-target programs: none, auto, int8 or int4.
@@ -204,6 +208,7 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
                 || matches!(args.format, TranscriptFormat::Srt | TranscriptFormat::Vtt),
             beam_size: args.beam_size,
             fallback: fallback.clone(),
+            condition_on_previous_text: args.condition_on_previous_text,
         };
         let mut progress = |done: f64, total: Option<f64>| {
             if let Some(total) = total {

@@ -66,8 +66,9 @@ impl Whisper {
     /// Returns a dict: `text`, `language`, `duration` (seconds) and `segments` (`start`, `end`,
     /// `text`, `tokens`). Options and defaults are `aneforge transcribe`'s (openai-whisper's):
     /// greedy at temperature 0 with fallback to sampling at 0.2, 0.4, ... 1.0 when a window fails
-    /// the compression-ratio or log-probability threshold (`None` turns a threshold off).
-    #[pyo3(signature = (audio, *, language = None, task = "transcribe", beam_size = 1, timestamps = false, temperature = 0.0, temperature_increment_on_fallback = 0.2, compression_ratio_threshold = Some(2.4), logprob_threshold = Some(-1.0), no_speech_threshold = Some(0.6), best_of = 5, seed = 0))]
+    /// the compression-ratio or log-probability threshold (`None` turns a threshold off), and
+    /// over 30 s each window conditioned on the previous windows' text.
+    #[pyo3(signature = (audio, *, language = None, task = "transcribe", beam_size = 1, timestamps = false, temperature = 0.0, temperature_increment_on_fallback = 0.2, compression_ratio_threshold = Some(2.4), logprob_threshold = Some(-1.0), no_speech_threshold = Some(0.6), best_of = 5, seed = 0, condition_on_previous_text = true))]
     #[allow(clippy::too_many_arguments)]
     fn transcribe<'py>(
         &self,
@@ -84,6 +85,7 @@ impl Whisper {
         no_speech_threshold: Option<f64>,
         best_of: usize,
         seed: u64,
+        condition_on_previous_text: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let translate = match task {
             "transcribe" => false,
@@ -112,6 +114,7 @@ impl Whisper {
             timestamps,
             beam_size,
             fallback,
+            condition_on_previous_text,
         };
         let result = py.detach(|| {
             let mut whisper = self

@@ -35,6 +35,10 @@ pub struct DecodeOptions {
     pub beam_size: usize,
     /// Temperatures, thresholds and sampling (default: one pass at temperature 0).
     pub fallback: Fallback,
+    /// Long audio: each window's decoding is conditioned on the text of the windows before it
+    /// (openai-whisper's `condition_on_previous_text`, transformers' `condition_on_prev_tokens`),
+    /// until a window needs a temperature above 0.5.
+    pub condition_on_previous_text: bool,
 }
 
 /// One window's result: the prompt and the generated tokens (without the end token) of the
@@ -246,9 +250,21 @@ impl Whisper {
         Ok(best.0.clone())
     }
 
-    fn prompt(&mut self, opts: &DecodeOptions) -> Result<(Vec<u32>, Option<String>), WhisperError> {
+    /// The decoder's prompt: `<|startofprev|>` and the last `context / 2 - 1` tokens of
+    /// `previous` when there are any, then the start-of-transcript sequence.
+    fn prompt(
+        &mut self,
+        opts: &DecodeOptions,
+        previous: &[u32],
+    ) -> Result<(Vec<u32>, Option<String>), WhisperError> {
         let t = &self.tokens;
-        let mut prompt = vec![t.sot];
+        let mut prompt = Vec::new();
+        if !previous.is_empty() {
+            let keep = (self.programs.context() / 2).saturating_sub(1);
+            prompt.push(t.start_of_prev);
+            prompt.extend_from_slice(&previous[previous.len().saturating_sub(keep)..]);
+        }
+        prompt.push(t.sot);
         let mut language = None;
         if t.multilingual {
             let code = match &opts.language {
@@ -287,7 +303,7 @@ impl Whisper {
         let mut no_speech_prob = 0.0;
         for (pos, &tok) in prompt.iter().enumerate() {
             logits = self.programs.step(tok, pos)?;
-            if pos == 0 {
+            if tok == self.tokens.sot {
                 let lp = log_softmax(&logits);
                 no_speech_prob = f64::from(lp[self.tokens.no_speech as usize]).exp();
             }
@@ -305,10 +321,22 @@ impl Whisper {
         opts: &DecodeOptions,
         on_logits: &mut dyn FnMut(usize, &[f32]),
     ) -> Result<WindowTokens, WhisperError> {
+        self.decode_window_after(mel, opts, &[], on_logits)
+    }
+
+    /// [`Whisper::decode_window`] conditioned on `previous`, the tokens of the text before this
+    /// window (timestamps included, as they were generated).
+    pub fn decode_window_after(
+        &mut self,
+        mel: &[f32],
+        opts: &DecodeOptions,
+        previous: &[u32],
+        on_logits: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<WindowTokens, WhisperError> {
         let fallback = &opts.fallback;
         fallback.validate().map_err(WhisperError::Invalid)?;
         self.programs.encode(mel)?;
-        let (prompt, language) = self.prompt(opts)?;
+        let (prompt, language) = self.prompt(opts, previous)?;
         let mut rng = StdRng::seed_from_u64(fallback.seed);
         let mut on_logits = Some(on_logits);
         let (first, no_speech_prob) = self.feed_prompt(&prompt)?;
@@ -629,14 +657,19 @@ impl Whisper {
         let mut texts = Vec::new();
         // the samples just before `seek`: the left edge of the window's first frames
         let mut before: Vec<f32> = Vec::new();
+        // the segments' tokens since conditioning last restarted
+        let mut previous: Vec<u32> = Vec::new();
         loop {
             let mut window = stream.peek(WINDOW_SAMPLES + CONTEXT)?;
             if window.is_empty() {
                 break;
             }
             let after = window.split_off(window.len().min(WINDOW_SAMPLES));
-            let mel = self.mel.file_window(&before, &window, &after, file_max);
-            let out = self.decode_window(&mel, opts, &mut |_, _| {})?;
+            let mut mel = self.mel.file_window(&before, &window, &after, file_max);
+            if seek > 0 && window.len() < WINDOW_SAMPLES {
+                LogMel::pad_tail(&mut mel, window.len() / HOP);
+            }
+            let out = self.decode_window_after(&mel, opts, &previous, &mut |_, _| {})?;
             if language.is_none() {
                 language = out.language.clone();
             }
@@ -648,6 +681,11 @@ impl Whisper {
             } else if opts.timestamps {
                 let (segs, advance) =
                     self.timestamp_segments(&out.generated, offset, window.len())?;
+                if opts.condition_on_previous_text {
+                    for seg in &segs {
+                        previous.extend_from_slice(self.conditioning_tokens(&seg.tokens));
+                    }
+                }
                 segments.extend(segs);
                 advance
             } else {
@@ -662,6 +700,10 @@ impl Whisper {
             };
             if !out.no_speech {
                 texts.push(self.text(&out.generated)?);
+            }
+            // text decoded at a high temperature is too unreliable to condition on
+            if out.temperature > 0.5 {
+                previous.clear();
             }
             // always move forward, also when a window yields no complete segment
             let advance = advance.max(SAMPLES_PER_POSITION).min(window.len());
@@ -678,6 +720,17 @@ impl Whisper {
             language,
             duration: seek as f64 / SAMPLE_RATE as f64,
         })
+    }
+
+    /// The part of a segment's tokens that later windows are conditioned on: all of them, but
+    /// the last of two closing timestamps (transformers' `skip_ending_double_timestamps`).
+    fn conditioning_tokens<'a>(&self, tokens: &'a [u32]) -> &'a [u32] {
+        match tokens {
+            [.., penultimate, _] if tokens.len() > 2 && self.tokens.is_timestamp(*penultimate) => {
+                &tokens[..tokens.len() - 1]
+            }
+            _ => tokens,
+        }
     }
 
     /// openai-whisper's segmentation of one window's tokens: segments end at consecutive

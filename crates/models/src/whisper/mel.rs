@@ -131,6 +131,15 @@ impl LogMel {
         mel
     }
 
+    /// Long-form's last window, shorter than 30 s: openai-whisper and transformers slice the
+    /// file's spectrogram to the `content` frames the audio covers and pad the slice with zeros
+    /// (normalised log-mel values), not with the spectrogram of silence.
+    pub fn pad_tail(mel: &mut [f32], content: usize) {
+        for row in mel.chunks_mut(WINDOW_FRAMES) {
+            row[content.min(WINDOW_FRAMES)..].fill(0.0);
+        }
+    }
+
     /// The largest `log10` mel energy of a window's frames (arguments as
     /// [`file_window`](Self::file_window)); the maximum over a file's windows is its `file_max`.
     pub fn log10_max(&self, before: &[f32], samples: &[f32], after: &[f32]) -> f32 {

@@ -13,6 +13,8 @@ use crate::tokenizer::TextTokenizer;
 pub struct SpecialTokens {
     pub eot: u32,
     pub sot: u32,
+    /// `<|startofprev|>`: opens the previous text a window's decoding is conditioned on.
+    pub start_of_prev: u32,
     pub translate: u32,
     pub transcribe: u32,
     pub no_timestamps: u32,
@@ -89,6 +91,7 @@ impl SpecialTokens {
         Ok(SpecialTokens {
             eot,
             sot,
+            start_of_prev: id(tok, "<|startofprev|>")?,
             translate,
             transcribe,
             no_timestamps,

@@ -204,10 +204,12 @@ class Whisper:
         no_speech_threshold: Optional[float] = 0.6,
         best_of: int = 5,
         seed: int = 0,
+        condition_on_previous_text: bool = True,
     ) -> Dict[str, Any]:
         """``{"text", "language", "duration", "segments": [{"start", "end", "text", "tokens"}]}``
         of an audio file (WAV, FLAC, MP3, OGG/Vorbis). Defaults are ``aneforge transcribe``'s
-        (openai-whisper's temperature fallback; ``None`` turns a threshold off)."""
+        (openai-whisper's temperature fallback and, over 30 s, conditioning on the previous
+        windows' text; ``None`` turns a threshold off)."""
 
 class Generation:
     text: str
