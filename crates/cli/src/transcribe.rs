@@ -72,6 +72,10 @@ pub struct TranscribeArgs {
     /// as openai-whisper does by default; restarts after a window decoded above temperature 0.5.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     pub condition_on_previous_text: bool,
+    /// Text to condition the first window on, as if spoken before the audio: names,
+    /// spellings, punctuation style.
+    #[arg(long, value_name = "TEXT")]
+    pub initial_prompt: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Weight compression of ANE-target programs: none, auto, int8 or int4.
@@ -209,6 +213,7 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
             beam_size: args.beam_size,
             fallback: fallback.clone(),
             condition_on_previous_text: args.condition_on_previous_text,
+            initial_prompt: args.initial_prompt.clone(),
         };
         let mut progress = |done: f64, total: Option<f64>| {
             if let Some(total) = total {

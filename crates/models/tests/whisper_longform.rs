@@ -1,7 +1,8 @@
 //! Long-form transcription (67 s built from the shared clips, so speech crosses the 30 s window
 //! boundaries) against transformers' sequential long-form `generate` in fp32 (fixture:
 //! tools/fixtures/whisper/longform.py): every segment's tokens and times, greedy, with and without
-//! conditioning on the previous windows' text, for tiny.en and base.
+//! conditioning on the previous windows' text, for tiny.en and base; and a clip transcribed after
+//! an initial prompt against transformers' `generate(prompt_ids=...)`.
 
 mod whisper_fixtures;
 
@@ -12,15 +13,21 @@ use aneforge_models::whisper::{DecodeOptions, Whisper, WhisperOptions};
 use serde_json::Value;
 use whisper_fixtures::{fixture, ids};
 
-/// The fixture's audio as a 16-bit WAV: the clips (sorted by name) in the plan's order, each
-/// followed by its seconds of silence.
-fn write_plan(fx: &Value, speech: &std::path::Path, path: &std::path::Path) {
+/// The shared clips, sorted by name.
+fn clips(speech: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut clips: Vec<_> = std::fs::read_dir(speech)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "wav"))
         .collect();
     clips.sort();
+    clips
+}
+
+/// The fixture's audio as a 16-bit WAV: the clips (sorted by name) in the plan's order, each
+/// followed by its seconds of silence.
+fn write_plan(fx: &Value, speech: &std::path::Path, path: &std::path::Path) {
+    let clips = clips(speech);
     let mut pcm: Vec<i16> = Vec::new();
     for step in fx["plan"].as_array().unwrap() {
         let clip = &clips[step[0].as_u64().unwrap() as usize];
@@ -111,6 +118,27 @@ fn check(repo: &str) {
             "{repo} {key}: text"
         );
     }
+
+    let want = &fx["models"][repo]["prompted"];
+    let opts = DecodeOptions {
+        language: whisper.tokens.multilingual.then(|| "en".to_string()),
+        initial_prompt: Some(fx["prompt"].as_str().unwrap().to_string()),
+        ..DecodeOptions::default()
+    };
+    let got = whisper
+        .transcribe(&clips(&speech)[0], &opts, &mut |_, _| {})
+        .unwrap();
+    assert_eq!(got.segments.len(), 1);
+    assert_eq!(
+        got.segments[0].tokens,
+        ids(&want["tokens"]),
+        "{repo}: prompted"
+    );
+    assert_eq!(
+        got.text,
+        want["text"].as_str().unwrap(),
+        "{repo}: prompted text"
+    );
 }
 
 #[test]

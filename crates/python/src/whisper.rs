@@ -68,7 +68,7 @@ impl Whisper {
     /// greedy at temperature 0 with fallback to sampling at 0.2, 0.4, ... 1.0 when a window fails
     /// the compression-ratio or log-probability threshold (`None` turns a threshold off), and
     /// over 30 s each window conditioned on the previous windows' text.
-    #[pyo3(signature = (audio, *, language = None, task = "transcribe", beam_size = 1, timestamps = false, temperature = 0.0, temperature_increment_on_fallback = 0.2, compression_ratio_threshold = Some(2.4), logprob_threshold = Some(-1.0), no_speech_threshold = Some(0.6), best_of = 5, seed = 0, condition_on_previous_text = true))]
+    #[pyo3(signature = (audio, *, language = None, task = "transcribe", beam_size = 1, timestamps = false, temperature = 0.0, temperature_increment_on_fallback = 0.2, compression_ratio_threshold = Some(2.4), logprob_threshold = Some(-1.0), no_speech_threshold = Some(0.6), best_of = 5, seed = 0, condition_on_previous_text = true, initial_prompt = None))]
     #[allow(clippy::too_many_arguments)]
     fn transcribe<'py>(
         &self,
@@ -86,6 +86,7 @@ impl Whisper {
         best_of: usize,
         seed: u64,
         condition_on_previous_text: bool,
+        initial_prompt: Option<String>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let translate = match task {
             "transcribe" => false,
@@ -115,6 +116,7 @@ impl Whisper {
             beam_size,
             fallback,
             condition_on_previous_text,
+            initial_prompt,
         };
         let result = py.detach(|| {
             let mut whisper = self

@@ -39,6 +39,9 @@ pub struct DecodeOptions {
     /// (openai-whisper's `condition_on_previous_text`, transformers' `condition_on_prev_tokens`),
     /// until a window needs a temperature above 0.5.
     pub condition_on_previous_text: bool,
+    /// Text the first window is conditioned on, as if it came before the audio
+    /// (openai-whisper's `initial_prompt`, transformers' `prompt_ids`): names, spellings, style.
+    pub initial_prompt: Option<String>,
 }
 
 /// One window's result: the prompt and the generated tokens (without the end token) of the
@@ -657,8 +660,15 @@ impl Whisper {
         let mut texts = Vec::new();
         // the samples just before `seek`: the left edge of the window's first frames
         let mut before: Vec<f32> = Vec::new();
-        // the segments' tokens since conditioning last restarted
-        let mut previous: Vec<u32> = Vec::new();
+        // the initial prompt's and the segments' tokens since conditioning last restarted
+        let mut previous: Vec<u32> = match &opts.initial_prompt {
+            Some(text) => {
+                self.tokenizer
+                    .encode_plain(&format!(" {}", text.trim()))?
+                    .ids
+            }
+            None => Vec::new(),
+        };
         loop {
             let mut window = stream.peek(WINDOW_SAMPLES + CONTEXT)?;
             if window.is_empty() {
@@ -701,8 +711,9 @@ impl Whisper {
             if !out.no_speech {
                 texts.push(self.text(&out.generated)?);
             }
-            // text decoded at a high temperature is too unreliable to condition on
-            if out.temperature > 0.5 {
+            // text decoded at a high temperature is too unreliable to condition on; without
+            // conditioning, only the first window sees the initial prompt
+            if out.temperature > 0.5 || !opts.condition_on_previous_text {
                 previous.clear();
             }
             // always move forward, also when a window yields no complete segment

@@ -205,6 +205,7 @@ class Whisper:
         best_of: int = 5,
         seed: int = 0,
         condition_on_previous_text: bool = True,
+        initial_prompt: Optional[str] = None,
     ) -> Dict[str, Any]:
         """``{"text", "language", "duration", "segments": [{"start", "end", "text", "tokens"}]}``
         of an audio file (WAV, FLAC, MP3, OGG/Vorbis). Defaults are ``aneforge transcribe``'s
