@@ -165,8 +165,9 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Impor
     }
     let host_gathers = std::cell::RefCell::new(Vec::new());
     let record = options.host_gathers.then_some(&host_gathers);
+    let types = declared_types(graph);
     for node in order_nodes(graph, &values)? {
-        run_node(node, opset, &mut values, record)?;
+        run_node(node, opset, &mut values, &types, record)?;
     }
     let mut used = HashSet::new();
     let mut outputs = Vec::new();
@@ -481,10 +482,32 @@ pub(crate) fn node_label(n: &NodeProto, index: usize) -> String {
     }
 }
 
+/// The ONNX element type each graph input, initializer and annotated value is declared with.
+fn declared_types(graph: &crate::proto::GraphProto) -> HashMap<String, i32> {
+    let infos = graph
+        .input
+        .iter()
+        .chain(&graph.value_info)
+        .chain(&graph.output);
+    infos
+        .filter_map(|i| match i.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            Some(type_proto::Value::TensorType(t)) => Some((i.name().to_string(), t.elem_type())),
+            _ => None,
+        })
+        .chain(
+            graph
+                .initializer
+                .iter()
+                .map(|t| (t.name().to_string(), t.data_type())),
+        )
+        .collect()
+}
+
 fn run_node(
     proto: &NodeProto,
     opset: i64,
     values: &mut HashMap<String, Value>,
+    types: &HashMap<String, i32>,
     host_gathers: Option<&std::cell::RefCell<Vec<HostGather>>>,
 ) -> Result<(), OnnxError> {
     let label = || {
@@ -496,7 +519,7 @@ fn run_node(
     };
     let op = proto.op_type().to_string();
     if op == "If" && matches!(proto.domain(), "" | "ai.onnx") {
-        return run_if(proto, opset, values, host_gathers, &label());
+        return run_if(proto, opset, values, types, host_gathers, &label());
     }
     if !matches!(proto.domain(), "" | "ai.onnx") {
         return Err(OnnxError::Unsupported {
@@ -525,10 +548,16 @@ fn run_node(
             }
         })
         .collect();
+    let input_types = proto
+        .input
+        .iter()
+        .map(|name| types.get(name).copied().unwrap_or(0))
+        .collect();
     let node = Node {
         proto,
         host_gathers,
         inputs,
+        input_types,
         opset,
     };
     let results = import(&node).map_err(|e| match e {
@@ -574,6 +603,7 @@ fn run_if(
     proto: &NodeProto,
     opset: i64,
     values: &mut HashMap<String, Value>,
+    types: &HashMap<String, i32>,
     host_gathers: Option<&std::cell::RefCell<Vec<HostGather>>>,
     label: &str,
 ) -> Result<(), OnnxError> {
@@ -609,7 +639,7 @@ fn run_if(
         values.insert(t.name().to_string(), Value::Const(c));
     }
     for node in order_nodes(branch, values)? {
-        run_node(node, opset, values, host_gathers)?;
+        run_node(node, opset, values, types, host_gathers)?;
     }
     if branch.output.len() != proto.output.len() {
         return Err(err(format!(

@@ -104,8 +104,58 @@ pub const OPS: &[(&str, Importer)] = &[
             Ok(ratio.log()?.mul_scalar(0.5)?)
         })
     }),
+    ("Atan", |n| inverse_trig(n, f64::atan, atan)),
+    ("Asin", |n| {
+        inverse_trig(n, f64::asin, |x| {
+            // asin x = atan(x / √((1 − x)(1 + x))); ±1 give ±∞ and so ±π/2
+            let cos = x.neg()?.add_scalar(1.0)?.mul(&x.add_scalar(1.0)?)?.sqrt()?;
+            atan(&x.div(&cos)?)
+        })
+    }),
+    ("Acos", |n| {
+        inverse_trig(n, f64::acos, |x| {
+            // acos x = 2·atan(√((1 − x)/(1 + x))), accurate near both ends; −1 gives π
+            let ratio = x.neg()?.add_scalar(1.0)?.div(&x.add_scalar(1.0)?)?;
+            Ok(atan(&ratio.sqrt()?)?.mul_scalar(2.0)?)
+        })
+    }),
     ("Shrink", shrink),
 ];
+
+fn inverse_trig(
+    n: &Node,
+    fold: fn(f64) -> f64,
+    build: fn(&Tensor) -> OpResult<Tensor>,
+) -> OpResult<Vec<Value>> {
+    if let Value::Const(c) = n.input(0)? {
+        return fold1(c, fold);
+    }
+    tensor(build(&float_tensor(n)?)?)
+}
+
+/// atan from graph arithmetic: |x| > 1 is reflected through atan(1/t) = π/2 − atan(t), two
+/// half-angle steps (atan t = 2·atan(t / (1 + √(1 + t²)))) bring the argument under
+/// tan(π/16) ≈ 0.199, and the odd series to u¹³ then leaves a relative error below 1e-10.
+fn atan(x: &Tensor) -> OpResult<Tensor> {
+    let a = x.abs()?;
+    let reflect = a.compare_scalar(CompareOp::Greater, 1.0)?;
+    let mut u = reflect.select(&a.recip()?, &a)?;
+    for _ in 0..2 {
+        let hyp = u.square()?.add_scalar(1.0)?.sqrt()?.add_scalar(1.0)?;
+        u = u.div(&hyp)?;
+    }
+    let z = u.square()?;
+    let mut series = scalar(1.0 / 13.0);
+    for k in (0..6).rev() {
+        let sign = if k % 2 == 0 { 1.0 } else { -1.0 };
+        series = series.mul(&z)?.add_scalar(sign / (2 * k + 1) as f32)?;
+    }
+    let core = u.mul(&series)?.mul_scalar(4.0)?;
+    let half_pi = std::f32::consts::FRAC_PI_2;
+    let magnitude = reflect.select(&core.neg()?.add_scalar(half_pi)?, &core)?;
+    let negative = x.compare_scalar(CompareOp::Less, 0.0)?;
+    Ok(negative.select(&magnitude.neg()?, &magnitude)?)
+}
 
 fn hyperbolic(n: &Node, f: fn(&Tensor) -> OpResult<Tensor>) -> OpResult<Vec<Value>> {
     tensor(f(&float_tensor(n)?)?)

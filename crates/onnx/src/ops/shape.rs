@@ -6,10 +6,11 @@
 
 use super::{one, tensor, Importer};
 use crate::error::{invalid, unsupported, OpResult};
+use crate::float_format::FloatFormat;
 use crate::fold::{broadcast_shape, strides};
 use crate::node::{axes, axis, to_usize, Node};
 use crate::value::{const_from_proto, graph_dtype, Const, Data, Value};
-use aneforge::graph::{concat as graph_concat, PadMode};
+use aneforge::graph::{concat as graph_concat, scalar, PadMode};
 use aneforge::DType;
 
 pub const OPS: &[(&str, Importer)] = &[
@@ -869,6 +870,38 @@ fn cast_const(c: &Const, to: DType) -> Const {
 }
 
 fn cast(n: &Node, to: i32) -> OpResult<Vec<Value>> {
+    use crate::proto::tensor_proto::DataType as D;
+    if let Some(format) = FloatFormat::of(to) {
+        let x = n.input(0)?.to_tensor()?;
+        let x = if x.dtype() == DType::F32 {
+            x
+        } else {
+            x.cast(DType::F32)?
+        };
+        return tensor(format.round(&x, n.attr_i("saturate", 1) != 0)?);
+    }
+    let int4 = match D::try_from(to) {
+        Ok(D::Int4) => Some((-8.0, 7.0)),
+        Ok(D::Uint4) => Some((0.0, 15.0)),
+        _ => None,
+    };
+    if let Some((lo, hi)) = int4 {
+        // floats round half to even, then every value saturates to the 4-bit range
+        let t = n.input(0)?.to_tensor()?;
+        let t = match t.dtype() {
+            DType::F32 => t
+                .round()?
+                .maximum_scalar(lo)?
+                .minimum(&scalar(hi))?
+                .cast(DType::I32)?,
+            DType::I32 => {
+                let bound = |v: f32| Const::ints(vec![], vec![v as i64])?.to_tensor();
+                t.maximum(&bound(lo)?)?.minimum(&bound(hi)?)?
+            }
+            DType::Bool => t.cast(DType::I32)?,
+        };
+        return tensor(t);
+    }
     let Some(dtype) = graph_dtype(to) else {
         return unsupported(format!("cast to {}", crate::value::elem_type_name(to)));
     };
@@ -884,6 +917,14 @@ fn cast(n: &Node, to: i32) -> OpResult<Vec<Value>> {
 }
 
 fn cast_like(n: &Node) -> OpResult<Vec<Value>> {
+    let declared = n.input_types.get(1).copied().unwrap_or(0);
+    let declared = match n.input(1)? {
+        Value::Const(c) if c.elem_type != 0 => c.elem_type,
+        _ => declared,
+    };
+    if graph_dtype(declared) == Some(n.input(1)?.dtype()) {
+        return cast(n, declared);
+    }
     let code = match n.input(1)?.dtype() {
         DType::F32 => 1,
         DType::I32 => 7,
