@@ -53,6 +53,11 @@ fn reduce(n: &Node, kind: Kind, axes_input_from: i64) -> OpResult<Vec<Value>> {
         }
         _ => (0..rank).collect(),
     };
+    if let Value::Const(c) = n.input(0)? {
+        if c.shape.contains(&0) {
+            return one(Value::Const(fold_empty(c, kind, &list, keep)?));
+        }
+    }
     if let (Value::Const(c), Kind::Plain(op)) = (n.input(0)?, kind) {
         if matches!(c.data, Data::Int(_)) {
             return one(Value::Const(fold_int(c, op, &list, keep)?));
@@ -96,6 +101,37 @@ fn reduce(n: &Node, kind: Kind, axes_input_from: i64) -> OpResult<Vec<Value>> {
         }
     };
     tensor(y)
+}
+
+/// The reduction of an empty constant. An output element that reduces no values is the
+/// reduction's identity, as ONNX defines it: 0 for the sums, 1 for the product, −∞ and +∞ for
+/// max and min, −∞ for the log sums (log 0), NaN for the mean (0 / 0).
+fn fold_empty(c: &Const, kind: Kind, list: &[usize], keep: bool) -> OpResult<Const> {
+    let shape: Vec<usize> = c
+        .shape
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| keep || !list.contains(i))
+        .map(|(i, &d)| if list.contains(&i) { 1 } else { d })
+        .collect();
+    let n: usize = shape.iter().product();
+    let identity = match kind {
+        Kind::Plain(ReduceOp::Sum) | Kind::L1 | Kind::L2 | Kind::SumSquare => 0.0,
+        Kind::Plain(ReduceOp::Prod) => 1.0,
+        Kind::Plain(ReduceOp::Max) | Kind::LogSum | Kind::LogSumExp => f32::NEG_INFINITY,
+        Kind::Plain(ReduceOp::Min) => f32::INFINITY,
+        Kind::Plain(ReduceOp::Mean) => f32::NAN,
+    };
+    match &c.data {
+        Data::F32(_) => Const::new(shape, Data::F32(vec![identity; n])),
+        Data::Int(_) if identity.is_finite() => {
+            Const::new(shape, Data::Int(vec![identity as i64; n]))
+        }
+        _ => unsupported(format!(
+            "this reduction of an empty {} tensor (its identity is not an integer)",
+            c.data.dtype()
+        )),
+    }
 }
 
 /// Integer reductions on the host (shape arithmetic such as the product of dimensions).
