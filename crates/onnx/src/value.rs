@@ -170,7 +170,7 @@ pub fn elem_type_name(code: i32) -> String {
 /// The graph dtype an ONNX element type is imported as, if any. Doubles compute as f32, the
 /// graph's float type (as Core ML converters do), and so do the narrow floats (FLOAT16, BFLOAT16,
 /// FLOAT8*), whose values are all f32 values (Cast rounds onto them); every integer
-/// type up to 32 bits, and int64, as i32.
+/// type up to 32 bits, and the 64-bit ones, as i32 (their values must be i32 values).
 pub fn graph_dtype(code: i32) -> Option<DType> {
     use DataType as D;
     if FloatFormat::of(code).is_some() {
@@ -186,7 +186,8 @@ pub fn graph_dtype(code: i32) -> Option<DType> {
         | D::Uint16
         | D::Int32
         | D::Int64
-        | D::Uint32 => Some(DType::I32),
+        | D::Uint32
+        | D::Uint64 => Some(DType::I32),
         D::Bool => Some(DType::Bool),
         _ => None,
     }

@@ -2,6 +2,7 @@
 //! `(op type, importer)`; an importer turns a node's inputs into one value per output (fewer
 //! when trailing optional outputs are not produced).
 
+mod bitwise;
 mod conv;
 mod elementwise;
 mod generate;
@@ -22,6 +23,7 @@ pub type Importer = fn(&Node) -> OpResult<Vec<Value>>;
 
 const FAMILIES: &[&[(&str, Importer)]] = &[
     elementwise::OPS,
+    bitwise::OPS,
     linalg::OPS,
     conv::OPS,
     norm::OPS,
