@@ -11,7 +11,7 @@ use crate::fold::{broadcast_shape, strides};
 use crate::node::{axes, axis, to_usize, Node};
 use crate::value::{const_from_proto, graph_dtype, Const, Data, Value};
 use aneforge::graph::{concat as graph_concat, scalar, PadMode};
-use aneforge::DType;
+use aneforge::{DType, Tensor};
 
 pub const OPS: &[(&str, Importer)] = &[
     ("Identity", |n| one(n.input(0)?.clone())),
@@ -51,29 +51,78 @@ pub const OPS: &[(&str, Importer)] = &[
     ("Scatter", scatter_elements),
     ("ScatterND", scatter_nd),
     ("CenterCropPad", center_crop_pad),
+    ("Compress", compress),
 ];
 
-/// `data` with the elements at flat positions `targets[k]` replaced by update `k` (the last
-/// update of a position wins): one constant-index gather of the updates and a select.
+/// The slices of the input (flattened when no `axis` is given) along `axis` whose entry of the
+/// constant 1-D `condition` is true; entries past the condition's end are dropped.
+fn compress(n: &Node) -> OpResult<Vec<Value>> {
+    let condition = n.konst(1)?;
+    if condition.shape.len() != 1 {
+        return invalid(format!("condition of shape {:?} (1-D)", condition.shape));
+    }
+    let x = n.tensor(0)?;
+    let (x, a) = match n.attr("axis") {
+        Some(_) => {
+            let a = axis(n.attr_i("axis", 0), x.rank())?;
+            (x, a)
+        }
+        None => (x.reshape(&[-1])?, 0),
+    };
+    let dim = x.shape()[a];
+    if condition.len() > dim {
+        return invalid(format!(
+            "condition of length {} for an axis of size {dim}",
+            condition.len()
+        ));
+    }
+    let kept: Vec<i64> = (0..condition.len())
+        .filter(|&i| condition.data.f64_at(i) != 0.0)
+        .map(|i| i as i64)
+        .collect();
+    if kept.is_empty() {
+        return unsupported("an empty result (no condition entry is true)");
+    }
+    let index = Const::ints(vec![kept.len()], kept)?.to_tensor()?;
+    tensor(x.gather(&index, a as isize)?)
+}
+
+/// `data` with update `k` written to flat position `targets[k]`, replacing the element
+/// (`reduction` "none": the last update of a position wins) or combined with it ("add", "mul",
+/// "max", "min", in update order). Round `r` applies, at once, the `r`-th update of every
+/// position that has one: a constant-index gather of the updates, the combination and a select.
 fn scatter_flat(n: &Node, targets: &[usize]) -> OpResult<Vec<Value>> {
-    if n.attr_s("reduction", "none") != "none" {
-        return unsupported(format!("reduction {:?}", n.attr_s("reduction", "none")));
-    }
-    let data = n.tensor(0)?;
-    let updates = n.tensor(2)?;
-    let len = data.len();
-    let mut source = vec![0i64; len];
-    let mut hit = vec![false; len];
+    let reduction = n.attr_s("reduction", "none");
+    let combine: fn(&Tensor, &Tensor) -> Result<Tensor, aneforge::GraphError> =
+        match reduction.as_str() {
+            "none" => |_, u| Ok(u.clone()),
+            "add" => Tensor::add,
+            "mul" => Tensor::mul,
+            "max" => Tensor::maximum,
+            "min" => Tensor::minimum,
+            other => return invalid(format!("reduction {other:?}")),
+        };
+    let mut y = n.tensor(0)?;
+    let updates = n.tensor(2)?.reshape(&[-1])?;
+    let len = y.len();
+    let shape = y.shape().to_vec();
+    let mut rounds: Vec<(Vec<i64>, Vec<bool>)> = Vec::new();
+    let mut seen = vec![0usize; len];
     for (k, &t) in targets.iter().enumerate() {
-        source[t] = k as i64;
-        hit[t] = true;
+        let r = seen[t];
+        seen[t] += 1;
+        if rounds.len() == r {
+            rounds.push((vec![0; len], vec![false; len]));
+        }
+        rounds[r].0[t] = k as i64;
+        rounds[r].1[t] = true;
     }
-    let shape = data.shape().to_vec();
-    let picked = updates
-        .reshape(&[-1])?
-        .gather(&Const::ints(shape.clone(), source)?.to_tensor()?, 0)?;
-    let mask = Const::new(shape, Data::Bool(hit))?.to_tensor()?;
-    tensor(mask.select(&picked, &data)?)
+    for (source, hit) in rounds {
+        let picked = updates.gather(&Const::ints(shape.clone(), source)?.to_tensor()?, 0)?;
+        let mask = Const::new(shape.clone(), Data::Bool(hit))?.to_tensor()?;
+        y = mask.select(&combine(&y, &picked)?, &y)?;
+    }
+    tensor(y)
 }
 
 fn scatter_elements(n: &Node) -> OpResult<Vec<Value>> {
