@@ -6,6 +6,7 @@ mod bitwise;
 mod conv;
 mod elementwise;
 mod generate;
+mod grid_sample;
 mod linalg;
 mod loss;
 mod norm;
@@ -34,6 +35,7 @@ const FAMILIES: &[&[(&str, Importer)]] = &[
     recurrent::OPS,
     reduce::OPS,
     resize::OPS,
+    grid_sample::OPS,
 ];
 
 pub fn lookup(op: &str) -> Option<Importer> {
