@@ -14,6 +14,7 @@ mod quant;
 mod recurrent;
 mod reduce;
 mod resize;
+mod selection;
 mod shape;
 
 use crate::error::OpResult;
@@ -36,6 +37,7 @@ const FAMILIES: &[&[(&str, Importer)]] = &[
     reduce::OPS,
     resize::OPS,
     grid_sample::OPS,
+    selection::OPS,
 ];
 
 pub fn lookup(op: &str) -> Option<Importer> {
