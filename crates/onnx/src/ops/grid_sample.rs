@@ -1,4 +1,4 @@
-//! `GridSample`: the input sampled at the normalized points of a run-time grid, for 1 to 3
+//! `AffineGrid`, and `GridSample`: the input sampled at the normalized points of a run-time grid, for 1 to 3
 //! spatial axes, nearest, linear and cubic (Keys, a = −0.75) modes and zeros, border and
 //! reflection padding, as ONNX's reference defines them. Each output point reads 1, 2 or 4 taps
 //! per axis; every tap combination is one row gather of the input (points × channels) weighted
@@ -11,7 +11,51 @@ use crate::value::{Const, Value};
 use aneforge::graph::{scalar, CompareOp};
 use aneforge::{DType, Tensor};
 
-pub const OPS: &[(&str, Importer)] = &[("GridSample", grid_sample)];
+pub const OPS: &[(&str, Importer)] = &[("GridSample", grid_sample), ("AffineGrid", affine_grid)];
+
+/// `AffineGrid(theta [N, k, k+1], size)`: the normalized coordinates of every output point
+/// (`[N, *spatial, k]`, innermost axis first) as `theta · (x, y[, z], 1)` over the base grid
+/// of pixel centres (or corners with `align_corners`).
+fn affine_grid(n: &Node) -> OpResult<Vec<Value>> {
+    let theta = n.tensor(0)?;
+    let size = crate::node::to_usize(&n.konst(1)?.to_i64s()?, "size")?;
+    let k = size.len().saturating_sub(2);
+    if !(2..=3).contains(&k) || theta.shape() != [size[0], k, k + 1] {
+        return invalid(format!(
+            "theta of shape {:?} for size {size:?} ([N, 2, 3] with 4 sizes or [N, 3, 4] with 5)",
+            theta.shape()
+        ));
+    }
+    let align = n.attr_i("align_corners", 0) != 0;
+    let spatial = &size[2..];
+    let points: usize = spatial.iter().product();
+    let coordinate = |i: usize, len: usize| -> f32 {
+        if align {
+            if len == 1 {
+                0.0
+            } else {
+                -1.0 + 2.0 * i as f32 / (len - 1) as f32
+            }
+        } else {
+            (2 * i + 1) as f32 / len as f32 - 1.0
+        }
+    };
+    let st = crate::fold::strides(spatial);
+    let mut base = Vec::with_capacity(points * (k + 1));
+    for p in 0..points {
+        // innermost spatial axis first: x, y, z
+        for d in (0..k).rev() {
+            base.push(coordinate(p / st[d] % spatial[d], spatial[d]));
+        }
+        base.push(1.0);
+    }
+    let base = Const::new(vec![1, points, k + 1], crate::value::Data::F32(base))?.to_tensor()?;
+    let grid = base.matmul(&theta.transpose(&[0, 2, 1])?)?;
+    let mut shape = vec![size[0] as isize];
+    shape.extend(spatial.iter().map(|&s| s as isize));
+    shape.push(k as isize);
+    tensor(grid.reshape(&shape)?)
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Padding {

@@ -16,6 +16,7 @@ mod reduce;
 mod resize;
 mod selection;
 mod shape;
+mod spectral;
 
 use crate::error::OpResult;
 use crate::node::Node;
@@ -38,6 +39,7 @@ const FAMILIES: &[&[(&str, Importer)]] = &[
     resize::OPS,
     grid_sample::OPS,
     selection::OPS,
+    spectral::OPS,
 ];
 
 pub fn lookup(op: &str) -> Option<Importer> {
