@@ -52,6 +52,7 @@ pub const OPS: &[(&str, Importer)] = &[
     ("ScatterND", scatter_nd),
     ("CenterCropPad", center_crop_pad),
     ("Compress", compress),
+    ("Col2Im", col2im),
 ];
 
 /// The slices of the input (flattened when no `axis` is given) along `axis` whose entry of the
@@ -93,22 +94,35 @@ fn compress(n: &Node) -> OpResult<Vec<Value>> {
 /// position that has one: a constant-index gather of the updates, the combination and a select.
 fn scatter_flat(n: &Node, targets: &[usize]) -> OpResult<Vec<Value>> {
     let reduction = n.attr_s("reduction", "none");
-    let combine: fn(&Tensor, &Tensor) -> Result<Tensor, aneforge::GraphError> =
-        match reduction.as_str() {
-            "none" => |_, u| Ok(u.clone()),
-            "add" => Tensor::add,
-            "mul" => Tensor::mul,
-            "max" => Tensor::maximum,
-            "min" => Tensor::minimum,
-            other => return invalid(format!("reduction {other:?}")),
-        };
-    let mut y = n.tensor(0)?;
-    let updates = n.tensor(2)?.reshape(&[-1])?;
+    let combine: Combine = match reduction.as_str() {
+        "none" => |_, u| Ok(u.clone()),
+        "add" => Tensor::add,
+        "mul" => Tensor::mul,
+        "max" => Tensor::maximum,
+        "min" => Tensor::minimum,
+        other => return invalid(format!("reduction {other:?}")),
+    };
+    let targets: Vec<Option<usize>> = targets.iter().map(|&t| Some(t)).collect();
+    tensor(scatter(n.tensor(0)?, &n.tensor(2)?, &targets, combine)?)
+}
+
+type Combine = fn(&Tensor, &Tensor) -> Result<Tensor, aneforge::GraphError>;
+
+/// `y` with element `k` of `updates` (flattened) combined into flat position `targets[k]`
+/// (none: dropped), in update order (see [`scatter_flat`]).
+fn scatter(
+    mut y: Tensor,
+    updates: &Tensor,
+    targets: &[Option<usize>],
+    combine: Combine,
+) -> OpResult<Tensor> {
+    let updates = updates.reshape(&[-1])?;
     let len = y.len();
     let shape = y.shape().to_vec();
     let mut rounds: Vec<(Vec<i64>, Vec<bool>)> = Vec::new();
     let mut seen = vec![0usize; len];
-    for (k, &t) in targets.iter().enumerate() {
+    for (k, t) in targets.iter().enumerate() {
+        let Some(t) = *t else { continue };
         let r = seen[t];
         seen[t] += 1;
         if rounds.len() == r {
@@ -122,7 +136,74 @@ fn scatter_flat(n: &Node, targets: &[usize]) -> OpResult<Vec<Value>> {
         let mask = Const::new(shape.clone(), Data::Bool(hit))?.to_tensor()?;
         y = mask.select(&combine(&y, &picked)?, &y)?;
     }
-    tensor(y)
+    Ok(y)
+}
+
+/// `Col2Im(input [N, C·∏block, L], image_shape, block_shape)`: every column entry added into
+/// the image position its block offset and block position select (strides, dilations, pads);
+/// entries landing in the padding are dropped.
+fn col2im(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let image = to_usize(&n.konst(1)?.to_i64s()?, "image_shape")?;
+    let block = to_usize(&n.konst(2)?.to_i64s()?, "block_shape")?;
+    let m = image.len();
+    let list = |name: &str, default: usize, len: usize| -> OpResult<Vec<usize>> {
+        match n.attr_ints(name) {
+            Some(v) if v.len() == len => to_usize(&v, name),
+            Some(v) => invalid(format!("{name} has {} values, {len} expected", v.len())),
+            None => Ok(vec![default; len]),
+        }
+    };
+    let (strides_, dilations, pads) = (
+        list("strides", 1, m)?,
+        list("dilations", 1, m)?,
+        list("pads", 0, 2 * m)?,
+    );
+    let k: usize = block.iter().product();
+    if block.len() != m || x.rank() != 3 || k == 0 || x.shape()[1] % k != 0 {
+        return invalid(format!(
+            "input {:?} for image {image:?} and block {block:?}",
+            x.shape()
+        ));
+    }
+    let counts: Vec<usize> = (0..m)
+        .map(|d| {
+            let span = dilations[d] * (block[d] - 1) + 1;
+            (image[d] + pads[d] + pads[d + m]).saturating_sub(span) / strides_[d].max(1) + 1
+        })
+        .collect();
+    let (batch, channels, l) = (x.shape()[0], x.shape()[1] / k, x.shape()[2]);
+    if counts.iter().product::<usize>() != l {
+        return invalid(format!(
+            "{l} blocks, the image, block, strides, dilations and pads give {counts:?}"
+        ));
+    }
+    let pixels: usize = image.iter().product();
+    let (block_st, count_st, image_st) = (strides(&block), strides(&counts), strides(&image));
+    let mut targets = Vec::with_capacity(x.len());
+    for b in 0..batch {
+        for c in 0..channels {
+            for o in 0..k {
+                for p in 0..l {
+                    let mut flat = 0;
+                    let mut inside = true;
+                    for d in 0..m {
+                        let pos = (p / count_st[d] % counts[d]) * strides_[d]
+                            + (o / block_st[d] % block[d]) * dilations[d];
+                        match pos.checked_sub(pads[d]).filter(|&q| q < image[d]) {
+                            Some(q) => flat += q * image_st[d],
+                            None => inside = false,
+                        }
+                    }
+                    targets.push(inside.then_some((b * channels + c) * pixels + flat));
+                }
+            }
+        }
+    }
+    let mut shape = vec![batch, channels];
+    shape.extend(&image);
+    let zeros = Const::new(shape.clone(), Data::F32(vec![0.0; shape.iter().product()]))?;
+    tensor(scatter(zeros.to_tensor()?, &x, &targets, Tensor::add)?)
 }
 
 fn scatter_elements(n: &Node) -> OpResult<Vec<Value>> {
