@@ -430,15 +430,16 @@ fn permute_value(
 }
 
 fn dropout(n: &Node) -> OpResult<Vec<Value>> {
-    if n.opset >= 12 {
-        if let Some(flag) = n.opt(2) {
-            let training = flag
-                .as_const()
-                .map(|c| c.to_f32s().first().copied().unwrap_or(0.0) != 0.0)
-                .unwrap_or(true);
-            if training {
-                return unsupported("training mode");
-            }
+    let scalar_at = |i: usize| -> OpResult<Option<f32>> {
+        match n.opt(i) {
+            None => Ok(None),
+            Some(_) => Ok(n.konst(i)?.to_f32s().first().copied()),
+        }
+    };
+    if n.opset >= 12 && scalar_at(2)?.is_some_and(|t| t != 0.0) {
+        // training: elements drop at random with probability `ratio`; only 0 is deterministic
+        if scalar_at(1)?.unwrap_or(0.5) != 0.0 {
+            return unsupported("training mode with a non-zero ratio (random)");
         }
     }
     let x = n.input(0)?.clone();
