@@ -165,9 +165,9 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Impor
     }
     let host_gathers = std::cell::RefCell::new(Vec::new());
     let record = options.host_gathers.then_some(&host_gathers);
-    let types = declared_types(graph);
+    let mut types = declared_types(graph);
     for node in order_nodes(graph, &values)? {
-        run_node(node, opset, &mut values, &types, record)?;
+        run_node(node, opset, &mut values, &mut types, record)?;
     }
     let mut used = HashSet::new();
     let mut outputs = Vec::new();
@@ -507,7 +507,7 @@ fn run_node(
     proto: &NodeProto,
     opset: i64,
     values: &mut HashMap<String, Value>,
-    types: &HashMap<String, i32>,
+    types: &mut HashMap<String, i32>,
     host_gathers: Option<&std::cell::RefCell<Vec<HostGather>>>,
 ) -> Result<(), OnnxError> {
     let label = || {
@@ -574,6 +574,21 @@ fn run_node(
             message,
         },
     })?;
+    // Cast and CastLike declare their output's element type (which QuantizeLinear's zero point
+    // carries when it is computed)
+    let cast_to = match op.as_str() {
+        "Cast" => proto
+            .attribute
+            .iter()
+            .find(|a| a.name() == "to")
+            .and_then(|a| a.i)
+            .map(|t| t as i32),
+        "CastLike" => node.input_types.get(1).copied().filter(|&t| t != 0),
+        _ => None,
+    };
+    if let (Some(t), Some(out)) = (cast_to, proto.output.first()) {
+        types.insert(out.clone(), t);
+    }
     let mut results = results.into_iter();
     for (k, name) in proto.output.iter().enumerate() {
         let value = results.next();
@@ -603,7 +618,7 @@ fn run_if(
     proto: &NodeProto,
     opset: i64,
     values: &mut HashMap<String, Value>,
-    types: &HashMap<String, i32>,
+    types: &mut HashMap<String, i32>,
     host_gathers: Option<&std::cell::RefCell<Vec<HostGather>>>,
     label: &str,
 ) -> Result<(), OnnxError> {

@@ -194,6 +194,7 @@ fn quantize(n: &Node) -> OpResult<Vec<Value>> {
     let elem = match (n.attr_i("output_dtype", 0), n.opt(2)) {
         (t, _) if t != 0 => t as i32,
         (_, Some(Value::Const(zp))) if zp.elem_type != 0 => zp.elem_type,
+        (_, Some(_)) if n.input_types.get(2).is_some_and(|&t| t != 0) => n.input_types[2],
         (_, Some(_)) => {
             return unsupported(format!(
                 "the zero point ({:?}) is computed at run time; it must be a constant (its type \
