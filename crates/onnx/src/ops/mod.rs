@@ -17,6 +17,7 @@ mod resize;
 mod selection;
 mod shape;
 mod spectral;
+mod text;
 
 use crate::error::OpResult;
 use crate::node::Node;
@@ -40,6 +41,7 @@ const FAMILIES: &[&[(&str, Importer)]] = &[
     grid_sample::OPS,
     selection::OPS,
     spectral::OPS,
+    text::OPS,
 ];
 
 pub fn lookup(op: &str) -> Option<Importer> {
