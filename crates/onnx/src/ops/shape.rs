@@ -815,8 +815,20 @@ fn slice(n: &Node) -> OpResult<Vec<Value>> {
             }
         })
         .collect();
-    if !matches!(x, Value::Const(_)) {
-        return unsupported("negative slice steps on run-time values");
+    if let Value::Tensor(t) = x {
+        // one constant-index gather per axis that is not taken whole in order
+        if out_shape.contains(&0) {
+            return unsupported(format!("an empty slice (shape {out_shape:?})"));
+        }
+        let mut y = t.clone();
+        for (k, &len) in out_shape.iter().enumerate() {
+            if step[k] == 1 && begin[k] == 0 && len == t.shape()[k] {
+                continue;
+            }
+            let picks: Vec<i64> = (0..len as i64).map(|i| begin[k] + i * step[k]).collect();
+            y = y.gather(&Const::ints(vec![len], picks)?.to_tensor()?, k as isize)?;
+        }
+        return tensor(y);
     }
     let in_strides = strides(x.shape());
     one(permute_value(
@@ -902,6 +914,22 @@ fn pad(n: &Node) -> OpResult<Vec<Value>> {
         "constant" => PadMode::Constant,
         "reflect" => PadMode::Reflect,
         "edge" => PadMode::Replicate,
+        "wrap" => {
+            // circular: output position p along an axis reads (p − before) mod length
+            let mut y = x;
+            for (a, &(before, after)) in full.iter().enumerate() {
+                let len = y.shape()[a];
+                if before + after == 0 {
+                    continue;
+                }
+                let picks: Vec<i64> = (0..len + before + after)
+                    .map(|p| (p as i64 - before as i64).rem_euclid(len as i64))
+                    .collect();
+                let index = Const::ints(vec![picks.len()], picks)?.to_tensor()?;
+                y = y.gather(&index, a as isize)?;
+            }
+            return tensor(y);
+        }
         other => return unsupported(format!("mode {other:?}")),
     };
     if x.dtype() == DType::F32 {
