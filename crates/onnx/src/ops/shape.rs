@@ -53,6 +53,7 @@ pub const OPS: &[(&str, Importer)] = &[
     ("CenterCropPad", center_crop_pad),
     ("Compress", compress),
     ("Col2Im", col2im),
+    ("ReverseSequence", reverse_sequence),
 ];
 
 /// The slices of the input (flattened when no `axis` is given) along `axis` whose entry of the
@@ -355,38 +356,79 @@ fn gather_elements(n: &Node) -> OpResult<Vec<Value>> {
     take_flat(x, flat, indices.shape.clone())
 }
 
-fn gather_nd(n: &Node) -> OpResult<Vec<Value>> {
-    if n.attr_i("batch_dims", 0) != 0 {
-        return unsupported("batch_dims");
+/// `ReverseSequence`: for each batch entry `b`, its first `sequence_lens[b]` steps along the
+/// time axis in reverse order (a constant permutation of the elements).
+fn reverse_sequence(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.input(0)?;
+    let lens = n.konst(1)?.to_i64s()?;
+    let r = x.rank();
+    let (batch_axis, time_axis) = (
+        axis(n.attr_i("batch_axis", 1), r)?,
+        axis(n.attr_i("time_axis", 0), r)?,
+    );
+    let shape = x.shape().to_vec();
+    if batch_axis == time_axis || lens.len() != shape[batch_axis] {
+        return invalid(format!(
+            "{} sequence lengths, batch axis {batch_axis}, time axis {time_axis}, shape {shape:?}",
+            lens.len()
+        ));
     }
+    let st = strides(&shape);
+    let steps = shape[time_axis] as i64;
+    let mut flat = Vec::with_capacity(x.shape().iter().product());
+    for f in 0..shape.iter().product::<usize>() {
+        let b = f / st[batch_axis] % shape[batch_axis];
+        let t = (f / st[time_axis] % shape[time_axis]) as i64;
+        let len = lens[b];
+        if !(0..=steps).contains(&len) {
+            return invalid(format!("sequence length {len} for {steps} steps"));
+        }
+        let from = if t < len { len - 1 - t } else { t };
+        flat.push((f as i64 + (from - t) * st[time_axis] as i64) as usize);
+    }
+    take_flat(x, flat, shape)
+}
+
+fn gather_nd(n: &Node) -> OpResult<Vec<Value>> {
     let x = n.input(0)?;
     let indices = n.konst(1)?;
+    let b =
+        usize::try_from(n.attr_i("batch_dims", 0)).or_else(|_| invalid("negative batch_dims"))?;
     let Some((&k, lead)) = indices.shape.split_last() else {
         return invalid("indices must have rank >= 1");
     };
-    if k == 0 || k > x.rank() {
-        return invalid(format!("index tuples of {k} for data of rank {}", x.rank()));
+    if k == 0 || b + k > x.rank() || b >= indices.shape.len() || lead[..b] != x.shape()[..b] {
+        return invalid(format!(
+            "indices of shape {:?} with batch_dims {b} for data of shape {:?}",
+            indices.shape,
+            x.shape()
+        ));
     }
+    // the first `b` axes pair up: tuple t of batch g indexes data[g] from axis b on
     let in_strides = strides(x.shape());
-    let inner: usize = x.shape()[k..].iter().product();
+    let batch_size: usize = x.shape()[b..].iter().product();
+    let batches: usize = x.shape()[..b].iter().product();
+    let inner: usize = x.shape()[b + k..].iter().product();
     let idx = indices.to_i64s()?;
+    let per_batch = idx.len() / k / batches.max(1);
     let mut flat = Vec::with_capacity(idx.len() / k * inner);
-    for tuple in idx.chunks(k) {
-        let mut base = 0;
+    for (t, tuple) in idx.chunks(k).enumerate() {
+        let mut base = t / per_batch.max(1) * batch_size;
         for (j, &i) in tuple.iter().enumerate() {
-            let dim = x.shape()[j] as i64;
+            let dim = x.shape()[b + j] as i64;
             let i = if i < 0 { i + dim } else { i };
             if i < 0 || i >= dim {
                 return invalid(format!(
-                    "index {i} is out of range for axis {j} of size {dim}"
+                    "index {i} is out of range for axis {} of size {dim}",
+                    b + j
                 ));
             }
-            base += i as usize * in_strides[j];
+            base += i as usize * in_strides[b + j];
         }
         flat.extend(base..base + inner);
     }
     let mut shape = lead.to_vec();
-    shape.extend(&x.shape()[k..]);
+    shape.extend(&x.shape()[b + k..]);
     take_flat(x, flat, shape)
 }
 
