@@ -10,8 +10,13 @@ use aneforge::graph::input;
 use aneforge::{DType, Tensor};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// The default-domain opsets the importer reads.
+/// The default-domain opsets the importer reads in full (older ones: [`LEGACY_OPS`] only).
 pub const OPSETS: std::ops::RangeInclusive<i64> = 7..=22;
+
+/// Ops a model of an opset below [`OPSETS`] may use: their only definitions before opset 7 mean
+/// what the importer implements (every other op changed at or after opset 7, broadcasting
+/// among them).
+pub const LEGACY_OPS: &[&str] = &["Not", "Identity"];
 
 #[derive(Clone, Debug, Default)]
 pub struct ImportOptions {
@@ -102,7 +107,7 @@ impl Imported {
     }
 }
 
-/// The default-domain opset a model imports, checked against [`OPSETS`].
+/// The default-domain opset a model imports: at most [`OPSETS`]' end (and from 1).
 pub fn model_opset(model: &ModelProto) -> Result<i64, OnnxError> {
     let opset = model
         .opset_import
@@ -112,9 +117,10 @@ pub fn model_opset(model: &ModelProto) -> Result<i64, OnnxError> {
         .ok_or_else(|| {
             OnnxError::UnsupportedModel("imports no opset of the default ONNX domain".into())
         })?;
-    if !OPSETS.contains(&opset) {
+    if !(1..=*OPSETS.end()).contains(&opset) {
         return Err(OnnxError::UnsupportedModel(format!(
-            "opset {opset} is outside the supported range {}–{}",
+            "opset {opset} is outside the supported range 1–{} ({}–{} in full)",
+            OPSETS.end(),
             OPSETS.start(),
             OPSETS.end()
         )));
@@ -527,6 +533,18 @@ fn run_node(
             node: label(),
             opset,
             reason: format!("domain {:?} is not supported", proto.domain()),
+        });
+    }
+    if opset < *OPSETS.start() && !LEGACY_OPS.contains(&op.as_str()) {
+        return Err(OnnxError::Unsupported {
+            op,
+            node: label(),
+            opset,
+            reason: format!(
+                "opset {opset} predates {}; below it only {} import",
+                OPSETS.start(),
+                LEGACY_OPS.join(", ")
+            ),
         });
     }
     let Some(import) = ops::lookup(&op) else {
