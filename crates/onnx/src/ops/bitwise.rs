@@ -129,13 +129,43 @@ fn not(n: &Node) -> OpResult<Vec<Value>> {
     tensor(int((1i64 << t.width) - 1).sub(&x)?)
 }
 
+/// `x >> y` on unsigned 32- and 64-bit values (below 2^31 in the graph): bit `k` of `x` moves
+/// to `k − y` when `k ≥ y`, its weight `2^(k−y)` an exact power of two.
+fn shift_right_wide(x: &Tensor, y: &Tensor, t: IntType) -> OpResult<Tensor> {
+    let (x_bits, _) = bits(x, t)?;
+    let yf = y.cast(DType::F32)?;
+    let mut acc: Option<Tensor> = None;
+    for (k, bit) in x_bits.iter().enumerate() {
+        // 2^(k − y) for y ≤ k, else 0
+        let weight = scalar(2.0).pow(&yf.neg()?.add_scalar(k as f32)?)?;
+        let kept = yf.compare_scalar(CompareOp::LessEqual, k as f32)?;
+        let weight = kept.select(&weight, &scalar(0.0))?.cast(DType::I32)?;
+        let term = bit.mul(&weight)?;
+        acc = Some(match acc {
+            Some(a) => a.add(&term)?,
+            None => term,
+        });
+    }
+    acc.ok_or_else(|| crate::error::OpError::Invalid("no bits".into()))
+}
+
 /// `x << y` (modulo 2^width) and `x >> y` on unsigned 8- and 16-bit values, computed on f32,
 /// where every intermediate (`x · 2^y`, its quotient by 2^width, the floor) is exact.
 fn shift(n: &Node) -> OpResult<Vec<Value>> {
     let t = int_type(n, 0)?;
+    let right = n.attr_s("direction", "") == "RIGHT";
+    if !t.signed && t.width > 16 && right {
+        return tensor(shift_right_wide(
+            &integer_tensor(n, 0)?,
+            &integer_tensor(n, 1)?,
+            t,
+        )?);
+    }
     if t.signed || t.width > 16 {
         return unsupported(format!(
-            "shifts of {}-bit {} values (unsigned 8- and 16-bit values are supported)",
+            "{} shifts of {}-bit {} values (unsigned 8- and 16-bit values, and right shifts of \
+             wider unsigned ones, are supported)",
+            if right { "right" } else { "left" },
             t.width,
             if t.signed { "signed" } else { "unsigned" }
         ));
