@@ -109,22 +109,51 @@ fn conv_transpose(n: &Node) -> OpResult<Vec<Value>> {
             x.shape()
         ));
     }
-    if n.attr("output_shape").is_some() {
-        return unsupported("the output_shape attribute");
-    }
-    if !matches!(n.attr_s("auto_pad", "NOTSET").as_str(), "NOTSET" | "VALID") {
-        return unsupported("auto_pad SAME_* on ConvTranspose");
-    }
     let strides = list(n, "strides", k, 1)?;
     let dilations = list(n, "dilations", k, 1)?;
-    let p = list(n, "pads", 2 * k, 0)?;
+    let mut p = list(n, "pads", 2 * k, 0)?;
+    let mut output_padding = list(n, "output_padding", k, 0)?;
+    let auto_pad = n.attr_s("auto_pad", "NOTSET");
+    let same = auto_pad.starts_with("SAME");
+    if same || n.attr("output_shape").is_some() {
+        // the pads that give the requested output size (`input · stride` for SAME_*): the total
+        // splits evenly, the odd element at the end for SAME_UPPER, else at the start
+        let given = n.attr_ints("output_shape").unwrap_or_default();
+        let given = &given[given.len().saturating_sub(k)..];
+        for i in 0..k {
+            let input = x.shape()[2 + i];
+            let want = match given.get(i) {
+                Some(&o) if !same => {
+                    usize::try_from(o).or_else(|_| invalid("negative output_shape"))?
+                }
+                _ => input * strides[i],
+            };
+            let full = strides[i] * (input - 1)
+                + output_padding[i]
+                + (w.shape()[2 + i] - 1) * dilations[i]
+                + 1;
+            let Some(total) = full.checked_sub(want) else {
+                // larger than the full result: the extra trailing positions hold only the bias
+                p[i] = 0;
+                p[i + k] = 0;
+                output_padding[i] += want - full;
+                continue;
+            };
+            let (start, end) = if auto_pad == "SAME_LOWER" {
+                (total - total / 2, total / 2)
+            } else {
+                (total / 2, total - total / 2)
+            };
+            p[i] = start;
+            p[i + k] = end;
+        }
+    }
     let attrs = ConvAttrs {
         strides,
         pads: (0..k).map(|i| (p[i], p[i + k])).collect(),
         dilations,
         groups: n.attr_i("group", 1).max(1) as usize,
     };
-    let output_padding = list(n, "output_padding", k, 0)?;
     let bias = n.opt_tensor(2)?;
     let build = |attrs: ConvAttrs, output_padding: Vec<usize>, bias: Option<&Tensor>| {
         let mut srcs = vec![x.clone(), w.clone()];
