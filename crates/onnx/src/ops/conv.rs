@@ -12,6 +12,7 @@ pub const OPS: &[(&str, Importer)] = &[
     ("Conv", conv),
     ("ConvTranspose", conv_transpose),
     ("MaxPool", |n| pool(n, PoolKind::Max)),
+    ("MaxUnpool", max_unpool),
     ("AveragePool", |n| {
         let count_pad = n.attr_i("count_include_pad", 0) != 0;
         pool(n, PoolKind::Avg { count_pad })
@@ -406,4 +407,56 @@ fn global(n: &Node, max: bool) -> OpResult<Vec<Value>> {
     } else {
         x.mean(&axes, true)?
     })
+}
+
+/// `MaxUnpool(X, I, output_shape?)`: a zero tensor of the unpooled shape (from the kernel,
+/// strides and pads) with each value of `X` at its flat index in `I` (constant), placed at the
+/// start of a larger `output_shape` when one is given (as ONNX's reference does).
+fn max_unpool(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let indices = n.konst(1)?.to_i64s()?;
+    let k = spatial_rank(&x)?;
+    if indices.len() != x.len() {
+        return invalid(format!("{} indices for {} values", indices.len(), x.len()));
+    }
+    let kernel = n
+        .attr_ints("kernel_shape")
+        .ok_or_else(|| crate::error::OpError::Invalid("no kernel_shape".into()))?;
+    let kernel = to_usize(&kernel, "kernel_shape")?;
+    let strides = list(n, "strides", k, 1)?;
+    let pads = list(n, "pads", 2 * k, 0)?;
+    let mut inferred = x.shape()[..2].to_vec();
+    for i in 0..k {
+        let full = (x.shape()[2 + i] - 1) * strides[i] + kernel[i];
+        inferred.push(full.saturating_sub(pads[i] + pads[i + k]));
+    }
+    let len: usize = inferred.iter().product();
+    let targets = indices
+        .iter()
+        .map(|&i| {
+            usize::try_from(i)
+                .ok()
+                .filter(|&i| i < len)
+                .map(Some)
+                .ok_or_else(|| crate::error::OpError::Invalid(format!("index {i} beyond {len}")))
+        })
+        .collect::<OpResult<Vec<Option<usize>>>>()?;
+    let zeros =
+        crate::value::Const::new(inferred.clone(), crate::value::Data::F32(vec![0.0; len]))?;
+    let y = super::shape::scatter(zeros.to_tensor()?, &x, &targets, |_, u| Ok(u.clone()))?;
+    let Some(_) = n.opt(2) else {
+        return tensor(y);
+    };
+    let shape = to_usize(&n.konst(2)?.to_i64s()?, "output_shape")?;
+    if shape.len() != inferred.len() || shape.iter().zip(&inferred).any(|(s, i)| s < i) {
+        return invalid(format!(
+            "output_shape {shape:?} is smaller than the unpooled shape {inferred:?}"
+        ));
+    }
+    let extra: Vec<(usize, usize)> = shape
+        .iter()
+        .zip(&inferred)
+        .map(|(s, i)| (0, s - i))
+        .collect();
+    tensor(y.pad(&extra, aneforge::graph::PadMode::Constant, 0.0)?)
 }

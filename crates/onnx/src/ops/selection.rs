@@ -201,7 +201,7 @@ fn non_max_suppression(n: &Node) -> OpResult<Vec<Value>> {
         for ci in 0..c {
             let score = |i: usize| scores.data.f64_at((bi * c + ci) * m + i);
             let mut candidates: Vec<usize> = (0..m)
-                .filter(|&i| score_min.map_or(true, |t| score(i) > t))
+                .filter(|&i| score_min.is_none_or(|t| score(i) > t))
                 .collect();
             // stable: equal scores keep box order
             candidates.sort_by(|&p, &q| score(q).total_cmp(&score(p)));

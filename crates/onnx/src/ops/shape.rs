@@ -107,11 +107,11 @@ fn scatter_flat(n: &Node, targets: &[usize]) -> OpResult<Vec<Value>> {
     tensor(scatter(n.tensor(0)?, &n.tensor(2)?, &targets, combine)?)
 }
 
-type Combine = fn(&Tensor, &Tensor) -> Result<Tensor, aneforge::GraphError>;
+pub(super) type Combine = fn(&Tensor, &Tensor) -> Result<Tensor, aneforge::GraphError>;
 
 /// `y` with element `k` of `updates` (flattened) combined into flat position `targets[k]`
 /// (none: dropped), in update order (see [`scatter_flat`]).
-fn scatter(
+pub(super) fn scatter(
     mut y: Tensor,
     updates: &Tensor,
     targets: &[Option<usize>],

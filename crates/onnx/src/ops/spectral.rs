@@ -83,7 +83,7 @@ fn transform(
                     (f(2.0 * std::f64::consts::PI * turn) * factor * scale * w) as f32;
             }
         }
-        Ok(Const::new(vec![points, freqs], Data::F32(m))?.to_tensor()?)
+        Const::new(vec![points, freqs], Data::F32(m))?.to_tensor()
     };
     // e^{±iθ} = cos θ ± i sin θ: re' = re·cos − sign·im·sin, im' = im·cos + sign·re·sin
     let cos = matrix(f64::cos, 1.0)?;
