@@ -8,7 +8,69 @@ use crate::value::{Const, Data, Value};
 use aneforge::graph::concat;
 use aneforge::{DType, Tensor};
 
-pub const OPS: &[(&str, Importer)] = &[("DFT", dft), ("STFT", stft)];
+pub const OPS: &[(&str, Importer)] = &[
+    ("DFT", dft),
+    ("STFT", stft),
+    ("MelWeightMatrix", mel_weight_matrix),
+];
+
+/// `MelWeightMatrix`: `[dft_length / 2 + 1, num_mel_bins]` triangular filters between mel-spaced
+/// bin edges, folded on the host from its constant scalar inputs as ONNX's reference computes
+/// them (edges floored to whole bins).
+fn mel_weight_matrix(n: &Node) -> OpResult<Vec<Value>> {
+    let scalar_at = |i: usize| -> OpResult<f64> {
+        let c = n.konst(i)?;
+        if c.len() != 1 {
+            return invalid(format!("input {i} holds {} values (a scalar)", c.len()));
+        }
+        Ok(c.data.f64_at(0))
+    };
+    let (mels, dft_length, rate) = (scalar_at(0)?, scalar_at(1)?, scalar_at(2)?);
+    let (low, high) = (scalar_at(3)?, scalar_at(4)?);
+    if mels < 1.0 || dft_length < 1.0 || rate <= 0.0 {
+        return invalid(format!(
+            "num_mel_bins {mels}, dft_length {dft_length}, sample_rate {rate}"
+        ));
+    }
+    let (mels, bins) = (mels as usize, (dft_length as usize) / 2 + 1);
+    let to_mel = |hz: f64| 2595.0 * (hz / 700.0).ln_1p() / std::f64::consts::LN_10;
+    let (low_mel, high_mel) = (to_mel(low), to_mel(high));
+    let step = (high_mel - low_mel) / (mels + 2) as f64;
+    let edges: Vec<i64> = (0..mels + 2)
+        .map(|i| {
+            let hz =
+                700.0 * (((i as f64 * step + low_mel) / 2595.0) * std::f64::consts::LN_10).exp_m1();
+            ((dft_length + 1.0) * hz / rate).floor() as i64
+        })
+        .collect();
+    let mut out = vec![0f32; bins * mels];
+    let mut set = |j: i64, i: usize, v: f64| -> OpResult<()> {
+        match usize::try_from(j).ok().filter(|&j| j < bins) {
+            Some(j) => {
+                out[j * mels + i] = v as f32;
+                Ok(())
+            }
+            None => invalid(format!("mel edge {j} beyond {bins} spectrogram bins")),
+        }
+    };
+    for i in 0..mels {
+        let (left, center, right) = (edges[i], edges[i + 1], edges[i + 2]);
+        if center == left {
+            set(center, i, 1.0)?;
+        } else {
+            for j in left..=center {
+                set(j, i, (j - left) as f64 / (center - left) as f64)?;
+            }
+        }
+        for j in center..right {
+            set(j, i, (right - j) as f64 / (right - center) as f64)?;
+        }
+    }
+    Ok(vec![Value::Const(Const::new(
+        vec![bins, mels],
+        Data::F32(out),
+    )?)])
+}
 
 fn dft(n: &Node) -> OpResult<Vec<Value>> {
     let x = n.tensor(0)?;
