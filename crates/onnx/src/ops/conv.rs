@@ -4,7 +4,7 @@
 use super::{tensor, Importer};
 use crate::error::{invalid, unsupported, OpResult};
 use crate::node::{to_usize, Node};
-use crate::value::Value;
+use crate::value::{Const, Value};
 use aneforge::graph::{ConvAttrs, Op, PoolAttrs, PoolKind};
 use aneforge::{DType, Tensor};
 
@@ -214,12 +214,20 @@ fn pool_of(n: &Node, kind: PoolKind, x: Tensor) -> OpResult<Vec<Value>> {
         _ => return invalid(format!("kernel_shape must list {k} sizes")),
     };
     let dilations = list(n, "dilations", k, 1)?;
-    if n.attr_i("storage_order", 0) != 0 {
-        return unsupported("storage_order 1");
-    }
     let strides = list(n, "strides", k, 1)?;
     let pads = window_pads(n, &x.shape()[2..], &kernel, &strides, &dilations)?;
     let ceil_mode = n.attr_i("ceil_mode", 0) != 0;
+    if kind == PoolKind::Max && n.proto.output.get(1).is_some_and(|o| !o.is_empty()) {
+        let window = Window {
+            kernel,
+            strides,
+            dilations,
+        };
+        return max_pool_with_indices(n, &x, &window, &pads, ceil_mode);
+    }
+    if n.attr_i("storage_order", 0) != 0 {
+        return unsupported("storage_order 1 without the indices output");
+    }
     let window = Window {
         kernel,
         strides,
@@ -459,4 +467,75 @@ fn max_unpool(n: &Node) -> OpResult<Vec<Value>> {
         .map(|(s, i)| (0, s - i))
         .collect();
     tensor(y.pad(&extra, aneforge::graph::PadMode::Constant, 0.0)?)
+}
+
+/// Max pooling of a 2-D `[N, C, H, W]` input that also returns each maximum's flat index into
+/// the input (the spatial part row-major, or column-major with `storage_order` 1; the first
+/// maximum in window order wins). One constant-index gather per kernel tap, out-of-range taps
+/// reading −∞.
+fn max_pool_with_indices(
+    n: &Node,
+    x: &Tensor,
+    window: &Window,
+    pads: &[(usize, usize)],
+    ceil_mode: bool,
+) -> OpResult<Vec<Value>> {
+    if x.rank() != 4 || ceil_mode || x.dtype() != DType::F32 {
+        return unsupported(format!(
+            "the indices output for a {} input of shape {:?}{} (2-D float, floor mode)",
+            x.dtype(),
+            x.shape(),
+            if ceil_mode { " in ceil mode" } else { "" }
+        ));
+    }
+    let column_major = n.attr_i("storage_order", 0) != 0;
+    let [batch, channels, h, w] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    let out = |i: usize, len: usize| -> OpResult<usize> {
+        (len + pads[i].0 + pads[i].1)
+            .checked_sub(window.span(i))
+            .map(|v| v / window.strides[i] + 1)
+            .ok_or_else(|| crate::error::OpError::Invalid("the window exceeds the input".into()))
+    };
+    let (oh, ow) = (out(0, h)?, out(1, w)?);
+    let shape = vec![batch, channels, oh, ow];
+    let flat_x = x.reshape(&[-1])?;
+    let mut best: Option<(Tensor, Tensor)> = None;
+    for kh in 0..window.kernel[0] {
+        for kw in 0..window.kernel[1] {
+            let mut read = Vec::with_capacity(batch * channels * oh * ow);
+            let mut inside = Vec::with_capacity(read.capacity());
+            let mut index = Vec::with_capacity(read.capacity());
+            for plane in 0..batch * channels {
+                for i in 0..oh {
+                    for j in 0..ow {
+                        let y = (i * window.strides[0] + kh * window.dilations[0]) as i64
+                            - pads[0].0 as i64;
+                        let z = (j * window.strides[1] + kw * window.dilations[1]) as i64
+                            - pads[1].0 as i64;
+                        let ok = (0..h as i64).contains(&y) && (0..w as i64).contains(&z);
+                        let (y, z) = (y.max(0) as usize, z.max(0) as usize);
+                        read.push(if ok { (plane * h + y) * w + z } else { 0 } as i64);
+                        inside.push(ok);
+                        let spatial = if column_major { z * h + y } else { y * w + z };
+                        index.push((plane * h * w + spatial) as i64);
+                    }
+                }
+            }
+            let v = flat_x.gather(&Const::ints(shape.clone(), read)?.to_tensor()?, 0)?;
+            let inside =
+                Const::new(shape.clone(), crate::value::Data::Bool(inside))?.to_tensor()?;
+            let v = inside.select(&v, &aneforge::graph::scalar(f32::NEG_INFINITY))?;
+            let idx = Const::ints(shape.clone(), index)?.to_tensor()?;
+            best = Some(match best {
+                None => (v, idx),
+                Some((b, bi)) => {
+                    let better = v.compare(aneforge::graph::CompareOp::Greater, &b)?;
+                    (better.select(&v, &b)?, better.select(&idx, &bi)?)
+                }
+            });
+        }
+    }
+    let (y, indices) =
+        best.ok_or_else(|| crate::error::OpError::Invalid("an empty kernel".into()))?;
+    Ok(vec![Value::Tensor(y), Value::Tensor(indices)])
 }
