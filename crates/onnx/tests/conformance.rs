@@ -351,6 +351,7 @@ fn host_values(t: &aneforge::engine::HostTensor) -> Vec<f64> {
 #[test]
 fn conformance_cases_matching() {
     let Ok(pattern) = std::env::var("ANEFORGE_ONNX_CASES") else {
+        eprintln!("SKIP: set ANEFORGE_ONNX_CASES=<substring>[,...] to run matching cases");
         return;
     };
     let Some(root) = node_dir() else { return };
