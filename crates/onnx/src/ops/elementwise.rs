@@ -301,11 +301,53 @@ fn pow(n: &Node) -> OpResult<Vec<Value>> {
         })?));
     }
     let a = n.tensor(0)?;
-    if a.dtype() != DType::F32 {
-        return unsupported(format!("Pow of {} tensors", a.dtype()));
+    let b = n.tensor(1)?;
+    match (a.dtype(), b.dtype()) {
+        (DType::F32, _) => {
+            let b = if b.dtype() == DType::F32 {
+                b
+            } else {
+                b.cast(DType::F32)?
+            };
+            tensor(a.pow(&b)?)
+        }
+        (DType::I32, DType::I32) => tensor(integer_pow(&a, &b)?),
+        // an integer base with a float exponent: the float power, truncated
+        (DType::I32, DType::F32) => tensor(a.cast(DType::F32)?.pow(&b)?.cast(DType::I32)?),
+        (x, y) => unsupported(format!("Pow of {x} and {y} tensors")),
     }
-    let b = n.tensor(1)?.cast(DType::F32)?;
-    tensor(a.pow(&b)?)
+}
+
+/// `a^b` on integers, exactly while the result fits i32: left-to-right binary exponentiation
+/// over the 31 bits of `b ≥ 0` (each square and multiply stays below the result); a negative
+/// exponent gives `1/a^|b|` truncated: 1 for a = 1, ±1 for a = −1, else 0.
+fn integer_pow(a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
+    let int = |v: i32| aneforge::graph::constant(aneforge::HostArray::scalar_i32(v));
+    let negative = b.compare(CompareOp::Less, &int(0))?;
+    let mut rest = negative.select(&int(0), b)?;
+    let mut result = int(1).add(&a.mul(&int(0))?)?;
+    for k in (0..31).rev() {
+        let weight = int(1 << k);
+        let set = rest.compare(CompareOp::GreaterEqual, &weight)?;
+        rest = set.select(&rest.sub(&weight)?, &rest)?;
+        result = result.mul(&result)?.mul(&set.select(a, &int(1))?)?;
+    }
+    let odd = b
+        .sub(
+            &b.cast(DType::F32)?
+                .mul_scalar(0.5)?
+                .floor()?
+                .mul_scalar(2.0)?
+                .cast(DType::I32)?,
+        )?
+        .compare(CompareOp::NotEqual, &int(0))?;
+    let minus_one = odd.select(&int(-1), &int(1))?;
+    let reciprocal = a.compare(CompareOp::Equal, &int(1))?.select(
+        &int(1),
+        &a.compare(CompareOp::Equal, &int(-1))?
+            .select(&minus_one, &int(0))?,
+    )?;
+    Ok(negative.select(&reciprocal, &result)?)
 }
 
 fn modulo(n: &Node) -> OpResult<Vec<Value>> {
