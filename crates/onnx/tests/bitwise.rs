@@ -94,7 +94,8 @@ fn bitwise_ops_are_exact_over_the_i32_range() {
         16_777_215,
         -6,
     ];
-    let cases: [(&str, fn(i32, i32) -> i32); 3] = [
+    type Reference = fn(i32, i32) -> i32;
+    let cases: [(&str, Reference); 3] = [
         ("BitwiseAnd", |x, y| x & y),
         ("BitwiseOr", |x, y| x | y),
         ("BitwiseXor", |x, y| x ^ y),
