@@ -10,8 +10,13 @@ use aneforge::graph::input;
 use aneforge::{DType, Tensor};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// The default-domain opsets the importer reads.
+/// The default-domain opsets the importer reads in full (older ones: [`LEGACY_OPS`] only).
 pub const OPSETS: std::ops::RangeInclusive<i64> = 7..=22;
+
+/// Ops a model of an opset below [`OPSETS`] may use: their only definitions before opset 7 mean
+/// what the importer implements (every other op changed at or after opset 7, broadcasting
+/// among them).
+pub const LEGACY_OPS: &[&str] = &["Not", "Identity"];
 
 #[derive(Clone, Debug, Default)]
 pub struct ImportOptions {
@@ -102,7 +107,7 @@ impl Imported {
     }
 }
 
-/// The default-domain opset a model imports, checked against [`OPSETS`].
+/// The default-domain opset a model imports: at most [`OPSETS`]' end (and from 1).
 pub fn model_opset(model: &ModelProto) -> Result<i64, OnnxError> {
     let opset = model
         .opset_import
@@ -112,9 +117,10 @@ pub fn model_opset(model: &ModelProto) -> Result<i64, OnnxError> {
         .ok_or_else(|| {
             OnnxError::UnsupportedModel("imports no opset of the default ONNX domain".into())
         })?;
-    if !OPSETS.contains(&opset) {
+    if !(1..=*OPSETS.end()).contains(&opset) {
         return Err(OnnxError::UnsupportedModel(format!(
-            "opset {opset} is outside the supported range {}–{}",
+            "opset {opset} is outside the supported range 1–{} ({}–{} in full)",
+            OPSETS.end(),
             OPSETS.start(),
             OPSETS.end()
         )));
@@ -165,8 +171,9 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Impor
     }
     let host_gathers = std::cell::RefCell::new(Vec::new());
     let record = options.host_gathers.then_some(&host_gathers);
+    let mut types = declared_types(graph);
     for node in order_nodes(graph, &values)? {
-        run_node(node, opset, &mut values, record)?;
+        run_node(node, opset, &mut values, &mut types, record)?;
     }
     let mut used = HashSet::new();
     let mut outputs = Vec::new();
@@ -481,10 +488,32 @@ pub(crate) fn node_label(n: &NodeProto, index: usize) -> String {
     }
 }
 
+/// The ONNX element type each graph input, initializer and annotated value is declared with.
+fn declared_types(graph: &crate::proto::GraphProto) -> HashMap<String, i32> {
+    let infos = graph
+        .input
+        .iter()
+        .chain(&graph.value_info)
+        .chain(&graph.output);
+    infos
+        .filter_map(|i| match i.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            Some(type_proto::Value::TensorType(t)) => Some((i.name().to_string(), t.elem_type())),
+            _ => None,
+        })
+        .chain(
+            graph
+                .initializer
+                .iter()
+                .map(|t| (t.name().to_string(), t.data_type())),
+        )
+        .collect()
+}
+
 fn run_node(
     proto: &NodeProto,
     opset: i64,
     values: &mut HashMap<String, Value>,
+    types: &mut HashMap<String, i32>,
     host_gathers: Option<&std::cell::RefCell<Vec<HostGather>>>,
 ) -> Result<(), OnnxError> {
     let label = || {
@@ -496,7 +525,7 @@ fn run_node(
     };
     let op = proto.op_type().to_string();
     if op == "If" && matches!(proto.domain(), "" | "ai.onnx") {
-        return run_if(proto, opset, values, host_gathers, &label());
+        return run_if(proto, opset, values, types, host_gathers, &label());
     }
     if !matches!(proto.domain(), "" | "ai.onnx") {
         return Err(OnnxError::Unsupported {
@@ -504,6 +533,18 @@ fn run_node(
             node: label(),
             opset,
             reason: format!("domain {:?} is not supported", proto.domain()),
+        });
+    }
+    if opset < *OPSETS.start() && !LEGACY_OPS.contains(&op.as_str()) {
+        return Err(OnnxError::Unsupported {
+            op,
+            node: label(),
+            opset,
+            reason: format!(
+                "opset {opset} predates {}; below it only {} import",
+                OPSETS.start(),
+                LEGACY_OPS.join(", ")
+            ),
         });
     }
     let Some(import) = ops::lookup(&op) else {
@@ -525,10 +566,16 @@ fn run_node(
             }
         })
         .collect();
+    let input_types = proto
+        .input
+        .iter()
+        .map(|name| types.get(name).copied().unwrap_or(0))
+        .collect();
     let node = Node {
         proto,
         host_gathers,
         inputs,
+        input_types,
         opset,
     };
     let results = import(&node).map_err(|e| match e {
@@ -545,6 +592,21 @@ fn run_node(
             message,
         },
     })?;
+    // Cast and CastLike declare their output's element type (which QuantizeLinear's zero point
+    // carries when it is computed)
+    let cast_to = match op.as_str() {
+        "Cast" => proto
+            .attribute
+            .iter()
+            .find(|a| a.name() == "to")
+            .and_then(|a| a.i)
+            .map(|t| t as i32),
+        "CastLike" => node.input_types.get(1).copied().filter(|&t| t != 0),
+        _ => None,
+    };
+    if let (Some(t), Some(out)) = (cast_to, proto.output.first()) {
+        types.insert(out.clone(), t);
+    }
     let mut results = results.into_iter();
     for (k, name) in proto.output.iter().enumerate() {
         let value = results.next();
@@ -574,6 +636,7 @@ fn run_if(
     proto: &NodeProto,
     opset: i64,
     values: &mut HashMap<String, Value>,
+    types: &mut HashMap<String, i32>,
     host_gathers: Option<&std::cell::RefCell<Vec<HostGather>>>,
     label: &str,
 ) -> Result<(), OnnxError> {
@@ -609,7 +672,7 @@ fn run_if(
         values.insert(t.name().to_string(), Value::Const(c));
     }
     for node in order_nodes(branch, values)? {
-        run_node(node, opset, values, host_gathers)?;
+        run_node(node, opset, values, types, host_gathers)?;
     }
     if branch.output.len() != proto.output.len() {
         return Err(err(format!(

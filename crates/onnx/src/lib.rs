@@ -8,6 +8,7 @@
 //! ```
 
 mod error;
+mod float_format;
 mod fold;
 mod import;
 mod node;

@@ -12,6 +12,9 @@ pub struct Node<'a> {
     pub host_gathers: Option<&'a std::cell::RefCell<Vec<crate::HostGather>>>,
     /// One entry per declared input; `None` for an omitted optional input (empty name).
     pub inputs: Vec<Option<Value>>,
+    /// The ONNX element type each input is declared with (as a graph input, initializer or
+    /// annotated value); 0 where the model does not say.
+    pub input_types: Vec<i32>,
     /// The version of the default ONNX domain the model imports.
     pub opset: i64,
 }

@@ -2,6 +2,7 @@
 //! shape computations fold before they reach the graph.
 
 use crate::error::{invalid, unsupported, OpResult};
+use crate::float_format::FloatFormat;
 use crate::proto::{tensor_proto::DataType, TensorProto};
 use aneforge::graph::{constant, HostArray, Tensor};
 use aneforge::DType;
@@ -167,15 +168,26 @@ pub fn elem_type_name(code: i32) -> String {
 }
 
 /// The graph dtype an ONNX element type is imported as, if any. Doubles compute as f32, the
-/// graph's float type (as Core ML converters do); every integer type up to 32 bits, and int64,
-/// as i32.
+/// graph's float type (as Core ML converters do), and so do the narrow floats (FLOAT16, BFLOAT16,
+/// FLOAT8*), whose values are all f32 values (Cast rounds onto them); every integer
+/// type up to 32 bits, and the 64-bit ones, as i32 (their values must be i32 values).
 pub fn graph_dtype(code: i32) -> Option<DType> {
     use DataType as D;
+    if FloatFormat::of(code).is_some() {
+        return Some(DType::F32);
+    }
     match D::try_from(code).ok()? {
         D::Float | D::Double => Some(DType::F32),
-        D::Int8 | D::Uint8 | D::Int16 | D::Uint16 | D::Int32 | D::Int64 | D::Uint32 => {
-            Some(DType::I32)
-        }
+        D::Int4
+        | D::Uint4
+        | D::Int8
+        | D::Uint8
+        | D::Int16
+        | D::Uint16
+        | D::Int32
+        | D::Int64
+        | D::Uint32
+        | D::Uint64 => Some(DType::I32),
         D::Bool => Some(DType::Bool),
         _ => None,
     }
@@ -296,6 +308,38 @@ pub fn const_from_proto(t: &TensorProto) -> Result<Const, String> {
                 .collect(),
             None => t.int32_data.iter().map(|&x| i64::from(x)).collect(),
         }),
+        D::Float8e4m3fn | D::Float8e4m3fnuz | D::Float8e5m2 | D::Float8e5m2fnuz => {
+            let format = FloatFormat::of(code).ok_or("no float8 format")?;
+            Data::F32(match from_raw(1)? {
+                Some(c) => c.iter().map(|b| format.decode(u32::from(b[0]))).collect(),
+                None => t
+                    .int32_data
+                    .iter()
+                    .map(|&x| format.decode(x as u32 & 0xff))
+                    .collect(),
+            })
+        }
+        D::Int4 | D::Uint4 => {
+            // two values a byte, the first in the low nibble
+            let packed: Vec<u8> = match raw {
+                Some(bytes) => bytes.to_vec(),
+                None => t.int32_data.iter().map(|&x| x as u8).collect(),
+            };
+            if packed.len() != n.div_ceil(2) {
+                return Err(format!(
+                    "{} bytes hold {} packed {} values, {n} are needed",
+                    packed.len(),
+                    packed.len() * 2,
+                    dtype.as_str_name()
+                ));
+            }
+            let nibble = |i: usize| u32::from(packed[i / 2] >> (4 * (i % 2)) & 0xf);
+            if dtype == D::Int4 {
+                Data::Int((0..n).map(|i| (nibble(i) as i64 ^ 8) - 8).collect())
+            } else {
+                Data::Int((0..n).map(|i| nibble(i) as i64).collect())
+            }
+        }
         D::Bool => Data::Bool(match from_raw(1)? {
             Some(c) => c.iter().map(|b| b[0] != 0).collect(),
             None => t.int32_data.iter().map(|&x| x != 0).collect(),

@@ -245,13 +245,22 @@ fn unbound_and_inconsistent_shapes_are_errors_naming_the_input_or_node() {
 }
 
 #[test]
-fn opsets_outside_7_to_22_and_bad_tensor_data_are_errors() {
+fn opsets_beyond_22_ops_changed_since_opset_6_and_bad_tensor_data_are_errors() {
     let err = import_model(
         &model(vec![node("Relu", "act", &["x"], &["y"])], vec![], 6),
         &batch(1),
     )
-    .expect_err("opset 6");
-    assert!(err.to_string().contains("opset 6"), "{err}");
+    .expect_err("Relu at opset 6");
+    assert!(
+        err.to_string().contains("opset 6") && err.to_string().contains("Relu"),
+        "{err}"
+    );
+    let err = import_model(
+        &model(vec![node("Relu", "act", &["x"], &["y"])], vec![], 23),
+        &batch(1),
+    )
+    .expect_err("opset 23");
+    assert!(err.to_string().contains("opset 23"), "{err}");
 
     let short = TensorProto {
         name: Some("b".into()),

@@ -4,7 +4,7 @@
 use super::{tensor, Importer};
 use crate::error::{invalid, unsupported, OpResult};
 use crate::node::{to_usize, Node};
-use crate::value::Value;
+use crate::value::{Const, Value};
 use aneforge::graph::{ConvAttrs, Op, PoolAttrs, PoolKind};
 use aneforge::{DType, Tensor};
 
@@ -12,6 +12,7 @@ pub const OPS: &[(&str, Importer)] = &[
     ("Conv", conv),
     ("ConvTranspose", conv_transpose),
     ("MaxPool", |n| pool(n, PoolKind::Max)),
+    ("MaxUnpool", max_unpool),
     ("AveragePool", |n| {
         let count_pad = n.attr_i("count_include_pad", 0) != 0;
         pool(n, PoolKind::Avg { count_pad })
@@ -109,22 +110,51 @@ fn conv_transpose(n: &Node) -> OpResult<Vec<Value>> {
             x.shape()
         ));
     }
-    if n.attr("output_shape").is_some() {
-        return unsupported("the output_shape attribute");
-    }
-    if !matches!(n.attr_s("auto_pad", "NOTSET").as_str(), "NOTSET" | "VALID") {
-        return unsupported("auto_pad SAME_* on ConvTranspose");
-    }
     let strides = list(n, "strides", k, 1)?;
     let dilations = list(n, "dilations", k, 1)?;
-    let p = list(n, "pads", 2 * k, 0)?;
+    let mut p = list(n, "pads", 2 * k, 0)?;
+    let mut output_padding = list(n, "output_padding", k, 0)?;
+    let auto_pad = n.attr_s("auto_pad", "NOTSET");
+    let same = auto_pad.starts_with("SAME");
+    if same || n.attr("output_shape").is_some() {
+        // the pads that give the requested output size (`input · stride` for SAME_*): the total
+        // splits evenly, the odd element at the end for SAME_UPPER, else at the start
+        let given = n.attr_ints("output_shape").unwrap_or_default();
+        let given = &given[given.len().saturating_sub(k)..];
+        for i in 0..k {
+            let input = x.shape()[2 + i];
+            let want = match given.get(i) {
+                Some(&o) if !same => {
+                    usize::try_from(o).or_else(|_| invalid("negative output_shape"))?
+                }
+                _ => input * strides[i],
+            };
+            let full = strides[i] * (input - 1)
+                + output_padding[i]
+                + (w.shape()[2 + i] - 1) * dilations[i]
+                + 1;
+            let Some(total) = full.checked_sub(want) else {
+                // larger than the full result: the extra trailing positions hold only the bias
+                p[i] = 0;
+                p[i + k] = 0;
+                output_padding[i] += want - full;
+                continue;
+            };
+            let (start, end) = if auto_pad == "SAME_LOWER" {
+                (total - total / 2, total / 2)
+            } else {
+                (total / 2, total - total / 2)
+            };
+            p[i] = start;
+            p[i + k] = end;
+        }
+    }
     let attrs = ConvAttrs {
         strides,
         pads: (0..k).map(|i| (p[i], p[i + k])).collect(),
         dilations,
         groups: n.attr_i("group", 1).max(1) as usize,
     };
-    let output_padding = list(n, "output_padding", k, 0)?;
     let bias = n.opt_tensor(2)?;
     let build = |attrs: ConvAttrs, output_padding: Vec<usize>, bias: Option<&Tensor>| {
         let mut srcs = vec![x.clone(), w.clone()];
@@ -184,12 +214,20 @@ fn pool_of(n: &Node, kind: PoolKind, x: Tensor) -> OpResult<Vec<Value>> {
         _ => return invalid(format!("kernel_shape must list {k} sizes")),
     };
     let dilations = list(n, "dilations", k, 1)?;
-    if n.attr_i("storage_order", 0) != 0 {
-        return unsupported("storage_order 1");
-    }
     let strides = list(n, "strides", k, 1)?;
     let pads = window_pads(n, &x.shape()[2..], &kernel, &strides, &dilations)?;
     let ceil_mode = n.attr_i("ceil_mode", 0) != 0;
+    if kind == PoolKind::Max && n.proto.output.get(1).is_some_and(|o| !o.is_empty()) {
+        let window = Window {
+            kernel,
+            strides,
+            dilations,
+        };
+        return max_pool_with_indices(n, &x, &window, &pads, ceil_mode);
+    }
+    if n.attr_i("storage_order", 0) != 0 {
+        return unsupported("storage_order 1 without the indices output");
+    }
     let window = Window {
         kernel,
         strides,
@@ -377,4 +415,127 @@ fn global(n: &Node, max: bool) -> OpResult<Vec<Value>> {
     } else {
         x.mean(&axes, true)?
     })
+}
+
+/// `MaxUnpool(X, I, output_shape?)`: a zero tensor of the unpooled shape (from the kernel,
+/// strides and pads) with each value of `X` at its flat index in `I` (constant), placed at the
+/// start of a larger `output_shape` when one is given (as ONNX's reference does).
+fn max_unpool(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let indices = n.konst(1)?.to_i64s()?;
+    let k = spatial_rank(&x)?;
+    if indices.len() != x.len() {
+        return invalid(format!("{} indices for {} values", indices.len(), x.len()));
+    }
+    let kernel = n
+        .attr_ints("kernel_shape")
+        .ok_or_else(|| crate::error::OpError::Invalid("no kernel_shape".into()))?;
+    let kernel = to_usize(&kernel, "kernel_shape")?;
+    let strides = list(n, "strides", k, 1)?;
+    let pads = list(n, "pads", 2 * k, 0)?;
+    let mut inferred = x.shape()[..2].to_vec();
+    for i in 0..k {
+        let full = (x.shape()[2 + i] - 1) * strides[i] + kernel[i];
+        inferred.push(full.saturating_sub(pads[i] + pads[i + k]));
+    }
+    let len: usize = inferred.iter().product();
+    let targets = indices
+        .iter()
+        .map(|&i| {
+            usize::try_from(i)
+                .ok()
+                .filter(|&i| i < len)
+                .map(Some)
+                .ok_or_else(|| crate::error::OpError::Invalid(format!("index {i} beyond {len}")))
+        })
+        .collect::<OpResult<Vec<Option<usize>>>>()?;
+    let zeros =
+        crate::value::Const::new(inferred.clone(), crate::value::Data::F32(vec![0.0; len]))?;
+    let y = super::shape::scatter(zeros.to_tensor()?, &x, &targets, |_, u| Ok(u.clone()))?;
+    let Some(_) = n.opt(2) else {
+        return tensor(y);
+    };
+    let shape = to_usize(&n.konst(2)?.to_i64s()?, "output_shape")?;
+    if shape.len() != inferred.len() || shape.iter().zip(&inferred).any(|(s, i)| s < i) {
+        return invalid(format!(
+            "output_shape {shape:?} is smaller than the unpooled shape {inferred:?}"
+        ));
+    }
+    let extra: Vec<(usize, usize)> = shape
+        .iter()
+        .zip(&inferred)
+        .map(|(s, i)| (0, s - i))
+        .collect();
+    tensor(y.pad(&extra, aneforge::graph::PadMode::Constant, 0.0)?)
+}
+
+/// Max pooling of a 2-D `[N, C, H, W]` input that also returns each maximum's flat index into
+/// the input (the spatial part row-major, or column-major with `storage_order` 1; the first
+/// maximum in window order wins). One constant-index gather per kernel tap, out-of-range taps
+/// reading −∞.
+fn max_pool_with_indices(
+    n: &Node,
+    x: &Tensor,
+    window: &Window,
+    pads: &[(usize, usize)],
+    ceil_mode: bool,
+) -> OpResult<Vec<Value>> {
+    if x.rank() != 4 || ceil_mode || x.dtype() != DType::F32 {
+        return unsupported(format!(
+            "the indices output for a {} input of shape {:?}{} (2-D float, floor mode)",
+            x.dtype(),
+            x.shape(),
+            if ceil_mode { " in ceil mode" } else { "" }
+        ));
+    }
+    let column_major = n.attr_i("storage_order", 0) != 0;
+    let [batch, channels, h, w] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    let out = |i: usize, len: usize| -> OpResult<usize> {
+        (len + pads[i].0 + pads[i].1)
+            .checked_sub(window.span(i))
+            .map(|v| v / window.strides[i] + 1)
+            .ok_or_else(|| crate::error::OpError::Invalid("the window exceeds the input".into()))
+    };
+    let (oh, ow) = (out(0, h)?, out(1, w)?);
+    let shape = vec![batch, channels, oh, ow];
+    let flat_x = x.reshape(&[-1])?;
+    let mut best: Option<(Tensor, Tensor)> = None;
+    for kh in 0..window.kernel[0] {
+        for kw in 0..window.kernel[1] {
+            let mut read = Vec::with_capacity(batch * channels * oh * ow);
+            let mut inside = Vec::with_capacity(read.capacity());
+            let mut index = Vec::with_capacity(read.capacity());
+            for plane in 0..batch * channels {
+                for i in 0..oh {
+                    for j in 0..ow {
+                        let y = (i * window.strides[0] + kh * window.dilations[0]) as i64
+                            - pads[0].0 as i64;
+                        let z = (j * window.strides[1] + kw * window.dilations[1]) as i64
+                            - pads[1].0 as i64;
+                        let ok = (0..h as i64).contains(&y) && (0..w as i64).contains(&z);
+                        let (y, z) = (y.max(0) as usize, z.max(0) as usize);
+                        read.push(if ok { (plane * h + y) * w + z } else { 0 } as i64);
+                        inside.push(ok);
+                        let spatial = if column_major { z * h + y } else { y * w + z };
+                        index.push((plane * h * w + spatial) as i64);
+                    }
+                }
+            }
+            let v = flat_x.gather(&Const::ints(shape.clone(), read)?.to_tensor()?, 0)?;
+            let inside =
+                Const::new(shape.clone(), crate::value::Data::Bool(inside))?.to_tensor()?;
+            let v = inside.select(&v, &aneforge::graph::scalar(f32::NEG_INFINITY))?;
+            let idx = Const::ints(shape.clone(), index)?.to_tensor()?;
+            best = Some(match best {
+                None => (v, idx),
+                Some((b, bi)) => {
+                    let better = v.compare(aneforge::graph::CompareOp::Greater, &b)?;
+                    (better.select(&v, &b)?, better.select(&idx, &bi)?)
+                }
+            });
+        }
+    }
+    let (y, indices) =
+        best.ok_or_else(|| crate::error::OpError::Invalid("an empty kernel".into()))?;
+    Ok(vec![Value::Tensor(y), Value::Tensor(indices)])
 }

@@ -104,8 +104,58 @@ pub const OPS: &[(&str, Importer)] = &[
             Ok(ratio.log()?.mul_scalar(0.5)?)
         })
     }),
+    ("Atan", |n| inverse_trig(n, f64::atan, atan)),
+    ("Asin", |n| {
+        inverse_trig(n, f64::asin, |x| {
+            // asin x = atan(x / √((1 − x)(1 + x))); ±1 give ±∞ and so ±π/2
+            let cos = x.neg()?.add_scalar(1.0)?.mul(&x.add_scalar(1.0)?)?.sqrt()?;
+            atan(&x.div(&cos)?)
+        })
+    }),
+    ("Acos", |n| {
+        inverse_trig(n, f64::acos, |x| {
+            // acos x = 2·atan(√((1 − x)/(1 + x))), accurate near both ends; −1 gives π
+            let ratio = x.neg()?.add_scalar(1.0)?.div(&x.add_scalar(1.0)?)?;
+            Ok(atan(&ratio.sqrt()?)?.mul_scalar(2.0)?)
+        })
+    }),
     ("Shrink", shrink),
 ];
+
+fn inverse_trig(
+    n: &Node,
+    fold: fn(f64) -> f64,
+    build: fn(&Tensor) -> OpResult<Tensor>,
+) -> OpResult<Vec<Value>> {
+    if let Value::Const(c) = n.input(0)? {
+        return fold1(c, fold);
+    }
+    tensor(build(&float_tensor(n)?)?)
+}
+
+/// atan from graph arithmetic: |x| > 1 is reflected through atan(1/t) = π/2 − atan(t), two
+/// half-angle steps (atan t = 2·atan(t / (1 + √(1 + t²)))) bring the argument under
+/// tan(π/16) ≈ 0.199, and the odd series to u¹³ then leaves a relative error below 1e-10.
+fn atan(x: &Tensor) -> OpResult<Tensor> {
+    let a = x.abs()?;
+    let reflect = a.compare_scalar(CompareOp::Greater, 1.0)?;
+    let mut u = reflect.select(&a.recip()?, &a)?;
+    for _ in 0..2 {
+        let hyp = u.square()?.add_scalar(1.0)?.sqrt()?.add_scalar(1.0)?;
+        u = u.div(&hyp)?;
+    }
+    let z = u.square()?;
+    let mut series = scalar(1.0 / 13.0);
+    for k in (0..6).rev() {
+        let sign = if k % 2 == 0 { 1.0 } else { -1.0 };
+        series = series.mul(&z)?.add_scalar(sign / (2 * k + 1) as f32)?;
+    }
+    let core = u.mul(&series)?.mul_scalar(4.0)?;
+    let half_pi = std::f32::consts::FRAC_PI_2;
+    let magnitude = reflect.select(&core.neg()?.add_scalar(half_pi)?, &core)?;
+    let negative = x.compare_scalar(CompareOp::Less, 0.0)?;
+    Ok(negative.select(&magnitude.neg()?, &magnitude)?)
+}
 
 fn hyperbolic(n: &Node, f: fn(&Tensor) -> OpResult<Tensor>) -> OpResult<Vec<Value>> {
     tensor(f(&float_tensor(n)?)?)
@@ -251,11 +301,53 @@ fn pow(n: &Node) -> OpResult<Vec<Value>> {
         })?));
     }
     let a = n.tensor(0)?;
-    if a.dtype() != DType::F32 {
-        return unsupported(format!("Pow of {} tensors", a.dtype()));
+    let b = n.tensor(1)?;
+    match (a.dtype(), b.dtype()) {
+        (DType::F32, _) => {
+            let b = if b.dtype() == DType::F32 {
+                b
+            } else {
+                b.cast(DType::F32)?
+            };
+            tensor(a.pow(&b)?)
+        }
+        (DType::I32, DType::I32) => tensor(integer_pow(&a, &b)?),
+        // an integer base with a float exponent: the float power, truncated
+        (DType::I32, DType::F32) => tensor(a.cast(DType::F32)?.pow(&b)?.cast(DType::I32)?),
+        (x, y) => unsupported(format!("Pow of {x} and {y} tensors")),
     }
-    let b = n.tensor(1)?.cast(DType::F32)?;
-    tensor(a.pow(&b)?)
+}
+
+/// `a^b` on integers, exactly while the result fits i32: left-to-right binary exponentiation
+/// over the 31 bits of `b ≥ 0` (each square and multiply stays below the result); a negative
+/// exponent gives `1/a^|b|` truncated: 1 for a = 1, ±1 for a = −1, else 0.
+fn integer_pow(a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
+    let int = |v: i32| aneforge::graph::constant(aneforge::HostArray::scalar_i32(v));
+    let negative = b.compare(CompareOp::Less, &int(0))?;
+    let mut rest = negative.select(&int(0), b)?;
+    let mut result = int(1).add(&a.mul(&int(0))?)?;
+    for k in (0..31).rev() {
+        let weight = int(1 << k);
+        let set = rest.compare(CompareOp::GreaterEqual, &weight)?;
+        rest = set.select(&rest.sub(&weight)?, &rest)?;
+        result = result.mul(&result)?.mul(&set.select(a, &int(1))?)?;
+    }
+    let odd = b
+        .sub(
+            &b.cast(DType::F32)?
+                .mul_scalar(0.5)?
+                .floor()?
+                .mul_scalar(2.0)?
+                .cast(DType::I32)?,
+        )?
+        .compare(CompareOp::NotEqual, &int(0))?;
+    let minus_one = odd.select(&int(-1), &int(1))?;
+    let reciprocal = a.compare(CompareOp::Equal, &int(1))?.select(
+        &int(1),
+        &a.compare(CompareOp::Equal, &int(-1))?
+            .select(&minus_one, &int(0))?,
+    )?;
+    Ok(negative.select(&reciprocal, &result)?)
 }
 
 fn modulo(n: &Node) -> OpResult<Vec<Value>> {

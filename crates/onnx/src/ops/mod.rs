@@ -2,9 +2,11 @@
 //! `(op type, importer)`; an importer turns a node's inputs into one value per output (fewer
 //! when trailing optional outputs are not produced).
 
+mod bitwise;
 mod conv;
 mod elementwise;
 mod generate;
+mod grid_sample;
 mod linalg;
 mod loss;
 mod norm;
@@ -12,7 +14,10 @@ mod quant;
 mod recurrent;
 mod reduce;
 mod resize;
+mod selection;
 mod shape;
+mod spectral;
+mod text;
 
 use crate::error::OpResult;
 use crate::node::Node;
@@ -22,6 +27,7 @@ pub type Importer = fn(&Node) -> OpResult<Vec<Value>>;
 
 const FAMILIES: &[&[(&str, Importer)]] = &[
     elementwise::OPS,
+    bitwise::OPS,
     linalg::OPS,
     conv::OPS,
     norm::OPS,
@@ -32,6 +38,10 @@ const FAMILIES: &[&[(&str, Importer)]] = &[
     recurrent::OPS,
     reduce::OPS,
     resize::OPS,
+    grid_sample::OPS,
+    selection::OPS,
+    spectral::OPS,
+    text::OPS,
 ];
 
 pub fn lookup(op: &str) -> Option<Importer> {

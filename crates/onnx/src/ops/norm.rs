@@ -61,15 +61,35 @@ fn lrn(n: &Node) -> OpResult<Vec<Value>> {
 }
 
 fn batch_norm(n: &Node) -> OpResult<Vec<Value>> {
-    if n.attr_i("training_mode", 0) != 0 {
-        return unsupported("training mode (running statistics outputs)");
-    }
     let x = n.tensor(0)?;
     let (scale, bias, mean, var) = (n.tensor(1)?, n.tensor(2)?, n.tensor(3)?, n.tensor(4)?);
     if x.rank() < 2 {
         return invalid(format!("expected [N, C, ...], got {:?}", x.shape()));
     }
     let eps = n.attr_f("epsilon", 1e-5);
+    if n.attr_i("training_mode", 0) != 0 {
+        // the batch's statistics normalize; the running ones move toward them by `momentum`
+        let axes: Vec<isize> = (0..x.rank() as isize).filter(|&a| a != 1).collect();
+        let mut along = vec![1isize; x.rank()];
+        along[1] = x.shape()[1] as isize;
+        let batch_mean = x.mean(&axes, true)?;
+        let centred = x.sub(&batch_mean)?;
+        let batch_var = centred.square()?.mean(&axes, true)?;
+        let y = centred
+            .mul(&batch_var.add_scalar(eps)?.rsqrt()?)?
+            .mul(&scale.reshape(&along)?)?
+            .add(&bias.reshape(&along)?)?;
+        let momentum = n.attr_f("momentum", 0.9);
+        let running = |old: &aneforge::Tensor, batch: &aneforge::Tensor| -> OpResult<Value> {
+            let batch = batch.reshape(&[-1])?.mul_scalar(1.0 - momentum)?;
+            Ok(Value::Tensor(old.mul_scalar(momentum)?.add(&batch)?))
+        };
+        return Ok(vec![
+            Value::Tensor(y),
+            running(&mean, &batch_mean)?,
+            running(&var, &batch_var)?,
+        ]);
+    }
     if x.rank() == 2 {
         // [N, C]: the graph op wants spatial axes
         let y = x

@@ -3,6 +3,7 @@
 
 use super::{tensor, Importer};
 use crate::error::{invalid, unsupported, OpResult};
+use crate::float_format::FloatFormat;
 use crate::node::{axis, Node};
 use crate::proto::tensor_proto::DataType;
 use crate::value::Value;
@@ -89,9 +90,11 @@ fn qlinear(n: &Node, conv: bool) -> OpResult<Vec<Value>> {
     let elem = match n.opt(7) {
         Some(Value::Const(zp)) if zp.elem_type != 0 => zp.elem_type,
         Some(_) => {
-            return unsupported(
-                "the output zero point is computed at run time; it must be a constant (its type is the output type)",
-            )
+            return unsupported(format!(
+                "the output zero point ({:?}) is computed at run time; it must be a constant \
+                 (its type is the output type)",
+                n.proto.input.get(7).map_or("", String::as_str)
+            ))
         }
         None => DataType::Uint8 as i32,
     };
@@ -104,6 +107,31 @@ fn qlinear(n: &Node, conv: bool) -> OpResult<Vec<Value>> {
         q = q.add(&along_axis(zp.cast(DType::F32)?, y_axis, y.rank())?)?;
     }
     tensor(q.clip(lo, hi)?.cast(DType::I32)?)
+}
+
+/// A quantization parameter of `QuantizeLinear`/`DequantizeLinear` shaped to broadcast against
+/// `x`: per tensor, per axis (`[C]`), or blocked (`block_size`: `x`'s rank, `ceil(D / block)`
+/// along `axis`, each entry covering `block` consecutive elements there).
+fn parameter(n: &Node, p: Tensor, x: &Tensor) -> OpResult<Tensor> {
+    let a = n.attr_i("axis", 1);
+    let block = n.attr_i("block_size", 0);
+    if block == 0 {
+        return along_axis(p, a, x.rank());
+    }
+    let a = axis(a, x.rank())?;
+    let d = x.shape()[a];
+    let block = usize::try_from(block).or_else(|_| invalid("block_size is negative"))?;
+    if p.rank() != x.rank() || p.shape()[a] != d.div_ceil(block) {
+        return invalid(format!(
+            "blocked parameter shape {:?} does not fit input shape {:?} with block_size {block} \
+             along axis {a}",
+            p.shape(),
+            x.shape()
+        ));
+    }
+    let picks: Vec<i64> = (0..d).map(|i| (i / block) as i64).collect();
+    let index = crate::value::Const::ints(vec![d], picks)?.to_tensor()?;
+    Ok(p.gather(&index, a as isize)?)
 }
 
 /// A per-axis parameter (`[C]`) shaped to broadcast along `axis` of an operand of `rank`.
@@ -120,24 +148,24 @@ fn along_axis(p: Tensor, a: i64, rank: usize) -> OpResult<Tensor> {
     Ok(p.reshape(&shape)?)
 }
 
-fn check_block(n: &Node) -> OpResult<()> {
-    if n.attr_i("block_size", 0) != 0 {
-        return unsupported("block_size");
-    }
-    Ok(())
-}
-
 fn dequantize(n: &Node) -> OpResult<Vec<Value>> {
-    check_block(n)?;
     let x = n.tensor(0)?;
-    if x.dtype() != DType::I32 {
-        return unsupported(format!("{} input (8- and 32-bit integers)", x.dtype()));
+    if x.dtype() == DType::Bool {
+        return invalid("bool input (integers or FLOAT8)");
     }
-    let a = n.attr_i("axis", 1);
-    let scale = along_axis(n.tensor(1)?, a, x.rank())?;
-    let mut y = x.cast(DType::F32)?;
+    let scale = parameter(n, n.tensor(1)?, &x)?;
+    let mut y = if x.dtype() == DType::F32 {
+        x.clone()
+    } else {
+        x.cast(DType::F32)?
+    };
     if let Some(zp) = n.opt_tensor(2)? {
-        y = y.sub(&along_axis(zp.cast(DType::F32)?, a, x.rank())?)?;
+        let zp = if zp.dtype() == DType::F32 {
+            zp
+        } else {
+            zp.cast(DType::F32)?
+        };
+        y = y.sub(&parameter(n, zp, &x)?)?;
     }
     tensor(y.mul(&scale)?)
 }
@@ -149,6 +177,8 @@ fn range_of(elem: i32) -> OpResult<(f32, f32)> {
         Ok(DataType::Int8) => Ok((-128.0, 127.0)),
         Ok(DataType::Uint16) => Ok((0.0, 65535.0)),
         Ok(DataType::Int16) => Ok((-32768.0, 32767.0)),
+        Ok(DataType::Uint4) => Ok((0.0, 15.0)),
+        Ok(DataType::Int4) => Ok((-8.0, 7.0)),
         _ => unsupported(format!(
             "quantized type {}",
             crate::value::elem_type_name(elem)
@@ -157,27 +187,33 @@ fn range_of(elem: i32) -> OpResult<(f32, f32)> {
 }
 
 fn quantize(n: &Node) -> OpResult<Vec<Value>> {
-    check_block(n)?;
     let x = n.tensor(0)?;
     if x.dtype() != DType::F32 {
         return invalid(format!("{} input (float)", x.dtype()));
     }
-    let a = n.attr_i("axis", 1);
     let elem = match (n.attr_i("output_dtype", 0), n.opt(2)) {
         (t, _) if t != 0 => t as i32,
         (_, Some(Value::Const(zp))) if zp.elem_type != 0 => zp.elem_type,
+        (_, Some(_)) if n.input_types.get(2).is_some_and(|&t| t != 0) => n.input_types[2],
         (_, Some(_)) => {
-            return unsupported(
-                "the zero point is computed at run time; it must be a constant (its type is the output type)",
-            )
+            return unsupported(format!(
+                "the zero point ({:?}) is computed at run time; it must be a constant (its type \
+                 is the output type)",
+                n.proto.input.get(2).map_or("", String::as_str)
+            ))
         }
         (_, None) => DataType::Uint8 as i32,
     };
+    let scale = parameter(n, n.tensor(1)?, &x)?;
+    let scaled = x.div(&scale)?;
+    if let Some(format) = FloatFormat::of(elem) {
+        // FLOAT8: the zero point is zero; Cast's rounding and saturation
+        return tensor(format.round(&scaled, n.attr_i("saturate", 1) != 0)?);
+    }
     let (lo, hi) = range_of(elem)?;
-    let scale = along_axis(n.tensor(1)?, a, x.rank())?;
-    let mut q = x.div(&scale)?.round()?;
+    let mut q = scaled.round()?;
     if let Some(zp) = n.opt_tensor(2)? {
-        q = q.add(&along_axis(zp.cast(DType::F32)?, a, x.rank())?)?;
+        q = q.add(&parameter(n, zp.cast(DType::F32)?, &x)?)?;
     }
     tensor(q.clip(lo, hi)?.cast(DType::I32)?)
 }

@@ -23,6 +23,7 @@ pub const OPS: &[(&str, Importer)] = &[
     ("ArgMax", |n| arg(n, false)),
     ("ArgMin", |n| arg(n, true)),
     ("Hardmax", hardmax),
+    ("TopK", top_k),
     ("Softmax", |n| softmax(n, false)),
     ("LogSoftmax", |n| softmax(n, true)),
 ];
@@ -53,6 +54,11 @@ fn reduce(n: &Node, kind: Kind, axes_input_from: i64) -> OpResult<Vec<Value>> {
         }
         _ => (0..rank).collect(),
     };
+    if let Value::Const(c) = n.input(0)? {
+        if c.shape.contains(&0) {
+            return one(Value::Const(fold_empty(c, kind, &list, keep)?));
+        }
+    }
     if let (Value::Const(c), Kind::Plain(op)) = (n.input(0)?, kind) {
         if matches!(c.data, Data::Int(_)) {
             return one(Value::Const(fold_int(c, op, &list, keep)?));
@@ -96,6 +102,37 @@ fn reduce(n: &Node, kind: Kind, axes_input_from: i64) -> OpResult<Vec<Value>> {
         }
     };
     tensor(y)
+}
+
+/// The reduction of an empty constant. An output element that reduces no values is the
+/// reduction's identity, as ONNX defines it: 0 for the sums, 1 for the product, −∞ and +∞ for
+/// max and min, −∞ for the log sums (log 0), NaN for the mean (0 / 0).
+fn fold_empty(c: &Const, kind: Kind, list: &[usize], keep: bool) -> OpResult<Const> {
+    let shape: Vec<usize> = c
+        .shape
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| keep || !list.contains(i))
+        .map(|(i, &d)| if list.contains(&i) { 1 } else { d })
+        .collect();
+    let n: usize = shape.iter().product();
+    let identity = match kind {
+        Kind::Plain(ReduceOp::Sum) | Kind::L1 | Kind::L2 | Kind::SumSquare => 0.0,
+        Kind::Plain(ReduceOp::Prod) => 1.0,
+        Kind::Plain(ReduceOp::Max) | Kind::LogSum | Kind::LogSumExp => f32::NEG_INFINITY,
+        Kind::Plain(ReduceOp::Min) => f32::INFINITY,
+        Kind::Plain(ReduceOp::Mean) => f32::NAN,
+    };
+    match &c.data {
+        Data::F32(_) => Const::new(shape, Data::F32(vec![identity; n])),
+        Data::Int(_) if identity.is_finite() => {
+            Const::new(shape, Data::Int(vec![identity as i64; n]))
+        }
+        _ => unsupported(format!(
+            "this reduction of an empty {} tensor (its identity is not an integer)",
+            c.data.dtype()
+        )),
+    }
 }
 
 /// Integer reductions on the host (shape arithmetic such as the product of dimensions).
@@ -210,4 +247,76 @@ fn softmax(n: &Node, log: bool) -> OpResult<Vec<Value>> {
     let y = apply(&flat, 1)?;
     let back: Vec<isize> = x.shape().iter().map(|&d| d as isize).collect();
     tensor(y.reshape(&back)?)
+}
+
+/// `TopK`: the `k` largest (or smallest) elements along `axis`, in order, ties to the lower
+/// index, with their indices. Element `i` ranks by how many elements beat it (`x_j` beyond `x_i`,
+/// or equal at a lower index); the `r`-th output selects the element of rank `r`. The pairwise
+/// comparison takes one more axis than the input.
+fn top_k(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let r = x.rank();
+    if r == 0 || r >= aneforge::graph::MAX_RANK {
+        return unsupported(format!(
+            "rank {r} (1 to {} for the pairwise ranking)",
+            aneforge::graph::MAX_RANK - 1
+        ));
+    }
+    let a = axis(n.attr_i("axis", -1), r)?;
+    let k = if n.opset >= 10 {
+        n.konst(1)?.to_i64s()?.first().copied().unwrap_or(-1)
+    } else {
+        n.attr_i("k", -1)
+    };
+    let len = x.shape()[a];
+    let k = usize::try_from(k)
+        .ok()
+        .filter(|&k| (1..=len).contains(&k))
+        .ok_or_else(|| crate::error::OpError::Invalid(format!("k {k} for an axis of {len}")))?;
+    let largest = n.attr_i("largest", 1) != 0;
+    // the axis last
+    let mut perm: Vec<usize> = (0..r).filter(|&d| d != a).collect();
+    perm.push(a);
+    let xt = x.transpose(&perm)?;
+    let xi = xt.expand_dims(&[r as isize])?; // [.., L, 1]: x_i
+    let xj = xt.expand_dims(&[r as isize - 1])?; // [.., 1, L]: x_j
+    let beyond = xj.compare(
+        if largest {
+            aneforge::graph::CompareOp::Greater
+        } else {
+            aneforge::graph::CompareOp::Less
+        },
+        &xi,
+    )?;
+    let equal = xj.compare(aneforge::graph::CompareOp::Equal, &xi)?;
+    let earlier: Vec<bool> = (0..len * len).map(|f| f % len < f / len).collect();
+    let earlier = Const::new(vec![len, len], Data::Bool(earlier))?.to_tensor()?;
+    let zero = Const::new(vec![], Data::F32(vec![0.0]))?.to_tensor()?;
+    let one = Const::new(vec![], Data::F32(vec![1.0]))?.to_tensor()?;
+    let tie = equal.select(&earlier.select(&one, &zero)?, &zero)?;
+    let rank = beyond.select(&one, &tie)?.sum(&[-1], false)?; // [.., L]
+    let ranks: Vec<f32> = (0..k).map(|q| q as f32).collect();
+    let ranks = Const::new(vec![k, 1], Data::F32(ranks))?.to_tensor()?;
+    let pick = rank
+        .expand_dims(&[r as isize - 1])?
+        .compare(aneforge::graph::CompareOp::Equal, &ranks)?; // [.., k, L]
+    let none = match xt.dtype() {
+        DType::I32 => Const::ints(vec![], vec![0])?.to_tensor()?,
+        _ => zero.clone(),
+    };
+    let values = pick.select(&xj, &none)?.sum(&[-1], false)?;
+    let positions: Vec<f32> = (0..len).map(|i| i as f32).collect();
+    let positions = Const::new(vec![len], Data::F32(positions))?.to_tensor()?;
+    let indices = pick
+        .select(&positions, &zero)?
+        .sum(&[-1], false)?
+        .cast(DType::I32)?;
+    let mut back = vec![0; r];
+    for (pos, &d) in perm.iter().enumerate() {
+        back[d] = pos;
+    }
+    Ok(vec![
+        Value::Tensor(values.transpose(&back)?),
+        Value::Tensor(indices.transpose(&back)?),
+    ])
 }

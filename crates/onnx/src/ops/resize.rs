@@ -1,7 +1,7 @@
 //! `Resize` (and the older `Upsample`): nearest, linear and cubic interpolation, separably per
 //! resized axis. Each axis becomes a few gathers with constant indices (the taps) weighted by
 //! constant coefficients, all computed on the host from ONNX's coordinate transformation, so
-//! every mode and any scale or size is covered; antialiasing is not.
+//! every mode and any scale or size is covered, antialiased downsampling included.
 
 use super::{tensor, Importer};
 use crate::error::{invalid, unsupported, OpResult};
@@ -25,6 +25,8 @@ struct Spec {
     nearest: String,
     cubic_a: f64,
     exclude_outside: bool,
+    /// Linear and cubic downsampling widen their filter by 1 / scale.
+    antialias: bool,
     extrapolation: f32,
     roi: Vec<f64>,
 }
@@ -59,6 +61,7 @@ fn upsample(n: &Node) -> OpResult<Vec<Value>> {
         nearest: "floor".into(),
         cubic_a: -0.75,
         exclude_outside: false,
+        antialias: false,
         extrapolation: 0.0,
         roi: Vec::new(),
     };
@@ -84,9 +87,6 @@ fn out_sizes_from_scales(shape: &[usize], axes: &[usize], scales: &[f64]) -> OpR
 
 fn resize(n: &Node) -> OpResult<Vec<Value>> {
     let x = n.tensor(0)?;
-    if n.attr_i("antialias", 0) != 0 {
-        return unsupported("antialias");
-    }
     let r = x.rank();
     let axes: Vec<usize> = match n.attr_ints("axes") {
         Some(list) => list.iter().map(|&a| axis(a, r)).collect::<OpResult<_>>()?,
@@ -148,6 +148,7 @@ fn resize(n: &Node) -> OpResult<Vec<Value>> {
         nearest: n.attr_s("nearest_mode", "round_prefer_floor"),
         cubic_a: f64::from(n.attr_f("cubic_coeff_a", -0.75)),
         exclude_outside: n.attr_i("exclude_outside", 0) != 0,
+        antialias: n.attr_i("antialias", 0) != 0,
         extrapolation: n.attr_f("extrapolation_value", 0.0),
         roi: roi.unwrap_or_default(),
     };
@@ -262,6 +263,59 @@ fn taps(spec: &Spec, x: f64, lo: usize) -> OpResult<Vec<(usize, f64)>> {
     })
 }
 
+/// Antialiased taps for downsampling by `scale` < 1, as ONNX's reference computes them: the
+/// sample point `x` splits into a base index and a ratio in (0, 1] (an integer `x` counts as
+/// ratio 1 past the index below it), the linear or cubic kernel is evaluated at
+/// `scale · (i − ratio)` over every offset `i` it reaches, and the weights are normalised
+/// (again after dropping outside taps with `exclude_outside`); taps beyond the edges read the
+/// edge.
+fn antialias_taps(spec: &Spec, x: f64, lo: usize, scale: f64) -> Vec<(usize, f64)> {
+    let base = if x.fract() == 0.0 { x - 1.0 } else { x.floor() };
+    let ratio = x - base;
+    let a = spec.cubic_a;
+    let (start, kernel): (i64, Box<dyn Fn(f64) -> f64>) = match spec.mode {
+        Mode::Cubic => (
+            (-2.0 / scale).floor() as i64 + 1,
+            Box::new(move |t: f64| {
+                let t = t.abs();
+                if t <= 1.0 {
+                    ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0
+                } else if t < 2.0 {
+                    ((a * t - 5.0 * a) * t + 8.0 * a) * t - 4.0 * a
+                } else {
+                    0.0
+                }
+            }),
+        ),
+        _ => (
+            (-1.0 / scale).floor() as i64 + 1,
+            Box::new(|t: f64| (1.0 - t.abs()).clamp(0.0, 1.0)),
+        ),
+    };
+    let b = base as i64;
+    let mut taps: Vec<(i64, f64)> = (start..2 - start)
+        .map(|i| (b + i, kernel(scale * (i as f64 - ratio))))
+        .collect();
+    let normalise = |taps: &mut Vec<(i64, f64)>| {
+        let total: f64 = taps.iter().map(|t| t.1).sum();
+        for t in taps.iter_mut() {
+            t.1 /= total;
+        }
+    };
+    normalise(&mut taps);
+    if spec.exclude_outside {
+        for t in taps.iter_mut() {
+            if t.0 < 0 || t.0 >= lo as i64 {
+                t.1 = 0.0;
+            }
+        }
+        normalise(&mut taps);
+    }
+    taps.into_iter()
+        .map(|(i, w)| (i.clamp(0, lo as i64 - 1) as usize, w))
+        .collect()
+}
+
 fn apply(
     x: &Tensor,
     spec: &Spec,
@@ -295,7 +349,13 @@ fn apply(
             let c = source_coord(spec, i, scale, lo, lr, roi)?;
             inside
                 .push(spec.transform != "tf_crop_and_resize" || (c >= 0.0 && c <= lo as f64 - 1.0));
-            per_out.push(taps(spec, c, lo)?);
+            per_out.push(
+                if spec.antialias && scale < 1.0 && spec.mode != Mode::Nearest {
+                    antialias_taps(spec, c, lo, scale)
+                } else {
+                    taps(spec, c, lo)?
+                },
+            );
         }
         let identity = lo == lr
             && per_out

@@ -6,11 +6,12 @@
 
 use super::{one, tensor, Importer};
 use crate::error::{invalid, unsupported, OpResult};
+use crate::float_format::FloatFormat;
 use crate::fold::{broadcast_shape, strides};
 use crate::node::{axes, axis, to_usize, Node};
 use crate::value::{const_from_proto, graph_dtype, Const, Data, Value};
-use aneforge::graph::{concat as graph_concat, PadMode};
-use aneforge::DType;
+use aneforge::graph::{concat as graph_concat, scalar, PadMode};
+use aneforge::{DType, Tensor};
 
 pub const OPS: &[(&str, Importer)] = &[
     ("Identity", |n| one(n.input(0)?.clone())),
@@ -50,29 +51,160 @@ pub const OPS: &[(&str, Importer)] = &[
     ("Scatter", scatter_elements),
     ("ScatterND", scatter_nd),
     ("CenterCropPad", center_crop_pad),
+    ("Compress", compress),
+    ("Col2Im", col2im),
+    ("ReverseSequence", reverse_sequence),
 ];
 
-/// `data` with the elements at flat positions `targets[k]` replaced by update `k` (the last
-/// update of a position wins): one constant-index gather of the updates and a select.
+/// The slices of the input (flattened when no `axis` is given) along `axis` whose entry of the
+/// constant 1-D `condition` is true; entries past the condition's end are dropped.
+fn compress(n: &Node) -> OpResult<Vec<Value>> {
+    let condition = n.konst(1)?;
+    if condition.shape.len() != 1 {
+        return invalid(format!("condition of shape {:?} (1-D)", condition.shape));
+    }
+    let x = n.tensor(0)?;
+    let (x, a) = match n.attr("axis") {
+        Some(_) => {
+            let a = axis(n.attr_i("axis", 0), x.rank())?;
+            (x, a)
+        }
+        None => (x.reshape(&[-1])?, 0),
+    };
+    let dim = x.shape()[a];
+    if condition.len() > dim {
+        return invalid(format!(
+            "condition of length {} for an axis of size {dim}",
+            condition.len()
+        ));
+    }
+    let kept: Vec<i64> = (0..condition.len())
+        .filter(|&i| condition.data.f64_at(i) != 0.0)
+        .map(|i| i as i64)
+        .collect();
+    if kept.is_empty() {
+        return unsupported("an empty result (no condition entry is true)");
+    }
+    let index = Const::ints(vec![kept.len()], kept)?.to_tensor()?;
+    tensor(x.gather(&index, a as isize)?)
+}
+
+/// `data` with update `k` written to flat position `targets[k]`, replacing the element
+/// (`reduction` "none": the last update of a position wins) or combined with it ("add", "mul",
+/// "max", "min", in update order). Round `r` applies, at once, the `r`-th update of every
+/// position that has one: a constant-index gather of the updates, the combination and a select.
 fn scatter_flat(n: &Node, targets: &[usize]) -> OpResult<Vec<Value>> {
-    if n.attr_s("reduction", "none") != "none" {
-        return unsupported(format!("reduction {:?}", n.attr_s("reduction", "none")));
+    let reduction = n.attr_s("reduction", "none");
+    let combine: Combine = match reduction.as_str() {
+        "none" => |_, u| Ok(u.clone()),
+        "add" => Tensor::add,
+        "mul" => Tensor::mul,
+        "max" => Tensor::maximum,
+        "min" => Tensor::minimum,
+        other => return invalid(format!("reduction {other:?}")),
+    };
+    let targets: Vec<Option<usize>> = targets.iter().map(|&t| Some(t)).collect();
+    tensor(scatter(n.tensor(0)?, &n.tensor(2)?, &targets, combine)?)
+}
+
+pub(super) type Combine = fn(&Tensor, &Tensor) -> Result<Tensor, aneforge::GraphError>;
+
+/// `y` with element `k` of `updates` (flattened) combined into flat position `targets[k]`
+/// (none: dropped), in update order (see [`scatter_flat`]).
+pub(super) fn scatter(
+    mut y: Tensor,
+    updates: &Tensor,
+    targets: &[Option<usize>],
+    combine: Combine,
+) -> OpResult<Tensor> {
+    let updates = updates.reshape(&[-1])?;
+    let len = y.len();
+    let shape = y.shape().to_vec();
+    let mut rounds: Vec<(Vec<i64>, Vec<bool>)> = Vec::new();
+    let mut seen = vec![0usize; len];
+    for (k, t) in targets.iter().enumerate() {
+        let Some(t) = *t else { continue };
+        let r = seen[t];
+        seen[t] += 1;
+        if rounds.len() == r {
+            rounds.push((vec![0; len], vec![false; len]));
+        }
+        rounds[r].0[t] = k as i64;
+        rounds[r].1[t] = true;
     }
-    let data = n.tensor(0)?;
-    let updates = n.tensor(2)?;
-    let len = data.len();
-    let mut source = vec![0i64; len];
-    let mut hit = vec![false; len];
-    for (k, &t) in targets.iter().enumerate() {
-        source[t] = k as i64;
-        hit[t] = true;
+    for (source, hit) in rounds {
+        let picked = updates.gather(&Const::ints(shape.clone(), source)?.to_tensor()?, 0)?;
+        let mask = Const::new(shape.clone(), Data::Bool(hit))?.to_tensor()?;
+        y = mask.select(&combine(&y, &picked)?, &y)?;
     }
-    let shape = data.shape().to_vec();
-    let picked = updates
-        .reshape(&[-1])?
-        .gather(&Const::ints(shape.clone(), source)?.to_tensor()?, 0)?;
-    let mask = Const::new(shape, Data::Bool(hit))?.to_tensor()?;
-    tensor(mask.select(&picked, &data)?)
+    Ok(y)
+}
+
+/// `Col2Im(input [N, C·∏block, L], image_shape, block_shape)`: every column entry added into
+/// the image position its block offset and block position select (strides, dilations, pads);
+/// entries landing in the padding are dropped.
+fn col2im(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.tensor(0)?;
+    let image = to_usize(&n.konst(1)?.to_i64s()?, "image_shape")?;
+    let block = to_usize(&n.konst(2)?.to_i64s()?, "block_shape")?;
+    let m = image.len();
+    let list = |name: &str, default: usize, len: usize| -> OpResult<Vec<usize>> {
+        match n.attr_ints(name) {
+            Some(v) if v.len() == len => to_usize(&v, name),
+            Some(v) => invalid(format!("{name} has {} values, {len} expected", v.len())),
+            None => Ok(vec![default; len]),
+        }
+    };
+    let (strides_, dilations, pads) = (
+        list("strides", 1, m)?,
+        list("dilations", 1, m)?,
+        list("pads", 0, 2 * m)?,
+    );
+    let k: usize = block.iter().product();
+    if block.len() != m || x.rank() != 3 || k == 0 || x.shape()[1] % k != 0 {
+        return invalid(format!(
+            "input {:?} for image {image:?} and block {block:?}",
+            x.shape()
+        ));
+    }
+    let counts: Vec<usize> = (0..m)
+        .map(|d| {
+            let span = dilations[d] * (block[d] - 1) + 1;
+            (image[d] + pads[d] + pads[d + m]).saturating_sub(span) / strides_[d].max(1) + 1
+        })
+        .collect();
+    let (batch, channels, l) = (x.shape()[0], x.shape()[1] / k, x.shape()[2]);
+    if counts.iter().product::<usize>() != l {
+        return invalid(format!(
+            "{l} blocks, the image, block, strides, dilations and pads give {counts:?}"
+        ));
+    }
+    let pixels: usize = image.iter().product();
+    let (block_st, count_st, image_st) = (strides(&block), strides(&counts), strides(&image));
+    let mut targets = Vec::with_capacity(x.len());
+    for b in 0..batch {
+        for c in 0..channels {
+            for o in 0..k {
+                for p in 0..l {
+                    let mut flat = 0;
+                    let mut inside = true;
+                    for d in 0..m {
+                        let pos = (p / count_st[d] % counts[d]) * strides_[d]
+                            + (o / block_st[d] % block[d]) * dilations[d];
+                        match pos.checked_sub(pads[d]).filter(|&q| q < image[d]) {
+                            Some(q) => flat += q * image_st[d],
+                            None => inside = false,
+                        }
+                    }
+                    targets.push(inside.then_some((b * channels + c) * pixels + flat));
+                }
+            }
+        }
+    }
+    let mut shape = vec![batch, channels];
+    shape.extend(&image);
+    let zeros = Const::new(shape.clone(), Data::F32(vec![0.0; shape.iter().product()]))?;
+    tensor(scatter(zeros.to_tensor()?, &x, &targets, Tensor::add)?)
 }
 
 fn scatter_elements(n: &Node) -> OpResult<Vec<Value>> {
@@ -224,38 +356,79 @@ fn gather_elements(n: &Node) -> OpResult<Vec<Value>> {
     take_flat(x, flat, indices.shape.clone())
 }
 
-fn gather_nd(n: &Node) -> OpResult<Vec<Value>> {
-    if n.attr_i("batch_dims", 0) != 0 {
-        return unsupported("batch_dims");
+/// `ReverseSequence`: for each batch entry `b`, its first `sequence_lens[b]` steps along the
+/// time axis in reverse order (a constant permutation of the elements).
+fn reverse_sequence(n: &Node) -> OpResult<Vec<Value>> {
+    let x = n.input(0)?;
+    let lens = n.konst(1)?.to_i64s()?;
+    let r = x.rank();
+    let (batch_axis, time_axis) = (
+        axis(n.attr_i("batch_axis", 1), r)?,
+        axis(n.attr_i("time_axis", 0), r)?,
+    );
+    let shape = x.shape().to_vec();
+    if batch_axis == time_axis || lens.len() != shape[batch_axis] {
+        return invalid(format!(
+            "{} sequence lengths, batch axis {batch_axis}, time axis {time_axis}, shape {shape:?}",
+            lens.len()
+        ));
     }
+    let st = strides(&shape);
+    let steps = shape[time_axis] as i64;
+    let mut flat = Vec::with_capacity(x.shape().iter().product());
+    for f in 0..shape.iter().product::<usize>() {
+        let b = f / st[batch_axis] % shape[batch_axis];
+        let t = (f / st[time_axis] % shape[time_axis]) as i64;
+        let len = lens[b];
+        if !(0..=steps).contains(&len) {
+            return invalid(format!("sequence length {len} for {steps} steps"));
+        }
+        let from = if t < len { len - 1 - t } else { t };
+        flat.push((f as i64 + (from - t) * st[time_axis] as i64) as usize);
+    }
+    take_flat(x, flat, shape)
+}
+
+fn gather_nd(n: &Node) -> OpResult<Vec<Value>> {
     let x = n.input(0)?;
     let indices = n.konst(1)?;
+    let b =
+        usize::try_from(n.attr_i("batch_dims", 0)).or_else(|_| invalid("negative batch_dims"))?;
     let Some((&k, lead)) = indices.shape.split_last() else {
         return invalid("indices must have rank >= 1");
     };
-    if k == 0 || k > x.rank() {
-        return invalid(format!("index tuples of {k} for data of rank {}", x.rank()));
+    if k == 0 || b + k > x.rank() || b >= indices.shape.len() || lead[..b] != x.shape()[..b] {
+        return invalid(format!(
+            "indices of shape {:?} with batch_dims {b} for data of shape {:?}",
+            indices.shape,
+            x.shape()
+        ));
     }
+    // the first `b` axes pair up: tuple t of batch g indexes data[g] from axis b on
     let in_strides = strides(x.shape());
-    let inner: usize = x.shape()[k..].iter().product();
+    let batch_size: usize = x.shape()[b..].iter().product();
+    let batches: usize = x.shape()[..b].iter().product();
+    let inner: usize = x.shape()[b + k..].iter().product();
     let idx = indices.to_i64s()?;
+    let per_batch = idx.len() / k / batches.max(1);
     let mut flat = Vec::with_capacity(idx.len() / k * inner);
-    for tuple in idx.chunks(k) {
-        let mut base = 0;
+    for (t, tuple) in idx.chunks(k).enumerate() {
+        let mut base = t / per_batch.max(1) * batch_size;
         for (j, &i) in tuple.iter().enumerate() {
-            let dim = x.shape()[j] as i64;
+            let dim = x.shape()[b + j] as i64;
             let i = if i < 0 { i + dim } else { i };
             if i < 0 || i >= dim {
                 return invalid(format!(
-                    "index {i} is out of range for axis {j} of size {dim}"
+                    "index {i} is out of range for axis {} of size {dim}",
+                    b + j
                 ));
             }
-            base += i as usize * in_strides[j];
+            base += i as usize * in_strides[b + j];
         }
         flat.extend(base..base + inner);
     }
     let mut shape = lead.to_vec();
-    shape.extend(&x.shape()[k..]);
+    shape.extend(&x.shape()[b + k..]);
     take_flat(x, flat, shape)
 }
 
@@ -299,15 +472,16 @@ fn permute_value(
 }
 
 fn dropout(n: &Node) -> OpResult<Vec<Value>> {
-    if n.opset >= 12 {
-        if let Some(flag) = n.opt(2) {
-            let training = flag
-                .as_const()
-                .map(|c| c.to_f32s().first().copied().unwrap_or(0.0) != 0.0)
-                .unwrap_or(true);
-            if training {
-                return unsupported("training mode");
-            }
+    let scalar_at = |i: usize| -> OpResult<Option<f32>> {
+        match n.opt(i) {
+            None => Ok(None),
+            Some(_) => Ok(n.konst(i)?.to_f32s().first().copied()),
+        }
+    };
+    if n.opset >= 12 && scalar_at(2)?.is_some_and(|t| t != 0.0) {
+        // training: elements drop at random with probability `ratio`; only 0 is deterministic
+        if scalar_at(1)?.unwrap_or(0.5) != 0.0 {
+            return unsupported("training mode with a non-zero ratio (random)");
         }
     }
     let x = n.input(0)?.clone();
@@ -683,8 +857,20 @@ fn slice(n: &Node) -> OpResult<Vec<Value>> {
             }
         })
         .collect();
-    if !matches!(x, Value::Const(_)) {
-        return unsupported("negative slice steps on run-time values");
+    if let Value::Tensor(t) = x {
+        // one constant-index gather per axis that is not taken whole in order
+        if out_shape.contains(&0) {
+            return unsupported(format!("an empty slice (shape {out_shape:?})"));
+        }
+        let mut y = t.clone();
+        for (k, &len) in out_shape.iter().enumerate() {
+            if step[k] == 1 && begin[k] == 0 && len == t.shape()[k] {
+                continue;
+            }
+            let picks: Vec<i64> = (0..len as i64).map(|i| begin[k] + i * step[k]).collect();
+            y = y.gather(&Const::ints(vec![len], picks)?.to_tensor()?, k as isize)?;
+        }
+        return tensor(y);
     }
     let in_strides = strides(x.shape());
     one(permute_value(
@@ -770,6 +956,22 @@ fn pad(n: &Node) -> OpResult<Vec<Value>> {
         "constant" => PadMode::Constant,
         "reflect" => PadMode::Reflect,
         "edge" => PadMode::Replicate,
+        "wrap" => {
+            // circular: output position p along an axis reads (p − before) mod length
+            let mut y = x;
+            for (a, &(before, after)) in full.iter().enumerate() {
+                let len = y.shape()[a];
+                if before + after == 0 {
+                    continue;
+                }
+                let picks: Vec<i64> = (0..len + before + after)
+                    .map(|p| (p as i64 - before as i64).rem_euclid(len as i64))
+                    .collect();
+                let index = Const::ints(vec![picks.len()], picks)?.to_tensor()?;
+                y = y.gather(&index, a as isize)?;
+            }
+            return tensor(y);
+        }
         other => return unsupported(format!("mode {other:?}")),
     };
     if x.dtype() == DType::F32 {
@@ -869,6 +1071,38 @@ fn cast_const(c: &Const, to: DType) -> Const {
 }
 
 fn cast(n: &Node, to: i32) -> OpResult<Vec<Value>> {
+    use crate::proto::tensor_proto::DataType as D;
+    if let Some(format) = FloatFormat::of(to) {
+        let x = n.input(0)?.to_tensor()?;
+        let x = if x.dtype() == DType::F32 {
+            x
+        } else {
+            x.cast(DType::F32)?
+        };
+        return tensor(format.round(&x, n.attr_i("saturate", 1) != 0)?);
+    }
+    let int4 = match D::try_from(to) {
+        Ok(D::Int4) => Some((-8.0, 7.0)),
+        Ok(D::Uint4) => Some((0.0, 15.0)),
+        _ => None,
+    };
+    if let Some((lo, hi)) = int4 {
+        // floats round half to even, then every value saturates to the 4-bit range
+        let t = n.input(0)?.to_tensor()?;
+        let t = match t.dtype() {
+            DType::F32 => t
+                .round()?
+                .maximum_scalar(lo)?
+                .minimum(&scalar(hi))?
+                .cast(DType::I32)?,
+            DType::I32 => {
+                let bound = |v: f32| Const::ints(vec![], vec![v as i64])?.to_tensor();
+                t.maximum(&bound(lo)?)?.minimum(&bound(hi)?)?
+            }
+            DType::Bool => t.cast(DType::I32)?,
+        };
+        return tensor(t);
+    }
     let Some(dtype) = graph_dtype(to) else {
         return unsupported(format!("cast to {}", crate::value::elem_type_name(to)));
     };
@@ -884,6 +1118,14 @@ fn cast(n: &Node, to: i32) -> OpResult<Vec<Value>> {
 }
 
 fn cast_like(n: &Node) -> OpResult<Vec<Value>> {
+    let declared = n.input_types.get(1).copied().unwrap_or(0);
+    let declared = match n.input(1)? {
+        Value::Const(c) if c.elem_type != 0 => c.elem_type,
+        _ => declared,
+    };
+    if graph_dtype(declared) == Some(n.input(1)?.dtype()) {
+        return cast(n, declared);
+    }
     let code = match n.input(1)?.dtype() {
         DType::F32 => 1,
         DType::I32 => 7,
