@@ -133,8 +133,8 @@ impl Model {
                 HostData::F32(v) => HostSlice::F32(v),
                 HostData::I32(v) => HostSlice::I32(v),
                 HostData::Bool(v) => HostSlice::Bool(v),
-                HostData::BlockQuantized(q) => {
-                    dequantized = q.dequantize();
+                HostData::BlockQuantized(_) | HostData::Deferred(_) => {
+                    dequantized = init.data().values_f32()?.unwrap_or_default();
                     HostSlice::F32(&dequantized)
                 }
             };

@@ -2,9 +2,10 @@
 //! each loads and runs on its own.
 
 use aneforge::engine::HostSlice;
-use aneforge::graph::{constant, input, DType, HostArray};
+use aneforge::graph::{constant, input, DType, DeferredF32, HostArray};
 use aneforge::{compile_functions, ProgramOptions};
 use aneforge::{Engine, FunctionSpec, Model, ParameterMode, Target};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const N: usize = 24;
@@ -126,4 +127,93 @@ fn function_names_are_checked() {
         e.contains("no function \"g\"") && e.contains("\"f\""),
         "{e}"
     );
+}
+
+/// Values served on demand, counting the reads; `broken` fails every read as a damaged file would.
+#[derive(Debug)]
+struct Served {
+    values: Vec<f32>,
+    reads: AtomicUsize,
+    broken: bool,
+}
+
+impl DeferredF32 for Served {
+    fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        if self.broken {
+            return Err("weights.safetensors: tensor 'w' is truncated".into());
+        }
+        out.copy_from_slice(&self.values[start..start + out.len()]);
+        Ok(())
+    }
+}
+
+/// Decode and prefill functions over `w` (two constant nodes of the same data).
+fn two_functions(w: &HostArray) -> Result<aneforge::Artifact, aneforge::CompileError> {
+    let x1 = input("x", &[1, K], DType::F32).unwrap();
+    let y1 = x1.linear(&constant(w.clone()), None).unwrap();
+    let x4 = input("x", &[4, K], DType::F32).unwrap();
+    let y4 = x4.linear(&constant(w.clone()), None).unwrap();
+    compile_functions(
+        &[
+            FunctionSpec {
+                name: "decode",
+                outputs: &[("y", &y1)],
+            },
+            FunctionSpec {
+                name: "prefill",
+                outputs: &[("y", &y4)],
+            },
+        ],
+        &ProgramOptions::new(&Target::Cpu, ParameterMode::Constant),
+    )
+}
+
+#[test]
+fn deferred_weights_are_read_once_and_lower_like_held_ones() {
+    let held = weight();
+    let served = Arc::new(Served {
+        values: held.as_f32().unwrap().to_vec(),
+        reads: AtomicUsize::new(0),
+        broken: false,
+    });
+    let deferred = HostArray::from_deferred(&[N, K], served.clone()).unwrap();
+    let a = two_functions(&held).unwrap();
+    let b = two_functions(&deferred).unwrap();
+    assert_eq!(
+        served.reads.load(Ordering::Relaxed),
+        1,
+        "read once per program"
+    );
+    assert_eq!(a.weights(), b.weights());
+    assert_eq!(a.mil_text(), b.mil_text());
+    let x: Vec<f32> = (0..4 * K).map(|i| (i as f32 * 0.37).cos()).collect();
+    let run = |art: aneforge::Artifact| {
+        let mut m = Model::load_function(Arc::new(art), "prefill", Engine::Cpu).unwrap();
+        m.run_f32(&[("x", HostSlice::F32(&x))]).unwrap()
+    };
+    assert_eq!(run(a), run(b));
+
+    let broken = Arc::new(Served {
+        values: Vec::new(),
+        reads: AtomicUsize::new(0),
+        broken: false,
+    });
+    assert!(
+        HostArray::from_deferred(&[N, K], broken).is_err(),
+        "length is checked"
+    );
+    let broken = Arc::new(Served {
+        values: vec![0.0; N * K],
+        reads: AtomicUsize::new(0),
+        broken: true,
+    });
+    let e = two_functions(&HostArray::from_deferred(&[N, K], broken).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("tensor 'w' is truncated"), "{e}");
 }

@@ -2,8 +2,8 @@
 
 use crate::error::{CpuError, Result};
 use crate::kernels::Kernel;
-use crate::known::{decode_literal, BlobStore, Known};
-use crate::plan::{op_error, ArenaAlloc, Home, Node, Plan, Value, Vid};
+use crate::known::{decode_literal, BlobStore, Data, Floats, Known};
+use crate::plan::{op_error, ArenaAlloc, ConstBuf, Home, Node, Plan, Value, Vid};
 use crate::port::Port;
 use crate::tensor::Elem;
 use aneforge_mil::{Argument, DType, Literal, Operation, Program, ValueType};
@@ -571,12 +571,17 @@ fn finish(
             return Ok(());
         }
         if let Some(k) = b.known.get(&v) {
-            let buf = k.to_buffer().ok_or_else(|| {
-                CpuError::Program(format!(
-                    "constant `{}` is {}, which has no runtime form",
-                    b.values[v].name, k.dtype
-                ))
-            })?;
+            let buf = match &k.data {
+                Data::F32(view @ Floats::Blob { .. }) if k.dtype == DType::Fp32 => {
+                    ConstBuf::Blob(view.clone())
+                }
+                _ => ConstBuf::Owned(k.to_buffer().ok_or_else(|| {
+                    CpuError::Program(format!(
+                        "constant `{}` is {}, which has no runtime form",
+                        b.values[v].name, k.dtype
+                    ))
+                })?),
+            };
             b.values[v].home = Home::Const(consts.len());
             consts.push(buf);
         }

@@ -1,15 +1,90 @@
 //! Compile-time constant data: inline literals and BLOBFILE payloads, decoded once.
 
+use crate::kernels::quant_blocks::Storage;
 use crate::tensor::{AlignedBuf, Elem};
 use aneforge_mil::{BlobFile, DType, Literal, TensorData, TensorType};
 use half::f16;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 pub type BlobStore = HashMap<String, BlobFile>;
 
+/// f32 values: decoded here, or read in place from a weights blob. A view holds the blob's
+/// storage, so the bytes it reads stay allocated (and cannot be reused by another program's blob)
+/// for as long as any plan or constant holds the view. Clones share the values.
+#[derive(Clone)]
+pub(crate) enum Floats {
+    Owned(Arc<Vec<f32>>),
+    /// `len` f32 values at byte `start` of `bytes`, 4-byte aligned (checked when made).
+    Blob {
+        bytes: Storage,
+        start: usize,
+        len: usize,
+    },
+}
+
+impl Floats {
+    /// A view of `payload` (little-endian f32) at byte `start` of `bytes`, or `None` when the
+    /// host is big-endian or the payload is not 4-byte aligned in memory.
+    fn view(bytes: &Storage, start: usize, byte_len: usize) -> Option<Floats> {
+        let all: &[u8] = (**bytes).as_ref();
+        let payload = all.get(start..start.checked_add(byte_len)?)?;
+        let aligned = bytemuck::try_cast_slice::<u8, f32>(payload).is_ok();
+        (cfg!(target_endian = "little") && aligned).then(|| Floats::Blob {
+            bytes: bytes.clone(),
+            start,
+            len: byte_len / 4,
+        })
+    }
+
+    /// Bytes this value holds beyond the blob it may view.
+    pub fn owned_bytes(&self) -> usize {
+        match self {
+            Floats::Owned(v) => v.len() * 4,
+            Floats::Blob { .. } => 0,
+        }
+    }
+}
+
+impl From<Vec<f32>> for Floats {
+    fn from(v: Vec<f32>) -> Floats {
+        Floats::Owned(Arc::new(v))
+    }
+}
+
+impl From<Arc<Vec<f32>>> for Floats {
+    fn from(v: Arc<Vec<f32>>) -> Floats {
+        Floats::Owned(v)
+    }
+}
+
+impl std::ops::Deref for Floats {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        match self {
+            Floats::Owned(v) => v,
+            Floats::Blob { bytes, start, len } => {
+                let all: &[u8] = (**bytes).as_ref();
+                // range and alignment were checked by `Floats::view`; the storage is immutable
+                bytemuck::cast_slice(&all[*start..*start + *len * 4])
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Floats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Floats::Owned(v) => write!(f, "Owned({} values)", v.len()),
+            Floats::Blob { start, len, .. } => write!(f, "Blob({len} values at byte {start})"),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) enum Data {
-    F32(Vec<f32>),
+    F32(Floats),
     F16(Vec<f16>),
     I32(Vec<i32>),
     I64(Vec<i64>),
@@ -32,7 +107,7 @@ impl Known {
     /// Numeric contents widened to f32; `None` for strings.
     pub fn f32s(&self) -> Option<Vec<f32>> {
         Some(match &self.data {
-            Data::F32(v) => v.clone(),
+            Data::F32(v) => v.to_vec(),
             Data::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
             Data::I32(v) => v.iter().map(|&x| x as f32).collect(),
             Data::I64(v) => v.iter().map(|&x| x as f32).collect(),
@@ -74,7 +149,7 @@ impl Known {
     pub fn from_f32(dtype: DType, shape: Vec<usize>, v: Vec<f32>) -> Known {
         let data = match dtype {
             DType::Fp16 => Data::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
-            _ => Data::F32(v),
+            _ => Data::F32(v.into()),
         };
         Known { dtype, shape, data }
     }
@@ -86,7 +161,7 @@ impl Known {
             return Known::from_f32(self.dtype, self.shape.clone(), q.dequantize()).to_buffer();
         }
         Some(match (&self.data, elem) {
-            (Data::F32(v), Elem::F32) => AlignedBuf::from_bytes(bytemuck::cast_slice(v)),
+            (Data::F32(v), Elem::F32) => AlignedBuf::from_bytes(bytemuck::cast_slice(&v[..])),
             (Data::F16(v), Elem::F16) => AlignedBuf::from_bytes(bytemuck::cast_slice(v)),
             (Data::I32(v), Elem::I32) => AlignedBuf::from_bytes(bytemuck::cast_slice(v)),
             (Data::I64(v), Elem::I32) => {
@@ -127,7 +202,7 @@ pub(crate) fn decode_literal(lit: &Literal, blobs: &BlobStore) -> Result<Known, 
                 TensorData::Float(v) => match d {
                     DType::Fp16 => Data::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
                     DType::Fp32 | DType::Fp64 | DType::Bf16 => {
-                        Data::F32(v.iter().map(|&x| x as f32).collect())
+                        Data::F32(v.iter().map(|&x| x as f32).collect::<Vec<f32>>().into())
                     }
                     _ => return Err(format!("float data for a {d} literal")),
                 },
@@ -150,10 +225,21 @@ pub(crate) fn decode_literal(lit: &Literal, blobs: &BlobStore) -> Result<Known, 
             })?;
             let payload = file.payload(*offset, ty).map_err(|e| e.to_string())?;
             let n: usize = shape.iter().product();
+            let view = match ty.dtype {
+                DType::Fp32 => {
+                    let start = file.entry(*offset).map_err(|e| e.to_string())?.data_offset;
+                    Floats::view(&file.shared_bytes(), start as usize, payload.len())
+                }
+                _ => None,
+            };
+            let data = match view {
+                Some(v) => Data::F32(v),
+                None => decode_payload(ty.dtype, payload, n)?,
+            };
             Ok(Known {
                 dtype: ty.dtype,
                 shape,
-                data: decode_payload(ty.dtype, payload, n)?,
+                data,
             })
         }
         Literal::Tuple(_) | Literal::Dict { .. } => {
@@ -205,9 +291,15 @@ fn decode_payload(d: DType, p: &[u8], n: usize) -> Result<Data, String> {
         DType::Bf16 => Data::F32(
             p.chunks_exact(2)
                 .map(|c| half::bf16::from_bits(le16(c)).to_f32())
-                .collect(),
+                .collect::<Vec<f32>>()
+                .into(),
         ),
-        DType::Fp32 => Data::F32(p.chunks_exact(4).map(|c| f32::from_bits(le32(c))).collect()),
+        DType::Fp32 => Data::F32(
+            p.chunks_exact(4)
+                .map(|c| f32::from_bits(le32(c)))
+                .collect::<Vec<f32>>()
+                .into(),
+        ),
         DType::Int8 => Data::I8(p.iter().map(|&b| b as i8).collect()),
         DType::Uint8 => Data::U8(p.to_vec()),
         DType::Int16 => Data::I32(p.chunks_exact(2).map(|c| le16(c) as i16 as i32).collect()),

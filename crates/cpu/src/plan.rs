@@ -2,6 +2,7 @@
 
 use crate::error::CpuError;
 use crate::kernels::Kernel;
+use crate::known::Floats;
 use crate::port::Port;
 use crate::tensor::{AlignedBuf, Elem};
 use aneforge_mil::DType;
@@ -52,6 +53,30 @@ pub(crate) struct Node {
     pub writes: Vec<Vid>,
 }
 
+/// A constant's bytes at run time (read only, shared by every instance of the plan): decoded
+/// here, or f32 values read in place from the weights blob.
+pub(crate) enum ConstBuf {
+    Owned(AlignedBuf),
+    Blob(Floats),
+}
+
+impl ConstBuf {
+    pub fn as_ptr(&self) -> *const u8 {
+        match self {
+            ConstBuf::Owned(b) => b.as_ptr(),
+            ConstBuf::Blob(v) => v.as_ptr() as *const u8,
+        }
+    }
+
+    /// Bytes held by the plan itself (a blob view holds none).
+    pub fn owned_bytes(&self) -> usize {
+        match self {
+            ConstBuf::Owned(b) => b.len(),
+            ConstBuf::Blob(v) => v.owned_bytes(),
+        }
+    }
+}
+
 /// An immutable, validated execution plan for one function. Share it between instances.
 pub struct Plan {
     pub(crate) values: Vec<Value>,
@@ -59,7 +84,7 @@ pub struct Plan {
     /// output ports, constants.
     pub(crate) locs: Vec<(usize, usize)>,
     pub(crate) nodes: Vec<Node>,
-    pub(crate) consts: Vec<AlignedBuf>,
+    pub(crate) consts: Vec<ConstBuf>,
     pub(crate) inputs: Vec<Port>,
     pub(crate) outputs: Vec<Port>,
     pub(crate) output_vids: Vec<Vid>,
@@ -105,7 +130,7 @@ impl Plan {
 
     /// Bytes of decoded constants held by the plan.
     pub fn const_bytes(&self) -> usize {
-        self.consts.iter().map(|c| c.len()).sum::<usize>()
+        self.consts.iter().map(ConstBuf::owned_bytes).sum::<usize>()
             + self
                 .nodes
                 .iter()

@@ -153,6 +153,11 @@ impl BlobWriter {
         desc[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         desc[16..24].copy_from_slice(&data_offset.to_le_bytes());
         desc[24..32].copy_from_slice(&padding_bits.to_le_bytes());
+        let grow = desc.len() + payload.len() + ALIGNMENT as usize;
+        if self.bytes.capacity() - self.bytes.len() < grow {
+            // a quarter more, not double: a model's blob is most of its process's memory
+            self.bytes.reserve_exact(grow.max(self.bytes.len() / 4));
+        }
         self.bytes.extend_from_slice(&desc);
         self.bytes.extend_from_slice(payload);
         let end = align_up(self.bytes.len() as u64) as usize;
@@ -184,7 +189,9 @@ impl BlobWriter {
         self.count == 0
     }
 
-    pub fn finish(self) -> Vec<u8> {
+    /// The file's bytes, without spare capacity (a program's blob lives as long as the program).
+    pub fn finish(mut self) -> Vec<u8> {
+        self.bytes.shrink_to_fit();
         self.bytes
     }
 }

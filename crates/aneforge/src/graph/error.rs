@@ -28,6 +28,9 @@ pub enum GraphError {
     },
     #[error("name {name:?}: {message}")]
     Name { name: String, message: String },
+    /// Deferred constant data ([`super::DeferredF32`]) could not be read.
+    #[error("constant data: {0}")]
+    ConstantData(String),
 }
 
 impl GraphError {

@@ -3,13 +3,46 @@
 use super::{BlockQuantized, DType, GraphError, MAX_RANK};
 use std::sync::Arc;
 
-#[derive(Clone, Debug, PartialEq)]
+/// f32 values produced on demand (read from a weights file, say) instead of held in memory: a
+/// constant that is only written into a program's weights blob then never exists as a second
+/// copy. Every read of the same range returns the same values.
+pub trait DeferredF32: Send + Sync + std::fmt::Debug {
+    /// Number of values.
+    fn len(&self) -> usize;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Values `start..start + out.len()` into `out`; the error names where the values live.
+    fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String>;
+}
+
+#[derive(Clone, Debug)]
 pub enum HostData {
     F32(Arc<[f32]>),
     I32(Arc<[i32]>),
     Bool(Arc<[bool]>),
     /// f32 values stored block-quantized (a `[rows, cols]` array).
     BlockQuantized(Arc<BlockQuantized>),
+    /// f32 values read when needed ([`HostData::values_f32`]).
+    Deferred(Arc<dyn DeferredF32>),
+}
+
+impl PartialEq for HostData {
+    /// Held data compares by value; deferred data is equal only to the same source.
+    fn eq(&self, other: &HostData) -> bool {
+        match (self, other) {
+            (HostData::F32(a), HostData::F32(b)) => a == b,
+            (HostData::I32(a), HostData::I32(b)) => a == b,
+            (HostData::Bool(a), HostData::Bool(b)) => a == b,
+            (HostData::BlockQuantized(a), HostData::BlockQuantized(b)) => a == b,
+            (HostData::Deferred(a), HostData::Deferred(b)) => {
+                std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+            }
+            _ => false,
+        }
+    }
 }
 
 impl HostData {
@@ -19,7 +52,22 @@ impl HostData {
             HostData::I32(v) => v.len(),
             HostData::Bool(v) => v.len(),
             HostData::BlockQuantized(q) => q.rows() * q.cols(),
+            HostData::Deferred(d) => d.len(),
         }
+    }
+
+    /// f32 contents (dequantized, or read if deferred); `None` for integer and bool data.
+    pub fn values_f32(&self) -> Result<Option<Arc<[f32]>>, GraphError> {
+        Ok(Some(match self {
+            HostData::F32(v) => v.clone(),
+            HostData::BlockQuantized(q) => q.dequantize().into(),
+            HostData::Deferred(d) => {
+                let mut v = vec![0f32; d.len()];
+                d.read(0, &mut v).map_err(GraphError::ConstantData)?;
+                v.into()
+            }
+            HostData::I32(_) | HostData::Bool(_) => return Ok(None),
+        }))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -31,7 +79,7 @@ impl HostData {
             HostData::F32(_) => DType::F32,
             HostData::I32(_) => DType::I32,
             HostData::Bool(_) => DType::Bool,
-            HostData::BlockQuantized(_) => DType::F32,
+            HostData::BlockQuantized(_) | HostData::Deferred(_) => DType::F32,
         }
     }
 }
@@ -136,11 +184,30 @@ impl HostArray {
         }
     }
 
-    /// f32 values, dequantized from block-quantized storage (`None` for integer and bool data).
+    /// A `[len]`-element f32 array whose values are read on demand (see [`DeferredF32`]).
+    pub fn from_deferred(
+        shape: &[usize],
+        data: Arc<dyn DeferredF32>,
+    ) -> Result<HostArray, GraphError> {
+        HostArray::new(shape, HostData::Deferred(data))
+    }
+
+    /// Whether the values are read on demand rather than held.
+    pub fn is_deferred(&self) -> bool {
+        matches!(self.data, HostData::Deferred(_))
+    }
+
+    /// f32 values, dequantized from block-quantized storage or read if deferred (`None` for
+    /// integer and bool data, and for deferred data that cannot be read: use
+    /// [`HostData::values_f32`] for the error).
     pub fn to_f32_vec(&self) -> Option<Vec<f32>> {
         match &self.data {
             HostData::F32(v) => Some(v.to_vec()),
             HostData::BlockQuantized(q) => Some(q.dequantize()),
+            HostData::Deferred(d) => {
+                let mut v = vec![0f32; d.len()];
+                d.read(0, &mut v).ok().map(|()| v)
+            }
             _ => None,
         }
     }
@@ -169,6 +236,11 @@ impl HostArray {
             HostData::I32(v) => f64::from(v[0]),
             HostData::Bool(v) => f64::from(u8::from(v[0])),
             HostData::BlockQuantized(q) => f64::from(q.dequantize()[0]),
+            HostData::Deferred(d) => {
+                let mut v = [0f32];
+                d.read(0, &mut v).ok()?;
+                f64::from(v[0])
+            }
         })
     }
 }

@@ -8,12 +8,29 @@ use half::f16;
 use mil::{BlobWriter, Literal, TensorType};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Float constants with more elements than this go to the weights blob.
 pub const INLINE_MAX_ELEMENTS: usize = 16;
 
 /// Where BLOBFILE literals point, relative to the program directory.
 pub const BLOB_PATH: &str = aneforge_mil::WEIGHTS_PATH;
+
+/// A constant's blob payload: encoded bytes, or f32 values that are their own little-endian
+/// encoding.
+enum Encoded {
+    Bytes(Vec<u8>),
+    F32(Arc<[f32]>),
+}
+
+impl Encoded {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Encoded::Bytes(b) => b,
+            Encoded::F32(v) => bytemuck::cast_slice(v),
+        }
+    }
+}
 
 pub(crate) enum Interned {
     Existing(String),
@@ -129,45 +146,74 @@ impl ConstTable {
         let literal_of = |ty: TensorType, data: mil::TensorData| Literal::Tensor { ty, data };
         let (key, literal) =
             match value.data() {
-                HostData::F32(v) => {
+                HostData::F32(_) | HostData::Deferred(_) => {
                     let ty = TensorType::new(self.float, shape);
-                    let address = (v.as_ptr() as usize, v.len(), self.float, shape.to_vec());
+                    let len = value.len();
+                    // held data by its address, deferred data by its source's: both are owned by
+                    // the graph, alive for the whole lowering
+                    let source = match value.data() {
+                        HostData::Deferred(d) => Arc::as_ptr(d) as *const u8 as usize,
+                        HostData::F32(v) => v.as_ptr() as usize,
+                        _ => 0,
+                    };
+                    let address = (source, len, self.float, shape.to_vec());
                     let known = self.keys_by_address.get(&address).copied();
                     if let Some(name) = known.and_then(|k| self.by_key.get(&k)) {
                         return Ok(Interned::Existing(name.clone()));
                     }
-                    let encode = || -> Vec<u8> {
-                        match self.float {
-                            mil::DType::Fp16 => {
-                                v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect()
-                            }
-                            _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                    // deferred values are read here, once per program, and dropped once encoded
+                    let load = || -> Result<Arc<[f32]>, LowerError> {
+                        Ok(value
+                            .data()
+                            .values_f32()
+                            .map_err(LowerError::ConstantData)?
+                            .unwrap_or_default())
+                    };
+                    let float = self.float;
+                    // f32 on a little-endian host is its own encoding: no second copy
+                    let encode = |v: Arc<[f32]>| -> Encoded {
+                        match float {
+                            mil::DType::Fp16 => Encoded::Bytes(
+                                v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect(),
+                            ),
+                            _ if cfg!(target_endian = "little") => Encoded::F32(v),
+                            _ => Encoded::Bytes(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
                         }
                     };
-                    let (key, bytes) = match known {
+                    let (key, bytes, held) = match known {
                         // a large constant another function already stored: no need to re-encode it
-                        Some(k) if self.blob_offsets.contains_key(&k) => (k, Vec::new()),
-                        Some(k) => (k, encode()),
+                        Some(k) if self.blob_offsets.contains_key(&k) => {
+                            (k, Encoded::Bytes(Vec::new()), None)
+                        }
+                        Some(k) => {
+                            let v = load()?;
+                            (k, encode(v.clone()), Some(v))
+                        }
                         None => {
-                            let bytes = encode();
+                            let v = load()?;
+                            let bytes = encode(v.clone());
                             hasher.update(self.float.name());
-                            hasher.update(&bytes);
+                            hasher.update(bytes.bytes());
                             let k: [u8; 32] = hasher.finalize().into();
                             self.keys_by_address.insert(address, k);
-                            (k, bytes)
+                            (k, bytes, Some(v))
                         }
                     };
                     if let Some(name) = self.by_key.get(&key) {
                         return Ok(Interned::Existing(name.clone()));
                     }
-                    let literal = if v.len() <= INLINE_MAX_ELEMENTS {
+                    let literal = if len <= INLINE_MAX_ELEMENTS {
+                        let v = match held {
+                            Some(v) => v,
+                            None => load()?,
+                        };
                         let data = v.iter().map(|&x| self.float_value(x)).collect();
                         literal_of(ty, mil::TensorData::Float(data))
                     } else {
                         let offset = match self.blob_offsets.get(&key) {
                             Some(&offset) => offset,
                             None => {
-                                let offset = self.blob.add(self.float, v.len(), &bytes)?;
+                                let offset = self.blob.add(self.float, len, bytes.bytes())?;
                                 self.blob_offsets.insert(key, offset);
                                 offset
                             }

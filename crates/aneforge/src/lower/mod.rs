@@ -86,6 +86,9 @@ pub enum LowerError {
     },
     #[error("weights blob: {0}")]
     Blob(#[from] mil::BlobError),
+    /// A deferred constant's values could not be read.
+    #[error("{0}")]
+    ConstantData(GraphError),
 }
 
 /// One function ready for emission: its name, its outputs (canonical graphs, legalized for ANE

@@ -14,7 +14,8 @@ pub const WEIGHT_CEILING: u64 = 1_600_000_000;
 fn weight_bytes(t: &Tensor) -> u64 {
     match t.op() {
         Op::Constant(c)
-            if matches!(c.data(), HostData::F32(_)) && c.len() > INLINE_MAX_ELEMENTS =>
+            if matches!(c.data(), HostData::F32(_) | HostData::Deferred(_))
+                && c.len() > INLINE_MAX_ELEMENTS =>
         {
             (c.len() * 2) as u64
         }

@@ -106,6 +106,12 @@ fn tile_output(t: &Tensor, cap: usize) -> Result<Option<Vec<Tensor>>, GraphError
                     HostData::BlockQuantized(q) => Some(constant(HostArray::from_block_quantized(
                         q.slice_rows(start, len)?,
                     )?)),
+                    HostData::Deferred(d) => {
+                        let mut rows = vec![0f32; len * inner];
+                        d.read(start * inner, &mut rows)
+                            .map_err(GraphError::ConstantData)?;
+                        Some(constant(HostArray::from_f32(&[len, inner], rows)?))
+                    }
                     _ => None,
                 })
             };

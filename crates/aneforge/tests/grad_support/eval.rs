@@ -23,7 +23,13 @@ pub fn host(data: &HostData, shape: &[usize]) -> Nd {
         HostData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
         HostData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
         HostData::Bool(v) => v.iter().map(|&x| f64::from(u8::from(x))).collect(),
-        HostData::BlockQuantized(q) => q.dequantize().into_iter().map(f64::from).collect(),
+        HostData::BlockQuantized(_) | HostData::Deferred(_) => data
+            .values_f32()
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect(),
     };
     Nd::new(shape, v)
 }

@@ -214,7 +214,13 @@ fn host(d: &HostData) -> Vec<f64> {
         HostData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
         HostData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
         HostData::Bool(v) => v.iter().map(|&x| f64::from(u8::from(x))).collect(),
-        HostData::BlockQuantized(q) => q.dequantize().iter().map(|&x| f64::from(x)).collect(),
+        HostData::BlockQuantized(_) | HostData::Deferred(_) => d
+            .values_f32()
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect(),
     }
 }
 

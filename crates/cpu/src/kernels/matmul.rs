@@ -8,11 +8,12 @@ use crate::tensor::{Elem, SendPtr};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
-/// A compile-time weight stored as `wt[n][k]` (row j holds the k-vector of output column j),
-/// shared with every other plan that prepared the same contents.
+/// A compile-time weight stored as `wt[n][k]` (row j holds the k-vector of output column j):
+/// read in place from the weights blob, or a copy shared with every other plan that prepared the
+/// same contents.
 #[derive(Debug)]
 pub struct Prepared {
-    pub wt: std::sync::Arc<Vec<f32>>,
+    pub(crate) wt: crate::known::Floats,
     pub k: usize,
 }
 

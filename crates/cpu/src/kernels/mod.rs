@@ -228,7 +228,7 @@ impl Kernel {
     pub fn owned_bytes(&self) -> usize {
         match self {
             Kernel::Matmul(m) => match &m.rhs {
-                matmul::Rhs::Prepared(p) => p.wt.len() * 4,
+                matmul::Rhs::Prepared(p) => p.wt.owned_bytes(),
                 matmul::Rhs::Quant(q) => q.bytes(),
                 _ => 0,
             },

@@ -221,7 +221,7 @@ pub(super) fn fill(cx: &mut OpCx) -> Result<()> {
     let n = shape.iter().product();
     let data = match dtype {
         DType::Fp16 => Data::F16(vec![half::f16::from_f32(val); n]),
-        DType::Fp32 => Data::F32(vec![val; n]),
+        DType::Fp32 => Data::F32(vec![val; n].into()),
         DType::Int32 => Data::I32(vec![val as i32; n]),
         DType::Bool => Data::Bool(vec![val != 0.0; n]),
         d => return Err(cx.err(format!("fill value of type {d} is not supported"))),

@@ -5,7 +5,7 @@ use crate::error::Result;
 use crate::kernels::ew::{broadcast_shapes, broadcast_strides, BinOp, Chain, Instr, Load};
 use crate::kernels::matmul::{Matmul, Prepared, Rhs};
 use crate::kernels::Kernel;
-use crate::known::Data;
+use crate::known::{Data, Floats, Known};
 use crate::plan::Vid;
 use crate::tensor::Elem;
 use aneforge_mil::DType;
@@ -125,21 +125,7 @@ pub(crate) fn matmul(cx: &mut OpCx) -> Result<()> {
     let y_batch_one = yb.iter().product::<usize>() == 1;
     let rhs = match (cx.known(y), y_batch_one) {
         (Some(kn), true) => {
-            let yv = kn.f32s().ok_or_else(|| cx.err("y is not numeric"))?;
-            let mut wt = vec![0f32; n * k];
-            for j in 0..n {
-                for kk in 0..k {
-                    wt[j * k + kk] = if ty && !y1 {
-                        yv[j * k + kk]
-                    } else {
-                        yv[kk * n + j]
-                    };
-                }
-            }
-            Rhs::Prepared(Prepared {
-                wt: crate::shared_weights::share(wt),
-                k,
-            })
+            Rhs::Prepared(prepare(kn, n, k, ty && !y1).ok_or_else(|| cx.err("y is not numeric"))?)
         }
         _ => {
             let (rs, cs) = if ty && !y1 { (1, yc) } else { (yc, 1) };
@@ -247,11 +233,7 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
             let wk = cx
                 .known(w)
                 .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
-            let wt = wk.f32s().ok_or_else(|| cx.err("weight is not numeric"))?;
-            Rhs::Prepared(Prepared {
-                wt: crate::shared_weights::share(wt),
-                k,
-            })
+            Rhs::Prepared(prepare(wk, n, k, true).ok_or_else(|| cx.err("weight is not numeric"))?)
         }
     };
     if let Some(b) = bias {
@@ -294,6 +276,35 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
         writes,
     );
     Ok(())
+}
+
+/// A constant right-hand side as `wt[n][k]` (`nk`: the constant is stored `[n, k]` already,
+/// else `[k, n]`). f32 blob constants stored `[n, k]` are read in place (the blob is the only
+/// copy); anything else is widened or transposed into a copy shared by content between plans.
+/// `None` for non-numeric constants.
+fn prepare(kn: &Known, n: usize, k: usize, nk: bool) -> Option<Prepared> {
+    if let (true, Data::F32(view @ Floats::Blob { .. })) = (nk, &kn.data) {
+        return Some(Prepared {
+            wt: view.clone(),
+            k,
+        });
+    }
+    let yv = kn.f32s()?;
+    let wt = if nk {
+        yv
+    } else {
+        let mut wt = vec![0f32; n * k];
+        for j in 0..n {
+            for kk in 0..k {
+                wt[j * k + kk] = yv[kk * n + j];
+            }
+        }
+        wt
+    };
+    Some(Prepared {
+        wt: crate::shared_weights::share(wt).into(),
+        k,
+    })
 }
 
 /// Two-operand einsum without repeated or summed-away single-operand indices: permute both

@@ -394,14 +394,18 @@ pub fn merge(
             let base = target.constant_value().ok_or_else(|| {
                 LlmError::Internal(format!("layer {i} {} is not a constant", p.module()))
             })?;
+            if base.as_block_quantized().is_some() {
+                return Err(LlmError::Invalid(format!(
+                    "layer {i} {} is quantized; load the model with dense weights to merge a \
+                     LoRA adapter",
+                    p.module()
+                )));
+            }
             let mut values = base
-                .as_f32()
+                .data()
+                .values_f32()?
                 .ok_or_else(|| {
-                    LlmError::Invalid(format!(
-                        "layer {i} {} is quantized; load the model with dense weights to merge \
-                         a LoRA adapter",
-                        p.module()
-                    ))
+                    LlmError::Internal(format!("layer {i} {} is not float", p.module()))
                 })?
                 .to_vec();
             let shape = base.shape().to_vec();

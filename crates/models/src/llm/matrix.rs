@@ -34,7 +34,9 @@
 
 use std::sync::Arc;
 
-use aneforge::graph::{self, BlockQuantized, HostArray, QuantFormat, Tensor};
+use aneforge::graph::{
+    self, BlockQuantized, DeferredF32, HostArray, HostData, QuantFormat, Tensor,
+};
 
 use super::LlmError;
 use crate::gguf::{
@@ -42,10 +44,58 @@ use crate::gguf::{
     BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, GgmlType, GgufFile,
 };
 
+/// A weight matrix. Dense values may be deferred ([`DeferredF32`]: read from the model's file
+/// when a program is compiled), so the compiled program's blob holds the only copy.
 #[derive(Clone, Debug)]
 pub enum Matrix {
     Dense(HostArray),
     Quant(BlockQuantized),
+}
+
+/// The f32 values of a dense array, read if deferred.
+fn values(a: &HostArray) -> Result<Arc<[f32]>, LlmError> {
+    a.data()
+        .values_f32()?
+        .ok_or_else(|| LlmError::Internal(format!("a {:?} weight is not float", a.dtype())))
+}
+
+/// Deferred matrices stacked by rows, read part by part.
+#[derive(Debug)]
+struct DeferredRows {
+    parts: Vec<Arc<dyn DeferredF32>>,
+}
+
+impl DeferredF32 for DeferredRows {
+    fn len(&self) -> usize {
+        self.parts.iter().map(|p| p.len()).sum()
+    }
+
+    fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
+        let (mut skip, mut done) = (start, 0);
+        for p in &self.parts {
+            if done == out.len() {
+                break;
+            }
+            let n = p.len();
+            if skip >= n {
+                skip -= n;
+                continue;
+            }
+            let take = (n - skip).min(out.len() - done);
+            p.read(skip, &mut out[done..done + take])?;
+            done += take;
+            skip = 0;
+        }
+        if done != out.len() {
+            return Err(format!(
+                "values {start}..{} of {} stacked rows lie past their {} values",
+                start + out.len(),
+                self.parts.len(),
+                self.len()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Blocks appended in row-major order in MIL's storage of `format`.
@@ -289,9 +339,9 @@ impl Matrix {
         {
             return Ok(self.clone());
         }
-        let dense = match self {
-            Matrix::Dense(a) => a.as_f32().unwrap_or(&[]).to_vec(),
-            Matrix::Quant(q) => q.dequantize(),
+        let dense: Arc<[f32]> = match self {
+            Matrix::Dense(a) => values(a)?,
+            Matrix::Quant(q) => q.dequantize().into(),
         };
         let (lo, hi) = format.range();
         let mut q = Vec::with_capacity(rows * cols);
@@ -363,12 +413,29 @@ impl Matrix {
                 return Ok(Matrix::Quant(BlockQuantized::concat_rows(&refs)?));
             }
         }
-        // dense and quantized parts, or integers no one format holds: everything dense
         let rows: usize = parts.iter().map(Matrix::rows).sum();
+        let deferred: Vec<Arc<dyn DeferredF32>> = parts
+            .iter()
+            .filter_map(|p| match p {
+                Matrix::Dense(a) => match a.data() {
+                    HostData::Deferred(d) => Some(d.clone()),
+                    _ => None,
+                },
+                Matrix::Quant(_) => None,
+            })
+            .collect();
+        if deferred.len() == parts.len() {
+            let stacked = DeferredRows { parts: deferred };
+            return Ok(Matrix::Dense(HostArray::from_deferred(
+                &[rows, cols],
+                Arc::new(stacked),
+            )?));
+        }
+        // dense and quantized parts, or integers no one format holds: everything dense
         let mut data = Vec::with_capacity(rows * cols);
         for p in parts {
             match p {
-                Matrix::Dense(a) => data.extend_from_slice(a.as_f32().unwrap_or(&[])),
+                Matrix::Dense(a) => data.extend_from_slice(&values(a)?),
                 Matrix::Quant(q) => data.extend(q.dequantize()),
             }
         }
@@ -385,9 +452,9 @@ impl Matrix {
             )));
         }
         match self {
-            Matrix::Dense(a) => Ok(Matrix::Dense(HostArray::from_f32(
+            Matrix::Dense(a) => Ok(Matrix::Dense(HostArray::new(
                 &[rows / k, k * cols],
-                a.as_f32().unwrap_or(&[]).to_vec(),
+                a.data().clone(),
             )?)),
             Matrix::Quant(q) => Ok(Matrix::Quant(BlockQuantized::new(
                 q.format(),
@@ -412,7 +479,7 @@ impl Matrix {
         }
         match self {
             Matrix::Dense(a) => {
-                let v = a.as_f32().unwrap_or(&[]);
+                let v = values(a)?;
                 let mut out = Vec::with_capacity(rows * cols);
                 for &p in perm {
                     out.extend_from_slice(&v[p * cols..(p + 1) * cols]);
@@ -433,9 +500,12 @@ impl Matrix {
             });
         }
         match self {
-            Matrix::Dense(a) => {
-                out.copy_from_slice(&a.as_f32().unwrap_or(&[])[r * cols..(r + 1) * cols]);
-            }
+            Matrix::Dense(a) => match a.data() {
+                HostData::Deferred(d) => d
+                    .read(r * cols, out)
+                    .map_err(|e| LlmError::Graph(aneforge::GraphError::ConstantData(e)))?,
+                _ => out.copy_from_slice(&values(a)?[r * cols..(r + 1) * cols]),
+            },
             Matrix::Quant(q) => q.dequantize_row(r, out),
         }
         Ok(())

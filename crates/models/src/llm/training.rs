@@ -61,14 +61,19 @@ pub fn tensor_name(port: &str) -> String {
 fn param_of(name: &str, t: &Tensor, params: &mut Vec<Tensor>) -> Result<Tensor, LlmError> {
     let value = t
         .constant_value()
-        .filter(|v| v.as_f32().is_some())
+        .filter(|v| v.as_f32().is_some() || v.is_deferred())
         .ok_or_else(|| {
             LlmError::Invalid(format!(
                 "weight {name} is not dense f32; load the model with dense weights \
                  (WeightFormat::Dense) to train it"
             ))
         })?;
-    let p = graph::parameter(&port_name(name), value.clone())?;
+    // a trained weight is held: deferred values are read once here
+    let value = match value.data().values_f32()? {
+        Some(v) if value.is_deferred() => HostArray::from_f32(value.shape(), v)?,
+        _ => value.clone(),
+    };
+    let p = graph::parameter(&port_name(name), value)?;
     params.push(p.clone());
     Ok(p)
 }

@@ -9,6 +9,7 @@ mod varbuilder;
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub(crate) use convert::f64_le_to_f32;
 pub use convert::{bf16_le_to_f32, f16_le_to_f32, f32_le_to_f32};
@@ -135,6 +136,76 @@ pub trait TensorSource: Send + Sync {
     fn read_f32(&self, name: &str) -> Result<HostArray<f32>, WeightError>;
     /// The tensor as i64 (integer types only).
     fn read_i64(&self, name: &str) -> Result<HostArray<i64>, WeightError>;
+
+    /// Whether [`TensorSource::read_f32_range`] reads only the range (else it reads the whole
+    /// tensor each time).
+    fn reads_ranges(&self) -> bool {
+        false
+    }
+
+    /// Elements `start..start + out.len()` of the tensor (row-major) converted to f32, into
+    /// `out`. Sources that can read a range without the rest override this.
+    fn read_f32_range(&self, name: &str, start: usize, out: &mut [f32]) -> Result<(), WeightError> {
+        let all = self.read_f32(name)?;
+        let (shape, data) = all.into_parts();
+        let range = data
+            .get(start..start.saturating_add(out.len()))
+            .ok_or_else(|| WeightError::BadTensor {
+                name: name.to_string(),
+                file: self.meta(name).map(|m| m.file).unwrap_or_default(),
+                reason: format!(
+                    "elements {start}..{} lie outside its shape {shape:?}",
+                    start.saturating_add(out.len())
+                ),
+            })?;
+        out.copy_from_slice(range);
+        Ok(())
+    }
+}
+
+/// A floating-point tensor of a source, read when a program is compiled instead of held (see
+/// [`aneforge::graph::DeferredF32`]): a model's weights then live in the compiled program's blob
+/// only. Holds the source (and so its file mapping) alive.
+#[derive(Clone)]
+pub struct DeferredTensor {
+    source: Arc<dyn TensorSource>,
+    name: String,
+    len: usize,
+}
+
+impl DeferredTensor {
+    /// The tensor `name` of `source`, if it is there with a floating-point dtype and the source
+    /// reads ranges.
+    pub fn new(source: &Arc<dyn TensorSource>, name: &str) -> Option<DeferredTensor> {
+        let meta = source.meta(name)?;
+        if !source.reads_ranges() {
+            return None;
+        }
+        let float = ["F32", "F16", "BF16", "F64"].contains(&meta.dtype.as_str());
+        float.then(|| DeferredTensor {
+            source: source.clone(),
+            name: name.to_string(),
+            len: meta.shape.iter().product(),
+        })
+    }
+}
+
+impl fmt::Debug for DeferredTensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} in {}", self.name, self.source.describe())
+    }
+}
+
+impl aneforge::graph::DeferredF32 for DeferredTensor {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
+        self.source
+            .read_f32_range(&self.name, start, out)
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// Up to `limit` names from `names` that look like `wanted`: the same last two components, or the

@@ -187,6 +187,27 @@ impl SafeTensorsFiles {
         Ok(files)
     }
 
+    /// Drops the mapped pages under `part` (a slice of tensor `name`'s bytes) from this
+    /// process's resident set; a later read maps them again from the page cache.
+    #[cfg(unix)]
+    fn release(&self, name: &str, part: &[u8]) {
+        let Some(file) = self.index.get(name).and_then(|&i| self.files.get(i)) else {
+            return;
+        };
+        let base = file.mmap.as_ptr() as usize;
+        let offset = part.as_ptr() as usize - base;
+        // SAFETY: the mapping is read-only and file-backed, so discarding its pages loses
+        // nothing: the next access reads them again from the file. No reference into the range
+        // is used across the call in a way that relies on the pages staying resident.
+        let _ = unsafe {
+            file.mmap
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, part.len())
+        };
+    }
+
+    #[cfg(not(unix))]
+    fn release(&self, _name: &str, _part: &[u8]) {}
+
     /// A tensor's bytes as stored (little-endian), with its dtype, shape and file.
     pub fn raw(&self, name: &str) -> Result<RawTensor<'_>, WeightError> {
         let file = self
@@ -264,6 +285,53 @@ impl TensorSource for SafeTensorsFiles {
             }
         };
         array(name, file, shape, data)
+    }
+
+    fn reads_ranges(&self) -> bool {
+        true
+    }
+
+    /// Converts straight from the mapping, then lets the kernel drop the range's mapped pages
+    /// from this process (they stay in the page cache): a model read once into a compiled
+    /// program does not keep the file resident as well.
+    fn read_f32_range(&self, name: &str, start: usize, out: &mut [f32]) -> Result<(), WeightError> {
+        let RawTensor {
+            file,
+            bytes,
+            dtype,
+            shape,
+        } = self.raw(name)?;
+        let width = match dtype {
+            Dtype::F32 => 4,
+            Dtype::F16 | Dtype::BF16 => 2,
+            Dtype::F64 => 8,
+            other => {
+                return Err(WeightError::WrongDtype {
+                    name: name.to_string(),
+                    file: file.to_path_buf(),
+                    dtype: format!("{other:?}"),
+                    wanted: "f32 (from F32, F16, BF16 or F64)",
+                })
+            }
+        };
+        let end = start.saturating_add(out.len());
+        let part = bytes
+            .get(start.saturating_mul(width)..end.saturating_mul(width))
+            .ok_or_else(|| WeightError::BadTensor {
+                name: name.to_string(),
+                file: file.to_path_buf(),
+                reason: format!("elements {start}..{end} lie outside its shape {shape:?}"),
+            })?;
+        for (o, c) in out.iter_mut().zip(part.chunks_exact(width)) {
+            *o = match dtype {
+                Dtype::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                Dtype::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
+                Dtype::BF16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+                _ => f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32,
+            };
+        }
+        self.release(name, part);
+        Ok(())
     }
 
     fn read_i64(&self, name: &str) -> Result<HostArray<i64>, WeightError> {

@@ -12,7 +12,7 @@ use super::config::{Experts, Family, LlmConfig, MlpKind, NormKind, Positions};
 use super::matrix::Matrix;
 use super::LlmError;
 use crate::gguf::GgufFile;
-use crate::weights::{TensorSource, VarBuilder};
+use crate::weights::{DeferredTensor, TensorSource, VarBuilder};
 use names::{ExpertLayout, NameMap, Part};
 
 /// Weight (and bias) of one normalisation.
@@ -83,8 +83,8 @@ impl WeightFile {
         self.source().meta(name).is_some()
     }
 
-    /// A tensor as f32 with exactly `shape`.
-    fn dense(&self, name: &str, shape: &[usize]) -> Result<HostArray, LlmError> {
+    /// Checks that the tensor exists with exactly `shape`.
+    fn check(&self, name: &str, shape: &[usize]) -> Result<(), LlmError> {
         let src = self.source();
         let meta = src.meta(name).ok_or_else(|| {
             LlmError::Weights(crate::WeightError::MissingTensor {
@@ -101,25 +101,43 @@ impl WeightFile {
                 found: meta.shape,
             }));
         }
-        let (shape, data) = src.read_f32(name)?.into_parts();
+        Ok(())
+    }
+
+    /// A tensor as f32 with exactly `shape`.
+    fn dense(&self, name: &str, shape: &[usize]) -> Result<HostArray, LlmError> {
+        self.check(name, shape)?;
+        let (shape, data) = self.source().read_f32(name)?.into_parts();
         Ok(HostArray::from_f32(&shape, data)?)
     }
 
     /// A tensor of `shape` as a matrix of its last dimension's columns (`[rows, cols]`, or a
     /// stack `[E, rows, cols]` as `[E·rows, cols]`), kept block-quantized when the file stores
-    /// it so and `quantized`.
+    /// it so and `quantized`. Safetensors matrices are deferred: read when a program is compiled.
     fn matrix(&self, name: &str, shape: &[usize], quantized: bool) -> Result<Matrix, LlmError> {
-        if let (WeightFile::Gguf(f), true) = (self, quantized) {
-            if let Some(m) = Matrix::from_gguf_blocks(f, name, shape)? {
-                return Ok(m);
+        let cols = shape.last().copied().unwrap_or(1);
+        let rows = shape.iter().product::<usize>() / cols.max(1);
+        match (self, quantized) {
+            (WeightFile::Gguf(f), true) => {
+                if let Some(m) = Matrix::from_gguf_blocks(f, name, shape)? {
+                    return Ok(m);
+                }
             }
+            (WeightFile::Hf(vb), _) => {
+                self.check(name, shape)?;
+                if let Some(d) = DeferredTensor::new(vb.source(), name) {
+                    return Ok(Matrix::Dense(HostArray::from_deferred(
+                        &[rows, cols],
+                        Arc::new(d),
+                    )?));
+                }
+            }
+            (WeightFile::Gguf(_), false) => {}
         }
         let a = self.dense(name, shape)?;
-        let cols = shape.last().copied().unwrap_or(1);
-        let rows = a.len() / cols.max(1);
-        Ok(Matrix::Dense(HostArray::from_f32(
+        Ok(Matrix::Dense(HostArray::new(
             &[rows, cols],
-            a.as_f32().unwrap_or(&[]).to_vec(),
+            a.data().clone(),
         )?))
     }
 }
