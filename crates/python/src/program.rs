@@ -12,7 +12,7 @@ use crate::graph::Tensor;
 use crate::{arrays, errors, options};
 
 /// How `run` returns the outputs: as `compile` was given them.
-enum Returned {
+pub(crate) enum Returned {
     One,
     List,
     Dict,
@@ -25,6 +25,10 @@ pub struct Program {
     returned: Returned,
     inputs: Vec<PortSpec>,
     outputs: Vec<PortSpec>,
+    /// `(name, port)`: other names of ports (an imported ONNX model's tensor names, whose ports
+    /// are those names made MIL identifiers). Inputs are taken by either; `run` returns outputs
+    /// by these names.
+    aliases: Vec<(String, String)>,
 }
 
 fn port<'a>(ports: &'a [PortSpec], name: &str, what: &str) -> PyResult<&'a PortSpec> {
@@ -45,6 +49,34 @@ fn describe<'py>(py: Python<'py>, ports: &[PortSpec]) -> PyResult<Bound<'py, PyD
 }
 
 impl Program {
+    /// `model` as a Program whose `run` returns what `returned` says.
+    pub(crate) fn new(model: Model, returned: Returned, aliases: Vec<(String, String)>) -> Program {
+        let (inputs, outputs) = (model.inputs().to_vec(), model.outputs().to_vec());
+        Program {
+            model: Mutex::new(model),
+            returned,
+            inputs,
+            outputs,
+            aliases,
+        }
+    }
+
+    /// The port `name` stands for: itself, or the port it is an alias of.
+    fn port_name<'a>(&'a self, name: &'a str) -> &'a str {
+        self.aliases
+            .iter()
+            .find(|(alias, _)| alias == name)
+            .map_or(name, |(_, port)| port.as_str())
+    }
+
+    /// The name `run` returns output `port` under.
+    fn returned_name<'a>(&'a self, port: &'a str) -> &'a str {
+        self.aliases
+            .iter()
+            .find(|(_, p)| p == port)
+            .map_or(port, |(alias, _)| alias.as_str())
+    }
+
     fn lock(&self) -> MutexGuard<'_, Model> {
         self.model
             .lock()
@@ -52,6 +84,7 @@ impl Program {
     }
 
     fn feed(&self, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let name = self.port_name(name);
         let spec = port(&self.inputs, name, "input")?;
         arrays::with_host_slice(
             value,
@@ -99,6 +132,7 @@ impl Program {
 
     /// A copy of output `name` as a NumPy array (the result's memory, not copied again).
     fn read_output<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        let name = self.port_name(name);
         let spec = port(&self.outputs, name, "output")?;
         let tensor = self.lock().read_output(name).map_err(errors::program)?;
         arrays::owned(py, tensor, &spec.shape)
@@ -108,6 +142,7 @@ impl Program {
     /// latest execute and changes with the next one.
     fn output_view<'py>(slf: &Bound<'py, Self>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let this = slf.get();
+        let name = this.port_name(name);
         let spec = port(&this.outputs, name, "output")?;
         let model = this.lock();
         let view = model.output_view(name).map_err(errors::program)?;
@@ -118,6 +153,7 @@ impl Program {
     /// the next execute reads. Take views after `share_buffer`, which rebinds the input.
     fn input_view<'py>(slf: &Bound<'py, Self>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let this = slf.get();
+        let name = this.port_name(name);
         let spec = port(&this.inputs, name, "input")?;
         let mut model = this.lock();
         let view = model.input_view_mut(name).map_err(errors::program)?;
@@ -127,6 +163,7 @@ impl Program {
     /// Before the first execute: input `input` reads what output `output` wrote in the previous
     /// execute (state that stays in the engine, such as a KV cache or parameters).
     fn share_buffer(&self, output: &str, input: &str) -> PyResult<()> {
+        let (output, input) = (self.port_name(output), self.port_name(input));
         self.lock()
             .share_buffer(output, input)
             .map_err(errors::program)
@@ -157,7 +194,7 @@ impl Program {
             Returned::Dict => {
                 let d = PyDict::new(py);
                 for (spec, a) in self.outputs.iter().zip(arrays_out) {
-                    d.set_item(&spec.name, a)?;
+                    d.set_item(self.returned_name(&spec.name), a)?;
                 }
                 Ok(d.into_any())
             }
@@ -236,11 +273,5 @@ pub fn compile(
             aneforge::compile_named(&refs, &options)
         })
         .map_err(errors::program)?;
-    let (inputs, outputs) = (model.inputs().to_vec(), model.outputs().to_vec());
-    Ok(Program {
-        model: Mutex::new(model),
-        returned,
-        inputs,
-        outputs,
-    })
+    Ok(Program::new(model, returned, Vec::new()))
 }
