@@ -79,3 +79,14 @@ def model_dir(model_id):
             pytest.fail(f"{model_id} is required (ANEFORGE_REQUIRE_MODELS) but missing under {repo}")
         pytest.skip(f"{model_id} is not in the Hugging Face cache (scripts/fetch-models.sh): {repo}")
     return snapshot
+
+
+def write_bmp(path, rgb):
+    """A 24-bit bottom-up BMP of a uint8 [H, W, 3] RGB array (rows padded to 4 bytes)."""
+    h, w, _ = rgb.shape
+    stride = (3 * w + 3) // 4 * 4
+    rows = np.zeros((h, stride), dtype=np.uint8)
+    rows[:, : 3 * w] = rgb[::-1, :, ::-1].reshape(h, 3 * w)
+    header = struct.pack("<2sIHHI", b"BM", 54 + rows.size, 0, 0, 54)
+    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, rows.size, 2835, 2835, 0, 0)
+    path.write_bytes(header + info + rows.tobytes())

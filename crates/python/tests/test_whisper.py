@@ -2,6 +2,9 @@
 transformers' greedy transcripts (tools/fixtures/whisper/out/transcripts.json, from
 tools/fixtures/whisper/reference.py), timed segments, and errors for bad input."""
 
+import threading
+import time
+
 import pytest
 
 import aneforge as af
@@ -35,6 +38,27 @@ def test_timestamps_give_the_reference_timed_tokens(whisper):
     segments = got["segments"]
     assert segments and all(0 <= s["start"] < s["end"] <= got["duration"] + 0.02 for s in segments)
     assert " ".join(s["text"] for s in segments) == got["text"]
+
+
+def test_repr_does_not_wait_for_a_transcription(whisper):
+    clip = next(iter(read_json(FIXTURES / "whisper" / "out" / "transcripts.json")["models"][MODEL]["clips"]))
+    started = threading.Event()
+
+    def work():
+        started.set()
+        whisper.transcribe(SPEECH / clip)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    started.wait()
+    calls = 0
+    while worker.is_alive():
+        assert repr(whisper).startswith("Whisper(d_model=384,")
+        calls += 1
+        time.sleep(0.005)
+    worker.join()
+    # a repr that took the model's lock would block for the whole transcription: one call
+    assert calls >= 5, f"{calls} reprs during a transcription"
 
 
 def test_bad_input_is_named(whisper, tmp_path):
