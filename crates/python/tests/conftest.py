@@ -15,6 +15,7 @@ import aneforge as af
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tools" / "fixtures"
 ENCODERS = FIXTURES / "encoders" / "out"
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def listed_models():
@@ -32,6 +33,13 @@ def load_model(factory, model_id, **kwargs):
         if os.environ.get("ANEFORGE_REQUIRE_MODELS", "") not in ("", "0"):
             pytest.fail(f"{model_id} is required (ANEFORGE_REQUIRE_MODELS) but missing: {e}")
         pytest.skip(f"{model_id} is not in the Hugging Face cache (scripts/fetch-models.sh): {e}")
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real all-MiniLM-L6-v2, loaded once for every test that takes it (its compiled bucket
+    programs are kept between tests)."""
+    return load_model(af.SentenceTransformer, MINILM)
 
 
 def read_json(path):

@@ -33,32 +33,29 @@ def test_transcripts_match_transformers_greedy(whisper):
 
 def test_timestamps_give_the_reference_timed_tokens(whisper):
     clip, want = next(iter(read_json(FIXTURES / "whisper" / "out" / "transcripts.json")["models"][MODEL]["clips"].items()))
-    got = whisper.transcribe(str(SPEECH / clip), timestamps=True)
-    assert got["text"] == want["timestamps_text"].strip()
-    segments = got["segments"]
-    assert segments and all(0 <= s["start"] < s["end"] <= got["duration"] + 0.02 for s in segments)
-    assert " ".join(s["text"] for s in segments) == got["text"]
-
-
-def test_repr_does_not_wait_for_a_transcription(whisper):
-    clip = next(iter(read_json(FIXTURES / "whisper" / "out" / "transcripts.json")["models"][MODEL]["clips"]))
-    started = threading.Event()
+    # transcribed in another thread, while this one asks for the model's repr
+    started, result = threading.Event(), []
 
     def work():
         started.set()
-        whisper.transcribe(SPEECH / clip)
+        result.append(whisper.transcribe(str(SPEECH / clip), timestamps=True))
 
     worker = threading.Thread(target=work)
     worker.start()
     started.wait()
-    calls = 0
+    reprs = 0
     while worker.is_alive():
         assert repr(whisper).startswith("Whisper(d_model=384,")
-        calls += 1
+        reprs += 1
         time.sleep(0.005)
     worker.join()
-    # a repr that took the model's lock would block for the whole transcription: one call
-    assert calls >= 5, f"{calls} reprs during a transcription"
+    # a repr that took the model's lock would wait for the whole transcription: one call
+    assert reprs >= 5, f"{reprs} reprs during a transcription"
+    (got,) = result
+    assert got["text"] == want["timestamps_text"].strip()
+    segments = got["segments"]
+    assert segments and all(0 <= s["start"] < s["end"] <= got["duration"] + 0.02 for s in segments)
+    assert " ".join(s["text"] for s in segments) == got["text"]
 
 
 def test_bad_input_is_named(whisper, tmp_path):
