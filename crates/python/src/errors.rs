@@ -186,5 +186,6 @@ pub fn onnx(e: OnnxError) -> PyErr {
         | OnnxError::Unsupported { .. } => Kind::Invalid,
         _ => Kind::Internal,
     };
-    raise(kind, chain(&e))
+    // The importer names the CLI's option; `import_onnx` takes the same bindings as `input_shapes`.
+    raise(kind, chain(&e).replace("--input-shape ", "input_shapes "))
 }

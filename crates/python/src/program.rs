@@ -83,12 +83,12 @@ impl Program {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn feed(&self, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let name = self.port_name(name);
+    fn feed(&self, given: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let name = self.port_name(given);
         let spec = port(&self.inputs, name, "input")?;
         arrays::with_host_slice(
             value,
-            &format!("input {name:?}"),
+            &format!("input {given:?}"),
             spec.dtype,
             &spec.shape,
             |data| self.lock().set_input(name, data).map_err(errors::program),
