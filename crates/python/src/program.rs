@@ -26,8 +26,8 @@ pub struct Program {
     inputs: Vec<PortSpec>,
     outputs: Vec<PortSpec>,
     /// `(name, port)`: other names of ports (an imported ONNX model's tensor names, whose ports
-    /// are those names made MIL identifiers). Inputs are taken by either; `run` returns outputs
-    /// by these names.
+    /// are those names made MIL identifiers). Ports are taken by either name and shown (`inputs`,
+    /// `outputs`, `run`'s dict, `repr`) by the alias.
     aliases: Vec<(String, String)>,
 }
 
@@ -38,14 +38,6 @@ fn port<'a>(ports: &'a [PortSpec], name: &str, what: &str) -> PyResult<&'a PortS
             ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>()
         ))
     })
-}
-
-fn describe<'py>(py: Python<'py>, ports: &[PortSpec]) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    for p in ports {
-        d.set_item(&p.name, (p.shape.clone(), arrays::numpy_name(p.dtype)))?;
-    }
-    Ok(d)
 }
 
 impl Program {
@@ -69,12 +61,24 @@ impl Program {
             .map_or(name, |(_, port)| port.as_str())
     }
 
-    /// The name `run` returns output `port` under.
-    fn returned_name<'a>(&'a self, port: &'a str) -> &'a str {
+    /// The name port `port` goes by outside: its alias, or itself.
+    fn outside_name<'a>(&'a self, port: &'a str) -> &'a str {
         self.aliases
             .iter()
             .find(|(_, p)| p == port)
             .map_or(port, |(alias, _)| alias.as_str())
+    }
+
+    /// `{name: (shape, dtype)}` of `ports`, by the names they go by outside.
+    fn describe<'py>(&self, py: Python<'py>, ports: &[PortSpec]) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for p in ports {
+            d.set_item(
+                self.outside_name(&p.name),
+                (p.shape.clone(), arrays::numpy_name(p.dtype)),
+            )?;
+        }
+        Ok(d)
     }
 
     fn lock(&self) -> MutexGuard<'_, Model> {
@@ -105,13 +109,13 @@ impl Program {
     /// `{name: (shape, dtype)}` of the inputs.
     #[getter]
     fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        describe(py, &self.inputs)
+        self.describe(py, &self.inputs)
     }
 
     /// `{name: (shape, dtype)}` of the outputs.
     #[getter]
     fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        describe(py, &self.outputs)
+        self.describe(py, &self.outputs)
     }
 
     /// The MIL text of the program.
@@ -194,7 +198,7 @@ impl Program {
             Returned::Dict => {
                 let d = PyDict::new(py);
                 for (spec, a) in self.outputs.iter().zip(arrays_out) {
-                    d.set_item(self.returned_name(&spec.name), a)?;
+                    d.set_item(self.outside_name(&spec.name), a)?;
                 }
                 Ok(d.into_any())
             }
@@ -211,7 +215,7 @@ impl Program {
         let names = |ports: &[PortSpec]| {
             ports
                 .iter()
-                .map(|p| format!("{}{:?}", p.name, p.shape))
+                .map(|p| format!("{}{:?}", self.outside_name(&p.name), p.shape))
                 .collect::<Vec<_>>()
                 .join(", ")
         };

@@ -30,7 +30,8 @@ def test_outputs_match_onnxruntime(program):
     program.set_input("input.1", x)
     program.execute()
     np.testing.assert_array_equal(program.read_output("probs"), out["probs"])
-    assert list(program.inputs.values()) == [([3, 16], "float32")]
+    assert program.inputs == {"input.1": ([3, 16], "float32")}
+    assert list(program.outputs) == ["logits", "probs"]
 
 
 def test_whole_input_shape_and_an_fp16_target():
