@@ -7,7 +7,7 @@
 # Prints one JSON line per run and a table with the ratios; docs/python.md quotes it.
 # Usage: tools/bench/embed_python.sh [PYTHON]   (a Python with tools/fixtures/requirements.txt;
 # the package is built in release and installed into it first). Environment: MODEL, BATCH (32),
-# RUNS (5), THREADS (2), SENTENCES (256), PAIRS (3).
+# RUNS (5), THREADS (2), SENTENCES (256), PAIRS (3), WHEEL (a release wheel to install instead).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY="${1:-${PYTHON:-python3}}"
@@ -22,7 +22,8 @@ echo "# machine"
 lscpu | grep -E "Model name|^CPU\(s\)" || true
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo build --release -p aneforge-cli >/dev/null 2>&1
-"$PY" -m pip install --quiet --disable-pip-version-check ./crates/python
+# WHEEL: an already built release wheel (maturin build --release) instead of building here
+"$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "${WHEEL:-./crates/python}"
 "$PY" tools/bench/embed_peers.py corpus "$work/sentences.txt" "$SENTENCES"
 "$PY" tools/bench/embed_peers.py export "$work/model.onnx" >/dev/null 2>&1
 
