@@ -6,7 +6,8 @@
 
 Each actor runs the CPU engine with `--threads-per-worker` threads (default 1), so the pool uses
 `workers × threads` cores. Rows keep the corpus order (Ray Data's `preserve_order`), so the output
-is the same matrix a single process gets from `SentenceTransformer.encode(lines)`.
+is the matrix a single process gets from `SentenceTransformer.encode(lines)`, bit for bit
+(a row's embedding depends on the row alone, not on the batch it shares).
 """
 
 import argparse

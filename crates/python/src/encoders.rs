@@ -33,7 +33,7 @@ fn load_encoder<T: Send>(
 }
 
 /// `texts` as a list of strings: one string, or a sequence of strings.
-fn strings(texts: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<String>, bool)> {
+pub fn strings(texts: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<String>, bool)> {
     if let Ok(s) = texts.cast::<PyString>() {
         return Ok((vec![s.to_cow()?.into_owned()], true));
     }

@@ -15,6 +15,7 @@ use aneforge_models::llm::LlmError;
 use aneforge_models::vision::{ImageError, VisionError};
 use aneforge_models::whisper::WhisperError;
 use aneforge_models::ResolveError;
+use aneforge_onnx::OnnxError;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
 use pyo3::PyErr;
@@ -102,6 +103,14 @@ pub fn program(e: aneforge::Error) -> PyErr {
     raise(program_kind(&e), chain(&e))
 }
 
+/// A compile failure of the model at `path`, naming it.
+pub fn program_of(path: &std::path::Path, e: aneforge::Error) -> PyErr {
+    raise(
+        program_kind(&e),
+        format!("compiling {}: {}", path.display(), chain(&e)),
+    )
+}
+
 pub fn graph(e: aneforge::GraphError) -> PyErr {
     raise(Kind::Invalid, chain(&e))
 }
@@ -163,4 +172,20 @@ pub fn whisper(e: WhisperError) -> PyErr {
         _ => Kind::Internal,
     };
     raise(kind, chain(&e))
+}
+
+pub fn onnx(e: OnnxError) -> PyErr {
+    let kind = match &e {
+        OnnxError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            Kind::NotFound
+        }
+        OnnxError::Decode { .. }
+        | OnnxError::UnsupportedModel(_)
+        | OnnxError::UnsupportedInput { .. }
+        | OnnxError::Input { .. }
+        | OnnxError::Unsupported { .. } => Kind::Invalid,
+        _ => Kind::Internal,
+    };
+    // The importer names the CLI's option; `import_onnx` takes the same bindings as `input_shapes`.
+    raise(kind, chain(&e).replace("--input-shape ", "input_shapes "))
 }

@@ -12,7 +12,7 @@ use crate::graph::Tensor;
 use crate::{arrays, errors, options};
 
 /// How `run` returns the outputs: as `compile` was given them.
-enum Returned {
+pub(crate) enum Returned {
     One,
     List,
     Dict,
@@ -25,6 +25,10 @@ pub struct Program {
     returned: Returned,
     inputs: Vec<PortSpec>,
     outputs: Vec<PortSpec>,
+    /// `(name, port)`: other names of ports (an imported ONNX model's tensor names, whose ports
+    /// are those names made MIL identifiers). Ports are taken by either name and shown (`inputs`,
+    /// `outputs`, `run`'s dict, `repr`) by the alias.
+    aliases: Vec<(String, String)>,
 }
 
 fn port<'a>(ports: &'a [PortSpec], name: &str, what: &str) -> PyResult<&'a PortSpec> {
@@ -36,26 +40,59 @@ fn port<'a>(ports: &'a [PortSpec], name: &str, what: &str) -> PyResult<&'a PortS
     })
 }
 
-fn describe<'py>(py: Python<'py>, ports: &[PortSpec]) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    for p in ports {
-        d.set_item(&p.name, (p.shape.clone(), arrays::numpy_name(p.dtype)))?;
-    }
-    Ok(d)
-}
-
 impl Program {
+    /// `model` as a Program whose `run` returns what `returned` says.
+    pub(crate) fn new(model: Model, returned: Returned, aliases: Vec<(String, String)>) -> Program {
+        let (inputs, outputs) = (model.inputs().to_vec(), model.outputs().to_vec());
+        Program {
+            model: Mutex::new(model),
+            returned,
+            inputs,
+            outputs,
+            aliases,
+        }
+    }
+
+    /// The port `name` stands for: itself, or the port it is an alias of.
+    fn port_name<'a>(&'a self, name: &'a str) -> &'a str {
+        self.aliases
+            .iter()
+            .find(|(alias, _)| alias == name)
+            .map_or(name, |(_, port)| port.as_str())
+    }
+
+    /// The name port `port` goes by outside: its alias, or itself.
+    fn outside_name<'a>(&'a self, port: &'a str) -> &'a str {
+        self.aliases
+            .iter()
+            .find(|(_, p)| p == port)
+            .map_or(port, |(alias, _)| alias.as_str())
+    }
+
+    /// `{name: (shape, dtype)}` of `ports`, by the names they go by outside.
+    fn describe<'py>(&self, py: Python<'py>, ports: &[PortSpec]) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for p in ports {
+            d.set_item(
+                self.outside_name(&p.name),
+                (p.shape.clone(), arrays::numpy_name(p.dtype)),
+            )?;
+        }
+        Ok(d)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Model> {
         self.model
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn feed(&self, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn feed(&self, given: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let name = self.port_name(given);
         let spec = port(&self.inputs, name, "input")?;
         arrays::with_host_slice(
             value,
-            &format!("input {name:?}"),
+            &format!("input {given:?}"),
             spec.dtype,
             &spec.shape,
             |data| self.lock().set_input(name, data).map_err(errors::program),
@@ -72,13 +109,13 @@ impl Program {
     /// `{name: (shape, dtype)}` of the inputs.
     #[getter]
     fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        describe(py, &self.inputs)
+        self.describe(py, &self.inputs)
     }
 
     /// `{name: (shape, dtype)}` of the outputs.
     #[getter]
     fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        describe(py, &self.outputs)
+        self.describe(py, &self.outputs)
     }
 
     /// The MIL text of the program.
@@ -99,6 +136,7 @@ impl Program {
 
     /// A copy of output `name` as a NumPy array (the result's memory, not copied again).
     fn read_output<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        let name = self.port_name(name);
         let spec = port(&self.outputs, name, "output")?;
         let tensor = self.lock().read_output(name).map_err(errors::program)?;
         arrays::owned(py, tensor, &spec.shape)
@@ -108,6 +146,7 @@ impl Program {
     /// latest execute and changes with the next one.
     fn output_view<'py>(slf: &Bound<'py, Self>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let this = slf.get();
+        let name = this.port_name(name);
         let spec = port(&this.outputs, name, "output")?;
         let model = this.lock();
         let view = model.output_view(name).map_err(errors::program)?;
@@ -118,6 +157,7 @@ impl Program {
     /// the next execute reads. Take views after `share_buffer`, which rebinds the input.
     fn input_view<'py>(slf: &Bound<'py, Self>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let this = slf.get();
+        let name = this.port_name(name);
         let spec = port(&this.inputs, name, "input")?;
         let mut model = this.lock();
         let view = model.input_view_mut(name).map_err(errors::program)?;
@@ -127,6 +167,7 @@ impl Program {
     /// Before the first execute: input `input` reads what output `output` wrote in the previous
     /// execute (state that stays in the engine, such as a KV cache or parameters).
     fn share_buffer(&self, output: &str, input: &str) -> PyResult<()> {
+        let (output, input) = (self.port_name(output), self.port_name(input));
         self.lock()
             .share_buffer(output, input)
             .map_err(errors::program)
@@ -157,7 +198,7 @@ impl Program {
             Returned::Dict => {
                 let d = PyDict::new(py);
                 for (spec, a) in self.outputs.iter().zip(arrays_out) {
-                    d.set_item(&spec.name, a)?;
+                    d.set_item(self.outside_name(&spec.name), a)?;
                 }
                 Ok(d.into_any())
             }
@@ -174,7 +215,7 @@ impl Program {
         let names = |ports: &[PortSpec]| {
             ports
                 .iter()
-                .map(|p| format!("{}{:?}", p.name, p.shape))
+                .map(|p| format!("{}{:?}", self.outside_name(&p.name), p.shape))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -236,11 +277,5 @@ pub fn compile(
             aneforge::compile_named(&refs, &options)
         })
         .map_err(errors::program)?;
-    let (inputs, outputs) = (model.inputs().to_vec(), model.outputs().to_vec());
-    Ok(Program {
-        model: Mutex::new(model),
-        returned,
-        inputs,
-        outputs,
-    })
+    Ok(Program::new(model, returned, Vec::new()))
 }

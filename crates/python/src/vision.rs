@@ -1,78 +1,12 @@
 //! `ImageClassifier`: `aneforge_models::vision::ImageClassifier` (`aneforge classify`) for image
 //! files and NumPy RGB arrays.
 
-use aneforge_models::vision::{
-    load_image, ClassifierOptions, ImageClassifier as RsClassifier, Prediction, RgbImage,
-    VisionError,
-};
-use numpy::{PyArrayMethods, PyReadonlyArray3, PyUntypedArray, PyUntypedArrayMethods};
+use aneforge_models::vision::{ClassifierOptions, ImageClassifier as RsClassifier, Prediction};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use crate::images::{self, image_args};
 use crate::{errors, options};
-
-/// An image given as a path to decode, or pixels already in memory.
-enum ImageArg {
-    Path(std::path::PathBuf),
-    Pixels(RgbImage),
-}
-
-/// A `[height, width, 3]` uint8 RGB array (Pillow's `np.asarray(img.convert("RGB"))` layout).
-fn pixels(array: &Bound<'_, PyUntypedArray>, what: &str) -> PyResult<RgbImage> {
-    let shape = array.shape().to_vec();
-    let dtype = array.dtype().to_string();
-    let typed: PyReadonlyArray3<u8> = array
-        .cast::<numpy::PyArray3<u8>>()
-        .map_err(|_| {
-            errors::invalid(format!(
-                "{what}: expected a uint8 array of shape [height, width, 3], found {dtype} {shape:?}"
-            ))
-        })?
-        .readonly();
-    let view = typed.as_array();
-    let (height, width, channels) = view.dim();
-    if channels != 3 || height == 0 || width == 0 {
-        return Err(errors::invalid(format!(
-            "{what}: expected an RGB array of shape [height, width, 3], found {shape:?}"
-        )));
-    }
-    Ok(RgbImage {
-        width,
-        height,
-        pixels: view.iter().copied().collect(),
-    })
-}
-
-fn image_arg(item: &Bound<'_, PyAny>, what: &str) -> PyResult<ImageArg> {
-    if let Ok(array) = item.cast::<PyUntypedArray>() {
-        return Ok(ImageArg::Pixels(pixels(array, what)?));
-    }
-    item.extract::<std::path::PathBuf>()
-        .map(ImageArg::Path)
-        .map_err(|_| {
-            errors::invalid(format!(
-                "{what}: expected a path or a uint8 [height, width, 3] array, found {}",
-                item.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        })
-}
-
-/// `images` as a list: one image (a path or an array), or a sequence of them.
-fn image_args(images: &Bound<'_, PyAny>) -> PyResult<(Vec<ImageArg>, bool)> {
-    let one =
-        images.cast::<PyUntypedArray>().is_ok() || images.extract::<std::path::PathBuf>().is_ok();
-    if one {
-        return Ok((vec![image_arg(images, "images")?], true));
-    }
-    let mut out = Vec::new();
-    for (i, item) in images.try_iter()?.enumerate() {
-        out.push(image_arg(&item?, &format!("images[{i}]"))?);
-    }
-    Ok((out, false))
-}
 
 fn prediction<'py>(py: Python<'py>, p: &Prediction) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -81,6 +15,31 @@ fn prediction<'py>(py: Python<'py>, p: &Prediction) -> PyResult<Bound<'py, PyDic
     d.set_item("probability", p.probability)?;
     d.set_item("logit", p.logit)?;
     Ok(d)
+}
+
+/// Each image's predictions as a list of dicts; one image (`single`) gives its list alone.
+pub fn predictions_of<'py>(
+    py: Python<'py>,
+    predictions: &[Vec<Prediction>],
+    single: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let lists = predictions
+        .iter()
+        .map(|preds| {
+            let items = preds
+                .iter()
+                .map(|p| prediction(py, p))
+                .collect::<PyResult<Vec<_>>>()?;
+            PyList::new(py, items)
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    if single {
+        return Ok(lists
+            .into_iter()
+            .next()
+            .map_or_else(|| PyList::empty(py).into_any(), Bound::into_any));
+    }
+    Ok(PyList::new(py, lists)?.into_any())
 }
 
 /// An image classifier (EfficientNet-Lite, ResNet, MobileNetV2/V3, HF ViT and DeiT),
@@ -134,33 +93,11 @@ impl ImageClassifier {
         let (args, single) = image_args(images)?;
         let predictions = py
             .detach(|| {
-                let decoded = args
-                    .into_iter()
-                    .map(|a| match a {
-                        ImageArg::Path(p) => load_image(&p).map_err(VisionError::from),
-                        ImageArg::Pixels(img) => Ok(img),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
+                let decoded = images::decode(args)?;
                 self.inner.classify(&decoded, top_k, &mut |_| {})
             })
             .map_err(errors::vision)?;
-        let lists = predictions
-            .iter()
-            .map(|preds| {
-                let items = preds
-                    .iter()
-                    .map(|p| prediction(py, p))
-                    .collect::<PyResult<Vec<_>>>()?;
-                PyList::new(py, items)
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        if single {
-            return Ok(lists
-                .into_iter()
-                .next()
-                .map_or_else(|| PyList::empty(py).into_any(), Bound::into_any));
-        }
-        Ok(PyList::new(py, lists)?.into_any())
+        predictions_of(py, &predictions, single)
     }
 
     /// The class names, by class index.

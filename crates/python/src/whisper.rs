@@ -40,6 +40,8 @@ fn transcript<'py>(py: Python<'py>, t: &Transcript) -> PyResult<Bound<'py, PyDic
 pub struct Whisper {
     /// The decoder's caches live in the model: one transcription at a time.
     inner: Mutex<RsWhisper>,
+    /// The configuration summary, taken at load so `repr` never waits on a transcription.
+    summary: String,
 }
 
 #[pymethods]
@@ -57,8 +59,14 @@ impl Whisper {
         let inner = py
             .detach(move || RsWhisper::open(&model, &options))
             .map_err(errors::whisper)?;
+        let c = inner.config();
+        let summary = format!(
+            "Whisper(d_model={}, encoder_layers={}, decoder_layers={}, vocab={})",
+            c.d_model, c.encoder_layers, c.decoder_layers, c.vocab_size
+        );
         Ok(Whisper {
             inner: Mutex::new(inner),
+            summary,
         })
     }
 
@@ -129,14 +137,6 @@ impl Whisper {
     }
 
     fn __repr__(&self) -> String {
-        let whisper = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let c = whisper.config();
-        format!(
-            "Whisper(d_model={}, encoder_layers={}, decoder_layers={}, vocab={})",
-            c.d_model, c.encoder_layers, c.decoder_layers, c.vocab_size
-        )
+        self.summary.clone()
     }
 }

@@ -15,6 +15,7 @@ import aneforge as af
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tools" / "fixtures"
 ENCODERS = FIXTURES / "encoders" / "out"
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def listed_models():
@@ -32,6 +33,13 @@ def load_model(factory, model_id, **kwargs):
         if os.environ.get("ANEFORGE_REQUIRE_MODELS", "") not in ("", "0"):
             pytest.fail(f"{model_id} is required (ANEFORGE_REQUIRE_MODELS) but missing: {e}")
         pytest.skip(f"{model_id} is not in the Hugging Face cache (scripts/fetch-models.sh): {e}")
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real all-MiniLM-L6-v2, loaded once for every test that takes it (its compiled bucket
+    programs are kept between tests)."""
+    return load_model(af.SentenceTransformer, MINILM)
 
 
 def read_json(path):
@@ -79,3 +87,14 @@ def model_dir(model_id):
             pytest.fail(f"{model_id} is required (ANEFORGE_REQUIRE_MODELS) but missing under {repo}")
         pytest.skip(f"{model_id} is not in the Hugging Face cache (scripts/fetch-models.sh): {repo}")
     return snapshot
+
+
+def write_bmp(path, rgb):
+    """A 24-bit bottom-up BMP of a uint8 [H, W, 3] RGB array (rows padded to 4 bytes)."""
+    h, w, _ = rgb.shape
+    stride = (3 * w + 3) // 4 * 4
+    rows = np.zeros((h, stride), dtype=np.uint8)
+    rows[:, : 3 * w] = rgb[::-1, :, ::-1].reshape(h, 3 * w)
+    header = struct.pack("<2sIHHI", b"BM", 54 + rows.size, 0, 0, 54)
+    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, rows.size, 2835, 2835, 0, 0)
+    path.write_bytes(header + info + rows.tobytes())

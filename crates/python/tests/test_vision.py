@@ -3,13 +3,11 @@ PyTorch reference's top-5 and probabilities (tools/fixtures/vision/out/efficient
 from tools/fixtures/vision/efficientnet_lite.py), NumPy pixels equal to the same image read from a
 file, and errors for bad input."""
 
-import struct
-
 import numpy as np
 import pytest
 
 import aneforge as af
-from conftest import FIXTURES, load_model, model_dir, read_json
+from conftest import FIXTURES, load_model, model_dir, read_json, write_bmp
 
 MODEL = "ml-illustrated/efficientnet-lite0"
 
@@ -22,17 +20,6 @@ def classifier():
 @pytest.fixture(scope="module")
 def photos():
     return model_dir("scikit-image/data")
-
-
-def write_bmp(path, rgb):
-    """A 24-bit bottom-up BMP of a uint8 [H, W, 3] RGB array (rows padded to 4 bytes)."""
-    h, w, _ = rgb.shape
-    stride = (3 * w + 3) // 4 * 4
-    rows = np.zeros((h, stride), dtype=np.uint8)
-    rows[:, : 3 * w] = rgb[::-1, :, ::-1].reshape(h, 3 * w)
-    header = struct.pack("<2sIHHI", b"BM", 54 + rows.size, 0, 0, 54)
-    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, rows.size, 2835, 2835, 0, 0)
-    path.write_bytes(header + info + rows.tobytes())
 
 
 def test_top5_matches_the_pytorch_reference(classifier, photos):

@@ -2,6 +2,9 @@
 transformers' greedy transcripts (tools/fixtures/whisper/out/transcripts.json, from
 tools/fixtures/whisper/reference.py), timed segments, and errors for bad input."""
 
+import threading
+import time
+
 import pytest
 
 import aneforge as af
@@ -30,7 +33,25 @@ def test_transcripts_match_transformers_greedy(whisper):
 
 def test_timestamps_give_the_reference_timed_tokens(whisper):
     clip, want = next(iter(read_json(FIXTURES / "whisper" / "out" / "transcripts.json")["models"][MODEL]["clips"].items()))
-    got = whisper.transcribe(str(SPEECH / clip), timestamps=True)
+    # transcribed in another thread, while this one asks for the model's repr
+    started, result = threading.Event(), []
+
+    def work():
+        started.set()
+        result.append(whisper.transcribe(str(SPEECH / clip), timestamps=True))
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    started.wait()
+    reprs = 0
+    while worker.is_alive():
+        assert repr(whisper).startswith("Whisper(d_model=384,")
+        reprs += 1
+        time.sleep(0.005)
+    worker.join()
+    # a repr that took the model's lock would wait for the whole transcription: one call
+    assert reprs >= 5, f"{reprs} reprs during a transcription"
+    (got,) = result
     assert got["text"] == want["timestamps_text"].strip()
     segments = got["segments"]
     assert segments and all(0 <= s["start"] < s["end"] <= got["duration"] + 0.02 for s in segments)

@@ -80,7 +80,36 @@ pub(crate) fn token_bucket(tokens: usize, batch: usize, seq: usize) -> usize {
     (tokens.div_ceil(step) * step).min(padded).max(1)
 }
 
-/// Full batches keep their size; a short final batch rounds up to a power of two.
+/// `order` (rows by decreasing length) cut into batches of at most `batch_size` rows that never
+/// mix sequence buckets, so every row runs padded to its own bucket, whatever else is encoded
+/// with it. The CPU engine's reductions over the key axis round differently at different padded
+/// lengths although masked keys add exact zeros (a softmax over the same values padded to 8 and
+/// to 16 columns differs in the last bits), while the rows of one `[batch, seq]` program are
+/// computed independently of each other, of the batch size and of the thread count; so a row's
+/// embedding is a function of the row alone, and a corpus split between processes gives the
+/// same embeddings bit for bit.
+pub(crate) fn bucket_chunks<'a>(
+    order: &'a [usize],
+    len: impl Fn(usize) -> usize + 'a,
+    batch_size: usize,
+    cap: usize,
+) -> impl Iterator<Item = &'a [usize]> + 'a {
+    let mut rest = order;
+    std::iter::from_fn(move || {
+        let (&first, _) = rest.split_first()?;
+        let bucket = seq_bucket(len(first), cap);
+        let n = rest
+            .iter()
+            .take(batch_size)
+            .take_while(|&&i| seq_bucket(len(i), cap) == bucket)
+            .count();
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
+/// Full batches keep their size; a short batch rounds up to a power of two.
 pub(crate) fn batch_bucket(rows: usize, batch_size: usize) -> usize {
     if rows >= batch_size {
         batch_size
@@ -179,7 +208,7 @@ impl Runtime {
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(rows[i].ids.len()));
         let mut out = vec![Vec::new(); rows.len()];
-        for chunk in order.chunks(batch_size) {
+        for chunk in bucket_chunks(&order, |i| rows[i].ids.len(), batch_size, self.max_length) {
             let longest = chunk.iter().map(|&i| rows[i].ids.len()).max().unwrap_or(0);
             let batch = batch_bucket(chunk.len(), batch_size);
             let seq = seq_bucket(longest, self.max_length);
@@ -481,6 +510,18 @@ impl Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batches_never_mix_sequence_buckets() {
+        // lengths by decreasing order: buckets 16 (12, 10, 9, 9), 8 (8, 3) and 8 again
+        let lens = [12, 10, 9, 9, 8, 3, 2];
+        let order: Vec<usize> = (0..lens.len()).collect();
+        let chunks: Vec<&[usize]> = bucket_chunks(&order, |i| lens[i], 3, 512).collect();
+        assert_eq!(chunks, [&[0, 1, 2][..], &[3], &[4, 5, 6]]);
+        let one: Vec<&[usize]> = bucket_chunks(&order, |i| lens[i], 8, 512).collect();
+        assert_eq!(one, [&[0, 1, 2, 3][..], &[4, 5, 6]]);
+        assert_eq!(bucket_chunks(&[], |i| lens[i], 8, 512).count(), 0);
+    }
 
     #[test]
     fn token_buckets_hold_the_batch_and_never_exceed_the_padded_rows() {

@@ -6,8 +6,9 @@ target=...)`` -> ``af.Program`` (``run``, ``set_input``, ``execute``, ``read_out
 ``share_buffer``, zero-copy ``input_view`` / ``output_view``).
 
 Models: ``af.SentenceTransformer``, ``af.CrossEncoder`` (sentence-transformers' signatures) and
-``af.LLM`` (``generate``, ``stream``, ``chat``), ``af.ImageClassifier`` (``classify``) and
-``af.Whisper`` (``transcribe``). Models are found as the CLI finds them: an id
+``af.LLM`` (``generate``, ``stream``, ``chat``), ``af.ImageClassifier`` (``classify``),
+``af.CLIPModel`` (``encode_image``, ``encode_text``, zero-shot ``classify``) and ``af.Whisper``
+(``transcribe``); ONNX models through ``af.import_onnx``. Models are found as the CLI finds them: an id
 ``ORG/NAME`` in the Hugging Face cache (``HF_HOME``), or a directory.
 
 ``engine="cpu"|"ane"|"auto"`` and ``target="cpu"|"ane"|"h16"|...`` mean what ``--engine`` and
@@ -21,6 +22,7 @@ from typing import Iterator, List, Optional
 
 from ._aneforge import (
     AneforgeError,
+    CLIPModel,
     CrossEncoder,
     Generation,
     ImageClassifier,
@@ -34,6 +36,7 @@ from ._aneforge import (
     compile,
     concat,
     constant,
+    import_onnx,
     input,
     num_threads,
     set_num_threads,
@@ -43,6 +46,7 @@ from ._aneforge import LLM as _NativeLLM
 
 __all__ = [
     "AneforgeError",
+    "CLIPModel",
     "CrossEncoder",
     "Generation",
     "ImageClassifier",
@@ -57,6 +61,7 @@ __all__ = [
     "compile",
     "concat",
     "constant",
+    "import_onnx",
     "input",
     "num_threads",
     "set_num_threads",

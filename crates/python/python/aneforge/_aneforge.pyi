@@ -109,6 +109,18 @@ def compile(
     """Compiles ``outputs`` for ``target`` ("cpu", "ane", or an ANE architecture such as "h16")
     and loads the program into ``engine``."""
 
+def import_onnx(
+    path: Union[str, PathLike],
+    *,
+    input_shapes: Optional[Dict[str, Union[int, Sequence[int]]]] = None,
+    target: Optional[str] = None,
+    engine: Engine = "cpu",
+) -> Program:
+    """Imports an ONNX model and compiles it as ``aneforge import`` does. ``input_shapes`` binds
+    an input's whole shape (``{"input_ids": [1, 128]}``) or a symbolic dimension
+    (``{"batch": 4}``). The program's ``run`` takes a dict of inputs by their ONNX names and
+    returns a dict of outputs by theirs."""
+
 def set_num_threads(n: int) -> None:
     """Sizes the CPU engine's worker pool (once per process, before the first program runs)."""
 
@@ -182,6 +194,40 @@ class ImageClassifier:
         RGB array; one image gives one list, a sequence gives a list per image."""
     @property
     def labels(self) -> List[str]: ...
+
+ImageArg = Union[str, "PathLike[str]", np.ndarray]
+
+class CLIPModel:
+    """A CLIP model (Hugging Face ``CLIPModel`` safetensors with its tokenizer and preprocessor
+    config), as ``aneforge classify -m MODEL --labels ...`` loads it."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        engine: Engine = "cpu",
+        target: Optional[str] = None,
+        batch_size: int = 8,
+    ) -> None: ...
+    def encode_image(self, images: Union[ImageArg, Sequence[ImageArg]]) -> npt.NDArray[np.float32]:
+        """L2-normalised image embeddings ``[n, dim]`` (``[dim]`` for one image); an image is a
+        path or a uint8 ``[H, W, 3]`` RGB array."""
+    def encode_text(self, texts: Union[str, Sequence[str]]) -> npt.NDArray[np.float32]:
+        """L2-normalised text embeddings ``[n, dim]`` (``[dim]`` for one string)."""
+    def classify(
+        self,
+        images: Union[ImageArg, Sequence[ImageArg]],
+        labels: Sequence[str],
+        *,
+        template: str = "{}",
+        top_k: int = 5,
+    ) -> Union[List[Dict[str, Any]], List[List[Dict[str, Any]]]]:
+        """Zero-shot classification as ``aneforge classify --labels --template``: the ``top_k``
+        labels of each image (``index`` into ``labels``, ``label``, ``probability``, ``logit``)."""
+    @property
+    def logit_scale(self) -> float: ...
+    @property
+    def dimension(self) -> int: ...
 
 class Whisper:
     """A Whisper model (transformers safetensors or a CTranslate2 ``model.bin``), as
