@@ -342,7 +342,9 @@ fn linear_experts_ops() {
         );
     }
     // routed: probabilities with a tie at the k-th place, top_k = 1 and 2
-    let probs = vec![0.1, 0.4, 0.4, 0.1, 0.25, 0.25, 0.25, 0.25, 0.7, 0.1, 0.1, 0.1];
+    let probs = vec![
+        0.1, 0.4, 0.4, 0.1, 0.25, 0.25, 0.25, 0.25, 0.7, 0.1, 0.1, 0.1,
+    ];
     for k in [1, 2] {
         let (n, experts, inner, out) = (3, 4, 16, 6);
         let mut c = Case::new(format!("linear_experts-routed-{k}"), 650 + k as u64);

@@ -91,7 +91,10 @@ pub fn linear_experts(
         .reshape(&[n_ * kx, xs[2] as isize])?
         .linear(w, None)?
         .reshape(&[n_, kx, e, out as isize])?;
-    let onehot = indicator(&ids.reshape(&[n_, k as isize, 1])?.eq(&ramp(experts, 3, 2)?)?)?;
+    let onehot = indicator(
+        &ids.reshape(&[n_, k as isize, 1])?
+            .eq(&ramp(experts, 3, 2)?)?,
+    )?;
     Ok(if xs[1] == 1 {
         onehot.matmul(&all.reshape(&[n_, e, out as isize])?)?
     } else {

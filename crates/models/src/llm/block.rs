@@ -7,9 +7,9 @@
 use aneforge::graph::{self, HostArray, Tensor};
 
 use super::config::{Experts, LlmConfig, MlpKind, NormKind};
-use crate::Activation;
 use super::weights::{LayerWeights, NormWeights};
 use super::LlmError;
+use crate::Activation;
 
 pub(super) fn norm(cfg: &LlmConfig, x: &Tensor, w: &NormWeights) -> Result<Tensor, LlmError> {
     norm_at(cfg, x, w, 1.0)
@@ -176,10 +176,10 @@ fn route(x: &Tensor, router: &Tensor, experts: Experts) -> Result<(Tensor, Tenso
     Ok((w, ids))
 }
 
-/// Steps of at most this many tokens compute only the chosen experts' gate and up projections
-/// (`linear_experts`); longer ones compute every expert in one projection, which streams each
-/// expert's weights once for all the step's tokens.
-const SPARSE_EXPERT_ROWS: usize = 8;
+/// Steps of at most this many tokens may compute only the chosen experts' gate and up
+/// projections (`linear_experts`); longer ones compute every expert in one projection, which
+/// streams each expert's weights once for all the step's tokens.
+pub(super) const SPARSE_EXPERT_ROWS: usize = 8;
 
 /// `ids[N, K]` as `[N, K, E]` 0/1 rows.
 fn one_hot(ids: &Tensor, count: usize) -> Result<Tensor, LlmError> {
@@ -199,6 +199,7 @@ fn experts_act(
     router: &Tensor,
     x: Experts,
     act: Activation,
+    sparse_rows: usize,
 ) -> Result<Tensor, LlmError> {
     let n = hn.shape()[0];
     let (e, i) = (x.count as isize, x.size as isize);
@@ -206,13 +207,16 @@ fn experts_act(
     let onehot = one_hot(&ids, x.count)?;
     let k = x.top_k as isize;
     let n_ = n as isize;
-    if n <= SPARSE_EXPERT_ROWS {
+    if n <= sparse_rows {
         // `up` holds each expert's gate and up rows in turn: expert e's block is its [g; u]
         let gu = hn
             .reshape(&[n_, 1, -1])?
             .linear_experts(&lw.up, &ids, x.count)?
             .split(&[x.size, x.size], -1)?;
-        let a = act.apply(&gu[0])?.mul(&gu[1])?.mul(&w.reshape(&[n_, k, 1])?)?;
+        let a = act
+            .apply(&gu[0])?
+            .mul(&gu[1])?
+            .mul(&w.reshape(&[n_, k, 1])?)?;
         // rows back to their experts' columns: [N, E, K] @ [N, K, I]
         return Ok(onehot
             .transpose(&[0, 2, 1])?
@@ -224,7 +228,8 @@ fn experts_act(
         .linear(&lw.up, None)?
         .reshape(&[n_, e, 2 * i])?
         .split(&[x.size, x.size], -1)?;
-    Ok(act.apply(&gu[0])?
+    Ok(act
+        .apply(&gu[0])?
         .mul(&gu[1])?
         .mul(&weight.reshape(&[n_, e, 1])?)?
         .reshape(&[n_, e * i])?)
@@ -250,6 +255,7 @@ pub(super) fn decoder_layer(
     rs: f32,
     rope: Option<Rope<'_>>,
     lora: Option<&LayerLora>,
+    sparse_rows: usize,
     attend: impl FnOnce(Tensor, Tensor, Tensor) -> Result<Tensor, LlmError>,
 ) -> Result<LayerOut, LlmError> {
     let n = x.shape()[0] as isize;
@@ -285,7 +291,7 @@ pub(super) fn decoder_layer(
     let pair = |f: fn(&LayerLora) -> &Option<LoraPair>| lora.and_then(|l| f(l).as_ref());
     let mlp_act = match (cfg.mlp, cfg.experts, &lw.router) {
         (MlpKind::Gated(a), Some(x), Some(router)) => {
-            experts_act(&hn, lw, router, x, a)?
+            experts_act(&hn, lw, router, x, a, sparse_rows)?
         }
         (MlpKind::Gated(a), _, _) => {
             let up = hn.linear(&lw.up, lw.up_bias.as_ref())?;

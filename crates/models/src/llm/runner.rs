@@ -54,6 +54,10 @@ pub struct RunnerOptions {
     /// ([`step::PROBE_PREFIX`] outputs, read by [`Runner::probes`]) and the CPU engine runs each
     /// op unfused, recording what it wrote ([`Runner::inspection`]). Slow.
     pub probes: bool,
+    /// Mixtures of experts: decode and short verification steps compute only each token's
+    /// chosen experts' gate and up projections (`linear_experts`); off, every expert is computed
+    /// and weighted by the router (the form ANE targets always run).
+    pub sparse_experts: bool,
 }
 
 impl Default for RunnerOptions {
@@ -70,6 +74,7 @@ impl Default for RunnerOptions {
             quantize_activations: false,
             accumulation: Accumulation::F32,
             probes: false,
+            sparse_experts: true,
         }
     }
 }
@@ -240,6 +245,11 @@ impl Runner {
                         LogitsRows::Last
                     },
                     probes: opts.probes,
+                    sparse_expert_rows: if opts.sparse_experts {
+                        super::block::SPARSE_EXPERT_ROWS
+                    } else {
+                        0
+                    },
                 };
                 graphs.push((f.name(), step::build_step(cfg, &llm.weights, &spec)?));
             }

@@ -316,7 +316,7 @@ pub fn causal_lm_loss(
             _ => (global_rope.as_ref(), &global_mask),
         };
         let rope = rope.map(|(cos, sin, rot)| Rope { cos, sin, rot });
-        let out = decoder_layer(cfg, lw, &x, rs, rope, model.lora.get(l), |q, k, v| {
+        let out = decoder_layer(cfg, lw, &x, rs, rope, model.lora.get(l), 0, |q, k, v| {
             let q = per_sequence(&q, batch, seq)?;
             let k = repeat_kv(&per_sequence(&k, batch, seq)?, group)?;
             let v = repeat_kv(&per_sequence(&v, batch, seq)?, group)?;

@@ -72,7 +72,12 @@ impl Emitter<'_> {
         self.push_value(&weights, ty, "gather", args);
         let xr = self.fresh("expert_x");
         let args = vec![("x", self.arg(&s[0])), ("shape", ints(&[n, kx, 1, inner]))];
-        self.push_value(&xr, TensorType::new(float, &[n, kx, 1, inner]), "reshape", args);
+        self.push_value(
+            &xr,
+            TensorType::new(float, &[n, kx, 1, inner]),
+            "reshape",
+            args,
+        );
         let prod = self.fresh("expert_products");
         let args = vec![
             ("x", Argument::name(&xr)),
@@ -80,7 +85,12 @@ impl Emitter<'_> {
             ("transpose_x", boolean(false)),
             ("transpose_y", boolean(true)),
         ];
-        self.push_value(&prod, TensorType::new(float, &[n, k, 1, out]), "matmul", args);
+        self.push_value(
+            &prod,
+            TensorType::new(float, &[n, k, 1, out]),
+            "matmul",
+            args,
+        );
         let args = vec![("x", Argument::name(&prod)), ("shape", ints(&[n, k, out]))];
         self.push(node, "reshape", args);
         Ok(())
