@@ -248,16 +248,26 @@ pub(super) struct LayerOut {
 /// Layer `lw` over the residual stream `x[N, D]` (carried at `rs`, [`LlmConfig::residual_scale`]).
 /// `attend(q, k, v)` receives `q[N, H, hd]`, `k` and `v` `[N, KV, hd]` (head-normed and rotated)
 /// and returns the attention output `[N, H·hd]` in head-major columns.
+/// How a layer runs beyond its weights.
+#[derive(Clone, Copy, Default)]
+pub(super) struct LayerOptions<'a> {
+    /// LoRA adapters of the layer's projections (training).
+    pub lora: Option<&'a LayerLora>,
+    /// Mixtures of experts: steps of at most this many rows compute only the chosen experts'
+    /// gate and up projections (0: every expert).
+    pub sparse_expert_rows: usize,
+}
+
 pub(super) fn decoder_layer(
     cfg: &LlmConfig,
     lw: &LayerWeights,
     x: &Tensor,
     rs: f32,
     rope: Option<Rope<'_>>,
-    lora: Option<&LayerLora>,
-    sparse_rows: usize,
+    opts: LayerOptions<'_>,
     attend: impl FnOnce(Tensor, Tensor, Tensor) -> Result<Tensor, LlmError>,
 ) -> Result<LayerOut, LlmError> {
+    let lora = opts.lora;
     let n = x.shape()[0] as isize;
     let (h, kv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
     let hn = norm_at(cfg, x, &lw.attn_norm, rs)?;
@@ -291,7 +301,7 @@ pub(super) fn decoder_layer(
     let pair = |f: fn(&LayerLora) -> &Option<LoraPair>| lora.and_then(|l| f(l).as_ref());
     let mlp_act = match (cfg.mlp, cfg.experts, &lw.router) {
         (MlpKind::Gated(a), Some(x), Some(router)) => {
-            experts_act(&hn, lw, router, x, a, sparse_rows)?
+            experts_act(&hn, lw, router, x, a, opts.sparse_expert_rows)?
         }
         (MlpKind::Gated(a), _, _) => {
             let up = hn.linear(&lw.up, lw.up_bias.as_ref())?;

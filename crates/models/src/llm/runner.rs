@@ -56,7 +56,8 @@ pub struct RunnerOptions {
     pub probes: bool,
     /// Mixtures of experts: decode and short verification steps compute only each token's
     /// chosen experts' gate and up projections (`linear_experts`); off, every expert is computed
-    /// and weighted by the router (the form ANE targets always run).
+    /// and weighted by the router (the form ANE targets always run: the ANE cannot address
+    /// weights by a runtime index).
     pub sparse_experts: bool,
 }
 
@@ -245,7 +246,9 @@ impl Runner {
                         LogitsRows::Last
                     },
                     probes: opts.probes,
-                    sparse_expert_rows: if opts.sparse_experts {
+                    // ANE programs keep the dense form built before tiling, so wide expert
+                    // projections are tiled under the family's output-channel cap
+                    sparse_expert_rows: if opts.sparse_experts && !opts.target.is_ane() {
                         super::block::SPARSE_EXPERT_ROWS
                     } else {
                         0

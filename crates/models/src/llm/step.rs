@@ -16,7 +16,7 @@ use std::ops::Range;
 use aneforge::graph::{self, DType, Tensor};
 
 use super::block::{
-    attention, decoder_layer, head_logits, norm_at, rotate_half_matrix, scaled, Rope,
+    attention, decoder_layer, head_logits, norm_at, rotate_half_matrix, scaled, LayerOptions, Rope,
 };
 use super::config::{LlmConfig, Positions};
 use super::weights::ModelWeights;
@@ -182,33 +182,26 @@ pub fn build_step(
         };
         let layer_rope = layer_rope.map(|(cos, sin, rot)| Rope { cos, sin, rot });
         let mut caches = None;
-        let sparse = spec.sparse_expert_rows;
-        let out = decoder_layer(
-            cfg,
-            &w.layers[l],
-            &x,
-            rs,
-            layer_rope,
-            None,
-            sparse,
-            |q, k, v| {
-                let k_cache = graph::input(&k_cache(l), &[kv, s, hd], DType::F32)?;
-                let v_cache = graph::input(&v_cache(l), &[kv, s, hd], DType::F32)?;
-                let k_all = k_cache.dynamic_slice_update(&heads_first(&k)?, &write_pos)?;
-                let v_all = v_cache.dynamic_slice_update(&heads_first(&v)?, &write_pos)?;
-                let q =
-                    heads_first(&q)?.reshape(&[kv as isize, (group * t) as isize, hd as isize])?;
-                let att = attention(cfg, &q, &k_all, &v_all, layer_mask)?;
-                let att = att.reshape(&[h as isize, t as isize, hd as isize])?;
-                caches = Some((k_all, v_all));
-                Ok(if t == 1 {
-                    att.reshape(&[1, (h * hd) as isize])?
-                } else {
-                    att.transpose(&[1, 0, 2])?
-                        .reshape(&[t as isize, (h * hd) as isize])?
-                })
-            },
-        )?;
+        let opts = LayerOptions {
+            lora: None,
+            sparse_expert_rows: spec.sparse_expert_rows,
+        };
+        let out = decoder_layer(cfg, &w.layers[l], &x, rs, layer_rope, opts, |q, k, v| {
+            let k_cache = graph::input(&k_cache(l), &[kv, s, hd], DType::F32)?;
+            let v_cache = graph::input(&v_cache(l), &[kv, s, hd], DType::F32)?;
+            let k_all = k_cache.dynamic_slice_update(&heads_first(&k)?, &write_pos)?;
+            let v_all = v_cache.dynamic_slice_update(&heads_first(&v)?, &write_pos)?;
+            let q = heads_first(&q)?.reshape(&[kv as isize, (group * t) as isize, hd as isize])?;
+            let att = attention(cfg, &q, &k_all, &v_all, layer_mask)?;
+            let att = att.reshape(&[h as isize, t as isize, hd as isize])?;
+            caches = Some((k_all, v_all));
+            Ok(if t == 1 {
+                att.reshape(&[1, (h * hd) as isize])?
+            } else {
+                att.transpose(&[1, 0, 2])?
+                    .reshape(&[t as isize, (h * hd) as isize])?
+            })
+        })?;
         let (k_all, v_all) =
             caches.ok_or_else(|| LlmError::Internal("layer built without attention".into()))?;
         x = out.x;
