@@ -30,9 +30,9 @@ pub struct ModelArgs {
     /// (quantized per 32 values with integer dot products, llama.cpp's scheme; AVX-512 VNNI CPUs).
     #[arg(long, default_value = "f32", value_parser = ["int8", "f32"])]
     pub activations: String,
-    /// Mixtures of experts in decode steps: sparse (only each token's chosen experts) or dense
-    /// (every expert, weighted by the router).
-    #[arg(long, default_value = "sparse", value_parser = ["sparse", "dense"])]
+    /// Mixtures of experts in decode steps: dense (every expert, weighted by the router) or
+    /// sparse (only each token's chosen experts' gate/up rows, expanded to f32 first).
+    #[arg(long, default_value = "dense", value_parser = ["sparse", "dense"])]
     pub experts: String,
     /// Largest context in tokens (prompt and generated), up to the model's own limit.
     #[arg(

@@ -55,8 +55,10 @@ pub struct RunnerOptions {
     /// op unfused, recording what it wrote ([`Runner::inspection`]). Slow.
     pub probes: bool,
     /// Mixtures of experts: decode and short verification steps compute only each token's
-    /// chosen experts' gate and up projections (`linear_experts`); off, every expert is computed
-    /// and weighted by the router (the form ANE targets always run: the ANE cannot address
+    /// chosen experts' gate and up projections (`linear_experts`). Off by default: the CPU
+    /// engine expands the chosen experts' quantized rows to f32 before multiplying, which at
+    /// 8-of-32 or 2-of-8 routing costs more than the dense 8-bit GEMV over every expert
+    /// (docs/llm.md). Off, every expert is computed and weighted by the router (the form ANE targets always run: the ANE cannot address
     /// weights by a runtime index).
     pub sparse_experts: bool,
 }
@@ -75,7 +77,7 @@ impl Default for RunnerOptions {
             quantize_activations: false,
             accumulation: Accumulation::F32,
             probes: false,
-            sparse_experts: true,
+            sparse_experts: false,
         }
     }
 }
