@@ -58,7 +58,7 @@ def main():
     tiny_models.randomize(model, family, 0, torch.float16)
     state = tiny_models.checkpoint_state(model, family, torch.float16)
     del model
-    tiny_gguf.write(out + ".tmp", family, config, state, tok, tiny_models.CHATML, qtype)
+    tiny_gguf.write(out + ".tmp", family, config, state, tok, tiny_models.CHATML, qtype, "gpt-2")
     os.replace(out + ".tmp", out)
     print(out, os.path.getsize(out) // (1 << 20), "MiB")
 
