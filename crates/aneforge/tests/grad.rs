@@ -776,6 +776,21 @@ fn gather_rows() {
 }
 
 #[test]
+fn linear_experts() {
+    // one shared row per token, and one row per choice with an expert chosen twice
+    for (i, (kx, ids)) in [(1, vec![2, 0, 1, 1]), (2, vec![1, 1, 0, 2])]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = Check::new(&format!("linear_experts-{i}"), 1550 + i as u64);
+        let x = c.param("x", &[2, kx, 5], -1.0, 1.0);
+        let w = c.param("w", &[3 * 4, 5], -1.0, 1.0);
+        let ids = c.input_i32("ids", &[2, 2], ids);
+        c.run(&x.linear_experts(&w, &ids, 3).unwrap());
+    }
+}
+
+#[test]
 fn attention() {
     for (i, (causal, scale)) in [(false, None), (true, None), (true, Some(0.3f32))]
         .into_iter()

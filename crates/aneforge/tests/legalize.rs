@@ -542,6 +542,12 @@ fn the_op_catalog_matches_what_the_legalizer_does() {
         ));
         cases.push(("reduce_sum", x.sum(&[1], false).unwrap()));
         cases.push(("softmax", x.softmax(1).unwrap()));
+        let w = aneforge::graph::constant(
+            aneforge::graph::HostArray::from_f32(&[3 * 5, 8], vec![0.5; 3 * 5 * 8]).unwrap(),
+        );
+        let ids = input("ids", &[4, 2], DType::I32).unwrap();
+        let xe = x.reshape(&[4, 1, 8]).unwrap();
+        cases.push(("linear_experts", xe.linear_experts(&w, &ids, 3).unwrap()));
         for (op, t) in cases {
             let l = legalize(&[("y", &t)], family.base_arch());
             assert!(l.report.is_legal(), "{op} on {family}: {}", l.report);

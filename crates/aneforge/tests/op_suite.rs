@@ -312,6 +312,62 @@ fn linear_ops() {
     }
 }
 
+/// `linear_experts` against the dense f64 sum over every expert: one or two experts per row,
+/// one shared row or one row per choice, an expert chosen twice in a row, and routing by `top_k`
+/// over router weights with ties (the lower expert wins).
+#[test]
+fn linear_experts_ops() {
+    // (N, K, x rows per token, in, out, experts)
+    let cases: &[(usize, usize, usize, usize, usize, usize)] = &[
+        (1, 1, 1, 8, 5, 4),
+        (1, 2, 1, 16, 6, 4),
+        (3, 2, 2, 7, 3, 5),
+        (2, 2, 1, 32, 4, 3),
+    ];
+    for (i, &(n, k, kx, inner, out, experts)) in cases.iter().enumerate() {
+        let mut c = Case::new(format!("linear_experts-{i}"), 640 + i as u64);
+        let mut ids: Vec<i32> = (0..n * k)
+            .map(|_| c.rng.random_range(0..experts as i32))
+            .collect();
+        if k == 2 {
+            ids[1] = ids[0];
+        }
+        c.input("x", &[n, kx, inner], -1.0, 1.0)
+            .constant("w", &[experts * out, inner], -1.0, 1.0)
+            .input_i32("ids", &[n, k], ids);
+        c.check(
+            |g| g.t("x").linear_experts(g.t("w"), g.t("ids"), experts),
+            |r| reference::linear_experts(r.v("x"), r.v("w"), r.ints("ids"), k, experts),
+            Tol::ACCUMULATE,
+        );
+    }
+    // routed: probabilities with a tie at the k-th place, top_k = 1 and 2
+    let probs = vec![
+        0.1, 0.4, 0.4, 0.1, 0.25, 0.25, 0.25, 0.25, 0.7, 0.1, 0.1, 0.1,
+    ];
+    for k in [1, 2] {
+        let (n, experts, inner, out) = (3, 4, 16, 6);
+        let mut c = Case::new(format!("linear_experts-routed-{k}"), 650 + k as u64);
+        c.input("x", &[n, 1, inner], -1.0, 1.0)
+            .constant("w", &[experts * out, inner], -1.0, 1.0)
+            .input_data("p", &[n, experts], probs.clone());
+        c.check_many(
+            |g| {
+                let (v, ids) = g.t("p").top_k(k)?;
+                let y = g.t("x").linear_experts(g.t("w"), &ids, experts)?;
+                Ok(vec![y.mul(&v.reshape(&[n as isize, k as isize, 1])?)?])
+            },
+            |r| {
+                let (v, ids) = reference::top_k(r.v("p"), k);
+                let y = reference::linear_experts(r.v("x"), r.v("w"), &ids, k, experts);
+                let v = v.reshape(&[n, k, 1]);
+                vec![zip(&y, &v, |a, b| a * b)]
+            },
+            Tol::ACCUMULATE,
+        );
+    }
+}
+
 #[test]
 fn conv_ops() {
     conv_cases(false);

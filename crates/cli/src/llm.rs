@@ -30,6 +30,10 @@ pub struct ModelArgs {
     /// (quantized per 32 values with integer dot products, llama.cpp's scheme; AVX-512 VNNI CPUs).
     #[arg(long, default_value = "f32", value_parser = ["int8", "f32"])]
     pub activations: String,
+    /// Mixtures of experts in decode steps: dense (every expert, weighted by the router) or
+    /// sparse (only each token's chosen experts' gate/up rows, expanded to f32 first).
+    #[arg(long, default_value = "dense", value_parser = ["sparse", "dense"])]
+    pub experts: String,
     /// Largest context in tokens (prompt and generated), up to the model's own limit.
     #[arg(
         short = 'c',
@@ -196,6 +200,7 @@ pub(crate) fn load(
         max_context: args.ctx,
         all_logits_chunks: all_logits,
         quantize_activations: args.activations == "int8",
+        sparse_experts: args.experts == "sparse",
         ..RunnerOptions::default()
     };
     if let Some(p) = prefill {
@@ -559,11 +564,12 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
     let opt = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.3}"));
     if !args.format.is_text() {
         println!(
-            "{{\"peer\": \"aneforge\", \"model\": {:?}, \"target\": \"{}\", \"weights\": {:?}, \"activations\": {:?}, \"threads\": {threads}, \"prompt_tokens\": {}, \"prefill_tok_s\": {prefill_tok_s:.3}, \"prefill_cpu_s\": {}, \"decode_tokens\": {}, \"decode_tok_s\": {decode_tok_s:.3}, \"decode_wall_s\": {:.3}, \"decode_cpu_s\": {}, \"peak_rss_mb\": {}, \"load_s\": {:.3}, \"first_run_s\": {warmup:.3}}}",
+            "{{\"peer\": \"aneforge\", \"model\": {:?}, \"target\": \"{}\", \"weights\": {:?}, \"activations\": {:?}, \"experts\": {:?}, \"threads\": {threads}, \"prompt_tokens\": {}, \"prefill_tok_s\": {prefill_tok_s:.3}, \"prefill_cpu_s\": {}, \"decode_tokens\": {}, \"decode_tok_s\": {decode_tok_s:.3}, \"decode_wall_s\": {:.3}, \"decode_cpu_s\": {}, \"peak_rss_mb\": {}, \"load_s\": {:.3}, \"first_run_s\": {warmup:.3}}}",
             args.model.model,
             loaded.opts.target,
             args.model.compress,
             args.model.activations,
+            args.model.experts,
             ids.len(),
             opt(prefill.cpu),
             args.decode_tokens,

@@ -194,6 +194,26 @@ fn requantized_weights_match_the_reference() {
 /// The GGUF files of the same weights (llama.cpp's architecture names, stacked `ffn_*_exps`
 /// experts, Llama's permuted q/k rows, the tokenizer in metadata) give transformers' logits and
 /// greedy tokens.
+/// Decode steps computing only the chosen experts (`linear_experts`) give transformers' greedy
+/// tokens, from the Hugging Face checkpoints and the GGUF files.
+#[test]
+fn sparse_expert_decode_matches_transformers() {
+    for family in ["qwen3_moe", "mixtral"] {
+        let gguf = fixture_dir().join(format!("{family}.gguf"));
+        let from_gguf = Llm::load(gguf.to_str().unwrap(), LoadOptions::default()).unwrap();
+        for llm in [load(family), Arc::new(from_gguf)] {
+            let want = expected(family);
+            let opts = RunnerOptions {
+                sparse_experts: true,
+                ..options()
+            };
+            let mut runner = Runner::new(llm, opts).unwrap();
+            let g = generate(&mut runner, &want.prompt_ids, &greedy(64), &mut |_| true).unwrap();
+            assert_eq!(g.tokens, want.greedy_ids, "{family}");
+        }
+    }
+}
+
 #[test]
 fn gguf_files_match_transformers() {
     for family in GGUF_FAMILIES {

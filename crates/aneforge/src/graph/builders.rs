@@ -185,6 +185,21 @@ impl Tensor {
         self.matmul_t(rhs, false, false)
     }
 
+    /// `y[n, k] = self[n, k] @ W_e^T` for `e = ids[n, k]`, `W_e` the `e`-th of `experts` row
+    /// blocks of `weight[experts·out, in]`; `self` is `[N, K, in]` or `[N, 1, in]` (one row for
+    /// every `k`), `ids` `[N, K]` i32; the result is `[N, K, out]`.
+    pub fn linear_experts(
+        &self,
+        weight: &Tensor,
+        ids: &Tensor,
+        experts: usize,
+    ) -> Result<Tensor, GraphError> {
+        Tensor::from_op(
+            Op::LinearExperts { experts },
+            vec![self.clone(), weight.clone(), ids.clone()],
+        )
+    }
+
     /// Matrix product with the last two axes of either operand optionally transposed.
     pub fn matmul_t(
         &self,

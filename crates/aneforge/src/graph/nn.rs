@@ -252,6 +252,42 @@ impl Tensor {
         )
     }
 
+    /// The `k` largest values along the last axis, largest first, and their indices (i32); of
+    /// equal values the lower index comes first. Built from `k` rounds of argmax, each masking the
+    /// pick below the row's minimum.
+    pub fn top_k(&self, k: usize) -> Result<(Tensor, Tensor), GraphError> {
+        let n = self.shape().last().copied().unwrap_or(0);
+        if self.rank() == 0 || k == 0 || k > n {
+            return Err(GraphError::shape(
+                "top_k",
+                &[self.shape()],
+                format!("k = {k} must be in 1..={n} (the last axis)"),
+            ));
+        }
+        let mut ramp_shape = vec![1; self.rank()];
+        ramp_shape[self.rank() - 1] = n;
+        let ramp = constant(HostArray::from_i32(
+            &ramp_shape,
+            (0..n as i32).collect::<Vec<_>>(),
+        )?);
+        let below = self.min(&[-1], true)?.add_scalar(-1.0)?;
+        let (mut values, mut indices) = (Vec::with_capacity(k), Vec::with_capacity(k));
+        let mut rest = self.clone();
+        for round in 0..k {
+            let i = rest.argmax(-1, true)?;
+            values.push(rest.max(&[-1], true)?);
+            if round + 1 < k {
+                rest = ramp.eq(&i)?.select(&below, &rest)?;
+            }
+            indices.push(i);
+        }
+        let cat = |v: Vec<Tensor>| match v.len() {
+            1 => Ok(v[0].clone()),
+            _ => super::concat(&v, -1),
+        };
+        Ok((cat(values)?, cat(indices)?))
+    }
+
     /// `self @ weight^T + bias` with `weight[out, in]`.
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, GraphError> {
         let mut srcs = vec![self.clone(), weight.clone()];

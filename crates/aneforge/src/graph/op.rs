@@ -260,6 +260,10 @@ pub enum Op {
     },
     /// `[x, weight[out, in], bias[out]?]`: `x @ weight^T + bias`.
     Linear { has_bias: bool },
+    /// `[x[N, K or 1, in], weight[experts·out, in], ids[N, K] (i32)]`: `y[n, k] = x[n, k] @
+    /// W_e^T` with `W_e` rows `e·out .. (e+1)·out` of `weight` and `e = ids[n, k]` (a 1 in the
+    /// middle of `x` broadcasts one row to every `k`). Only the chosen experts are computed.
+    LinearExperts { experts: usize },
     /// `[x[N, C, *S], weight[O, C/groups, *K], bias[O]?]`
     Conv { attrs: ConvAttrs, has_bias: bool },
     /// `[x[N, C, *S], weight[C, O/groups, *K], bias[O]?]`; `output_padding` extends the end of
@@ -369,6 +373,7 @@ impl Op {
             Op::Select => "select",
             Op::MatMul { .. } => "matmul",
             Op::Linear { .. } => "linear",
+            Op::LinearExperts { .. } => "linear_experts",
             Op::Conv { .. } => "conv",
             Op::ConvTranspose { .. } => "conv_transpose",
             Op::Pool(p) => match p.kind {
@@ -440,7 +445,7 @@ impl Op {
             | Op::Select
             | Op::Cast { .. }
             | Op::StopGradient => OpFamily::Elementwise,
-            Op::MatMul { .. } | Op::Linear { .. } => OpFamily::Linalg,
+            Op::MatMul { .. } | Op::Linear { .. } | Op::LinearExperts { .. } => OpFamily::Linalg,
             Op::Conv { .. } | Op::ConvTranspose { .. } | Op::Pool(_) | Op::Upsample { .. } => {
                 OpFamily::Conv
             }

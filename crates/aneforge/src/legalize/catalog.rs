@@ -79,6 +79,11 @@ pub fn graph_ops(family: Family) -> Vec<OpRow> {
             "wide output heads tiled into separate ports",
         ),
         row(
+            "linear_experts",
+            Rewritten,
+            "every expert computed, then a one-hot matmul picks each row's (no runtime weight addressing)",
+        ),
+        row(
             "conv",
             Native,
             "P×P stride-P patch conv → space_to_depth(P) + 1×1 conv; kernel width capped",

@@ -73,6 +73,38 @@ pub fn gather(
     Ok(Some(along_axis(x, &onehot, axis)?.reshape(&out)?))
 }
 
+/// `linear_experts(x, w, ids)`: the ANE cannot address weights by a runtime index, so every
+/// expert is computed (`x[N·K', in] @ w^T`, one projection) and each `(n, k)` picks its expert's
+/// block with a one-hot matmul over the `E` experts.
+pub fn linear_experts(
+    cx: &mut Cx,
+    node: &Tensor,
+    srcs: &[Tensor],
+    experts: usize,
+) -> Result<Tensor, GraphError> {
+    let (x, w, ids) = (&srcs[0], &srcs[1], &srcs[2]);
+    let xs = x.shape();
+    let (n, k, out) = (node.shape()[0], node.shape()[1], node.shape()[2]);
+    let (n_, kx, e) = (n as isize, xs[1] as isize, experts as isize);
+    cx.rewritten(node, "expert choice → every expert + one-hot matmul");
+    let all = x
+        .reshape(&[n_ * kx, xs[2] as isize])?
+        .linear(w, None)?
+        .reshape(&[n_, kx, e, out as isize])?;
+    let onehot = indicator(
+        &ids.reshape(&[n_, k as isize, 1])?
+            .eq(&ramp(experts, 3, 2)?)?,
+    )?;
+    Ok(if xs[1] == 1 {
+        onehot.matmul(&all.reshape(&[n_, e, out as isize])?)?
+    } else {
+        onehot
+            .reshape(&[n_, k as isize, 1, e])?
+            .matmul(&all)?
+            .reshape(&[n_, k as isize, out as isize])?
+    })
+}
+
 /// Maximal runs of consecutive indices: `(start, length)`.
 fn runs(picks: &[usize]) -> Vec<(usize, usize)> {
     let mut out: Vec<(usize, usize)> = Vec::new();

@@ -239,6 +239,7 @@ fn rule(cx: &mut Cx, node: &Tensor, srcs: &[Tensor]) -> Result<Option<Tensor>, G
             Some(crate::graph::scalar(0.0).sub(&srcs[0])?)
         }
         Op::Gather { axis } => index::gather(cx, node, srcs, *axis)?,
+        Op::LinearExperts { experts } => Some(index::linear_experts(cx, node, srcs, *experts)?),
         Op::DynamicSlice { size } => index::dynamic_slice(cx, node, srcs, size)?,
         Op::DynamicSliceUpdate => index::dynamic_slice_update(cx, node, srcs)?,
         Op::Sdpa {

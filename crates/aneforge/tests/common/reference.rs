@@ -218,6 +218,42 @@ pub fn linear(x: &Nd, w: &Nd, b: Option<&Nd>) -> Nd {
     }
 }
 
+/// `y[n, k] = x[n, k or 0] @ W_e^T` with `W_e` rows `e·out..(e+1)·out` of `w`, `e = ids[n·K + k]`,
+/// summed over every expert with a 0/1 weight: the dense evaluation the sparse op must match.
+pub fn linear_experts(x: &Nd, w: &Nd, ids: &[i32], k: usize, experts: usize) -> Nd {
+    let (n, kx, inner) = (x.shape[0], x.shape[1], x.shape[2]);
+    let out = w.shape[0] / experts;
+    Nd::from_fn(&[n, k, out], |o| {
+        let (b, j, r) = (o[0], o[1], o[2]);
+        let xr = if kx == 1 { 0 } else { j };
+        (0..experts)
+            .map(|e| {
+                let chosen = f64::from(u8::from(ids[b * k + j] as usize == e));
+                let dot: f64 = (0..inner)
+                    .map(|c| x.at(&[b, xr, c]) * w.at(&[e * out + r, c]))
+                    .sum();
+                chosen * dot
+            })
+            .sum()
+    })
+}
+
+/// The `k` largest values of each row of `x[N, E]` and their indices, largest first, the lower
+/// index first among equals (a stable sort).
+pub fn top_k(x: &Nd, k: usize) -> (Nd, Vec<i32>) {
+    let (n, e) = (x.shape[0], x.shape[1]);
+    let (mut values, mut ids) = (Vec::new(), Vec::new());
+    for b in 0..n {
+        let mut order: Vec<usize> = (0..e).collect();
+        order.sort_by(|&i, &j| x.at(&[b, j]).total_cmp(&x.at(&[b, i])));
+        for &i in &order[..k] {
+            values.push(x.at(&[b, i]));
+            ids.push(i as i32);
+        }
+    }
+    (Nd::new(&[n, k], values), ids)
+}
+
 /// 2-D view of a 1-D spatial operand: `[N, C, L]` → `[N, C, 1, L]`.
 fn lift(x: &Nd) -> Nd {
     if x.rank() == 3 {

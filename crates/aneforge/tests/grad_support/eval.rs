@@ -134,6 +134,10 @@ fn eval_node(node: &Tensor, s: &[&Nd], env: &Env) -> Nd {
             transpose_b,
         } => r::matmul(s[0], s[1], *transpose_a, *transpose_b),
         Op::Linear { .. } => r::linear(s[0], s[1], s.get(2).copied()),
+        Op::LinearExperts { experts } => {
+            let ids: Vec<i32> = s[2].data.iter().map(|&v| v as i32).collect();
+            r::linear_experts(s[0], s[1], &ids, s[2].shape[1], *experts)
+        }
         Op::Conv { attrs, .. } => r::conv(
             s[0],
             s[1],

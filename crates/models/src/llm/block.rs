@@ -9,6 +9,7 @@ use aneforge::graph::{self, HostArray, Tensor};
 use super::config::{Experts, LlmConfig, MlpKind, NormKind};
 use super::weights::{LayerWeights, NormWeights};
 use super::LlmError;
+use crate::Activation;
 
 pub(super) fn norm(cfg: &LlmConfig, x: &Tensor, w: &NormWeights) -> Result<Tensor, LlmError> {
     norm_at(cfg, x, w, 1.0)
@@ -161,28 +162,77 @@ pub(super) fn head_logits(cfg: &LlmConfig, x: &Tensor, head: &Tensor) -> Result<
     })
 }
 
-/// The router's weight of every expert for each row of `x[N, D]`, `[N, E]`: softmax
-/// probabilities, zero outside each row's `top_k` largest, divided by their sum when
-/// [`Experts::norm_top_k`]. The `top_k`-th largest probability is found by taking out the
-/// largest `top_k − 1` times (they are probabilities, so −1 is below all of them); ties with it
-/// are all kept.
-fn route(x: &Tensor, router: &Tensor, experts: Experts) -> Result<Tensor, LlmError> {
+/// The router's choice for each row of `x[N, D]`: the `top_k` largest softmax probabilities
+/// `[N, K]` (divided by their sum when [`Experts::norm_top_k`]) and their experts `[N, K]` (i32);
+/// of equal probabilities the lower expert is chosen.
+fn route(x: &Tensor, router: &Tensor, experts: Experts) -> Result<(Tensor, Tensor), LlmError> {
     let p = x.linear(router, None)?.softmax(-1)?;
-    let mut rest = p.clone();
-    if experts.top_k > 1 {
-        let below = p.mul_scalar(0.0)?.add_scalar(-1.0)?;
-        for _ in 1..experts.top_k {
-            let top = rest.max(&[-1], true)?;
-            rest = rest.ge(&top)?.select(&below, &rest)?;
-        }
-    }
-    let kth = rest.max(&[-1], true)?;
-    let w = p.ge(&kth)?.select(&p, &p.mul_scalar(0.0)?)?;
-    Ok(if experts.norm_top_k {
+    let (w, ids) = p.top_k(experts.top_k)?;
+    let w = if experts.norm_top_k {
         w.div(&w.sum(&[-1], true)?)?
     } else {
         w
-    })
+    };
+    Ok((w, ids))
+}
+
+/// Steps of at most this many tokens may compute only the chosen experts' gate and up
+/// projections (`linear_experts`); longer ones compute every expert in one projection, which
+/// streams each expert's weights once for all the step's tokens.
+pub(super) const SPARSE_EXPERT_ROWS: usize = 8;
+
+/// `ids[N, K]` as `[N, K, E]` 0/1 rows.
+fn one_hot(ids: &Tensor, count: usize) -> Result<Tensor, LlmError> {
+    let ramp = HostArray::from_i32(&[1, 1, count], (0..count as i32).collect::<Vec<_>>())?;
+    let (n, k) = (ids.shape()[0] as isize, ids.shape()[1] as isize);
+    Ok(ids
+        .reshape(&[n, k, 1])?
+        .eq(&graph::constant(ramp))?
+        .cast(graph::DType::F32)?)
+}
+
+/// The mixture of experts' activation `[N, E·I]` (the input of the summing down projection):
+/// each row's chosen experts' `act(gate) · up` times the router weight, zero for the others.
+fn experts_act(
+    hn: &Tensor,
+    lw: &LayerWeights,
+    router: &Tensor,
+    x: Experts,
+    act: Activation,
+    sparse_rows: usize,
+) -> Result<Tensor, LlmError> {
+    let n = hn.shape()[0];
+    let (e, i) = (x.count as isize, x.size as isize);
+    let (w, ids) = route(hn, router, x)?;
+    let onehot = one_hot(&ids, x.count)?;
+    let k = x.top_k as isize;
+    let n_ = n as isize;
+    if n <= sparse_rows {
+        // `up` holds each expert's gate and up rows in turn: expert e's block is its [g; u]
+        let gu = hn
+            .reshape(&[n_, 1, -1])?
+            .linear_experts(&lw.up, &ids, x.count)?
+            .split(&[x.size, x.size], -1)?;
+        let a = act
+            .apply(&gu[0])?
+            .mul(&gu[1])?
+            .mul(&w.reshape(&[n_, k, 1])?)?;
+        // rows back to their experts' columns: [N, E, K] @ [N, K, I]
+        return Ok(onehot
+            .transpose(&[0, 2, 1])?
+            .matmul(&a)?
+            .reshape(&[n_, e * i])?);
+    }
+    let weight = onehot.mul(&w.reshape(&[n_, k, 1])?)?.sum(&[1], false)?;
+    let gu = hn
+        .linear(&lw.up, None)?
+        .reshape(&[n_, e, 2 * i])?
+        .split(&[x.size, x.size], -1)?;
+    Ok(act
+        .apply(&gu[0])?
+        .mul(&gu[1])?
+        .mul(&weight.reshape(&[n_, e, 1])?)?
+        .reshape(&[n_, e * i])?)
 }
 
 /// What one layer produces: its output and the intermediate values the fp16 audit probes.
@@ -198,15 +248,26 @@ pub(super) struct LayerOut {
 /// Layer `lw` over the residual stream `x[N, D]` (carried at `rs`, [`LlmConfig::residual_scale`]).
 /// `attend(q, k, v)` receives `q[N, H, hd]`, `k` and `v` `[N, KV, hd]` (head-normed and rotated)
 /// and returns the attention output `[N, H·hd]` in head-major columns.
+/// How a layer runs beyond its weights.
+#[derive(Clone, Copy, Default)]
+pub(super) struct LayerOptions<'a> {
+    /// LoRA adapters of the layer's projections (training).
+    pub lora: Option<&'a LayerLora>,
+    /// Mixtures of experts: steps of at most this many rows compute only the chosen experts'
+    /// gate and up projections (0: every expert).
+    pub sparse_expert_rows: usize,
+}
+
 pub(super) fn decoder_layer(
     cfg: &LlmConfig,
     lw: &LayerWeights,
     x: &Tensor,
     rs: f32,
     rope: Option<Rope<'_>>,
-    lora: Option<&LayerLora>,
+    opts: LayerOptions<'_>,
     attend: impl FnOnce(Tensor, Tensor, Tensor) -> Result<Tensor, LlmError>,
 ) -> Result<LayerOut, LlmError> {
+    let lora = opts.lora;
     let n = x.shape()[0] as isize;
     let (h, kv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
     let hn = norm_at(cfg, x, &lw.attn_norm, rs)?;
@@ -237,28 +298,22 @@ pub(super) fn decoder_layer(
     }
     let after_attn = x.add(&scaled(o, rs)?)?;
     let hn = norm_at(cfg, &after_attn, &lw.mlp_norm, rs)?;
-    let up = hn.linear(&lw.up, lw.up_bias.as_ref())?;
     let pair = |f: fn(&LayerLora) -> &Option<LoraPair>| lora.and_then(|l| f(l).as_ref());
     let mlp_act = match (cfg.mlp, cfg.experts, &lw.router) {
-        // every expert computed, then weighted by the router (zero for the unchosen); `up` holds
-        // each expert's gate and up rows in turn and `down` each expert's columns in turn, so
-        // one projection sums the experts
         (MlpKind::Gated(a), Some(x), Some(router)) => {
-            let (e, i) = (x.count as isize, x.size as isize);
-            let w = route(&hn, router, x)?.reshape(&[n, e, 1])?;
-            let gu = up.reshape(&[n, e, 2 * i])?.split(&[x.size, x.size], -1)?;
-            a.apply(&gu[0])?
-                .mul(&gu[1])?
-                .mul(&w)?
-                .reshape(&[n, e * i])?
+            experts_act(&hn, lw, router, x, a, opts.sparse_expert_rows)?
         }
         (MlpKind::Gated(a), _, _) => {
+            let up = hn.linear(&lw.up, lw.up_bias.as_ref())?;
             let gu = up.split(&[cfg.intermediate_size, cfg.intermediate_size], -1)?;
             let gate = adapted(gu[0].clone(), &hn, pair(|l| &l.gate), lora_scale)?;
             let up = adapted(gu[1].clone(), &hn, pair(|l| &l.up), lora_scale)?;
             a.apply(&gate)?.mul(&up)?
         }
-        (MlpKind::Plain(a), _, _) => a.apply(&adapted(up, &hn, pair(|l| &l.up), lora_scale)?)?,
+        (MlpKind::Plain(a), _, _) => {
+            let up = hn.linear(&lw.up, lw.up_bias.as_ref())?;
+            a.apply(&adapted(up, &hn, pair(|l| &l.up), lora_scale)?)?
+        }
     };
     let down = mlp_act.linear(&lw.down, lw.down_bias.as_ref())?;
     let mut down = adapted(down, &mlp_act, pair(|l| &l.down), lora_scale)?;

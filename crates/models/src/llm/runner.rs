@@ -54,6 +54,13 @@ pub struct RunnerOptions {
     /// ([`step::PROBE_PREFIX`] outputs, read by [`Runner::probes`]) and the CPU engine runs each
     /// op unfused, recording what it wrote ([`Runner::inspection`]). Slow.
     pub probes: bool,
+    /// Mixtures of experts: decode and short verification steps compute only each token's
+    /// chosen experts' gate and up projections (`linear_experts`). Off by default: the CPU
+    /// engine expands the chosen experts' quantized rows to f32 before multiplying, which at
+    /// 8-of-32 or 2-of-8 routing costs more than the dense 8-bit GEMV over every expert
+    /// (docs/llm.md). Off, every expert is computed and weighted by the router (the form ANE targets always run: the ANE cannot address
+    /// weights by a runtime index).
+    pub sparse_experts: bool,
 }
 
 impl Default for RunnerOptions {
@@ -70,6 +77,7 @@ impl Default for RunnerOptions {
             quantize_activations: false,
             accumulation: Accumulation::F32,
             probes: false,
+            sparse_experts: false,
         }
     }
 }
@@ -240,6 +248,13 @@ impl Runner {
                         LogitsRows::Last
                     },
                     probes: opts.probes,
+                    // ANE programs keep the dense form built before tiling, so wide expert
+                    // projections are tiled under the family's output-channel cap
+                    sparse_expert_rows: if opts.sparse_experts && !opts.target.is_ane() {
+                        super::block::SPARSE_EXPERT_ROWS
+                    } else {
+                        0
+                    },
                 };
                 graphs.push((f.name(), step::build_step(cfg, &llm.weights, &spec)?));
             }

@@ -16,7 +16,7 @@ use std::ops::Range;
 use aneforge::graph::{self, DType, Tensor};
 
 use super::block::{
-    attention, decoder_layer, head_logits, norm_at, rotate_half_matrix, scaled, Rope,
+    attention, decoder_layer, head_logits, norm_at, rotate_half_matrix, scaled, LayerOptions, Rope,
 };
 use super::config::{LlmConfig, Positions};
 use super::weights::ModelWeights;
@@ -80,6 +80,9 @@ pub struct StepSpec {
     /// Also output each layer's hidden state after attention (`probe_l{l}_attn`), its MLP
     /// activation (`probe_l{l}_mlp`) and its output (`probe_l{l}_out`), for numerics audits.
     pub probes: bool,
+    /// Mixtures of experts: steps of at most this many tokens compute only each token's chosen
+    /// experts' gate and up projections (0: every expert, weighted by the router).
+    pub sparse_expert_rows: usize,
 }
 
 /// The probe outputs of a step built with [`StepSpec::probes`] start with this.
@@ -179,7 +182,11 @@ pub fn build_step(
         };
         let layer_rope = layer_rope.map(|(cos, sin, rot)| Rope { cos, sin, rot });
         let mut caches = None;
-        let out = decoder_layer(cfg, &w.layers[l], &x, rs, layer_rope, None, |q, k, v| {
+        let opts = LayerOptions {
+            lora: None,
+            sparse_expert_rows: spec.sparse_expert_rows,
+        };
+        let out = decoder_layer(cfg, &w.layers[l], &x, rs, layer_rope, opts, |q, k, v| {
             let k_cache = graph::input(&k_cache(l), &[kv, s, hd], DType::F32)?;
             let v_cache = graph::input(&v_cache(l), &[kv, s, hd], DType::F32)?;
             let k_all = k_cache.dynamic_slice_update(&heads_first(&k)?, &write_pos)?;

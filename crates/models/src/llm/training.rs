@@ -18,7 +18,8 @@ use aneforge::autograd::weighted_cross_entropy;
 use aneforge::graph::{self, nn::MASKED, DType, HostArray, Tensor};
 
 use super::block::{
-    attention, decoder_layer, head_logits, norm_at, rope_rows, rotate_half_matrix, LayerLora, Rope,
+    attention, decoder_layer, head_logits, norm_at, rope_rows, rotate_half_matrix, LayerLora,
+    LayerOptions, Rope,
 };
 use super::config::{Family, LlmConfig, Positions};
 use super::weights::{ModelWeights, NormWeights};
@@ -321,7 +322,11 @@ pub fn causal_lm_loss(
             _ => (global_rope.as_ref(), &global_mask),
         };
         let rope = rope.map(|(cos, sin, rot)| Rope { cos, sin, rot });
-        let out = decoder_layer(cfg, lw, &x, rs, rope, model.lora.get(l), |q, k, v| {
+        let opts = LayerOptions {
+            lora: model.lora.get(l),
+            sparse_expert_rows: 0,
+        };
+        let out = decoder_layer(cfg, lw, &x, rs, rope, opts, |q, k, v| {
             let q = per_sequence(&q, batch, seq)?;
             let k = repeat_kv(&per_sequence(&k, batch, seq)?, group)?;
             let v = repeat_kv(&per_sequence(&v, batch, seq)?, group)?;

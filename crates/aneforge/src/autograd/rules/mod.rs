@@ -48,6 +48,7 @@ pub(crate) fn vjp(node: &Tensor, g: &Tensor, wants: &[bool]) -> Result<Grads, Gr
             transpose_b,
         } => linalg::matmul(&s[0], &s[1], *transpose_a, *transpose_b, g, wants),
         Op::Linear { has_bias } => linalg::linear(s, *has_bias, g, wants),
+        Op::LinearExperts { experts } => linalg::linear_experts(s, *experts, g, wants),
         Op::Conv { attrs, has_bias } => conv::conv(s, attrs, *has_bias, g, wants),
         Op::ConvTranspose {
             attrs, has_bias, ..

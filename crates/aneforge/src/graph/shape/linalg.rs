@@ -59,6 +59,40 @@ pub(super) fn infer(
             *shape.last_mut().expect("rank checked above") = w[0];
             Ok((shape, DType::F32))
         }
+        Op::LinearExperts { experts } => {
+            arity(name, srcs, 3)?;
+            let (x, w, ids) = (srcs[0].shape(), srcs[1].shape(), srcs[2].shape());
+            let all = [x, w, ids];
+            if srcs[0].dtype() != DType::F32 || srcs[1].dtype() != DType::F32 {
+                return Err(GraphError::shape(name, &all, "x and weight must be f32"));
+            }
+            if srcs[2].dtype() != DType::I32 {
+                return Err(GraphError::shape(name, &all, "ids must be i32"));
+            }
+            if x.len() != 3 || w.len() != 2 || ids.len() != 2 {
+                return Err(GraphError::shape(
+                    name,
+                    &all,
+                    "expected x[N, K or 1, in], weight[experts·out, in] and ids[N, K]",
+                ));
+            }
+            let (n, k) = (ids[0], ids[1]);
+            if *experts == 0 || w[0] % experts != 0 {
+                return Err(GraphError::shape(
+                    name,
+                    &all,
+                    format!("{} weight rows do not split into {experts} experts", w[0]),
+                ));
+            }
+            if x[0] != n || (x[1] != k && x[1] != 1) || x[2] != w[1] {
+                return Err(GraphError::shape(
+                    name,
+                    &all,
+                    format!("x must be [{n}, {k} or 1, {}]", w[1]),
+                ));
+            }
+            Ok((vec![n, k, w[0] / experts], DType::F32))
+        }
         _ => Err(GraphError::attribute(name, "not an linalg op")),
     }
 }
