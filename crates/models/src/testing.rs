@@ -280,6 +280,65 @@ pub fn ct2_bytes(vars: &[(&str, Vec<u32>, u8, Vec<u8>)], aliases: &[(&str, &str)
     out
 }
 
+/// A global allocator that counts live heap bytes and their peak, for tests that bound a
+/// computation's memory. A test binary installs it with
+/// `#[global_allocator] static A: CountingAllocator = CountingAllocator;` and holds one test, so
+/// nothing else allocates meanwhile; [`CountingAllocator::measure`] gives the peak above the
+/// bytes live when it starts. Mapped file pages are not heap and are not counted.
+pub struct CountingAllocator;
+
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl CountingAllocator {
+    fn grew(by: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = LIVE.fetch_add(by, Relaxed) + by;
+        PEAK.fetch_max(now, Relaxed);
+    }
+
+    /// Runs `f`; returns its result and the peak of live heap bytes during it, above those live
+    /// when it began.
+    pub fn measure<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let base = LIVE.load(Relaxed);
+        PEAK.store(base, Relaxed);
+        let out = f();
+        (out, PEAK.load(Relaxed).saturating_sub(base))
+    }
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only counters are kept.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if !p.is_null() {
+            Self::grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                Self::grew(new_size - layout.size());
+            } else {
+                LIVE.fetch_sub(
+                    layout.size() - new_size,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+        }
+        p
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,56 +1,20 @@
 //! Peak memory of loading an f32 safetensors decoder, compiling it for the CPU engine and running
 //! one decode step: the compiled program's weights blob holds the only copy (matrices are read
 //! from the file when the program is compiled, and the engine's plans read the blob in place
-//! instead of decoding and preparing copies). A counting global allocator in this test binary
-//! measures the peak of live heap bytes; the binary holds one test, so nothing else allocates
-//! meanwhile. Mapped file pages are not heap and are not counted.
+//! instead of decoding and preparing copies). The counting global allocator
+//! (`testing::CountingAllocator`) measures the peak of live heap bytes; the binary holds one
+//! test. Mapped file pages are not heap and are not counted.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use aneforge_models::llm::{Llm, LoadOptions, Runner, RunnerOptions};
+use aneforge_models::testing::CountingAllocator;
 use safetensors::tensor::{Dtype, TensorView};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            if new_size >= layout.size() {
-                let now = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed)
-                    + (new_size - layout.size());
-                PEAK.fetch_max(now, Ordering::Relaxed);
-            } else {
-                LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-            }
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const HIDDEN: usize = 512;
 const INTERMEDIATE: usize = 1536;
@@ -170,22 +134,19 @@ fn write_model(dir: &Path) -> usize {
 fn an_f32_safetensors_model_peaks_near_its_weights() {
     let dir = tempfile::tempdir().unwrap();
     let weights = write_model(dir.path());
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-
-    let llm = Arc::new(Llm::from_hf_dir(dir.path(), LoadOptions::default()).unwrap());
-    let opts = RunnerOptions {
-        max_context: 32,
-        min_context: 32,
-        prefill_chunks: Vec::new(),
-        ..RunnerOptions::default()
-    };
-    let mut runner = Runner::new(llm, opts).unwrap();
-    let logits = runner.feed(&[1]).unwrap();
-    assert_eq!(logits.len(), VOCAB);
-    assert!(logits.iter().all(|v| v.is_finite()));
-
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let (_, peak) = CountingAllocator::measure(|| {
+        let llm = Arc::new(Llm::from_hf_dir(dir.path(), LoadOptions::default()).unwrap());
+        let opts = RunnerOptions {
+            max_context: 32,
+            min_context: 32,
+            prefill_chunks: Vec::new(),
+            ..RunnerOptions::default()
+        };
+        let mut runner = Runner::new(llm, opts).unwrap();
+        let logits = runner.feed(&[1]).unwrap();
+        assert_eq!(logits.len(), VOCAB);
+        assert!(logits.iter().all(|v| v.is_finite()));
+    });
     let ratio = peak as f64 / weights as f64;
     eprintln!(
         "weights {:.1} MB; peak live heap {:.1} MB ({ratio:.2}x)",

@@ -1,53 +1,17 @@
 //! A 2-hour 16 kHz WAV is streamed window by window: its first pass (every 30 s window's log-mel
 //! frames, for the file's maximum) and a second pass of window features allocate a few MB at
-//! most, never the whole file (2 h × 16 kHz × 4 B = 460 MB of float samples). A counting global
-//! allocator in this test binary measures the peak of live heap bytes; the binary holds one
-//! test, so nothing else allocates meanwhile.
+//! most, never the whole file (2 h × 16 kHz × 4 B = 460 MB of float samples). The counting global
+//! allocator (`testing::CountingAllocator`) measures the peak of live heap bytes; the binary holds
+//! one test.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
+use aneforge_models::testing::CountingAllocator;
 use aneforge_models::whisper::audio::{AudioStream, SAMPLE_RATE};
 use aneforge_models::whisper::mel::{LogMel, N_FFT, WINDOW_FRAMES, WINDOW_SAMPLES};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            if new_size >= layout.size() {
-                let now = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed)
-                    + (new_size - layout.size());
-                PEAK.fetch_max(now, Ordering::Relaxed);
-            } else {
-                LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-            }
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const SECONDS: usize = 2 * 3600;
 
@@ -93,41 +57,40 @@ fn a_two_hour_file_is_streamed_in_bounded_memory() {
     let total = SECONDS * SAMPLE_RATE;
     write_tone(&wav, total);
     let mel = LogMel::new(80);
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let ((first_pass, windows), peak) = CountingAllocator::measure(|| {
+        // first pass: every window's log-mel frames
+        let started = std::time::Instant::now();
+        let file_max = mel.file_log10_max(&wav).unwrap();
+        let first_pass = started.elapsed();
+        // the tone's loudest mel bin, well above the floor of silence (log10 1e-10)
+        assert!(file_max > -4.0 && file_max < 0.0, "{file_max}");
 
-    // first pass: every window's log-mel frames
-    let started = std::time::Instant::now();
-    let file_max = mel.file_log10_max(&wav).unwrap();
-    let first_pass = started.elapsed();
-    // the tone's loudest mel bin, well above the floor of silence (log10 1e-10)
-    assert!(file_max > -4.0 && file_max < 0.0, "{file_max}");
-
-    // second pass: the samples window by window, features of every 10th window
-    let mut stream = AudioStream::open(&wav).unwrap();
-    assert_eq!(stream.expected_samples(), Some(total as u64));
-    let mut seen = 0usize;
-    let mut windows = 0usize;
-    let mut before: Vec<f32> = Vec::new();
-    loop {
-        let mut window = stream.peek(WINDOW_SAMPLES + N_FFT / 2).unwrap();
-        if window.is_empty() {
-            break;
+        // second pass: the samples window by window, features of every 10th window
+        let mut stream = AudioStream::open(&wav).unwrap();
+        assert_eq!(stream.expected_samples(), Some(total as u64));
+        let mut seen = 0usize;
+        let mut windows = 0usize;
+        let mut before: Vec<f32> = Vec::new();
+        loop {
+            let mut window = stream.peek(WINDOW_SAMPLES + N_FFT / 2).unwrap();
+            if window.is_empty() {
+                break;
+            }
+            let after = window.split_off(window.len().min(WINDOW_SAMPLES));
+            if windows.is_multiple_of(10) {
+                let features = mel.file_window(&before, &window, &after, file_max);
+                assert_eq!(features.len(), 80 * WINDOW_FRAMES);
+                assert!(features.iter().all(|x| x.is_finite()));
+            }
+            let n = window.len();
+            seen += stream.consume(n).unwrap();
+            before = window[n - N_FFT / 2..].to_vec();
+            windows += 1;
         }
-        let after = window.split_off(window.len().min(WINDOW_SAMPLES));
-        if windows.is_multiple_of(10) {
-            let features = mel.file_window(&before, &window, &after, file_max);
-            assert_eq!(features.len(), 80 * WINDOW_FRAMES);
-            assert!(features.iter().all(|x| x.is_finite()));
-        }
-        let n = window.len();
-        seen += stream.consume(n).unwrap();
-        before = window[n - N_FFT / 2..].to_vec();
-        windows += 1;
-    }
-    assert_eq!(seen, total);
-    assert_eq!(windows, SECONDS / 30);
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+        assert_eq!(seen, total);
+        assert_eq!(windows, SECONDS / 30);
+        (first_pass, windows)
+    });
     eprintln!(
         "2 h ({total} samples, {windows} windows): peak live heap {:.1} MB over both passes; \
          first pass {:.1} s",

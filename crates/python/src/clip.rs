@@ -1,13 +1,13 @@
 //! `CLIPModel`: `aneforge_models::vision::ClipModel` (`aneforge classify` with `--labels`):
 //! image and text embeddings and zero-shot classification.
 
-use aneforge_models::vision::{ClassifierOptions, ClipModel as RsClip};
+use aneforge_models::vision::ClipModel as RsClip;
 use pyo3::prelude::*;
 
 use crate::encoders::strings;
 use crate::images::{self, image_args};
 use crate::vision::predictions_of;
-use crate::{arrays, errors, options};
+use crate::{arrays, errors};
 
 /// Rows of equal width as one `[rows, dim]` array, or the one row as `[dim]` (`single`).
 fn embeddings<'py>(
@@ -43,16 +43,7 @@ impl ClipModel {
         target: Option<&str>,
         batch_size: usize,
     ) -> PyResult<Self> {
-        if batch_size == 0 {
-            return Err(errors::invalid("batch_size takes a count of at least 1"));
-        }
-        let (engine, target) = options::select(py, engine, target)?;
-        let options = ClassifierOptions {
-            target,
-            engine,
-            batch_size,
-            ..ClassifierOptions::default()
-        };
+        let options = images::model_options(py, engine, target, batch_size)?;
         let model = model.to_string();
         let inner = py
             .detach(move || RsClip::load(&model, options))

@@ -1,11 +1,31 @@
 //! Images from Python: paths to decode or uint8 `[height, width, 3]` RGB arrays, shared by the
 //! image models (`vision`, `clip`).
 
-use aneforge_models::vision::{load_image, RgbImage, VisionError};
+use aneforge_models::vision::{load_image, ClassifierOptions, RgbImage, VisionError};
 use numpy::{PyArrayMethods, PyReadonlyArray3, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
-use crate::errors;
+use crate::{errors, options};
+
+/// The options of an image model from its constructor's arguments (engine and target as the
+/// CLI takes them).
+pub fn model_options(
+    py: Python<'_>,
+    engine: &str,
+    target: Option<&str>,
+    batch_size: usize,
+) -> PyResult<ClassifierOptions> {
+    if batch_size == 0 {
+        return Err(errors::invalid("batch_size takes a count of at least 1"));
+    }
+    let (engine, target) = options::select(py, engine, target)?;
+    Ok(ClassifierOptions {
+        target,
+        engine,
+        batch_size,
+        ..ClassifierOptions::default()
+    })
+}
 
 /// An image given as a path to decode, or pixels already in memory.
 pub enum ImageArg {

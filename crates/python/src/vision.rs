@@ -1,12 +1,12 @@
 //! `ImageClassifier`: `aneforge_models::vision::ImageClassifier` (`aneforge classify`) for image
 //! files and NumPy RGB arrays.
 
-use aneforge_models::vision::{ClassifierOptions, ImageClassifier as RsClassifier, Prediction};
+use aneforge_models::vision::{ImageClassifier as RsClassifier, Prediction};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use crate::errors;
 use crate::images::{self, image_args};
-use crate::{errors, options};
 
 fn prediction<'py>(py: Python<'py>, p: &Prediction) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -60,16 +60,7 @@ impl ImageClassifier {
         target: Option<&str>,
         batch_size: usize,
     ) -> PyResult<Self> {
-        if batch_size == 0 {
-            return Err(errors::invalid("batch_size takes a count of at least 1"));
-        }
-        let (engine, target) = options::select(py, engine, target)?;
-        let options = ClassifierOptions {
-            target,
-            engine,
-            batch_size,
-            ..ClassifierOptions::default()
-        };
+        let options = images::model_options(py, engine, target, batch_size)?;
         let model = model.to_string();
         let inner = py
             .detach(move || RsClassifier::load(&model, options))
