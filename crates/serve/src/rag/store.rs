@@ -202,13 +202,15 @@ impl Store {
             source,
         };
         let conn = Connection::open(path).map_err(err)?;
+        // The timeout comes first: switching a new file to WAL takes a lock that a reader opening
+        // it at the same moment may hold, and without a timeout that fails at once.
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(err)?;
         // WAL: readers (a server answering) never block the indexer; FULL: a committed file
         // survives a power cut, not only a killed process.
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(err)?;
         conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(err)?;
         Ok(conn)
     }
