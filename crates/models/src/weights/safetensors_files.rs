@@ -270,19 +270,12 @@ impl TensorSource for SafeTensorsFiles {
             dtype,
             shape,
         } = self.raw(name)?;
+        float_width(name, file, dtype)?;
         let data = match dtype {
             Dtype::F32 => f32_le_to_f32(bytes),
             Dtype::F16 => f16_le_to_f32(bytes),
             Dtype::BF16 => bf16_le_to_f32(bytes),
-            Dtype::F64 => f64_le_to_f32(bytes),
-            other => {
-                return Err(WeightError::WrongDtype {
-                    name: name.to_string(),
-                    file: file.to_path_buf(),
-                    dtype: format!("{other:?}"),
-                    wanted: "f32 (from F32, F16, BF16 or F64)",
-                })
-            }
+            _ => f64_le_to_f32(bytes),
         };
         array(name, file, shape, data)
     }
@@ -301,19 +294,7 @@ impl TensorSource for SafeTensorsFiles {
             dtype,
             shape,
         } = self.raw(name)?;
-        let width = match dtype {
-            Dtype::F32 => 4,
-            Dtype::F16 | Dtype::BF16 => 2,
-            Dtype::F64 => 8,
-            other => {
-                return Err(WeightError::WrongDtype {
-                    name: name.to_string(),
-                    file: file.to_path_buf(),
-                    dtype: format!("{other:?}"),
-                    wanted: "f32 (from F32, F16, BF16 or F64)",
-                })
-            }
-        };
+        let width = float_width(name, file, dtype)?;
         let end = start.saturating_add(out.len());
         let part = bytes
             .get(start.saturating_mul(width)..end.saturating_mul(width))
@@ -374,4 +355,19 @@ fn array<T>(
         file: file.to_path_buf(),
         reason: format!("shape {shape:?} does not match its {len} stored elements"),
     })
+}
+
+/// Bytes per element of a tensor read as f32 (F32, F16, BF16 or F64), or the error naming it.
+fn float_width(name: &str, file: &Path, dtype: Dtype) -> Result<usize, WeightError> {
+    match dtype {
+        Dtype::F32 => Ok(4),
+        Dtype::F16 | Dtype::BF16 => Ok(2),
+        Dtype::F64 => Ok(8),
+        other => Err(WeightError::WrongDtype {
+            name: name.to_string(),
+            file: file.to_path_buf(),
+            dtype: format!("{other:?}"),
+            wanted: "f32 (from F32, F16, BF16 or F64)",
+        }),
+    }
 }
