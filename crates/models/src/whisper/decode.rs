@@ -657,7 +657,6 @@ impl Whisper {
         let mut seek = 0usize;
         let mut segments = Vec::new();
         let mut language = None;
-        let mut texts = Vec::new();
         // the samples just before `seek`: the left edge of the window's first frames
         let mut before: Vec<f32> = Vec::new();
         // the initial prompt's and the segments' tokens since conditioning last restarted
@@ -708,9 +707,6 @@ impl Whisper {
                 });
                 window.len()
             };
-            if !out.no_speech {
-                texts.push(self.text(&out.generated)?);
-            }
             // text decoded at a high temperature is too unreliable to condition on; without
             // conditioning, only the first window sees the initial prompt
             if out.temperature > 0.5 || !opts.condition_on_previous_text {
@@ -726,7 +722,8 @@ impl Whisper {
             }
         }
         Ok(Transcript {
-            text: texts.concat(),
+            // the segments' texts: a window's unfinished last segment is decoded again by the next
+            text: segments.iter().map(|s| s.text.as_str()).collect(),
             segments,
             language,
             duration: seek as f64 / SAMPLE_RATE as f64,
