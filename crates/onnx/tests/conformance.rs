@@ -19,6 +19,20 @@ use std::path::{Path, PathBuf};
 const EXPECTED: &str = include_str!("conformance/expected_pass.txt");
 const RTOL: f64 = 1e-3;
 const ATOL: f64 = 1e-7;
+/// Ops whose every output sums a whole axis of products in float32. ONNX's expected outputs for
+/// them come from numpy's complex64 FFT, whose round-off is of the order of one float32 ulp of
+/// the largest output: test_dft_inverse expects 1.9e-7 where the exact value is 0, and
+/// onnxruntime differs from the data by up to 6.4e-7 of the largest output (test_dft). Their
+/// absolute tolerance is one such ulp (`f32::EPSILON` times the largest expected magnitude)
+/// instead of `ATOL`.
+const WHOLE_AXIS_SUMS: &[&str] = &["DFT", "STFT"];
+
+/// Cases whose shipped expected outputs contradict the op's specification, with expected outputs
+/// from onnxruntime on the case's inputs (`tools/fixtures/onnx/conformance_errata.py`, which
+/// checks that only the contradicted values differ).
+fn errata_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/onnx/out/conformance_errata")
+}
 
 #[derive(Clone, Debug, PartialEq)]
 enum Outcome {
@@ -79,7 +93,13 @@ fn array_values(a: &HostArray) -> Vec<f64> {
         .unwrap_or_default()
 }
 
-fn compare(name: &str, got: &[f64], got_shape: &[usize], want: &Const) -> Result<(), String> {
+fn compare(
+    name: &str,
+    got: &[f64],
+    got_shape: &[usize],
+    want: &Const,
+    whole_axis_sums: bool,
+) -> Result<(), String> {
     if got_shape != want.shape.as_slice() {
         return Err(format!(
             "output {name}: shape {got_shape:?}, expected {:?}",
@@ -87,8 +107,14 @@ fn compare(name: &str, got: &[f64], got_shape: &[usize], want: &Const) -> Result
         ));
     }
     let want = values_of(want);
+    let atol = if whole_axis_sums {
+        let largest = want.iter().fold(0f64, |m, w| m.max(w.abs()));
+        ATOL.max(f64::from(f32::EPSILON) * largest)
+    } else {
+        ATOL
+    };
     for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
-        let close = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= ATOL + RTOL * w.abs();
+        let close = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= atol + RTOL * w.abs();
         if !close {
             return Err(format!("output {name}[{i}]: {g}, expected {w}"));
         }
@@ -101,6 +127,21 @@ fn run_case(dir: &Path) -> Outcome {
         Ok(m) => m,
         Err(e) => return Outcome::Fail(e.to_string()),
     };
+    // the test data of sequence-, map- and optional-typed values are not TensorProtos
+    if let Some(g) = &model.graph {
+        let not_tensor = g.input.iter().chain(&g.output).find(|i| {
+            !matches!(
+                i.r#type.as_ref().and_then(|t| t.value.as_ref()),
+                Some(aneforge_onnx::proto::type_proto::Value::TensorType(_))
+            )
+        });
+        if let Some(i) = not_tensor {
+            return Outcome::Unsupported(format!(
+                "graph value {:?} is a sequence, map or optional (only tensors)",
+                i.name()
+            ));
+        }
+    }
     let data = dir.join("test_data_set_0");
     let inputs: Vec<Const> = match data_files(&data, "input_")
         .iter()
@@ -110,11 +151,14 @@ fn run_case(dir: &Path) -> Outcome {
         Ok(v) => v,
         Err(e) => return Outcome::Unsupported(format!("test data: {e}")),
     };
-    let expected: Vec<Const> = match data_files(&data, "output_")
-        .iter()
-        .map(|p| read_pb(p))
-        .collect()
-    {
+    let case = dir.file_name().unwrap_or_default().to_string_lossy();
+    let corrected = data_files(&errata_dir(), &format!("{case}_output_"));
+    let expected_files = if corrected.is_empty() {
+        data_files(&data, "output_")
+    } else {
+        corrected
+    };
+    let expected: Vec<Const> = match expected_files.iter().map(|p| read_pb(p)).collect() {
         Ok(v) => v,
         Err(e) => return Outcome::Unsupported(format!("test data: {e}")),
     };
@@ -308,7 +352,11 @@ fn run_case(dir: &Path) -> Outcome {
         let Some((values, shape)) = &results[k] else {
             return Outcome::Fail(format!("output {} was not computed", o.onnx_name));
         };
-        if let Err(e) = compare(&o.onnx_name, values, shape, &expected[k]) {
+        let whole_axis_sums = graph
+            .node
+            .iter()
+            .any(|n| WHOLE_AXIS_SUMS.contains(&n.op_type()));
+        if let Err(e) = compare(&o.onnx_name, values, shape, &expected[k], whole_axis_sums) {
             return Outcome::Fail(e);
         }
     }
@@ -487,6 +535,9 @@ fn conformance_report() {
     write_report(&by_op, cases.len());
 }
 
+/// The heading from which docs/onnx.md is written by hand.
+const HAND_WRITTEN: &str = "## Exported and real models";
+
 fn write_report(by_op: &BTreeMap<String, Vec<(String, Outcome)>>, total: usize) {
     let count = |f: fn(&Outcome) -> bool| -> usize {
         by_op.values().flatten().filter(|(_, o)| f(o)).count()
@@ -501,14 +552,21 @@ fn write_report(by_op: &BTreeMap<String, Vec<(String, Outcome)>>, total: usize) 
         "Generated by `ANEFORGE_ONNX_REPORT=1 cargo test -p aneforge-onnx --test conformance \
          conformance_report` over ONNX's backend node test cases (the onnx 1.17.0 wheel, \
          `scripts/fetch-models.sh onnx-node-tests`), each imported, compiled for the CPU target, \
-         run on the CPU engine and compared with ONNX's expected outputs (rtol 1e-3, atol 1e-7). \
+         run on the CPU engine and compared with ONNX's expected outputs (rtol 1e-3, atol 1e-7; \
+         for DFT and STFT, whose expected outputs carry numpy's float32 FFT round-off, atol is \
+         one float32 ulp of the largest expected magnitude). The int8 QLinearMatMul cases, whose \
+         data wrap around where the specification saturates (onnx/onnx issues 6169 and 7835), \
+         are compared with onnxruntime's outputs instead \
+         (`tools/fixtures/onnx/conformance_errata.py`). \
          Graph inputs that a node needs as constants (axes, sizes, scales, pads, ...) are bound to \
          the case's input values, since a compiled program is specialised on them; doubles \
          and the narrow floats (FLOAT16, BFLOAT16, FLOAT8*) compute as f32, Cast and \
          QuantizeLinear rounding onto the narrow formats exactly (BFLOAT16 toward zero, as \
          ONNX's test data do), and ONNX's BFLOAT16 test data (stored as UINT16 bits) are read as \
-         the values the model declares. Do not edit by hand. The cases that pass are listed in \
-         `crates/onnx/tests/conformance/expected_pass.txt`; CI fails when one of them fails.\n\n",
+         the values the model declares. Do not edit by hand, except the sections from \
+         `## Exported and real models` on, which the report keeps. The cases that pass are \
+         listed in `crates/onnx/tests/conformance/expected_pass.txt`; CI fails when one of them \
+         fails.\n\n",
     );
     md.push_str(&format!(
         "**{pass} of {total} cases pass ({:.1}%)**; {fail} fail, {unsupported} are unsupported \
@@ -555,7 +613,13 @@ fn write_report(by_op: &BTreeMap<String, Vec<(String, Outcome)>>, total: usize) 
         ));
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    std::fs::write(root.join("../../docs/onnx.md"), md).expect("write docs/onnx.md");
+    let doc = root.join("../../docs/onnx.md");
+    // the hand-written sections after the generated table are kept
+    let old = std::fs::read_to_string(&doc).unwrap_or_default();
+    if let Some(at) = old.find(&format!("\n{HAND_WRITTEN}\n")) {
+        md.push_str(&old[at..]);
+    }
+    std::fs::write(&doc, md).expect("write docs/onnx.md");
     let mut list = String::from(
         "# Backend node cases that pass on the CPU target; conformance_expected_cases_pass fails if\n\
          # one of them fails. Regenerated by ANEFORGE_ONNX_REPORT=1 (see tests/conformance.rs).\n",

@@ -129,17 +129,28 @@ fn not(n: &Node) -> OpResult<Vec<Value>> {
     tensor(int((1i64 << t.width) - 1).sub(&x)?)
 }
 
-/// `x >> y` on unsigned 32- and 64-bit values (below 2^31 in the graph): bit `k` of `x` moves
-/// to `k − y` when `k ≥ y`, its weight `2^(k−y)` an exact power of two.
-fn shift_right_wide(x: &Tensor, y: &Tensor, t: IntType) -> OpResult<Tensor> {
+/// `x >> y` and `x << y` on unsigned 32- and 64-bit values (below 2^31 in the graph): bit `k` of
+/// `x` moves to `k ∓ y`, weighing the exact power of two `2^(k∓y)`, and is dropped below bit 0
+/// or, shifting left, from bit 31 up (a result of 2^31 or more is beyond what the graph holds for
+/// these types and comes out modulo 2^31).
+fn shift_wide(x: &Tensor, y: &Tensor, t: IntType, right: bool) -> OpResult<Tensor> {
     let (x_bits, _) = bits(x, t)?;
     let yf = y.cast(DType::F32)?;
     let mut acc: Option<Tensor> = None;
     for (k, bit) in x_bits.iter().enumerate() {
-        // 2^(k − y) for y ≤ k, else 0
-        let weight = scalar(2.0).pow(&yf.neg()?.add_scalar(k as f32)?)?;
-        let kept = yf.compare_scalar(CompareOp::LessEqual, k as f32)?;
-        let weight = kept.select(&weight, &scalar(0.0))?.cast(DType::I32)?;
+        let to = if right {
+            yf.neg()?.add_scalar(k as f32)?
+        } else {
+            yf.add_scalar(k as f32)?
+        };
+        let weight = scalar(2.0).pow(&to)?;
+        let weight = to
+            .compare_scalar(CompareOp::LessEqual, 30.0)?
+            .select(&weight, &scalar(0.0))?;
+        let weight = to
+            .compare_scalar(CompareOp::GreaterEqual, 0.0)?
+            .select(&weight, &scalar(0.0))?
+            .cast(DType::I32)?;
         let term = bit.mul(&weight)?;
         acc = Some(match acc {
             Some(a) => a.add(&term)?,
@@ -154,21 +165,19 @@ fn shift_right_wide(x: &Tensor, y: &Tensor, t: IntType) -> OpResult<Tensor> {
 fn shift(n: &Node) -> OpResult<Vec<Value>> {
     let t = int_type(n, 0)?;
     let right = n.attr_s("direction", "") == "RIGHT";
-    if !t.signed && t.width > 16 && right {
-        return tensor(shift_right_wide(
+    if t.signed {
+        return unsupported(format!(
+            "shifts of {}-bit signed values (BitShift takes unsigned ones)",
+            t.width
+        ));
+    }
+    if t.width > 16 {
+        return tensor(shift_wide(
             &integer_tensor(n, 0)?,
             &integer_tensor(n, 1)?,
             t,
+            right,
         )?);
-    }
-    if t.signed || t.width > 16 {
-        return unsupported(format!(
-            "{} shifts of {}-bit {} values (unsigned 8- and 16-bit values, and right shifts of \
-             wider unsigned ones, are supported)",
-            if right { "right" } else { "left" },
-            t.width,
-            if t.signed { "signed" } else { "unsigned" }
-        ));
     }
     let x = integer_tensor(n, 0)?.cast(DType::F32)?;
     let scale = scalar(2.0).pow(&integer_tensor(n, 1)?.cast(DType::F32)?)?;

@@ -10,6 +10,7 @@ mod grid_sample;
 mod linalg;
 mod loss;
 mod norm;
+mod optional;
 mod quant;
 mod recurrent;
 mod reduce;
@@ -42,6 +43,7 @@ const FAMILIES: &[&[(&str, Importer)]] = &[
     selection::OPS,
     spectral::OPS,
     text::OPS,
+    optional::OPS,
 ];
 
 pub fn lookup(op: &str) -> Option<Importer> {
