@@ -640,33 +640,40 @@ fn finish(
             Home::None | Home::Alias(_) => (usize::MAX, 0),
         })
         .collect();
-    // in-place slice_update candidates for share_buffer
-    let mut inplace = vec![None; nout];
+    // in-place candidates for share_buffer: inputs the producer of an output may overwrite
+    let mut inplace = vec![Vec::new(); nout];
     for (j, &v) in output_vids.iter().enumerate() {
         if !direct[j] {
             continue;
         }
         let Some(&p) = producer.get(&v) else { continue };
-        let Some(x) = b.nodes[p].kernel.inplace_source() else {
-            continue;
-        };
-        let Home::Input(i) = b.values[x].home else {
-            continue;
-        };
-        if inputs[i].shape != outputs[j].shape || inputs[i].dtype != outputs[j].dtype {
-            continue;
-        }
-        let readers_ok = b.nodes.iter().enumerate().all(|(ni, n)| {
-            let reads_x = n.reads.iter().any(|&r| root(&b.values, r) == x);
-            if ni == p {
-                n.reads.iter().filter(|&&r| root(&b.values, r) == x).count() == 1
-            } else {
-                !reads_x || ni < p
+        let chain = matches!(b.nodes[p].kernel, Kernel::Chain(_));
+        let sources = b.nodes[p].kernel.inplace_sources(&b.values, v);
+        for &x in &sources {
+            let x = root(&b.values, x);
+            let Home::Input(i) = b.values[x].home else {
+                continue;
+            };
+            if inputs[i].shape != outputs[j].shape || inputs[i].dtype != outputs[j].dtype {
+                continue;
             }
-        });
-        let not_output = output_vids.iter().all(|&o| root(&b.values, o) != x);
-        if readers_ok && not_output {
-            inplace[j] = Some(i);
+            // a chain may load the input any number of times (each block is loaded before it
+            // is stored); a copy kernel reads it once
+            let readers_ok = b.nodes.iter().enumerate().all(|(ni, n)| {
+                let reads_x = n.reads.iter().any(|&r| root(&b.values, r) == x);
+                let mut own = n.reads.iter().filter(|&&r| root(&b.values, r) == x);
+                if ni == p && chain {
+                    own.all(|r| sources.contains(r))
+                } else if ni == p {
+                    own.count() == 1
+                } else {
+                    !reads_x || ni < p
+                }
+            });
+            let not_output = output_vids.iter().all(|&o| root(&b.values, o) != x);
+            if readers_ok && not_output && !inplace[j].contains(&i) {
+                inplace[j].push(i);
+            }
         }
     }
     let scratch_floats = b

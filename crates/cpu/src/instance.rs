@@ -138,10 +138,13 @@ impl Instance {
     pub(crate) fn new(plan: Arc<Plan>) -> Instance {
         let nin = plan.inputs.len();
         let nout = plan.outputs.len();
-        let mut storage = Vec::new();
-        for p in plan.inputs.iter().chain(plan.outputs.iter()) {
-            storage.push(AlignedBuf::zeroed(p.dense_bytes()));
-        }
+        // outputs get their storage at the first execute, unless shared with an input before
+        let mut storage: Vec<AlignedBuf> = plan
+            .inputs
+            .iter()
+            .map(|p| AlignedBuf::zeroed(p.dense_bytes()))
+            .collect();
+        storage.extend(plan.outputs.iter().map(|_| AlignedBuf::zeroed(0)));
         let mut inst = Instance {
             scratch: vec![0.0; plan.scratch_floats.max(1)],
             storage,
@@ -223,33 +226,21 @@ impl Instance {
         if self.shared_inputs[i] {
             return Err(err("the input is already shared"));
         }
-        if self
-            .end_copies
-            .iter()
-            .any(|&(_, to)| to == self.out_store[j])
-            || self
-                .bind
-                .iter()
-                .take(self.plan.inputs.len())
-                .any(|&s| s == self.out_store[j])
-        {
+        let nin = self.plan.inputs.len();
+        if self.out_store[j] != nin + j {
             return Err(err("the output is already shared"));
         }
-        let nin = self.plan.inputs.len();
-        let out_storage = self.out_store[j];
-        // keep the input's current contents as the initial state
-        let current = self.storage[self.bind[i]].bytes().to_vec();
-        self.storage[out_storage]
-            .bytes_mut()
-            .copy_from_slice(&current);
-        self.bind[i] = out_storage;
+        // the output lives in the input's storage from now on, so the input keeps its contents
+        // as the initial state
+        let state = self.bind[i];
+        self.out_store[j] = state;
         self.shared_inputs[i] = true;
-        let in_place = self.plan.inplace[j] == Some(i);
+        let in_place = self.plan.inplace[j].contains(&i);
         if self.plan.output_direct[j] && !in_place {
-            let staging = self.storage.len();
-            self.storage.push(AlignedBuf::zeroed(op.dense_bytes()));
-            self.bind[nin + j] = staging;
-            self.end_copies.push((staging, out_storage));
+            self.storage[nin + j] = AlignedBuf::zeroed(op.dense_bytes());
+            self.end_copies.push((nin + j, state));
+        } else {
+            self.bind[nin + j] = state;
         }
         self.rebuild_ptrs();
         Ok(())
@@ -278,6 +269,16 @@ impl Instance {
     }
 
     fn run_plan(&mut self, observe: Observe<'_>) -> Result<()> {
+        if !self.executed {
+            let nin = self.plan.inputs.len();
+            for (j, p) in self.plan.outputs.iter().enumerate() {
+                let s = &mut self.storage[nin + j];
+                if self.bind[nin + j] == nin + j && s.len() != p.dense_bytes() {
+                    *s = AlignedBuf::zeroed(p.dense_bytes());
+                }
+            }
+            self.rebuild_ptrs();
+        }
         let mut arena = take_arena(self.plan.arena_bytes);
         self.ptrs[0] = SendPtr(arena.as_mut_ptr());
         let result = self.run_with_arena(observe);

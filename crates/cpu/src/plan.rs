@@ -90,8 +90,10 @@ pub struct Plan {
     pub(crate) output_vids: Vec<Vid>,
     /// Output j is written in place by its producer (otherwise copied at the end of execute).
     pub(crate) output_direct: Vec<bool>,
-    /// Output j may share its buffer with input i with an in-place slice_update.
-    pub(crate) inplace: Vec<Option<usize>>,
+    /// The inputs output j may share its buffer with, updated in place by its producer: a
+    /// `slice_update` of the input, or an elementwise chain reading it densely; either way every
+    /// other reader of the input runs before the producer.
+    pub(crate) inplace: Vec<Vec<usize>>,
     pub(crate) arena_bytes: usize,
     pub(crate) scratch_floats: usize,
     pub(crate) threads: usize,
@@ -147,11 +149,12 @@ impl Plan {
     }
 
     /// Whether `share_buffer(output, input)` would update the state in place (the output is a
-    /// `slice_update` of that input whose other readers all run before it) instead of staging.
+    /// `slice_update` of that input, or an elementwise chain reading it at the output's own
+    /// positions, and its other readers all run before it) instead of staging.
     pub fn shares_in_place(&self, output: &str, input: &str) -> bool {
         let j = self.outputs.iter().position(|p| p.name == output);
         let i = self.inputs.iter().position(|p| p.name == input);
-        matches!((j, i), (Some(j), Some(i)) if self.inplace[j] == Some(i))
+        matches!((j, i), (Some(j), Some(i)) if self.inplace[j].contains(&i))
     }
 
     pub fn threads(&self) -> usize {

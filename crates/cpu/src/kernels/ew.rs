@@ -2,7 +2,7 @@
 //! Work runs in blocks of `BLOCK` elements so each instruction is a tight, vectorisable loop.
 
 use super::{math, Cx};
-use crate::plan::Vid;
+use crate::plan::{Value, Vid};
 use crate::tensor::{Elem, SendPtr};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -173,6 +173,31 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 }
 
 impl Chain {
+    /// The values every load of which reads the positions the chain stores `out` to: the whole
+    /// value, dense in the chain's shape, with `out`'s element type.
+    pub fn dense_loads(&self, values: &[Value], out: Vid) -> Vec<Vid> {
+        let Some(&(_, _, out_elem)) = self.stores.iter().find(|s| s.1 == out) else {
+            return Vec::new();
+        };
+        let mut dense = vec![1; self.shape.len()];
+        for a in (0..self.shape.len().saturating_sub(1)).rev() {
+            dense[a] = dense[a + 1] * self.shape[a + 1];
+        }
+        let at_out = |l: &Load| {
+            l.elem == out_elem && l.strides == dense && values[l.value].len() == self.len()
+        };
+        let mut vids: Vec<Vid> = self
+            .loads
+            .iter()
+            .filter(|l| at_out(l))
+            .map(|l| l.value)
+            .collect();
+        // a value also loaded elsewhere (broadcast, strided) is not safe to overwrite
+        vids.retain(|&v| self.loads.iter().all(|l| l.value != v || at_out(l)));
+        vids.dedup();
+        vids
+    }
+
     /// Merges adjacent axes where every load's strides allow it and drops size-1 axes.
     pub fn collapse(&mut self) {
         let mut shape: Vec<usize> = Vec::new();

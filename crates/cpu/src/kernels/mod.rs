@@ -215,12 +215,15 @@ impl Kernel {
         false
     }
 
-    /// For `slice_update`: the value that may share the output's buffer.
-    pub fn inplace_source(&self) -> Option<Vid> {
+    /// The values that may share the buffer of the kernel's output `out`: the updated value of a
+    /// `slice_update`, or the values an elementwise chain storing `out` loads at the output's own
+    /// positions (each block of a chain is loaded whole before any of it is stored).
+    pub fn inplace_sources(&self, values: &[Value], out: Vid) -> Vec<Vid> {
         match self {
-            Kernel::Copy(c) => c.inplace_src,
-            Kernel::Window(w) => w.inplace_source(),
-            _ => None,
+            Kernel::Copy(c) => c.inplace_src.into_iter().collect(),
+            Kernel::Window(w) => w.inplace_source().into_iter().collect(),
+            Kernel::Chain(c) => c.dense_loads(values, out),
+            _ => Vec::new(),
         }
     }
 

@@ -515,3 +515,78 @@ fn a_hundred_thousand_op_chain_compiles_in_near_linear_time() {
         "100k ops took {large:.2} s against {small:.2} s for 10k: worse than near-linear"
     );
 }
+
+/// A momentum update `m ← 0.9·m + g·s` (`s` broadcast) as optimizers write it: the chain that
+/// stores the next state may overwrite the state it loads, so sharing needs no staging copy; when
+/// the old state is also read after the update (by a concat that needs the new value), it keeps
+/// the staged copy. Both give the same values over several executes, across blocks and threads.
+#[test]
+fn elementwise_state_update_is_in_place_unless_the_old_state_is_read_later() {
+    let d = DType::Fp32;
+    let n = 1 << 16;
+    let mut rng = Rng(7);
+    let m0: Vec<f32> = rng.vec(n, -1.0, 1.0).iter().map(|&x| x as f32).collect();
+    let g: Vec<f32> = rng.vec(n, -1.0, 1.0).iter().map(|&x| x as f32).collect();
+    for late_reader in [false, true] {
+        let mut p = Prog::new();
+        let m = p.input("m", d, &[n]);
+        let gi = p.input("g", d, &[n]);
+        let s = p.input("s", d, &[1]);
+        let decayed = p.op("mul", &[("x", v(&m)), ("y", A::F(d, 0.9))], d, &[n]);
+        let step = p.op("mul", &[("x", v(&gi)), ("y", v(&s))], d, &[n]);
+        let next = p.op("add", &[("x", v(&decayed)), ("y", v(&step))], d, &[n]);
+        p.output(&next);
+        let both = late_reader.then(|| {
+            let both = p.op(
+                "concat",
+                &[
+                    ("values", A::List(vec![next.clone(), m.clone()])),
+                    ("axis", A::I(0)),
+                ],
+                d,
+                &[2 * n],
+            );
+            p.output(&both);
+            both
+        });
+        let options = CompileOptions {
+            threads: Some(2),
+            ..Default::default()
+        };
+        let plan = compile(&p.build(), "main", &BlobStore::new(), &options).unwrap();
+        assert_eq!(plan.shares_in_place(&next, "m"), !late_reader);
+        let mut inst = plan.instantiate();
+        inst.set_input("m", HostSlice::F32(&m0)).unwrap();
+        inst.share_buffer(&next, "m").unwrap();
+        inst.set_input("g", HostSlice::F32(&g)).unwrap();
+        let mut state: Vec<f64> = m0.iter().map(|&x| f64::from(x)).collect();
+        for step in 0..3 {
+            let scale = 0.5 + step as f32;
+            inst.set_input("s", HostSlice::F32(&[scale])).unwrap();
+            inst.execute().unwrap();
+            let old = state.clone();
+            for (x, &gv) in state.iter_mut().zip(&g) {
+                *x = 0.9 * *x + f64::from(gv) * f64::from(scale);
+            }
+            let got: Vec<f64> = inst
+                .read_output_f32(&next)
+                .unwrap()
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect();
+            assert_close("next state", d, &got, &state, 1.0);
+            if let Some(both) = &both {
+                let got: Vec<f64> = inst
+                    .read_output_f32(both)
+                    .unwrap()
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .collect();
+                assert_close("new state", d, &got[..n], &state, 1.0);
+                assert_close("old state", d, &got[n..], &old, 1.0);
+            }
+            // the computed state drifts from the f64 one by rounding; continue from what ran
+            state = got[..n].to_vec();
+        }
+    }
+}
