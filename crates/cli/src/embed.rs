@@ -1,21 +1,28 @@
-//! `aneforge embed`: sentence embeddings as JSON, JSON lines or NumPy `.npy`.
+//! `aneforge embed`: sentence embeddings, or a CLIP model's image embeddings (`--images`), as
+//! JSON, JSON lines or NumPy `.npy`.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use aneforge_models::encoders::{EncodeOptions, Pooling, SentenceEncoder};
+use aneforge_models::encoders::{Embeddings, EncodeOptions, Pooling, SentenceEncoder};
+use aneforge_models::vision::{load_image, ClassifierOptions, ClipModel};
 use anyhow::{bail, Context};
 
-use crate::encoder_args::{progress, EncoderArgs};
+use crate::encoder_args::{parse_compress, progress, EncoderArgs};
 use crate::model_hints::{self, Wants};
 
 #[derive(clap::Args)]
 pub struct EmbedArgs {
     #[command(flatten)]
     pub encoder: EncoderArgs,
-    /// Texts to embed (without texts or --file, stdin is read, one text per line; `-` too).
+    /// Texts to embed, or image paths with --images (without them or --file, stdin is read, one
+    /// per line; `-` too).
     pub texts: Vec<String>,
-    /// A UTF-8 file with one text per line (`-`: stdin).
+    /// The inputs are image files (JPEG, PNG, WebP, BMP), embedded by a CLIP model's image tower
+    /// (L2-normalised, as `classify --labels` compares them).
+    #[arg(long, conflicts_with_all = ["normalize", "pooling", "prompt_name", "prompt", "max_length"])]
+    pub images: bool,
+    /// A UTF-8 file with one text (or image path) per line (`-`: stdin).
     #[arg(long, short = 'f', conflicts_with = "texts")]
     pub file: Option<PathBuf>,
     /// json (a list of vectors), jsonl (one vector per line) or npy (float32 [texts, dim];
@@ -68,6 +75,10 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
     if args.format == EmbedFormat::Npy && args.output.is_none() {
         bail!("--format npy writes binary data: give --output FILE");
     }
+    if args.images {
+        let embeddings = image_embeddings(&args)?;
+        return write(&args, &embeddings);
+    }
     let texts = crate::input::texts(&args.texts, args.file.as_deref(), "texts")?;
     let options = EncodeOptions {
         prompt_name: args.prompt_name.clone(),
@@ -87,6 +98,50 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let embeddings = encoder.encode_with(&refs, &options, &mut |n| bar.inc(n as u64))?;
     bar.finish_and_clear();
+    write(&args, &embeddings)
+}
+
+/// The image embeddings of a CLIP model, the paths decoded a batch at a time.
+fn image_embeddings(args: &EmbedArgs) -> anyhow::Result<Embeddings> {
+    let paths = crate::input::texts(&args.texts, args.file.as_deref(), "image paths")?;
+    let paths: Vec<String> = paths.into_iter().filter(|p| !p.trim().is_empty()).collect();
+    if paths.is_empty() {
+        bail!("no images given");
+    }
+    let encoder = &args.encoder;
+    if encoder.batch_size == 0 {
+        bail!("--batch-size takes a count of at least 1");
+    }
+    let (engine, target) = encoder.engine.select()?;
+    let options = ClassifierOptions {
+        compress: parse_compress(&encoder.compress, &target)?,
+        target,
+        engine,
+        batch_size: encoder.batch_size,
+    };
+    let clip = ClipModel::load(&encoder.model, options)
+        .with_context(|| format!("loading CLIP model {} for --images", encoder.model))?;
+    let bar = progress(paths.len(), encoder.batch_size, encoder.quiet, "images");
+    let mut data = Vec::with_capacity(paths.len() * clip.dimension());
+    for chunk in paths.chunks(encoder.batch_size) {
+        let images = chunk
+            .iter()
+            .map(|p| load_image(Path::new(p)))
+            .collect::<Result<Vec<_>, _>>()?;
+        for row in clip.image_embeddings(&images, &mut |n| bar.inc(n as u64))? {
+            data.extend(row);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(Embeddings {
+        rows: paths.len(),
+        dim: clip.dimension(),
+        data,
+    })
+}
+
+/// `embeddings` in `args.format`, to `--output` or stdout.
+fn write(args: &EmbedArgs, embeddings: &Embeddings) -> anyhow::Result<()> {
     let rows: Vec<&[f32]> = embeddings.iter().collect();
     let bytes = match args.format {
         EmbedFormat::Json => {

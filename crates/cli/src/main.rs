@@ -94,7 +94,8 @@ enum Command {
     Export(export::ExportArgs),
     /// Compile an ONNX model into a program directory that `aneforge run` runs.
     Import(import::ImportArgs),
-    /// Sentence embeddings from a sentence-transformers (or BERT-family) model.
+    /// Sentence embeddings from a sentence-transformers (or BERT-family) model, or a CLIP
+    /// model's image embeddings (--images).
     Embed(embed::EmbedArgs),
     /// Rank passages for a query with a cross-encoder.
     Rerank(rerank::RerankArgs),

@@ -103,7 +103,8 @@ pub fn with_host_slice<R>(
     }
 }
 
-fn shaped<'py, T: Element>(
+/// `data` as an array of `shape` (its element count), without a copy.
+pub fn shaped<'py, T: Element>(
     py: Python<'py>,
     data: Vec<T>,
     shape: &[usize],

@@ -2,11 +2,12 @@
 //! files and NumPy RGB arrays.
 
 use aneforge_models::vision::{ImageClassifier as RsClassifier, Prediction};
+use numpy::{PyArray4, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::errors;
 use crate::images::{self, image_args};
+use crate::{arrays, errors};
 
 fn prediction<'py>(py: Python<'py>, p: &Prediction) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -89,6 +90,71 @@ impl ImageClassifier {
             })
             .map_err(errors::vision)?;
         predictions_of(py, &predictions, single)
+    }
+
+    /// The model's input tensors of `images` (its own resize, crop and normalisation), float32
+    /// `[n, 3, H, W]`; `images` as `classify` takes them. All must preprocess to one size.
+    fn preprocess<'py>(
+        &self,
+        py: Python<'py>,
+        images: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (args, _) = image_args(images)?;
+        let decoded = py.detach(|| images::decode(args)).map_err(errors::vision)?;
+        let mut size = None;
+        let mut data = Vec::new();
+        for (i, img) in decoded.iter().enumerate() {
+            let (h, w) = self.inner.preprocess.output_size(img.width, img.height);
+            if *size.get_or_insert((h, w)) != (h, w) {
+                return Err(errors::invalid(format!(
+                    "images[{i}] preprocesses to {h}x{w}, images[0] to {}x{}; \
+                     one array needs one size",
+                    size.map_or(0, |s| s.0),
+                    size.map_or(0, |s| s.1)
+                )));
+            }
+            data.extend(self.inner.preprocess.tensor(img));
+        }
+        let (h, w) = size.unwrap_or((0, 0));
+        arrays::shaped(py, data, &[decoded.len(), 3, h, w])
+    }
+
+    /// Logits of preprocessed inputs: `pixel_values` float32 `[n, 3, H, W]` (as `preprocess`
+    /// makes them) → float32 `[n, classes]`, run in batches of the model's `batch_size`.
+    fn logits<'py>(
+        &self,
+        py: Python<'py>,
+        pixel_values: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let array = pixel_values.cast::<PyUntypedArray>().map_err(|_| {
+            errors::invalid("pixel_values: expected a float32 numpy array [n, 3, height, width]")
+        })?;
+        let shape = array.shape().to_vec();
+        let typed = array
+            .cast::<PyArray4<f32>>()
+            .map_err(|_| {
+                errors::invalid(format!(
+                    "pixel_values: expected float32 [n, 3, height, width], found {} {shape:?}",
+                    array.dtype()
+                ))
+            })?
+            .readonly();
+        if shape[1] != 3 || shape[2] == 0 || shape[3] == 0 {
+            return Err(errors::invalid(format!(
+                "pixel_values: expected [n, 3, height, width], found {shape:?}"
+            )));
+        }
+        let per = 3 * shape[2] * shape[3];
+        let flat: Vec<f32> = typed.as_array().iter().copied().collect();
+        let inputs: Vec<Vec<f32>> = flat.chunks(per).map(<[f32]>::to_vec).collect();
+        let rows = py
+            .detach(|| {
+                self.inner
+                    .logits_of(&inputs, (shape[2], shape[3]), &mut |_| {})
+            })
+            .map_err(errors::vision)?;
+        let classes = self.inner.network().classes();
+        arrays::matrix(py, rows.into_iter().flatten().collect(), shape[0], classes)
     }
 
     /// The class names, by class index.

@@ -66,3 +66,23 @@ def test_bad_input_is_named(classifier, tmp_path):
         classifier.classify(str(tmp_path / "missing.png"))
     with pytest.raises(af.ModelNotFoundError):
         af.ImageClassifier(str(tmp_path / "no-such-model"))
+
+
+def test_preprocess_then_logits_match_transformers():
+    """The two halves of classify, as a harness calls them: preprocessing (the directory's
+    preprocessor_config.json) and logits of the float32 batch, against transformers' logits of
+    the reduced random-weight ViT (tools/fixtures/vision/hf_vit_random.py)."""
+    vit = FIXTURES / "vision" / "out" / "hf_vit" / "vit"
+    expected = read_json(vit / "expected.json")
+    want = np.load(vit / "logits.npy")
+    classifier = af.ImageClassifier(str(vit), batch_size=2)
+    photos = model_dir("scikit-image/data")
+    pixels = classifier.preprocess([str(photos / p) for p in expected["photos"]])
+    assert pixels.dtype == np.float32 and pixels.shape == (3, 3, 224, 224)
+    logits = classifier.logits(pixels)
+    assert logits.dtype == np.float32 and logits.shape == want.shape
+    np.testing.assert_allclose(logits, want, rtol=0, atol=1e-5)
+    with pytest.raises(af.InvalidInputError, match="float32"):
+        classifier.logits(pixels.astype(np.float64))
+    with pytest.raises(af.InvalidInputError, match=r"\[n, 3, height, width\]"):
+        classifier.logits(pixels[:, :2])

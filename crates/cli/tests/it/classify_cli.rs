@@ -344,3 +344,88 @@ fn clip_ranks_the_given_labels_zero_shot() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not a CLIP checkpoint"), "{err}");
 }
+
+/// `embed --images` on a CLIP model: transformers' image_embeds of the same photos, in order
+/// across batches, as .npy and JSON; a model without an image tower is refused by name.
+#[test]
+fn embed_images_gives_clip_image_embeddings() {
+    let Some(dir) = skimage() else { return };
+    let model = hf_vit("clip");
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(model.join("expected.json")).unwrap())
+            .unwrap();
+    let want = npy_rows(model.join("image_embeds.npy"));
+    let photos: Vec<String> = expected["photos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| dir.join(p.as_str().unwrap()).display().to_string())
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let npy = tmp.path().join("images.npy");
+    let mut args = vec![
+        "embed",
+        "-m",
+        model.to_str().unwrap(),
+        "--images",
+        "--batch-size",
+        "2",
+        "--format",
+        "npy",
+        "-o",
+        npy.to_str().unwrap(),
+    ];
+    args.extend(photos.iter().map(String::as_str));
+    let out = common::run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = npy_rows(npy);
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.len(), w.len());
+        let d = g
+            .iter()
+            .zip(w)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(d < 1e-5, "photo {i}: embedding off by {d}");
+    }
+
+    let out = common::run(&[
+        "embed",
+        "-m",
+        model.to_str().unwrap(),
+        "--images",
+        "--format",
+        "json",
+        &photos[1],
+    ]);
+    assert!(out.status.success());
+    let doc: Vec<Vec<f32>> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc.len(), 1);
+    let d = doc[0]
+        .iter()
+        .zip(&want[1])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(d < 1e-5, "json: embedding off by {d}");
+
+    let vit = hf_vit("vit");
+    let out = common::run(&["embed", "-m", vit.to_str().unwrap(), "--images", &photos[0]]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a CLIP checkpoint"), "{err}");
+    let out = common::run(&[
+        "embed",
+        "-m",
+        model.to_str().unwrap(),
+        "--images",
+        "--pooling",
+        "mean",
+        &photos[0],
+    ]);
+    assert!(!out.status.success());
+}

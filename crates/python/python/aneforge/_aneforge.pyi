@@ -192,6 +192,14 @@ class ImageClassifier:
         """The ``top_k`` classes of each image (``index``, ``label``, ``probability``, ``logit``),
         most probable first. An image is a path (JPEG, PNG, WebP, BMP) or a uint8 ``[H, W, 3]``
         RGB array; one image gives one list, a sequence gives a list per image."""
+    def preprocess(
+        self,
+        images: Union[str, "PathLike[str]", np.ndarray, Sequence[Union[str, "PathLike[str]", np.ndarray]]],
+    ) -> np.ndarray:
+        """The model's input tensors of the images (its resize, crop and normalisation), float32
+        ``[n, 3, H, W]``; all must preprocess to one size."""
+    def logits(self, pixel_values: np.ndarray) -> np.ndarray:
+        """Logits of preprocessed float32 ``[n, 3, H, W]`` inputs, float32 ``[n, classes]``."""
     @property
     def labels(self) -> List[str]: ...
 
