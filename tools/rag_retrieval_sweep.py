@@ -1,18 +1,21 @@
 """Retrieval-only sweep of the RAG question set with the reference libraries: chunks cut as
 `aneforge rag index` cuts them (whole lines, at most N bytes, trailing lines repeated up to the
 overlap), embedded with sentence-transformers, BM25 through SQLite FTS5 (optionally with stop
-words removed from the question or the porter stemmer), fused by reciprocal rank (constant 60)
-as `aneforge rag ask` fuses them. Prints, per setting, how many of the ten questions of
-tools/fixtures/rag/out/questions.json have their passage in the top k chunks of each ranking.
+words removed from the question or the porter stemmer), fused by reciprocal rank (constant 60,
+optionally weighting the embedding ranking) as `aneforge rag ask` fuses them. Prints, per
+setting, how many of the ten questions of tools/fixtures/rag/out/questions.json have their
+passage in the top k chunks of each ranking.
 
 It answers "which lever would lift retrieval" without rebuilding the index in Rust; the shipped
 numbers come from tools/rag_quality.py.
 
-usage: python3 tools/rag_retrieval_sweep.py [--model sentence-transformers/all-MiniLM-L6-v2]
-           [--chunks 800/200,400/100] (needs sentence-transformers and the model in the HF cache)
+usage: python3 tools/rag_retrieval_sweep.py [--models sentence-transformers/all-MiniLM-L6-v2,...]
+           [--chunks 800/200,400/100] [--weights 1,2] [--cache DIR] [--bm25-only]
+           (needs sentence-transformers and the models in the HF cache)
 """
 
 import argparse
+import hashlib
 import json
 import pathlib
 import re
@@ -49,10 +52,14 @@ def chunks(lines, max_chars, overlap):
     return out
 
 
-def bm25(texts, question, k, stop, porter):
+def word_index(texts):
     db = sqlite3.connect(":memory:")
-    db.execute(f"CREATE VIRTUAL TABLE w USING fts5(text{', tokenize=porter' if porter else ''})")
+    db.execute("CREATE VIRTUAL TABLE w USING fts5(text)")
     db.executemany("INSERT INTO w(rowid, text) VALUES (?, ?)", enumerate(texts))
+    return db
+
+
+def bm25(db, question, k, stop):
     terms = [t.lower() for t in re.split(r"[^\w]+", question) if t]
     terms = [t for t in terms if not (stop and t in STOP)]
     query = " OR ".join(f'"{t}"' for t in terms)
@@ -60,38 +67,73 @@ def bm25(texts, question, k, stop, porter):
     return [r[0] for r in rows]
 
 
+def embed(model, name, texts, cache):
+    key = hashlib.sha256((name + "\0" + "\0".join(texts)).encode()).hexdigest()[:16]
+    path = pathlib.Path(cache) / f"{key}.npy" if cache else None
+    if path and path.exists():
+        return np.load(path)
+    emb = model.encode(texts, batch_size=32, normalize_embeddings=True)
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, emb)
+    return emb
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="sentence-transformers/all-MiniLM-L6-v2")
+    ap.add_argument("--models", default="sentence-transformers/all-MiniLM-L6-v2")
     ap.add_argument("--chunks", default="800/200,400/100")
+    ap.add_argument("--weights", default="1", help="weights of the embedding ranking in the fusion")
+    ap.add_argument("--cache", help="directory for the chunk embeddings")
+    ap.add_argument("--bm25-only", action="store_true", help="no embeddings: BM25 at k 3, 5, 10")
     args = ap.parse_args()
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(args.model, device="cpu")
     lines = (ROOT / "data/shakespeare.txt").read_text(encoding="utf-8").splitlines()
     questions = json.loads((ROOT / "tools/fixtures/rag/out/questions.json").read_text())
-    q_emb = model.encode([q["question"] for q in questions], normalize_embeddings=True)
-    print(f"| chunks | BM25 query | k | vector | BM25 | fused |\n|---|---|---|---|---|---|")
-    for spec in args.chunks.split(","):
-        max_chars, overlap = map(int, spec.split("/"))
-        texts = chunks(lines, max_chars, overlap)
-        emb = model.encode(texts, batch_size=32, normalize_embeddings=True)
-        for stop, porter in [(False, False), (True, False), (True, True)]:
-            for k in (3, 5):
-                hits = {"vector": 0, "bm25": 0, "fused": 0}
-                for qi, q in enumerate(questions):
-                    vec = list(np.argsort(-(emb @ q_emb[qi]))[:50])
-                    words = bm25(texts, q["question"], 50, stop, porter)
-                    score = {}
-                    for ranking in (vec, words):
-                        for r, i in enumerate(ranking):
-                            score[i] = score.get(i, 0.0) + 1.0 / (60 + r + 1)
-                    fused = sorted(score, key=lambda i: (-score[i], i))
-                    for name, ranking in (("vector", vec), ("bm25", words), ("fused", fused)):
-                        hits[name] += any(q["passage"] in texts[i] for i in ranking[:k])
-                query = "all words" + (", stop words out" if stop else "") + (", porter" if porter else "")
-                print(f"| {max_chars}/{overlap} ({len(texts)}) | {query} | {k} | "
-                      f"{hits['vector']}/10 | {hits['bm25']}/10 | {hits['fused']}/10 |", flush=True)
+    weights = [float(w) for w in args.weights.split(",")]
+    if args.bm25_only:
+        print("| chunks | BM25 query | top 3 | top 5 | top 10 |\n|---|---|---|---|---|")
+        for spec in args.chunks.split(","):
+            max_chars, overlap = map(int, spec.split("/"))
+            texts = chunks(lines, max_chars, overlap)
+            db = word_index(texts)
+            for stop in (False, True):
+                found = [sum(any(q["passage"] in texts[i] for i in bm25(db, q["question"], k, stop))
+                             for q in questions) for k in (3, 5, 10)]
+                query = "all words" + (", stop words out" if stop else "")
+                print(f"| {max_chars}/{overlap} ({len(texts)}) | {query} | "
+                      + " | ".join(f"{n}/10" for n in found) + " |", flush=True)
+        return
+    from sentence_transformers import SentenceTransformer
+
+    print("| model | chunks | BM25 query | vector weight | k | vector | BM25 | fused |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        model = SentenceTransformer(name, device="cpu")
+        short = name.split("/")[-1]
+        q_emb = model.encode([q["question"] for q in questions], normalize_embeddings=True)
+        for spec in args.chunks.split(","):
+            max_chars, overlap = map(int, spec.split("/"))
+            texts = chunks(lines, max_chars, overlap)
+            emb = embed(model, name, texts, args.cache)
+            db = word_index(texts)
+            for stop in (False, True):
+                for weight in weights:
+                    for k in (3, 5):
+                        hits = {"vector": 0, "bm25": 0, "fused": 0}
+                        for qi, q in enumerate(questions):
+                            vec = list(np.argsort(-(emb @ q_emb[qi]), kind="stable")[:50])
+                            words = bm25(db, q["question"], 50, stop)
+                            score = {}
+                            for w, ranking in ((weight, vec), (1.0, words)):
+                                for r, i in enumerate(ranking):
+                                    score[i] = score.get(i, 0.0) + w / (60 + r + 1)
+                            fused = sorted(score, key=lambda i: (-score[i], i))
+                            for kind, ranking in (("vector", vec), ("bm25", words), ("fused", fused)):
+                                hits[kind] += any(q["passage"] in texts[i] for i in ranking[:k])
+                        query = "all words" + (", stop words out" if stop else "")
+                        print(f"| {short} | {max_chars}/{overlap} ({len(texts)}) | {query} | "
+                              f"{weight:g} | {k} | {hits['vector']}/10 | {hits['bm25']}/10 | "
+                              f"{hits['fused']}/10 |", flush=True)
 
 
 if __name__ == "__main__":

@@ -176,3 +176,27 @@ fn an_index_built_with_another_model_is_refused() {
     };
     assert!(err.contains("aneforge rag index"), "{err}");
 }
+
+#[test]
+fn an_index_cut_in_other_chunks_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("index.db");
+    let store = Store::open(&db, "some/model", 8).unwrap();
+    let first = ChunkOptions {
+        max_chars: 300,
+        overlap_chars: 60,
+    };
+    store.check_chunking(&first).unwrap();
+    drop(store);
+    let store = Store::open(&db, "some/model", 8).unwrap();
+    store.check_chunking(&first).unwrap();
+    let other = ChunkOptions {
+        max_chars: 800,
+        overlap_chars: 200,
+    };
+    let err = match store.check_chunking(&other) {
+        Ok(()) => panic!("accepted chunks of another size"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("300/60") && err.contains("800/200"), "{err}");
+}

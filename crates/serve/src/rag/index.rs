@@ -96,6 +96,7 @@ pub fn index(
     progress: &mut dyn FnMut(&str, usize),
 ) -> anyhow::Result<IndexReport> {
     opts.validate().map_err(anyhow::Error::msg)?;
+    store.check_chunking(opts)?;
     let docs = documents(root)?;
     let known: std::collections::BTreeMap<String, String> = store.files()?.into_iter().collect();
     let mut report = IndexReport::default();

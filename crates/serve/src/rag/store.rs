@@ -10,7 +10,7 @@ use std::sync::Once;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::chunk::Chunk;
+use super::chunk::{Chunk, ChunkOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -29,6 +29,15 @@ pub enum StoreError {
         found_dim: usize,
         wanted: String,
         wanted_dim: usize,
+    },
+    #[error(
+        "{path} was indexed in chunks of {found}, not {wanted}: index into a new --db or pass \
+         the chunk sizes it was built with"
+    )]
+    ChunkingMismatch {
+        path: PathBuf,
+        found: String,
+        wanted: String,
     },
     #[error("{path} is not an aneforge index (no embedding model recorded)")]
     NotAnIndex { path: PathBuf },
@@ -244,6 +253,36 @@ impl Store {
     /// The embedding model the index was built with, and its dimension.
     pub fn model(&self) -> (&str, usize) {
         (&self.model, self.dim)
+    }
+
+    /// Checks that the index's files were cut by `opts`, recording them on an index that has none
+    /// (a new one, or one built before the chunking was recorded): unchanged files are never cut
+    /// again, so one index holding chunks of two sizes would go unnoticed.
+    pub fn check_chunking(&self, opts: &ChunkOptions) -> Result<(), StoreError> {
+        let wanted = format!("{}/{} bytes", opts.max_chars, opts.overlap_chars);
+        let found: Option<String> = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'chunking'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.err(e))?;
+        match found {
+            Some(found) if found != wanted => Err(StoreError::ChunkingMismatch {
+                path: self.path.clone(),
+                found,
+                wanted,
+            }),
+            Some(_) => Ok(()),
+            None => self
+                .conn
+                .execute(
+                    "INSERT INTO meta(key, value) VALUES ('chunking', ?1)",
+                    [&wanted],
+                )
+                .map(|_| ())
+                .map_err(|e| self.err(e)),
+        }
     }
 
     /// Indexed files and their SHA-256 (hex).
