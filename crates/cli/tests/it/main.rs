@@ -1,10 +1,10 @@
 //! Every integration test of this crate in one binary: each test binary links all
 //! dependencies, so one binary instead of one per file keeps the build small and fast.
 
-mod common;
 mod bench_scripts;
 mod check_fp16_cli;
 mod classify_cli;
+mod common;
 mod embed_rerank;
 mod engine_run_bench;
 mod export_cli;

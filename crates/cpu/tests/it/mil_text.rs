@@ -1,5 +1,4 @@
 //! Programs written as MIL text (the form the lowering and Core ML emit), parsed by aneforge-mil.
-use crate::common;
 use aneforge_cpu::{compile, BlobStore, CompileOptions, HostSlice};
 use aneforge_mil::{parse, BlobFile, BlobWriter};
 

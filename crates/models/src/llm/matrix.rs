@@ -24,7 +24,7 @@
 //! (the affine types `a·q + b`), the offset `−b/a` is rounded to f32, so `scale·(q − offset)`
 //! may differ from gguf-py's `a·q + b` by a few f32 roundings of the terms: at most
 //! `2⁻²²·(|a·q| + |b|)` (three roundings of relative size 2⁻²⁴ each, one of which gguf-py
-//! also makes), checked against gguf-py in crates/models/tests/gguf_blocks_kept.rs. A block
+//! also makes), checked against gguf-py in crates/models/tests/it/gguf_blocks_kept.rs. A block
 //! with `a = 0` (or `b/a` not finite) holds `b` everywhere: `q = 1`, scale `b`, offset 0, exact.
 //! Programs for ANE targets carry scales and offsets in fp16 (the program's float type), which
 //! rounds `d·sc` products and offsets there; the CPU target keeps them f32.

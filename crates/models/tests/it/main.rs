@@ -1,8 +1,6 @@
 //! Every integration test of this crate in one binary: each test binary links all
 //! dependencies, so one binary instead of one per file keeps the build small and fast.
 
-mod llm_fixtures;
-mod whisper_fixtures;
 mod configs;
 mod encoder_errors;
 mod encoder_fp16_magnitude;
@@ -16,6 +14,7 @@ mod gguf_reader;
 mod gguf_tokenizer;
 mod llm_ane;
 mod llm_errors;
+mod llm_fixtures;
 mod llm_fp16_audit;
 mod llm_fp16_magnitude;
 mod llm_gemma3;
@@ -37,6 +36,7 @@ mod weights_safetensors;
 mod weights_torch;
 mod whisper_audio;
 mod whisper_fallback;
+mod whisper_fixtures;
 mod whisper_fp16;
 mod whisper_large_configs;
 mod whisper_longform;
