@@ -3,21 +3,27 @@
 # export corpus checked by coremltools itself, and the Python package and its tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$(date +%s)
+step() { echo "== $(( $(date +%s) - started )) s: $*"; }
+step "fmt and clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-# The ANE engine's tests load the e5rt simulator's cdylib (target/debug/deps/libe5rt_sim.*).
-cargo build -p e5rt-sim
+# Every later step reuses what this build leaves in target/debug: the e5rt simulator's cdylib the
+# ANE engine's tests load, the CLI and fuzz binaries, the examples. A `cargo build -p X` would
+# instead resolve features for X alone and rebuild most of the workspace.
+step "cargo test --workspace"
 cargo test --workspace
+target_dir=${CARGO_TARGET_DIR:-target}
+case $target_dir in /*) ;; *) target_dir="$(pwd)/$target_dir" ;; esac
 
 # Every file parser fuzzed for a few seconds (crates/fuzz, docs/hardening.md): mutated fixtures,
 # each input under a 2 GiB address-space cap and a 5 s watchdog; any panic, abort or hang fails
 # the run and leaves its input in target/fuzz/crashes.
-cargo run --quiet -p aneforge-fuzz -- --seconds 5
+step "fuzz"
+"$target_dir/debug/aneforge-fuzz" --seconds 5
 
 # The op suite and the state tests a second time, their ANE-target programs run by the ANE engine on
 # the simulator (on a Mac, leave ANEFORGE_E5RT_LIB unset to use the real framework).
-target_dir=${CARGO_TARGET_DIR:-target}
-case $target_dir in /*) ;; *) target_dir="$(pwd)/$target_dir" ;; esac
 deps="$target_dir/debug/deps"
 sim=""
 for candidate in "$deps/libe5rt_sim.so" "$deps/libe5rt_sim.dylib"; do
@@ -27,11 +33,13 @@ if [ -z "$sim" ]; then
     echo "the e5rt simulator was not built into $deps" >&2
     exit 1
 fi
-ANEFORGE_SUITE_ENGINE=ane ANEFORGE_E5RT_LIB="$sim" cargo test -p aneforge --test op_suite --test state
+step "op suite on the e5rt simulator"
+ANEFORGE_SUITE_ENGINE=ane ANEFORGE_E5RT_LIB="$sim" cargo test --workspace --test op_suite --test state
 
 # The macOS-only code paths (the real-framework test group) must at least type-check for Apple
 # Silicon, warnings denied (x86-only kernels must not leave dead code there). The target's
 # standard library is fetched once with rustup; without it, say so and skip.
+step "aarch64-apple-darwin check"
 apple=aarch64-apple-darwin
 if rustup target list --installed 2>/dev/null | grep -qx "$apple" \
     || rustup target add "$apple" >/dev/null 2>&1; then
@@ -49,20 +57,22 @@ if ! cmp -s tools/requirements-ci.txt "$venv/requirements-ci.txt" 2>/dev/null; t
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r tools/requirements-ci.txt
     cp tools/requirements-ci.txt "$venv/requirements-ci.txt"
 fi
+step "coremltools"
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
-cargo run --quiet -p aneforge-mil --example coreml_corpus -- "$corpus"
+"$target_dir/debug/examples/coreml_corpus" "$corpus"
 "$venv/bin/python" tools/coreml_check.py "$corpus/ok"
 "$venv/bin/python" tools/coreml_check.py --expect-fail "$corpus/broken"
 # Every program the graph op suite and state tests compile (CPU and ANE targets), every ANE rewrite
 # and compression format, through coremltools.
-ANEFORGE_DUMP_CORPUS="$corpus/op-suite" cargo test --quiet -p aneforge --test op_suite --test state \
+ANEFORGE_DUMP_CORPUS="$corpus/op-suite" cargo test --quiet --workspace --test op_suite --test state \
     --test legalize_cpu --test targets_compress
 "$venv/bin/python" tools/coreml_check.py "$corpus/op-suite"
 
 # The Python package (crates/python): maturin builds it in the dev profile into the same venv,
 # reusing the dependencies cargo test built above, then its pytest suite runs (the real models as
 # the Rust tests take them; pytest's "no tests collected", exit 5, is a failure like any other).
+step "python package"
 python_started=$(date +%s)
 VIRTUAL_ENV="$(pwd)/$venv" "$venv/bin/maturin" develop --quiet --manifest-path crates/python/Cargo.toml
 set +e
@@ -77,5 +87,6 @@ echo "python package: built and tested in $(( $(date +%s) - python_started )) s"
 
 # `aneforge serve` spoken to by the official OpenAI client and curl (the smollm2 and minilm models;
 # the script skips without them unless ANEFORGE_REQUIRE_MODELS is set).
-cargo build --quiet -p aneforge-cli
+step "serve check"
 "$venv/bin/python" tools/serve_openai_check.py "$target_dir/debug/aneforge"
+step "done"

@@ -1,0 +1,1 @@
+//! Intentionally empty: this crate exists for its dependency list (see its Cargo.toml).
