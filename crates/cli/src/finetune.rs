@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use aneforge::autograd::Optimizer;
 use aneforge::train::{Checkpoint, LrSchedule, ScheduleKind, Trainer, TrainerOptions};
-use aneforge_models::llm::lora::{lora_model, peft_init, save_adapter, LoraConfig};
+use aneforge_models::llm::lora::{
+    lora_model, merged_tensors, peft_init, save_adapter, Adapter, LoraConfig,
+};
 use aneforge_models::llm::training::{
     causal_lm_loss, check_export, checkpoint_tensors, save_safetensors, trainable, TrainBatch,
 };
@@ -69,6 +71,10 @@ pub struct FinetuneArgs {
     /// model.safetensors (full fine-tune, Hugging Face tensor names).
     #[arg(short = 'o', long)]
     pub out: PathBuf,
+    /// With --lora-rank: also write the base weights with the trained adapters merged, as the
+    /// model's full Hugging Face checkpoint, to DIR/model.safetensors.
+    #[arg(long, value_name = "DIR")]
+    pub merged_out: Option<PathBuf>,
     /// A training checkpoint file, written every --save-every steps and at the end; an existing
     /// one is resumed from.
     #[arg(long)]
@@ -98,7 +104,10 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
             cfg.max_positions
         );
     }
-    if args.lora_rank.is_none() {
+    if args.merged_out.is_some() && args.lora_rank.is_none() {
+        bail!("--merged-out merges LoRA adapters and needs --lora-rank");
+    }
+    if args.lora_rank.is_none() || args.merged_out.is_some() {
         check_export(cfg)?;
     }
     let data = train_data::load(&llm, &args.data, args.seq)?;
@@ -187,5 +196,14 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         None => save_safetensors(&args.out.join("model.safetensors"), &tensors)?,
     }
     eprintln!("wrote {}", args.out.display());
+    if let (Some(dir), Some(lc)) = (&args.merged_out, &lora) {
+        let adapter = Adapter {
+            config: lc.clone(),
+            tensors,
+        };
+        let merged = merged_tensors(cfg, &llm.weights, &adapter)?;
+        save_safetensors(&dir.join("model.safetensors"), &merged)?;
+        eprintln!("wrote {} (adapters merged)", dir.display());
+    }
     Ok(())
 }

@@ -47,6 +47,13 @@ fn bad_schedules_are_refused() {
             && e.contains("valid: constant, linear, cosine"),
         "{e}"
     );
+    let out = call(&["--merged-out", dir.path().to_str().unwrap()]);
+    let e = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        e.contains("--merged-out") && e.contains("needs --lora-rank"),
+        "{e}"
+    );
     let out = call(&["--steps", "10", "--warmup-steps", "11"]);
     let e = stderr(&out);
     assert!(!out.status.success());
@@ -108,4 +115,51 @@ fn finetune_follows_the_schedule_and_writes_the_family_checkpoint() {
     assert_eq!(c_attn.shape(), [64, 192]);
     assert!(st.tensor("lm_head.weight").is_err());
     assert!(st.tensor("transformer.wpe.weight").is_ok());
+}
+
+/// LoRA on Gemma with --merged-out: the adapters in PEFT's layout and the merged weights as
+/// Gemma's checkpoint (norms stored as `w` of `1 + w`, tied head left out).
+#[test]
+fn lora_run_writes_merged_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d.txt");
+    std::fs::write(
+        &data,
+        "to be or not to be, that is the question ".repeat(20),
+    )
+    .unwrap();
+    let (adapter, merged) = (dir.path().join("adapter"), dir.path().join("merged"));
+    let model = tiny("gemma");
+    let out = run(&[
+        "finetune",
+        "-m",
+        &model,
+        "--data",
+        data.to_str().unwrap(),
+        "--steps",
+        "2",
+        "--batch",
+        "1",
+        "--seq",
+        "16",
+        "--lora-rank",
+        "4",
+        "-o",
+        adapter.to_str().unwrap(),
+        "--merged-out",
+        merged.to_str().unwrap(),
+    ]);
+    let e = stderr(&out);
+    assert!(out.status.success(), "{e}");
+    assert!(adapter.join("adapter_model.safetensors").exists());
+    let bytes = std::fs::read(merged.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(
+        st.tensor("model.layers.0.self_attn.q_proj.weight")
+            .unwrap()
+            .shape(),
+        [128, 64]
+    );
+    assert!(st.tensor("model.layers.0.input_layernorm.weight").is_ok());
+    assert!(st.tensor("lm_head.weight").is_err());
 }

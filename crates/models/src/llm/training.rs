@@ -422,6 +422,29 @@ pub fn checkpoint_tensors(
     Ok(out)
 }
 
+/// The parameters of `model` at their initial values, named and shaped as
+/// [`aneforge::train::Trainer::read_params`] gives them (so [`checkpoint_tensors`] writes an
+/// untrained or merged model as it writes a trained one).
+pub fn initial_params(
+    model: &TrainableModel,
+) -> Result<Vec<aneforge::train::NamedArray>, LlmError> {
+    model
+        .params
+        .iter()
+        .map(|p| match p.op() {
+            graph::Op::Parameter { name, init } => {
+                let values = init.as_f32().ok_or_else(|| {
+                    LlmError::Internal(format!("parameter {name} is not dense f32"))
+                })?;
+                Ok((name.clone(), init.shape().to_vec(), values.to_vec()))
+            }
+            _ => Err(LlmError::Internal(
+                "a model parameter is not a parameter leaf".into(),
+            )),
+        })
+        .collect()
+}
+
 /// Writes f32 `tensors` as a safetensors file (`format: pt` metadata, as transformers and PEFT
 /// write), atomically.
 pub fn save_safetensors(

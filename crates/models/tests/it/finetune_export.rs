@@ -17,8 +17,9 @@ use crate::llm_fixtures::{floats, ints, relative_error, tiny};
 use aneforge::autograd::Optimizer;
 use aneforge::train::{NamedArray, Trainer, TrainerOptions};
 use aneforge::{Engine, Target};
-use aneforge_models::llm::lora::LoraConfig;
-use aneforge_models::llm::lora::{load_adapter, lora_model, merge, peft_init, save_adapter};
+use aneforge_models::llm::lora::{
+    load_adapter, lora_model, merged_tensors, peft_init, save_adapter, LoraConfig,
+};
 use aneforge_models::llm::training::{
     causal_lm_loss, checkpoint_tensors, save_safetensors, trainable, TrainBatch, TrainableModel,
 };
@@ -231,10 +232,11 @@ fn exported_weights_are_checkpoints_transformers_reads_as_we_do() {
     }
 }
 
-/// LoRA adapters of the tiny llama saved in PEFT's layout: PEFT's merged model
-/// (`merge_and_unload` of the committed adapters) computes the logits our merge does.
+/// LoRA adapters of the tiny llama saved in PEFT's layout: our merge, exported as the full
+/// checkpoint (the tensors `save_pretrained` writes) and read back, computes the logits of PEFT's
+/// merged model (`merge_and_unload` of the committed adapters).
 #[test]
-fn merged_lora_matches_peft_merge() {
+fn merged_lora_export_matches_peft_merge() {
     let base = load(&tiny("llama"));
     let cfg = &base.config;
     let ids = prompt("llama");
@@ -261,15 +263,27 @@ fn merged_lora_matches_peft_merge() {
         &std::fs::read(committed.join("adapter_model.safetensors")).unwrap(),
     );
     let adapter = load_adapter(&committed).unwrap();
-    let mut merged = load(&tiny("llama"));
-    merged.weights = merge(cfg, &base.weights, &adapter).unwrap();
-    let ours = logits(merged, &ids);
+    let file = tmp.path().join("merged.safetensors");
+    save_safetensors(
+        &file,
+        &merged_tensors(cfg, &base.weights, &adapter).unwrap(),
+    )
+    .unwrap();
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture_dir().join("export_check.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        layout_of_file(&std::fs::read(&file).unwrap()),
+        transformers_layout(&json, "llama", "saved")
+    );
+    let dir = model_dir("llama", &file);
+    let ours = logits(load(dir.path()), &ids);
     let outputs = transformers_outputs();
     let want = floats(
         &SafeTensors::deserialize(&outputs).unwrap(),
         "llama_lora.logits",
     );
     let err = relative_error(&ours, &want);
-    eprintln!("llama LoRA: merged logits within {err:.1e} of PEFT's");
+    eprintln!("llama LoRA: logits of the merged export within {err:.1e} of PEFT's");
     assert!(err <= 1e-4, "merged logits relative error {err:e}");
 }
