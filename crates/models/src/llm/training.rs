@@ -405,7 +405,7 @@ impl TrainBatch {
 
 /// `params` (as [`aneforge::train::Trainer::read_params`] gives them) as checkpoint tensors:
 /// LoRA adapters under their PEFT names as they are, every other parameter as the tensors of
-/// the family's Hugging Face checkpoint ([`super::weights::hf_tensors`]).
+/// the family's Hugging Face checkpoint (`weights::export`).
 pub fn checkpoint_tensors(
     cfg: &LlmConfig,
     params: Vec<aneforge::train::NamedArray>,

@@ -21,7 +21,8 @@ use aneforge_models::llm::lora::{
     load_adapter, lora_model, merged_tensors, peft_init, save_adapter, LoraConfig,
 };
 use aneforge_models::llm::training::{
-    causal_lm_loss, checkpoint_tensors, save_safetensors, trainable, TrainBatch, TrainableModel,
+    causal_lm_loss, check_export, checkpoint_tensors, save_safetensors, trainable, TrainBatch,
+    TrainableModel,
 };
 use aneforge_models::llm::{Llm, LoadOptions, Runner, RunnerOptions, WeightFormat};
 use safetensors::SafeTensors;
@@ -230,6 +231,22 @@ fn exported_weights_are_checkpoints_transformers_reads_as_we_do() {
         eprintln!("{family}: logits of the exported weights within {err:.1e} of transformers'");
         assert!(err <= 1e-4, "{family}: logits relative error {err:e}");
     }
+}
+
+/// Mixtures of experts are the one layout not written (their experts are not trained).
+#[test]
+fn mixture_of_experts_export_is_refused() {
+    let moe = load(&tiny("qwen3_moe"));
+    let e = check_export(&moe.config).unwrap_err().to_string();
+    assert!(
+        e.contains("Qwen3Moe") && e.contains("mixture-of-experts") && e.contains("--lora-rank"),
+        "{e}"
+    );
+    let params = vec![("model__norm__weight".to_string(), vec![64], vec![1.0; 64])];
+    let e = checkpoint_tensors(&moe.config, params)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("mixture-of-experts"), "{e}");
 }
 
 /// LoRA adapters of the tiny llama saved in PEFT's layout: our merge, exported as the full

@@ -129,7 +129,7 @@ pub fn hf_tensors(
     } else {
         data
     };
-    let cols: usize = shape[1..].iter().product();
+    let cols: usize = shape.get(1..).unwrap_or(&[]).iter().product();
     let rows: usize = parts.iter().map(|(_, r)| r).sum();
     if shape.first() != Some(&rows) || data.len() != rows * cols {
         return Err(LlmError::Internal(format!(
