@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use aneforge::autograd::Optimizer;
-use aneforge::train::{Checkpoint, Trainer, TrainerOptions};
-use aneforge_models::llm::lora::{lora_model, peft_init, save_adapter, LoraConfig};
+use aneforge::train::{Checkpoint, LrSchedule, ScheduleKind, Trainer, TrainerOptions};
+use aneforge_models::llm::lora::{
+    lora_model, merged_tensors, peft_init, save_adapter, Adapter, LoraConfig,
+};
 use aneforge_models::llm::training::{
     causal_lm_loss, check_export, checkpoint_tensors, save_safetensors, trainable, TrainBatch,
 };
@@ -49,9 +51,16 @@ pub struct FinetuneArgs {
     /// Tokens per sequence (at most the model's context).
     #[arg(long, default_value_t = 256)]
     pub seq: usize,
-    /// AdamW learning rate (constant).
+    /// AdamW peak learning rate (after warmup).
     #[arg(long, default_value_t = 1e-4)]
     pub lr: f32,
+    /// Learning-rate schedule after warmup: constant, linear (to 0 at the last step) or cosine
+    /// (half a cycle to 0), as transformers' get_*_schedule_with_warmup.
+    #[arg(long, default_value = "constant")]
+    pub lr_schedule: ScheduleKind,
+    /// Steps over which the learning rate rises linearly from 0 (at most --steps).
+    #[arg(long, default_value_t = 0)]
+    pub warmup_steps: u64,
     /// AdamW decoupled weight decay.
     #[arg(long, default_value_t = 0.0)]
     pub weight_decay: f32,
@@ -62,6 +71,10 @@ pub struct FinetuneArgs {
     /// model.safetensors (full fine-tune, Hugging Face tensor names).
     #[arg(short = 'o', long)]
     pub out: PathBuf,
+    /// With --lora-rank: also write the base weights with the trained adapters merged, as the
+    /// model's full Hugging Face checkpoint, to DIR/model.safetensors.
+    #[arg(long, value_name = "DIR")]
+    pub merged_out: Option<PathBuf>,
     /// A training checkpoint file, written every --save-every steps and at the end; an existing
     /// one is resumed from.
     #[arg(long)]
@@ -76,6 +89,8 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
     if args.batch == 0 || args.steps == 0 || args.grad_accum == 0 {
         bail!("--batch, --grad-accum and --steps must be at least 1");
     }
+    let schedule = LrSchedule::new(args.lr_schedule, args.warmup_steps, args.steps)
+        .context("--warmup-steps")?;
     args.threads.apply()?;
     let llm = Llm::load(&args.model, LoadOptions::new(WeightFormat::Dense))
         .with_context(|| format!("loading {}", args.model))
@@ -89,7 +104,10 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
             cfg.max_positions
         );
     }
-    if args.lora_rank.is_none() {
+    if args.merged_out.is_some() && args.lora_rank.is_none() {
+        bail!("--merged-out merges LoRA adapters and needs --lora-rank");
+    }
+    if args.lora_rank.is_none() || args.merged_out.is_some() {
         check_export(cfg)?;
     }
     let data = train_data::load(&llm, &args.data, args.seq)?;
@@ -121,12 +139,15 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         Trainer::new(&loss, &model.params, &[], options).context("compiling the training step")?;
     let trained: usize = trainer.read_params()?.iter().map(|(_, _, v)| v.len()).sum();
     eprintln!(
-        "{}: {} examples of {} tokens; {} {trained} parameters; AdamW lr {}; compiled in {:.1} s",
+        "{}: {} examples of {} tokens; {} {trained} parameters; AdamW lr {} ({:?}, {} warmup \
+         steps); compiled in {:.1} s",
         args.data.display(),
         data.len(),
         args.seq,
         if lora.is_some() { "LoRA," } else { "full," },
         args.lr,
+        args.lr_schedule,
+        args.warmup_steps,
         started.elapsed().as_secs_f64()
     );
     if let Some(path) = args.checkpoint.as_ref().filter(|p| p.exists()) {
@@ -149,17 +170,19 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         let (ids, labels) = data.batch(step, per_update);
         let batch = TrainBatch::new(per_update, args.seq, &ids, &labels, cfg.vocab_size)?;
         let t = Instant::now();
+        let lr = schedule.lr(f64::from(args.lr), step) as f32;
         let mut loss = 0.0;
         for m in 0..args.grad_accum as usize {
             let micro = batch.rows(m * args.batch..(m + 1) * args.batch);
-            loss += trainer.step(&micro.ports(), args.lr)?.loss;
+            loss += trainer.step(&micro.ports(), lr)?.loss;
         }
         let secs = t.elapsed().as_secs_f64();
         eprintln!(
-            "step {:>5}/{}: loss {:.4}, {:.0} tokens/s",
+            "step {:>5}/{}: loss {:.4}, lr {:.3e}, {:.0} tokens/s",
             step + 1,
             args.steps,
             loss,
+            lr,
             (per_update * args.seq) as f64 / secs
         );
         if (step + 1) % args.save_every == 0 {
@@ -173,5 +196,14 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         None => save_safetensors(&args.out.join("model.safetensors"), &tensors)?,
     }
     eprintln!("wrote {}", args.out.display());
+    if let (Some(dir), Some(lc)) = (&args.merged_out, &lora) {
+        let adapter = Adapter {
+            config: lc.clone(),
+            tensors,
+        };
+        let merged = merged_tensors(cfg, &llm.weights, &adapter)?;
+        save_safetensors(&dir.join("model.safetensors"), &merged)?;
+        eprintln!("wrote {} (adapters merged)", dir.display());
+    }
     Ok(())
 }

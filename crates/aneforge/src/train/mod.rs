@@ -21,10 +21,12 @@ mod batches;
 mod checkpoint;
 mod init;
 pub mod models;
+mod schedule;
 
 pub use batches::{batch_rng, windows};
 pub use checkpoint::{Checkpoint, CheckpointError, NamedArray, StateTensor};
 pub use init::{fan_in, ParamStore, WeightLayout};
+pub use schedule::{LrSchedule, ScheduleError, ScheduleKind};
 
 use crate::autograd::optim::StepScalars;
 use crate::autograd::{self, AutogradError, GradOptions, Optimizer};

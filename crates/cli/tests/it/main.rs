@@ -8,6 +8,7 @@ mod common;
 mod embed_rerank;
 mod engine_run_bench;
 mod export_cli;
+mod finetune_cli;
 mod flags_cli;
 mod hints_cli;
 mod import_cli;

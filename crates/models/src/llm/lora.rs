@@ -426,3 +426,15 @@ pub fn merge(
     }
     Ok(out)
 }
+
+/// The full checkpoint tensors of `w` with `adapter` merged ([`merge`]), under the family's
+/// Hugging Face names ([`super::training::checkpoint_tensors`]).
+pub fn merged_tensors(
+    cfg: &LlmConfig,
+    w: &ModelWeights,
+    adapter: &Adapter,
+) -> Result<Vec<NamedArray>, LlmError> {
+    use super::training::{checkpoint_tensors, initial_params, trainable};
+    let merged = trainable(cfg, &merge(cfg, w, adapter)?)?;
+    checkpoint_tensors(cfg, initial_params(&merged)?)
+}

@@ -6,8 +6,8 @@
 //! Parameters are named as in Hugging Face Llama-style checkpoints, except that the loader's
 //! fused projections stay fused: `model.layers.N.self_attn.qkv_proj.weight` holds the rows
 //! `[q; k; v]` and `model.layers.N.mlp.gate_up_proj.weight` the rows `[gate; up]` (AdamW is
-//! elementwise, so training the fused matrix is training its parts). [`split_fused`] gives the
-//! checkpoint's own tensors back.
+//! elementwise, so training the fused matrix is training its parts). [`checkpoint_tensors`]
+//! gives each family's own checkpoint tensors back.
 //!
 //! Ports: inputs `input_ids` i32 `[batch·seq]`, `labels` i32 `[batch·seq]` (the next token of
 //! each position; any valid id where the weight is 0) and `label_weights` f32 `[batch·seq]`
@@ -21,7 +21,8 @@ use super::block::{
     attention, decoder_layer, head_logits, norm_at, rope_rows, rotate_half_matrix, LayerLora,
     LayerOptions, Rope,
 };
-use super::config::{Family, LlmConfig, Positions};
+use super::config::{LlmConfig, Positions};
+pub use super::weights::check_export;
 use super::weights::{ModelWeights, NormWeights};
 use super::LlmError;
 
@@ -158,50 +159,6 @@ pub fn trainable(cfg: &LlmConfig, w: &ModelWeights) -> Result<TrainableModel, Ll
         pos_embed,
         lora: Vec::new(),
         params,
-    })
-}
-
-/// The checkpoint's own tensors of a fused parameter: `(name, rows)` of each part, in row order,
-/// or `None` when `name` is not fused.
-pub fn split_fused(cfg: &LlmConfig, name: &str) -> Option<Vec<(String, usize)>> {
-    let (h, kv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-    let split = |fused: &str, parts: &[(&str, usize)]| {
-        let stem = name.strip_suffix(fused)?;
-        Some(
-            parts
-                .iter()
-                .map(|(p, rows)| (format!("{stem}{p}"), *rows))
-                .collect(),
-        )
-    };
-    let inter = cfg.intermediate_size;
-    split(
-        "self_attn.qkv_proj.weight",
-        &[
-            ("self_attn.q_proj.weight", h * hd),
-            ("self_attn.k_proj.weight", kv * hd),
-            ("self_attn.v_proj.weight", kv * hd),
-        ],
-    )
-    .or_else(|| {
-        split(
-            "self_attn.qkv_proj.bias",
-            &[
-                ("self_attn.q_proj.bias", h * hd),
-                ("self_attn.k_proj.bias", kv * hd),
-                ("self_attn.v_proj.bias", kv * hd),
-            ],
-        )
-    })
-    .or_else(|| match cfg.mlp {
-        super::config::MlpKind::Gated(_) => split(
-            "mlp.gate_up_proj.weight",
-            &[
-                ("mlp.gate_proj.weight", inter),
-                ("mlp.up_proj.weight", inter),
-            ],
-        ),
-        super::config::MlpKind::Plain(_) => None,
     })
 }
 
@@ -446,23 +403,9 @@ impl TrainBatch {
     }
 }
 
-/// Whether fine-tuned weights of `cfg`'s family can be written under Hugging Face names: Gemma
-/// stores RMS weights minus one, Gemma 3 names its extra norms otherwise and GPT-2 has its own
-/// names and `[in, out]` matrices, so only the Llama-style layouts are (LoRA adapters of every
-/// family are).
-pub fn check_export(cfg: &LlmConfig) -> Result<(), LlmError> {
-    match cfg.family {
-        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => Ok(()),
-        other => Err(LlmError::Invalid(format!(
-            "writing fine-tuned {other:?} weights under Hugging Face names is not supported yet \
-             (Llama, Mistral, Qwen2 and Qwen3 are); train LoRA adapters instead (--lora-rank)"
-        ))),
-    }
-}
-
-/// `params` (as [`aneforge::train::Trainer::read_params`] gives them) under the checkpoint's own
-/// names ([`tensor_name`]): fused parameters split into their parts ([`split_fused`]), the rest as
-/// they are.
+/// `params` (as [`aneforge::train::Trainer::read_params`] gives them) as checkpoint tensors:
+/// LoRA adapters under their PEFT names as they are, every other parameter as the tensors of
+/// the family's Hugging Face checkpoint (`weights::export`).
 pub fn checkpoint_tensors(
     cfg: &LlmConfig,
     params: Vec<aneforge::train::NamedArray>,
@@ -470,29 +413,36 @@ pub fn checkpoint_tensors(
     let mut out = Vec::with_capacity(params.len());
     for (port, shape, data) in params {
         let name = tensor_name(&port);
-        if !name.starts_with(super::lora::ADAPTER_PREFIX) {
-            check_export(cfg)?;
-        }
-        let Some(parts) = split_fused(cfg, &name) else {
+        if name.starts_with(super::lora::ADAPTER_PREFIX) {
             out.push((name, shape, data));
-            continue;
-        };
-        let cols: usize = shape[1..].iter().product();
-        let rows: usize = parts.iter().map(|(_, r)| r).sum();
-        if shape.first() != Some(&rows) || data.len() != rows * cols {
-            return Err(LlmError::Internal(format!(
-                "fused parameter {name} has shape {shape:?}, expected {rows} rows"
-            )));
-        }
-        let mut start = 0;
-        for (part, r) in parts {
-            let mut s = shape.clone();
-            s[0] = r;
-            out.push((part, s, data[start * cols..(start + r) * cols].to_vec()));
-            start += r;
+        } else {
+            out.extend(super::weights::hf_tensors(cfg, &name, shape, data)?);
         }
     }
     Ok(out)
+}
+
+/// The parameters of `model` at their initial values, named and shaped as
+/// [`aneforge::train::Trainer::read_params`] gives them (so [`checkpoint_tensors`] writes an
+/// untrained or merged model as it writes a trained one).
+pub fn initial_params(
+    model: &TrainableModel,
+) -> Result<Vec<aneforge::train::NamedArray>, LlmError> {
+    model
+        .params
+        .iter()
+        .map(|p| match p.op() {
+            graph::Op::Parameter { name, init } => {
+                let values = init.as_f32().ok_or_else(|| {
+                    LlmError::Internal(format!("parameter {name} is not dense f32"))
+                })?;
+                Ok((name.clone(), init.shape().to_vec(), values.to_vec()))
+            }
+            _ => Err(LlmError::Internal(
+                "a model parameter is not a parameter leaf".into(),
+            )),
+        })
+        .collect()
 }
 
 /// Writes f32 `tensors` as a safetensors file (`format: pt` metadata, as transformers and PEFT

@@ -7,6 +7,8 @@ mod encoder_fp16_magnitude;
 mod encoder_fp16_real;
 mod encoder_minilm;
 mod encoder_tiny;
+mod finetune_export;
+mod finetune_schedule;
 mod finetune_smollm2;
 mod finetune_tiny;
 mod gguf_blocks_kept;

@@ -2,6 +2,7 @@
 //! name map per source ([`names`]) by one loader. Projections that read the same input are fused
 //! at load time (q|k|v, and gate|up), so a layer runs three projections less.
 
+mod export;
 mod names;
 
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use super::matrix::Matrix;
 use super::LlmError;
 use crate::gguf::GgufFile;
 use crate::weights::{DeferredTensor, TensorSource, VarBuilder};
+pub use export::{check_export, hf_tensors};
 use names::{ExpertLayout, NameMap, Part};
 
 /// Weight (and bias) of one normalisation.
@@ -201,14 +203,19 @@ fn transpose(a: &HostArray) -> Result<HostArray, LlmError> {
         [r, c] => (*r, *c),
         s => return Err(LlmError::Internal(format!("transpose of shape {s:?}"))),
     };
-    let v = a.as_f32().unwrap_or(&[]);
+    let out = transposed(r, c, a.as_f32().unwrap_or(&[]));
+    Ok(HostArray::from_f32(&[c, r], out)?)
+}
+
+/// The row-major `[r, c]` matrix `v` as `[c, r]`.
+fn transposed(r: usize, c: usize, v: &[f32]) -> Vec<f32> {
     let mut out = vec![0.0; r * c];
     for i in 0..r {
         for j in 0..c {
             out[j * r + i] = v[i * c + j];
         }
     }
-    Ok(HostArray::from_f32(&[c, r], out)?)
+    out
 }
 
 fn plus_one(a: HostArray) -> Result<HostArray, LlmError> {
@@ -227,14 +234,12 @@ pub fn load_hf(
     opts: LoadOptions,
 ) -> Result<ModelWeights, LlmError> {
     let file = WeightFile::Hf(vb.clone());
-    let names = match cfg.family {
-        Family::Gpt2 if file.contains("transformer.wte.weight") => NameMap::hf_gpt2("transformer."),
-        Family::Gpt2 => NameMap::hf_gpt2(""),
-        Family::Gemma2 | Family::Gemma3 => NameMap::hf_gemma3(),
-        Family::Mixtral => NameMap::hf_mixtral(),
-        Family::Phi3 => NameMap::hf_phi3(),
-        _ => NameMap::hf(),
+    let gpt2_prefix = if file.contains("transformer.wte.weight") {
+        "transformer."
+    } else {
+        ""
     };
+    let names = export::hf_names(cfg.family, gpt2_prefix);
     load(cfg, &file, &names, opts)
 }
 

@@ -1,0 +1,165 @@
+//! `aneforge finetune` as a process on the tiny random-weight models (tools/fixtures/llm): a
+//! learning-rate schedule with warmup drives the steps and the result is written as the family's
+//! Hugging Face checkpoint; bad schedule settings are refused before anything is loaded.
+
+use crate::common::{repo, run};
+use safetensors::SafeTensors;
+
+fn tiny(family: &str) -> String {
+    repo(&format!("tools/fixtures/llm/out/tiny/{family}"))
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn bad_schedules_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d.txt");
+    std::fs::write(&data, "to be or not to be ".repeat(20)).unwrap();
+    let base = |extra: &[&str]| {
+        let mut args = vec![
+            "finetune",
+            "-m",
+            "MODEL",
+            "--data",
+            data.to_str().unwrap(),
+            "-o",
+            dir.path().to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        args.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let model = tiny("llama");
+    let call = |extra: &[&str]| {
+        let args: Vec<String> = base(extra)
+            .into_iter()
+            .map(|a| if a == "MODEL" { model.clone() } else { a })
+            .collect();
+        run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let out = call(&["--lr-schedule", "cosine_with_restarts"]);
+    let e = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        e.contains("unknown learning-rate schedule \"cosine_with_restarts\"")
+            && e.contains("valid: constant, linear, cosine"),
+        "{e}"
+    );
+    let out = call(&["--merged-out", dir.path().to_str().unwrap()]);
+    let e = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        e.contains("--merged-out") && e.contains("needs --lora-rank"),
+        "{e}"
+    );
+    let out = call(&["--steps", "10", "--warmup-steps", "11"]);
+    let e = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        e.contains("--warmup-steps")
+            && e.contains("11 warmup steps are more than the 10 training steps"),
+        "{e}"
+    );
+}
+
+/// Three steps of GPT-2 under a linear schedule with one warmup step (rates 0, 1e-2, 5e-3, as
+/// transformers' `get_linear_schedule_with_warmup(1, 3)` gives them) write GPT-2's checkpoint
+/// layout (Conv1D `[in, out]` matrices, fused `c_attn`, the tied head left out).
+#[test]
+fn finetune_follows_the_schedule_and_writes_the_family_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d.txt");
+    std::fs::write(
+        &data,
+        "to be or not to be, that is the question ".repeat(20),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let model = tiny("gpt2");
+    let out = run(&[
+        "finetune",
+        "-m",
+        &model,
+        "--data",
+        data.to_str().unwrap(),
+        "--steps",
+        "3",
+        "--batch",
+        "1",
+        "--seq",
+        "16",
+        "--lr",
+        "1e-2",
+        "--lr-schedule",
+        "linear",
+        "--warmup-steps",
+        "1",
+        "-o",
+        out_dir.to_str().unwrap(),
+    ]);
+    let e = stderr(&out);
+    assert!(out.status.success(), "{e}");
+    for (step, lr) in [(1, "0.000e0"), (2, "1.000e-2"), (3, "5.000e-3")] {
+        assert!(e.contains(&format!("step {step:>5}/3: ")), "{e}");
+        let line = e
+            .lines()
+            .find(|l| l.starts_with(&format!("step {step:>5}/3")))
+            .unwrap();
+        assert!(line.contains(&format!("lr {lr},")), "{line}");
+    }
+    let bytes = std::fs::read(out_dir.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let c_attn = st.tensor("transformer.h.0.attn.c_attn.weight").unwrap();
+    assert_eq!(c_attn.shape(), [64, 192]);
+    assert!(st.tensor("lm_head.weight").is_err());
+    assert!(st.tensor("transformer.wpe.weight").is_ok());
+}
+
+/// LoRA on Gemma with --merged-out: the adapters in PEFT's layout and the merged weights as
+/// Gemma's checkpoint (norms stored as `w` of `1 + w`, tied head left out).
+#[test]
+fn lora_run_writes_merged_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d.txt");
+    std::fs::write(
+        &data,
+        "to be or not to be, that is the question ".repeat(20),
+    )
+    .unwrap();
+    let (adapter, merged) = (dir.path().join("adapter"), dir.path().join("merged"));
+    let model = tiny("gemma");
+    let out = run(&[
+        "finetune",
+        "-m",
+        &model,
+        "--data",
+        data.to_str().unwrap(),
+        "--steps",
+        "2",
+        "--batch",
+        "1",
+        "--seq",
+        "16",
+        "--lora-rank",
+        "4",
+        "-o",
+        adapter.to_str().unwrap(),
+        "--merged-out",
+        merged.to_str().unwrap(),
+    ]);
+    let e = stderr(&out);
+    assert!(out.status.success(), "{e}");
+    assert!(adapter.join("adapter_model.safetensors").exists());
+    let bytes = std::fs::read(merged.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(
+        st.tensor("model.layers.0.self_attn.q_proj.weight")
+            .unwrap()
+            .shape(),
+        [128, 64]
+    );
+    assert!(st.tensor("model.layers.0.input_layernorm.weight").is_ok());
+    assert!(st.tensor("lm_head.weight").is_err());
+}
