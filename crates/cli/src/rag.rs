@@ -8,7 +8,7 @@ use std::sync::Arc;
 use aneforge_models::encoders::{CrossEncoder, SentenceEncoder};
 use aneforge_models::llm::{generate, GenerateOptions, Runner, SamplingOptions};
 use aneforge_serve::energy;
-use aneforge_serve::rag::ask::{AskOptions, Rag};
+use aneforge_serve::rag::ask::{AskOptions, Rag, Reranker};
 use aneforge_serve::rag::chunk::ChunkOptions;
 use aneforge_serve::rag::index::index;
 use aneforge_serve::rag::store::Store;
@@ -66,9 +66,13 @@ pub struct AskArgs {
         default_value = "sentence-transformers/all-MiniLM-L6-v2"
     )]
     pub embed_model: String,
-    /// A cross-encoder that reranks the nearest chunks (optional).
+    /// A cross-encoder that reranks the fused chunks (optional).
     #[arg(long = "rerank-model")]
     pub rerank_model: Option<String>,
+    /// An embedding model that reorders the fused chunks by the cosine of their embeddings to the
+    /// question's, usually a larger one than the index's (optional; instead of --rerank-model).
+    #[arg(long = "rescore-model", conflicts_with = "rerank_model")]
+    pub rescore_model: Option<String>,
     /// Passages given to the LLM and cited.
     #[arg(short = 'k', long, default_value_t = 3)]
     pub top_k: usize,
@@ -152,11 +156,18 @@ fn ask_cmd(args: AskArgs) -> anyhow::Result<()> {
                 max_length: None,
                 quiet: true,
             };
-            Some(Arc::new(CrossEncoder::load(m, e.options()?).map_err(
-                |err| model_hints::explain(err.into(), m, Wants::Encoder),
-            )?))
+            Some(Reranker::Cross(Arc::new(
+                CrossEncoder::load(m, e.options()?)
+                    .map_err(|err| model_hints::explain(err.into(), m, Wants::Encoder))?,
+            )))
         }
-        None => None,
+        None => match &args.rescore_model {
+            Some(m) => Some(Reranker::Embedding(Arc::new(encoder(
+                m,
+                &args.model.engine,
+            )?))),
+            None => None,
+        },
     };
     let rag = Rag::open(
         "rag",

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use aneforge_models::encoders::{CrossEncoder, SentenceEncoder};
-use aneforge_serve::rag::ask::{AskOptions, Rag};
+use aneforge_serve::rag::ask::{AskOptions, Rag, Reranker};
 use aneforge_serve::{AppState, ChatModel, EmbedModel, Limits, Metrics, RerankModel, Scheduler};
 use anyhow::Context;
 
@@ -105,7 +105,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             db,
             &e.id,
             e.encoder.clone(),
-            rerank.as_ref().map(|r| r.encoder.clone()),
+            rerank.as_ref().map(|r| Reranker::Cross(r.encoder.clone())),
             AskOptions::default(),
         )?)),
         _ => None,

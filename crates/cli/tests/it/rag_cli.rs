@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use aneforge_models::encoders::{EncoderOptions, SentenceEncoder};
 use aneforge_models::require_model;
+use aneforge_serve::rag::ask::Reranker;
 use aneforge_serve::rag::chunk::{chunk, ChunkOptions};
 use aneforge_serve::rag::index::sha256_hex;
 use aneforge_serve::rag::store::{Store, StoredChunk};
@@ -199,4 +200,60 @@ fn an_index_cut_in_other_chunks_is_refused() {
         Err(e) => e.to_string(),
     };
     assert!(err.contains("300/60") && err.contains("800/200"), "{err}");
+}
+
+#[derive(serde::Deserialize)]
+struct RescoreCase {
+    question: String,
+    passages: Vec<String>,
+    scores: Vec<f32>,
+    order: Vec<usize>,
+}
+
+/// An embedding model as the reranking stage orders passages by their cosine to the question as
+/// sentence-transformers does (tools/fixtures/rag/rescore.py, MiniLM), keeping the best `top_k`.
+#[test]
+fn rescoring_by_an_embedding_model_follows_sentence_transformers() {
+    let model = require_model!(MINILM);
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/rag/out/rescore.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(doc["model"], MINILM);
+    let cases: Vec<RescoreCase> = serde_json::from_value(doc["cases"].clone()).unwrap();
+    assert_eq!(cases.len(), 3);
+    let encoder = SentenceEncoder::from_dir(model.dir(), EncoderOptions::default()).unwrap();
+    let reranker = Reranker::Embedding(std::sync::Arc::new(encoder));
+    for case in &cases {
+        let texts: Vec<&str> = case.passages.iter().map(String::as_str).collect();
+        let all = reranker.rank(&case.question, &texts, texts.len()).unwrap();
+        let order: Vec<usize> = all.iter().map(|&(i, _)| i).collect();
+        assert_eq!(order, case.order, "{}", case.question);
+        for &(i, score) in &all {
+            assert!(
+                (score - case.scores[i]).abs() < 1e-5,
+                "{}: passage {i} scored {score}, sentence-transformers {}",
+                case.question,
+                case.scores[i]
+            );
+        }
+        let best = reranker.rank(&case.question, &texts, 3).unwrap();
+        assert_eq!(best, all[..3].to_vec(), "{}", case.question);
+    }
+}
+
+#[test]
+fn a_rescoring_model_and_a_cross_encoder_are_not_both_taken() {
+    let out = Command::new(env!("CARGO_BIN_EXE_aneforge"))
+        .args(["rag", "ask", "a question", "--db", "missing.db"])
+        .args(["-m", "some/llm", "--rerank-model", "a/cross-encoder"])
+        .args(["--rescore-model", "an/embedder"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--rescore-model") && stderr.contains("--rerank-model"),
+        "{stderr}"
+    );
 }

@@ -1,13 +1,13 @@
 //! Answering a question from the index: the chunks nearest to the question's embedding and the
 //! chunks that best match its words (BM25) are fused by reciprocal rank (Cormack, Clarke and
-//! Buettcher, SIGIR 2009, with their constant 60), reranked by a cross-encoder when one is given,
-//! and the LLM answers from the best few as numbered passages; the answer is followed by the
-//! passages' sources.
+//! Buettcher, SIGIR 2009, with their constant 60), reranked when a reranker is given (a
+//! cross-encoder, or a second embedding model scoring by cosine), and the LLM answers from the
+//! best few as numbered passages; the answer is followed by the passages' sources.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use aneforge_models::encoders::{CrossEncoder, EncodeOptions, SentenceEncoder};
+use aneforge_models::encoders::{cosine, CrossEncoder, EncodeOptions, SentenceEncoder};
 use aneforge_models::llm::ChatMessage;
 use anyhow::{bail, Context};
 
@@ -68,12 +68,65 @@ pub fn fuse(rankings: &[Vec<Hit>]) -> Vec<(Hit, f32)> {
     out
 }
 
+/// What reorders the fused candidates before the best `top_k` are kept.
+#[derive(Clone)]
+pub enum Reranker {
+    /// A cross-encoder scores each (question, passage) pair.
+    Cross(Arc<CrossEncoder>),
+    /// An embedding model, usually larger than the index's, scores each passage by the cosine of
+    /// its embedding to the question's (sentence-transformers' retrieve-and-rescore with a
+    /// bi-encoder).
+    Embedding(Arc<SentenceEncoder>),
+}
+
+impl Reranker {
+    /// The best `top_k` of `texts` for `question` as `(index into texts, score)`, best first;
+    /// equal scores keep the order of `texts`.
+    pub fn rank(
+        &self,
+        question: &str,
+        texts: &[&str],
+        top_k: usize,
+    ) -> anyhow::Result<Vec<(usize, f32)>> {
+        match self {
+            Reranker::Cross(model) => Ok(model
+                .rank(question, texts, Some(top_k), false, &mut |_| {})
+                .context("reranking the passages")?
+                .iter()
+                .map(|r| (r.corpus_id, r.score))
+                .collect()),
+            Reranker::Embedding(model) => {
+                let mut all = Vec::with_capacity(texts.len() + 1);
+                all.push(question);
+                all.extend_from_slice(texts);
+                let emb = model
+                    .encode_with(&all, &EncodeOptions::default(), &mut |_| {})
+                    .context("embedding the question and passages for rescoring")?;
+                let q = emb
+                    .row(0)
+                    .context("the rescoring model returned no embedding")?;
+                let mut scored = (0..texts.len())
+                    .map(|i| {
+                        let row = emb
+                            .row(i + 1)
+                            .context("the rescoring model returned too few embeddings")?;
+                        Ok((i, cosine(q, row) as f32))
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+                scored.truncate(top_k);
+                Ok(scored)
+            }
+        }
+    }
+}
+
 /// An index with the models that search it; `id` is the model name the server answers to.
 pub struct Rag {
     pub id: String,
     store: Mutex<Store>,
     encoder: Arc<SentenceEncoder>,
-    reranker: Option<Arc<CrossEncoder>>,
+    reranker: Option<Reranker>,
     pub options: AskOptions,
 }
 
@@ -84,7 +137,7 @@ impl Rag {
         db: &Path,
         encoder_id: &str,
         encoder: Arc<SentenceEncoder>,
-        reranker: Option<Arc<CrossEncoder>>,
+        reranker: Option<Reranker>,
         options: AskOptions,
     ) -> anyhow::Result<Rag> {
         if options.top_k == 0 {
@@ -146,19 +199,11 @@ impl Rag {
         };
         hits.truncate(wanted);
         let texts: Vec<&str> = hits.iter().map(|(h, _)| h.text.as_str()).collect();
-        let ranked = reranker
-            .rank(
-                question,
-                &texts,
-                Some(self.options.top_k),
-                false,
-                &mut |_| {},
-            )
-            .context("reranking the passages")?;
+        let ranked = reranker.rank(question, &texts, self.options.top_k)?;
         Ok(sources(
             ranked
                 .iter()
-                .map(|r| (hits[r.corpus_id].0.clone(), r.score))
+                .map(|&(i, score)| (hits[i].0.clone(), score))
                 .collect(),
         ))
     }
