@@ -1243,3 +1243,95 @@ fn head_count(file: &GgufFile, key: &str) -> Result<Option<usize>, LlmConfigErro
         .map(Some)
         .ok_or_else(|| bad(format!("must be positive, found {value}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_json(json: serde_json::Value) -> Result<LlmConfig, LlmConfigError> {
+        let c = ModelConfig::from_text(PathBuf::from("config.json"), json.to_string()).unwrap();
+        LlmConfig::from_hf(&c)
+    }
+
+    fn moe(model_type: &str, extra: serde_json::Value) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "model_type": model_type,
+            "vocab_size": 32,
+            "hidden_size": 16,
+            "intermediate_size": 48,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 64,
+            "num_experts": 6,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 8,
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    }
+
+    #[test]
+    fn qwen2_moe_sparse_layers_shared_expert_and_defaults() {
+        // transformers: sparse where (l + 1) % step == 0 and l is not in mlp_only_layers
+        let cfg = from_json(moe(
+            "qwen2_moe",
+            serde_json::json!({"decoder_sparse_step": 2, "mlp_only_layers": [3],
+                               "shared_expert_intermediate_size": 24}),
+        ))
+        .unwrap();
+        assert_eq!(cfg.family, Family::Qwen2Moe);
+        assert_eq!(cfg.dense_layers, [0, 2, 3]);
+        let x = cfg.experts_at(1).unwrap();
+        assert_eq!((x.count, x.top_k, x.size), (6, 2, 8));
+        assert_eq!(x.shared, Some(24));
+        // Qwen2-MoE does not renormalise unless norm_topk_prob says so
+        assert!(!x.norm_top_k);
+        assert!(cfg.experts_at(0).is_none() && cfg.experts_at(3).is_none());
+        assert!(cfg.qkv_bias && !cfg.o_bias);
+        assert_eq!(cfg.qk_norm, QkNorm::None);
+        // transformers' default shared size, and qkv_bias may be switched off
+        let cfg = from_json(moe(
+            "qwen2_moe",
+            serde_json::json!({"qkv_bias": false, "norm_topk_prob": true}),
+        ))
+        .unwrap();
+        assert!(cfg.dense_layers.is_empty());
+        assert_eq!(cfg.experts.unwrap().shared, Some(5632));
+        assert!(cfg.experts.unwrap().norm_top_k);
+        assert!(!cfg.qkv_bias);
+    }
+
+    #[test]
+    fn qwen3_moe_dense_layers_and_no_shared_expert() {
+        let cfg = from_json(moe(
+            "qwen3_moe",
+            serde_json::json!({"mlp_only_layers": [0, 2]}),
+        ))
+        .unwrap();
+        assert_eq!(cfg.dense_layers, [0, 2]);
+        assert_eq!(cfg.experts.unwrap().shared, None);
+        assert_eq!(cfg.qk_norm, QkNorm::Head);
+    }
+
+    #[test]
+    fn olmoe_whole_projection_norms_and_experts_of_intermediate_size() {
+        let mut json = moe("olmoe", serde_json::json!({}));
+        json.as_object_mut()
+            .unwrap()
+            .remove("moe_intermediate_size");
+        let cfg = from_json(json).unwrap();
+        assert_eq!(cfg.family, Family::Olmoe);
+        assert_eq!(cfg.qk_norm, QkNorm::Whole);
+        let x = cfg.experts.unwrap();
+        assert_eq!((x.count, x.top_k, x.size, x.norm_top_k), (6, 2, 48, false));
+        assert_eq!(x.shared, None);
+        assert!(cfg.dense_layers.is_empty());
+        let msg = from_json(moe("olmoe", serde_json::json!({"num_experts_per_tok": 7})))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("6 experts cannot supply 7"), "{msg}");
+    }
+}

@@ -73,7 +73,14 @@ fn unsupported_architectures_are_named() {
         msg.contains("unsupported architecture 'mamba'") && msg.contains("llama"),
         "{msg}"
     );
-    for name in ["qwen3_moe", "mixtral", "phi3", "gemma2", "qwen2_moe", "olmoe"] {
+    for name in [
+        "qwen3_moe",
+        "mixtral",
+        "phi3",
+        "gemma2",
+        "qwen2_moe",
+        "olmoe",
+    ] {
         assert!(msg.contains(name), "{name} missing from: {msg}");
     }
 
