@@ -165,6 +165,54 @@ fn a_shared_expert_missing_a_tensor_is_named() {
     );
 }
 
+/// The tiny `family`.gguf with the first occurrence of `from` in its bytes replaced by `to` (of
+/// the same length: a tensor name or metadata key renamed in place).
+fn gguf_renamed(family: &str, from: &str, to: &str) -> tempfile::TempDir {
+    assert_eq!(from.len(), to.len());
+    let path = tiny(family).with_extension("gguf");
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from.as_bytes())
+        .unwrap_or_else(|| panic!("{family}.gguf has no {from}"));
+    bytes[at..at + to.len()].copy_from_slice(to.as_bytes());
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join(format!("{family}.gguf")), bytes).unwrap();
+    tmp
+}
+
+#[test]
+fn a_qwen2moe_gguf_missing_its_shared_expert_is_an_error() {
+    let dir = gguf_renamed(
+        "qwen2_moe",
+        "blk.0.ffn_gate_inp_shexp",
+        "blk.0.ffn_gate_inp_shexq",
+    );
+    let msg = load(&dir.path().join("qwen2_moe.gguf"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("blk.0.ffn_gate_inp_shexp.weight"), "{msg}");
+    let dir = gguf_renamed("qwen2_moe", "blk.2.ffn_up_shexp", "blk.2.ffn_up_shexq");
+    let msg = load(&dir.path().join("qwen2_moe.gguf"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("blk.2.ffn_up_shexp.weight"), "{msg}");
+    // without its width the shared expert is taken as feed_forward_length (128) wide, which its
+    // tensors are not
+    let dir = gguf_renamed(
+        "qwen2_moe",
+        "expert_shared_feed_forward_length",
+        "expert_shared_feed_forward_lengtX",
+    );
+    let msg = load(&dir.path().join("qwen2_moe.gguf"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("blk.0.ffn_gate_shexp.weight") && msg.contains("128"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn more_experts_per_token_than_experts_is_an_error() {
     for family in ["qwen2_moe", "olmoe"] {
