@@ -16,6 +16,7 @@ pub enum ModelKind {
     Encoder(String),
 }
 
+/// Decoder model types besides those aneforge runs ([`aneforge_models::llm::Family::SUPPORTED_HF`]).
 const DECODER_TYPES: &[&str] = &[
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2", "phi",
     "phi3", "falcon", "gpt_neox", "olmo", "smollm3", "granite",
@@ -45,7 +46,9 @@ pub fn kind(spec: &str) -> Option<ModelKind> {
     {
         return Some(ModelKind::Decoder(arch.to_string()));
     }
-    if DECODER_TYPES.contains(&model_type) {
+    if DECODER_TYPES.contains(&model_type)
+        || aneforge_models::llm::Family::SUPPORTED_HF.contains(&model_type)
+    {
         return Some(ModelKind::Decoder(model_type.to_string()));
     }
     let name = archs.first().copied().unwrap_or(model_type);

@@ -24,7 +24,7 @@ pub fn test_models() -> Vec<(&'static str, &'static str)> {
 
 /// The decoder families of the random-weight fixtures (`tools/fixtures/llm/tiny_models.py`): one
 /// directory each under `tools/fixtures/llm/out/tiny`, used by every tiny-LLM test.
-pub const TINY_LLM_FAMILIES: [&str; 12] = [
+pub const TINY_LLM_FAMILIES: [&str; 14] = [
     "llama",
     "llama3",
     "mistral",
@@ -37,6 +37,8 @@ pub const TINY_LLM_FAMILIES: [&str; 12] = [
     "mixtral",
     "phi3",
     "gemma2",
+    "qwen2_moe",
+    "olmoe",
 ];
 
 /// The `ORG/NAME` part of a model spec such as `ORG/NAME@rev/file.gguf`.

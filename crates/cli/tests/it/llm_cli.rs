@@ -272,6 +272,32 @@ fn bad_input_is_reported_without_panicking() {
         None,
     ));
     assert!(err.contains("empty.gguf"), "{err}");
+
+    // a Qwen2-MoE checkpoint without a layer's shared-expert gate: the tensor is named, and the
+    // model is not mistaken for a text encoder (the fixture's config.json names no architecture)
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(tiny("qwen2_moe")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    let bytes = std::fs::read(dir.path().join("model.safetensors")).unwrap();
+    let missing = "model.layers.0.mlp.shared_expert_gate.weight";
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let kept: Vec<_> = st
+        .tensors()
+        .into_iter()
+        .filter(|(n, _)| n != missing)
+        .collect();
+    safetensors::tensor::serialize_to_file(kept, None, &dir.path().join("model.safetensors"))
+        .unwrap();
+    let err = failure(&aneforge(
+        &["generate", "-m", dir.path().to_str().unwrap(), "hi"],
+        None,
+    ));
+    assert!(
+        err.contains(missing) && !err.contains("text encoder"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -6,8 +6,8 @@
 
 use aneforge::graph::{self, HostArray, Tensor};
 
-use super::config::{Experts, LlmConfig, MlpKind, NormKind};
-use super::weights::{LayerWeights, NormWeights};
+use super::config::{Experts, LlmConfig, MlpKind, NormKind, QkNorm};
+use super::weights::{LayerWeights, NormWeights, SharedExpert};
 use super::LlmError;
 use crate::Activation;
 
@@ -235,6 +235,15 @@ fn experts_act(
         .reshape(&[n_, e * i])?)
 }
 
+/// A shared expert's output `sigmoid(x · gateᵀ) · down(act(gate(x)) · up(x))` for `x[N, D]`.
+fn shared_expert(x: &Tensor, s: &SharedExpert, act: Activation) -> Result<Tensor, LlmError> {
+    let size = s.down.shape()[1];
+    let gu = x.linear(&s.up, None)?.split(&[size, size], -1)?;
+    let out = act.apply(&gu[0])?.mul(&gu[1])?.linear(&s.down, None)?;
+    let scale = x.linear(&s.gate, None)?.sigmoid()?;
+    Ok(out.mul(&scale)?)
+}
+
 /// What one layer produces: its output and the intermediate values the fp16 audit probes.
 pub(super) struct LayerOut {
     /// The residual stream after the layer.
@@ -278,10 +287,19 @@ pub(super) fn decoder_layer(
             *part = adapted(part.clone(), &hn, pair.as_ref(), ad.scale)?;
         }
     }
+    let whole = cfg.qk_norm == QkNorm::Whole;
+    if let (true, Some(qn), Some(kn), NormKind::Rms { eps, .. }) =
+        (whole, &lw.q_norm, &lw.k_norm, cfg.norm)
+    {
+        parts[0] = parts[0].rms_norm(Some(qn), eps)?;
+        parts[1] = parts[1].rms_norm(Some(kn), eps)?;
+    }
     let mut q = parts[0].reshape(&[n, h as isize, hd as isize])?;
     let mut k = parts[1].reshape(&[n, kv as isize, hd as isize])?;
     let v = parts[2].reshape(&[n, kv as isize, hd as isize])?;
-    if let (Some(qn), Some(kn), NormKind::Rms { eps, .. }) = (&lw.q_norm, &lw.k_norm, cfg.norm) {
+    if let (false, Some(qn), Some(kn), NormKind::Rms { eps, .. }) =
+        (whole, &lw.q_norm, &lw.k_norm, cfg.norm)
+    {
         q = q.rms_norm(Some(qn), eps)?;
         k = k.rms_norm(Some(kn), eps)?;
     }
@@ -317,6 +335,9 @@ pub(super) fn decoder_layer(
     };
     let down = mlp_act.linear(&lw.down, lw.down_bias.as_ref())?;
     let mut down = adapted(down, &mlp_act, pair(|l| &l.down), lora_scale)?;
+    if let (Some(s), MlpKind::Gated(a)) = (&lw.shared, cfg.mlp) {
+        down = down.add(&shared_expert(&hn, s, a)?)?;
+    }
     if let Some(nw) = &lw.post_mlp_norm {
         down = norm(cfg, &down, nw)?;
     }

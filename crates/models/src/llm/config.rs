@@ -21,10 +21,12 @@ pub enum Family {
     Mixtral,
     Phi3,
     Gemma2,
+    Qwen2Moe,
+    Olmoe,
 }
 
 impl Family {
-    pub const SUPPORTED_HF: [&'static str; 11] = [
+    pub const SUPPORTED_HF: [&'static str; 13] = [
         "llama",
         "mistral",
         "qwen2",
@@ -36,10 +38,13 @@ impl Family {
         "mixtral",
         "phi3",
         "gemma2",
+        "qwen2_moe",
+        "olmoe",
     ];
     /// GGUF architectures (Mixtral files say `llama` and hold expert tensors).
-    pub const SUPPORTED_GGUF: [&'static str; 9] = [
+    pub const SUPPORTED_GGUF: [&'static str; 11] = [
         "llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2", "qwen3moe", "phi3",
+        "qwen2moe", "olmoe",
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +60,8 @@ impl Family {
             Family::Mixtral => "mixtral",
             Family::Phi3 => "phi3",
             Family::Gemma2 => "gemma2",
+            Family::Qwen2Moe => "qwen2_moe",
+            Family::Olmoe => "olmoe",
         }
     }
 
@@ -83,18 +90,34 @@ pub const GEMMA3_GLOBAL_EVERY: usize = 6;
 /// Gemma 3's local RoPE base when a checkpoint does not give it.
 pub const GEMMA3_LOCAL_THETA: f64 = 10_000.0;
 
-/// A sparse mixture of experts in place of every layer's MLP (Mixtral, Qwen3-MoE): a router
-/// picks `top_k` of `count` gated MLPs per token by softmax probability, and their outputs are
-/// summed weighted by those probabilities.
+/// A sparse mixture of experts in place of a layer's MLP (Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE):
+/// a router picks `top_k` of `count` gated MLPs per token by softmax probability, and their
+/// outputs are summed weighted by those probabilities. Which layers have one:
+/// [`LlmConfig::dense_layers`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Experts {
     pub count: usize,
     pub top_k: usize,
     /// Each expert's intermediate size.
     pub size: usize,
-    /// The chosen probabilities are divided by their sum (Mixtral always; Qwen3-MoE's
-    /// `norm_topk_prob`), which equals a softmax over the top-k router logits.
+    /// The chosen probabilities are divided by their sum (Mixtral always; Qwen3-MoE's,
+    /// Qwen2-MoE's and OLMoE's `norm_topk_prob`), which equals a softmax over the top-k router
+    /// logits.
     pub norm_top_k: bool,
+    /// The intermediate size of a shared expert every token goes through besides its chosen
+    /// ones, its output scaled by `sigmoid(shared_expert_gate(x))`, a one-output linear
+    /// (Qwen2-MoE).
+    pub shared: Option<usize>,
+}
+
+/// Where q and k are RMS-normalised (before RoPE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// Each head over `head_dim` (Qwen3, Gemma 3).
+    Head,
+    /// The whole projection, every head at once: a `heads·head_dim` weight (OLMoE).
+    Whole,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -212,8 +235,9 @@ pub struct LlmConfig {
     /// Bias on the attention output projection.
     pub o_bias: bool,
     pub mlp_bias: bool,
-    /// RMSNorm of each query and key head before RoPE (Qwen3).
-    pub qk_norm: bool,
+    /// RMSNorm of the queries and keys before RoPE (Qwen3: each head; OLMoE: the whole
+    /// projection).
+    pub qk_norm: QkNorm,
     /// Token embeddings multiplied by this (Gemma: √hidden_size).
     pub embed_scale: Option<f32>,
     /// The output head is the token embedding matrix.
@@ -229,8 +253,11 @@ pub struct LlmConfig {
     /// Attention logits are scaled by this instead of `1/√head_dim` (Gemma 3's
     /// `query_pre_attn_scalar^-½`).
     pub attn_scale: Option<f32>,
-    /// A mixture of experts replaces the MLP of every layer.
+    /// A mixture of experts replaces the MLP of every layer not in [`Self::dense_layers`].
     pub experts: Option<Experts>,
+    /// With [`Self::experts`], the layers that keep a dense MLP of `intermediate_size`
+    /// (Qwen2-MoE's and Qwen3-MoE's `mlp_only_layers` and `decoder_sparse_step`), ascending.
+    pub dense_layers: Vec<usize>,
     /// Attention logits become `cap · tanh(logit / cap)` before the mask (Gemma 2).
     pub attn_softcap: Option<f32>,
     /// Output logits become `cap · tanh(logit / cap)` (Gemma 2).
@@ -416,51 +443,64 @@ fn hf_rope_of(
     })
 }
 
-/// The experts of a Mixtral or Qwen3-MoE `config.json`; `None` for other families.
-fn hf_experts(c: &ModelConfig, family: Family) -> Result<Option<Experts>, LlmConfigError> {
+/// The experts of a mixture-of-experts `config.json` and the layers that keep a dense MLP;
+/// `None` for other families.
+fn hf_experts(
+    c: &ModelConfig,
+    family: Family,
+    n_layers: usize,
+) -> Result<(Option<Experts>, Vec<usize>), LlmConfigError> {
     let path = c.path();
+    // published checkpoints say num_experts; transformers 5 writes num_local_experts for
+    // Qwen3-MoE
+    let count_field = || {
+        if c.value().get("num_experts").is_some() {
+            "num_experts"
+        } else {
+            "num_local_experts"
+        }
+    };
     let (count_field, size_field, norm_top_k) = match family {
         Family::Mixtral => ("num_local_experts", "intermediate_size", true),
-        Family::Qwen3Moe => {
-            // every layer sparse, as in the published Qwen3-MoE checkpoints
-            if c.get::<usize>("decoder_sparse_step")?.unwrap_or(1) != 1 {
-                return Err(invalid(
-                    path,
-                    "decoder_sparse_step",
-                    "only 1 (every layer a mixture of experts) is supported",
-                ));
-            }
-            if !c
-                .get::<Vec<usize>>("mlp_only_layers")?
-                .unwrap_or_default()
-                .is_empty()
-            {
-                return Err(invalid(
-                    path,
-                    "mlp_only_layers",
-                    "dense layers among sparse ones are not supported",
-                ));
-            }
-            let norm = c.get::<bool>("norm_topk_prob")?.unwrap_or(false);
-            // published checkpoints say num_experts; transformers 5 writes num_local_experts
-            let count = if c.value().get("num_experts").is_some() {
-                "num_experts"
-            } else {
-                "num_local_experts"
-            };
-            (count, "moe_intermediate_size", norm)
-        }
-        _ => return Ok(None),
+        Family::Qwen3Moe | Family::Qwen2Moe => (count_field(), "moe_intermediate_size", false),
+        Family::Olmoe => (count_field(), "intermediate_size", false),
+        _ => return Ok((None, Vec::new())),
     };
-    experts_of(
+    let norm_top_k = match family {
+        Family::Mixtral => norm_top_k,
+        _ => c.get::<bool>("norm_topk_prob")?.unwrap_or(false),
+    };
+    let shared = match family {
+        // transformers' default when a config does not say
+        Family::Qwen2Moe => {
+            Some(optional_positive(c, "shared_expert_intermediate_size")?.unwrap_or(5632))
+        }
+        _ => None,
+    };
+    // transformers: layer l is sparse unless listed in mlp_only_layers or
+    // (l + 1) % decoder_sparse_step != 0
+    let dense_layers = match family {
+        Family::Qwen3Moe | Family::Qwen2Moe => {
+            let step = c.get::<usize>("decoder_sparse_step")?.unwrap_or(1);
+            if step == 0 {
+                return Err(invalid(path, "decoder_sparse_step", "must be positive"));
+            }
+            let only = c.get::<Vec<usize>>("mlp_only_layers")?.unwrap_or_default();
+            (0..n_layers)
+                .filter(|l| only.contains(l) || (l + 1) % step != 0)
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    let experts = experts_of(
         path,
         count_field,
         positive(c, count_field)?,
         positive(c, "num_experts_per_tok")?,
         positive(c, size_field)?,
         norm_top_k,
-    )
-    .map(Some)
+    )?;
+    Ok((Some(Experts { shared, ..experts }), dense_layers))
 }
 
 /// Checks that `top_k` of `count` experts can be chosen.
@@ -484,6 +524,7 @@ fn experts_of(
         top_k,
         size,
         norm_top_k,
+        shared: None,
     })
 }
 
@@ -504,6 +545,8 @@ impl LlmConfig {
             "mixtral" => Family::Mixtral,
             "phi3" => Family::Phi3,
             "gemma2" => Family::Gemma2,
+            "qwen2_moe" => Family::Qwen2Moe,
+            "olmoe" => Family::Olmoe,
             other => {
                 return Err(LlmConfigError::UnsupportedArchitecture {
                     path,
@@ -557,8 +600,16 @@ impl LlmConfig {
         let attention_bias: bool = c.get("attention_bias")?.unwrap_or(false);
         let (qkv_bias, o_bias) = match family {
             Family::Qwen2 => (true, false),
+            Family::Qwen2Moe => (c.get("qkv_bias")?.unwrap_or(true), false),
             _ => (attention_bias, attention_bias),
         };
+        if family == Family::Olmoe && c.get::<f64>("clip_qkv")?.is_some() {
+            return Err(invalid(
+                &path,
+                "clip_qkv",
+                "clipping q, k and v is not supported",
+            ));
+        }
         let eps = c.get::<f64>("rms_norm_eps")?.unwrap_or(1e-6);
         let eps = finite_positive(&path, "rms_norm_eps", eps)? as f32;
         let default_theta = 10_000.0;
@@ -567,7 +618,7 @@ impl LlmConfig {
             Family::Mistral | Family::Mixtral | Family::Phi3 => {
                 optional_positive(c, "sliding_window")?
             }
-            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => {
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe | Family::Qwen2Moe => {
                 if c.get::<bool>("use_sliding_window")?.unwrap_or(false) {
                     return Err(invalid(
                         &path,
@@ -669,14 +720,20 @@ impl LlmConfig {
             },
             _ => None,
         };
-        let experts = hf_experts(c, family)?;
+        let n_layers = positive(c, "num_hidden_layers")?;
+        let (experts, dense_layers) = hf_experts(c, family, n_layers)?;
+        let qk_norm = match family {
+            Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3 => QkNorm::Head,
+            Family::Olmoe => QkNorm::Whole,
+            _ => QkNorm::None,
+        };
         let tied_default = family.is_gemma();
         Ok(LlmConfig {
             family,
             vocab_size,
             hidden_size,
             intermediate_size: positive(c, "intermediate_size")?,
-            n_layers: positive(c, "num_hidden_layers")?,
+            n_layers,
             n_heads,
             n_kv_heads,
             head_dim,
@@ -689,7 +746,7 @@ impl LlmConfig {
             qkv_bias,
             o_bias,
             mlp_bias: c.get("mlp_bias")?.unwrap_or(false),
-            qk_norm: matches!(family, Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3),
+            qk_norm,
             embed_scale: family.is_gemma().then(|| (hidden_size as f32).sqrt()),
             tied_embeddings: c.get("tie_word_embeddings")?.unwrap_or(tied_default),
             max_positions: positive(c, "max_position_embeddings")?,
@@ -698,6 +755,7 @@ impl LlmConfig {
             post_norms: matches!(family, Family::Gemma2 | Family::Gemma3),
             attn_scale,
             experts,
+            dense_layers,
             attn_softcap,
             final_softcap,
             bos_token_id: bos,
@@ -770,7 +828,7 @@ impl LlmConfig {
             qkv_bias: true,
             o_bias: true,
             mlp_bias: true,
-            qk_norm: false,
+            qk_norm: QkNorm::None,
             embed_scale: None,
             tied_embeddings: c.get("tie_word_embeddings")?.unwrap_or(true),
             max_positions: max,
@@ -779,6 +837,7 @@ impl LlmConfig {
             post_norms: false,
             attn_scale: None,
             experts: None,
+            dense_layers: Vec::new(),
             attn_softcap: None,
             final_softcap: None,
             bos_token_id: bos,
@@ -801,6 +860,8 @@ impl LlmConfig {
             "qwen3moe" => Family::Qwen3Moe,
             "phi3" => Family::Phi3,
             "gemma2" => Family::Gemma2,
+            "qwen2moe" => Family::Qwen2Moe,
+            "olmoe" => Family::Olmoe,
             other => {
                 return Err(LlmConfigError::UnsupportedArchitecture {
                     path,
@@ -914,7 +975,7 @@ impl LlmConfig {
                 qkv_bias: true,
                 o_bias: true,
                 mlp_bias: true,
-                qk_norm: false,
+                qk_norm: QkNorm::None,
                 embed_scale: None,
                 tied_embeddings,
                 max_positions,
@@ -923,6 +984,7 @@ impl LlmConfig {
                 post_norms: false,
                 attn_scale: None,
                 experts: None,
+                dense_layers: Vec::new(),
                 attn_softcap: None,
                 final_softcap: None,
                 bos_token_id: bos,
@@ -931,28 +993,51 @@ impl LlmConfig {
             });
         }
         let experts = match family {
-            Family::Mixtral | Family::Qwen3Moe => {
+            Family::Mixtral | Family::Qwen3Moe | Family::Qwen2Moe | Family::Olmoe => {
                 let k = key("expert_feed_forward_length");
                 let expert_size = match family {
-                    Family::Qwen3Moe => size("expert_feed_forward_length")?,
+                    Family::Qwen3Moe | Family::Qwen2Moe => size("expert_feed_forward_length")?,
                     _ => opt_size("expert_feed_forward_length")?
                         .map_or_else(|| size("feed_forward_length"), Ok)?,
                 };
-                // llama.cpp renormalises the chosen weights of both (its `norm_w`)
+                // llama.cpp renormalises the chosen weights of Mixtral and Qwen3-MoE, not those
+                // of Qwen2-MoE and OLMoE (its `norm_w`)
                 let norm = match file.get(&key("expert_weights_norm")) {
                     Some(MetaValue::Bool(b)) => *b,
-                    _ => true,
+                    _ => matches!(family, Family::Mixtral | Family::Qwen3Moe),
                 };
-                Some(experts_of(
+                // llama.cpp: the shared expert is feed_forward_length wide unless this says
+                let shared = match family {
+                    Family::Qwen2Moe => Some(
+                        opt_size("expert_shared_feed_forward_length")?
+                            .map_or_else(|| size("feed_forward_length"), Ok)?,
+                    ),
+                    _ => None,
+                };
+                let experts = experts_of(
                     &path,
                     &k,
                     size("expert_count")?,
                     size("expert_used_count")?,
                     expert_size,
                     norm,
-                )?)
+                )?;
+                Some(Experts { shared, ..experts })
             }
             _ => None,
+        };
+        // llama.cpp's converters write every layer of these as a mixture of experts; a layer
+        // with a dense MLP and no router (Qwen2-MoE's mlp_only_layers, as the converter's tensor
+        // names would map them) is read as one
+        let dense_layers = match experts {
+            Some(_) => (0..n_layers)
+                .filter(|l| {
+                    file.tensor(&format!("blk.{l}.ffn_gate_inp.weight"))
+                        .is_none()
+                        && file.tensor(&format!("blk.{l}.ffn_up.weight")).is_some()
+                })
+                .collect(),
+            None => Vec::new(),
         };
         let k = key("attention.layer_norm_rms_epsilon");
         let eps = finite_positive(&path, &k, file.require_f64(&k)?)? as f32;
@@ -1076,7 +1161,12 @@ impl LlmConfig {
             qkv_bias: has_qkv_bias,
             o_bias: has_o_bias,
             mlp_bias: file.tensor("blk.0.ffn_up.bias").is_some(),
-            qk_norm: file.tensor("blk.0.attn_q_norm.weight").is_some(),
+            qk_norm: match file.tensor("blk.0.attn_q_norm.weight") {
+                None => QkNorm::None,
+                // OLMoE's norms span the whole projection ([heads·head_dim])
+                Some(_) if family == Family::Olmoe => QkNorm::Whole,
+                Some(_) => QkNorm::Head,
+            },
             embed_scale: family.is_gemma().then(|| (hidden_size as f32).sqrt()),
             tied_embeddings,
             max_positions,
@@ -1085,6 +1175,7 @@ impl LlmConfig {
             post_norms: matches!(family, Family::Gemma2 | Family::Gemma3),
             attn_scale,
             experts,
+            dense_layers,
             attn_softcap,
             final_softcap,
             bos_token_id: bos,
@@ -1103,6 +1194,11 @@ impl LlmConfig {
         } else {
             1.0
         }
+    }
+
+    /// The mixture of experts of layer `l`; `None` where the layer's MLP is dense.
+    pub fn experts_at(&self, l: usize) -> Option<Experts> {
+        self.experts.filter(|_| !self.dense_layers.contains(&l))
     }
 
     /// Whether layer `l` is a sliding-window layer with the local RoPE.
@@ -1146,4 +1242,96 @@ fn head_count(file: &GgufFile, key: &str) -> Result<Option<usize>, LlmConfigErro
         .filter(|&v| v > 0)
         .map(Some)
         .ok_or_else(|| bad(format!("must be positive, found {value}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_json(json: serde_json::Value) -> Result<LlmConfig, LlmConfigError> {
+        let c = ModelConfig::from_text(PathBuf::from("config.json"), json.to_string()).unwrap();
+        LlmConfig::from_hf(&c)
+    }
+
+    fn moe(model_type: &str, extra: serde_json::Value) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "model_type": model_type,
+            "vocab_size": 32,
+            "hidden_size": 16,
+            "intermediate_size": 48,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 64,
+            "num_experts": 6,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 8,
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    }
+
+    #[test]
+    fn qwen2_moe_sparse_layers_shared_expert_and_defaults() {
+        // transformers: sparse where (l + 1) % step == 0 and l is not in mlp_only_layers
+        let cfg = from_json(moe(
+            "qwen2_moe",
+            serde_json::json!({"decoder_sparse_step": 2, "mlp_only_layers": [3],
+                               "shared_expert_intermediate_size": 24}),
+        ))
+        .unwrap();
+        assert_eq!(cfg.family, Family::Qwen2Moe);
+        assert_eq!(cfg.dense_layers, [0, 2, 3]);
+        let x = cfg.experts_at(1).unwrap();
+        assert_eq!((x.count, x.top_k, x.size), (6, 2, 8));
+        assert_eq!(x.shared, Some(24));
+        // Qwen2-MoE does not renormalise unless norm_topk_prob says so
+        assert!(!x.norm_top_k);
+        assert!(cfg.experts_at(0).is_none() && cfg.experts_at(3).is_none());
+        assert!(cfg.qkv_bias && !cfg.o_bias);
+        assert_eq!(cfg.qk_norm, QkNorm::None);
+        // transformers' default shared size, and qkv_bias may be switched off
+        let cfg = from_json(moe(
+            "qwen2_moe",
+            serde_json::json!({"qkv_bias": false, "norm_topk_prob": true}),
+        ))
+        .unwrap();
+        assert!(cfg.dense_layers.is_empty());
+        assert_eq!(cfg.experts.unwrap().shared, Some(5632));
+        assert!(cfg.experts.unwrap().norm_top_k);
+        assert!(!cfg.qkv_bias);
+    }
+
+    #[test]
+    fn qwen3_moe_dense_layers_and_no_shared_expert() {
+        let cfg = from_json(moe(
+            "qwen3_moe",
+            serde_json::json!({"mlp_only_layers": [0, 2]}),
+        ))
+        .unwrap();
+        assert_eq!(cfg.dense_layers, [0, 2]);
+        assert_eq!(cfg.experts.unwrap().shared, None);
+        assert_eq!(cfg.qk_norm, QkNorm::Head);
+    }
+
+    #[test]
+    fn olmoe_whole_projection_norms_and_experts_of_intermediate_size() {
+        let mut json = moe("olmoe", serde_json::json!({}));
+        json.as_object_mut()
+            .unwrap()
+            .remove("moe_intermediate_size");
+        let cfg = from_json(json).unwrap();
+        assert_eq!(cfg.family, Family::Olmoe);
+        assert_eq!(cfg.qk_norm, QkNorm::Whole);
+        let x = cfg.experts.unwrap();
+        assert_eq!((x.count, x.top_k, x.size, x.norm_top_k), (6, 2, 48, false));
+        assert_eq!(x.shared, None);
+        assert!(cfg.dense_layers.is_empty());
+        let msg = from_json(moe("olmoe", serde_json::json!({"num_experts_per_tok": 7})))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("6 experts cannot supply 7"), "{msg}");
+    }
 }

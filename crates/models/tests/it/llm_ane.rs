@@ -128,9 +128,18 @@ fn prefill_and_a_decode_step_through_the_ane_engine_on_the_simulator() {
         ..AneOptions::default()
     })
     .unwrap();
-    // a dense family, the mixtures of experts (routing by compare/select in the program), fused
-    // projections and soft-capped attention
-    for family in ["llama", "qwen3_moe", "mixtral", "phi3", "gemma2"] {
+    // a dense family, the mixtures of experts (routing by compare/select in the program; a
+    // shared expert and a dense layer among sparse ones in Qwen2-MoE, whole-projection q/k norms
+    // in OLMoE), fused projections and soft-capped attention
+    for family in [
+        "llama",
+        "qwen3_moe",
+        "mixtral",
+        "phi3",
+        "gemma2",
+        "qwen2_moe",
+        "olmoe",
+    ] {
         let (llm, prompt, want) = tiny_with_greedy(family);
         let mut on_ane = runner(llm.clone(), ane(), Engine::Ane);
         let mut on_cpu = runner(llm.clone(), ane(), Engine::Cpu);

@@ -73,7 +73,14 @@ fn unsupported_architectures_are_named() {
         msg.contains("unsupported architecture 'mamba'") && msg.contains("llama"),
         "{msg}"
     );
-    for name in ["qwen3_moe", "mixtral", "phi3", "gemma2"] {
+    for name in [
+        "qwen3_moe",
+        "mixtral",
+        "phi3",
+        "gemma2",
+        "qwen2_moe",
+        "olmoe",
+    ] {
         assert!(msg.contains(name), "{name} missing from: {msg}");
     }
 
@@ -85,7 +92,7 @@ fn unsupported_architectures_are_named() {
         msg.contains("unsupported architecture 'rwkv6'") && msg.contains("rwkv.gguf"),
         "{msg}"
     );
-    for name in ["qwen3moe", "phi3", "gemma2"] {
+    for name in ["qwen3moe", "phi3", "gemma2", "qwen2moe", "olmoe"] {
         assert!(msg.contains(name), "{name} missing from: {msg}");
     }
 }
@@ -107,6 +114,131 @@ fn a_mixture_of_experts_missing_experts_is_an_error() {
     let msg = load(dir.path()).unwrap_err().to_string();
     assert!(
         msg.contains("num_local_experts") && msg.contains("4 experts cannot supply 5"),
+        "{msg}"
+    );
+}
+
+/// A copy of a tiny fixture model whose `model.safetensors` lacks the tensor `drop`.
+fn copy_without_tensor(family: &str, drop: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(tiny(family)).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), tmp.path().join(entry.file_name())).unwrap();
+    }
+    let bytes = std::fs::read(tiny(family).join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut kept: Vec<(String, safetensors::tensor::TensorView)> = st
+        .tensors()
+        .into_iter()
+        .filter(|(name, _)| name != drop)
+        .collect();
+    assert_eq!(kept.len() + 1, st.len(), "{family} has no {drop}");
+    kept.sort_by(|a, b| a.0.cmp(&b.0));
+    safetensors::tensor::serialize_to_file(kept, None, &tmp.path().join("model.safetensors"))
+        .unwrap();
+    tmp
+}
+
+#[test]
+fn a_shared_expert_missing_a_tensor_is_named() {
+    for drop in [
+        "model.layers.2.mlp.shared_expert.up_proj.weight",
+        "model.layers.0.mlp.shared_expert.down_proj.weight",
+        "model.layers.0.mlp.shared_expert_gate.weight",
+    ] {
+        let dir = copy_without_tensor("qwen2_moe", drop);
+        let msg = load(dir.path()).unwrap_err().to_string();
+        assert!(msg.contains(drop), "{drop}: {msg}");
+    }
+    // the dense layer (mlp_only_layers) has no experts to look for
+    let dir = copy_without_tensor("qwen2_moe", "model.layers.1.mlp.up_proj.weight");
+    let msg = load(dir.path()).unwrap_err().to_string();
+    assert!(msg.contains("model.layers.1.mlp.up_proj.weight"), "{msg}");
+    // a config that makes the dense layer sparse names the first expert tensor it lacks
+    let dir = edited_copy("qwen2_moe", "config.json", |c| {
+        c["mlp_only_layers"] = serde_json::json!([]);
+    });
+    let msg = load(dir.path()).unwrap_err().to_string();
+    assert!(
+        msg.contains("model.layers.1.mlp.experts.0.gate_proj.weight"),
+        "{msg}"
+    );
+}
+
+/// The tiny `family`.gguf with the first occurrence of `from` in its bytes replaced by `to` (of
+/// the same length: a tensor name or metadata key renamed in place).
+fn gguf_renamed(family: &str, from: &str, to: &str) -> tempfile::TempDir {
+    assert_eq!(from.len(), to.len());
+    let path = tiny(family).with_extension("gguf");
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from.as_bytes())
+        .unwrap_or_else(|| panic!("{family}.gguf has no {from}"));
+    bytes[at..at + to.len()].copy_from_slice(to.as_bytes());
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join(format!("{family}.gguf")), bytes).unwrap();
+    tmp
+}
+
+#[test]
+fn a_qwen2moe_gguf_missing_its_shared_expert_is_an_error() {
+    let dir = gguf_renamed(
+        "qwen2_moe",
+        "blk.0.ffn_gate_inp_shexp",
+        "blk.0.ffn_gate_inp_shexq",
+    );
+    let msg = load(&dir.path().join("qwen2_moe.gguf"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("blk.0.ffn_gate_inp_shexp.weight"), "{msg}");
+    let dir = gguf_renamed("qwen2_moe", "blk.2.ffn_up_shexp", "blk.2.ffn_up_shexq");
+    let msg = load(&dir.path().join("qwen2_moe.gguf"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("blk.2.ffn_up_shexp.weight"), "{msg}");
+    // without its width the shared expert is taken as feed_forward_length (128) wide, which its
+    // tensors are not
+    let dir = gguf_renamed(
+        "qwen2_moe",
+        "expert_shared_feed_forward_length",
+        "expert_shared_feed_forward_lengtX",
+    );
+    let msg = load(&dir.path().join("qwen2_moe.gguf"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("blk.0.ffn_gate_shexp.weight") && msg.contains("128"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn more_experts_per_token_than_experts_is_an_error() {
+    for family in ["qwen2_moe", "olmoe"] {
+        let dir = edited_copy(family, "config.json", |c| {
+            c["num_experts_per_tok"] = 9.into();
+        });
+        let msg = load(dir.path()).unwrap_err().to_string();
+        assert!(
+            msg.contains("'num_experts'") && msg.contains("8 experts cannot supply 9"),
+            "{family}: {msg}"
+        );
+    }
+    let dir = edited_copy("qwen2_moe", "config.json", |c| {
+        c["decoder_sparse_step"] = 0.into();
+    });
+    let msg = load(dir.path()).unwrap_err().to_string();
+    assert!(
+        msg.contains("decoder_sparse_step") && msg.contains("must be positive"),
+        "{msg}"
+    );
+    let dir = edited_copy("olmoe", "config.json", |c| {
+        c["clip_qkv"] = 8.0.into();
+    });
+    let msg = load(dir.path()).unwrap_err().to_string();
+    assert!(
+        msg.contains("clip_qkv") && msg.contains("not supported"),
         "{msg}"
     );
 }

@@ -26,7 +26,7 @@ use llm_fixtures::{floats, ints, tiny_large};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
-const FAMILIES: [&str; 10] = [
+const FAMILIES: [&str; 12] = [
     "llama",
     "llama3",
     "mistral",
@@ -37,6 +37,8 @@ const FAMILIES: [&str; 10] = [
     "qwen3_moe",
     "mixtral",
     "phi3",
+    "qwen2_moe",
+    "olmoe",
 ];
 
 /// The residual-stream magnitude the fixtures must reach for these tests to mean anything.

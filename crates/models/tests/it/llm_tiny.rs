@@ -17,7 +17,14 @@ use aneforge_models::testing::TINY_LLM_FAMILIES as FAMILIES;
 
 /// Families also written as GGUF (`<family>.gguf`, llama.cpp's names and layout, the same
 /// weights).
-const GGUF_FAMILIES: [&str; 4] = ["qwen3_moe", "mixtral", "phi3", "gemma2"];
+const GGUF_FAMILIES: [&str; 6] = [
+    "qwen3_moe",
+    "mixtral",
+    "phi3",
+    "gemma2",
+    "qwen2_moe",
+    "olmoe",
+];
 
 fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/llm/out/tiny")
@@ -198,7 +205,7 @@ fn requantized_weights_match_the_reference() {
 /// tokens, from the Hugging Face checkpoints and the GGUF files.
 #[test]
 fn sparse_expert_decode_matches_transformers() {
-    for family in ["qwen3_moe", "mixtral"] {
+    for family in ["qwen3_moe", "mixtral", "qwen2_moe", "olmoe"] {
         let gguf = fixture_dir().join(format!("{family}.gguf"));
         let from_gguf = Llm::load(gguf.to_str().unwrap(), LoadOptions::default()).unwrap();
         for llm in [load(family), Arc::new(from_gguf)] {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use aneforge::graph::{self, HostArray, Tensor};
 
-use super::config::{Experts, Family, LlmConfig, MlpKind, NormKind, Positions};
+use super::config::{Experts, Family, LlmConfig, MlpKind, NormKind, Positions, QkNorm};
 use super::matrix::Matrix;
 use super::LlmError;
 use crate::gguf::GgufFile;
@@ -47,8 +47,21 @@ pub struct LayerWeights {
     /// `[hidden, E·I]`, so one projection sums the (router-weighted) experts.
     pub down: Tensor,
     pub down_bias: Option<Tensor>,
-    /// The mixture of experts' router `[E, hidden]` ([`LlmConfig::experts`]).
+    /// The mixture of experts' router `[E, hidden]` ([`LlmConfig::experts_at`] the layer).
     pub router: Option<Tensor>,
+    /// The mixture of experts' shared expert ([`super::config::Experts::shared`]).
+    pub shared: Option<SharedExpert>,
+}
+
+/// A shared expert: a gated MLP every token goes through, scaled by `sigmoid(x · gateᵀ)`.
+#[derive(Clone)]
+pub struct SharedExpert {
+    /// `[gate; up]` rows `[2·I, hidden]`.
+    pub up: Tensor,
+    /// `[hidden, I]`.
+    pub down: Tensor,
+    /// The one-output gate `[1, hidden]`.
+    pub gate: Tensor,
 }
 
 #[derive(Clone)]
@@ -342,13 +355,19 @@ impl Builder<'_> {
             let bias = self.biases(cfg.qkv_bias, i, &parts)?;
             (Matrix::concat_rows(&[q, k, v])?, bias)
         };
-        let (q_norm, k_norm) = if cfg.qk_norm {
-            (
-                Some(self.head_norm(&self.names.layer(i, Part::QNorm)?)?),
-                Some(self.head_norm(&self.names.layer(i, Part::KNorm)?)?),
-            )
-        } else {
+        let (q_len, k_len) = match cfg.qk_norm {
+            QkNorm::Whole => (qw, kw),
+            _ => (hd, hd),
+        };
+        let (q_norm, k_norm) = if cfg.qk_norm == QkNorm::None {
             (None, None)
+        } else {
+            let q = format!("{}.weight", self.names.layer(i, Part::QNorm)?);
+            let k = format!("{}.weight", self.names.layer(i, Part::KNorm)?);
+            (
+                Some(self.norm_weight(&q, q_len)?),
+                Some(self.norm_weight(&k, k_len)?),
+            )
         };
         let o = self.layer_matrix(i, Part::O, d, qw)?;
         let o_bias = self.biases(cfg.o_bias, i, &[(Part::O, d)])?;
@@ -361,13 +380,17 @@ impl Builder<'_> {
         } else {
             (None, None)
         };
-        let (up, up_bias, down, down_bias, router) = match (cfg.experts, cfg.mlp) {
+        let mut shared = None;
+        let (up, up_bias, down, down_bias, router) = match (cfg.experts_at(i), cfg.mlp) {
             (Some(x), _) => {
                 // experts first: a file with fewer experts than its config names the first
                 // missing one
                 let (up, down) = self.experts(i, x)?;
                 let name = format!("{}.weight", self.names.layer(i, Part::Router)?);
                 let router = c(self.dense(&name, &[x.count, d])?);
+                if let Some(size) = x.shared {
+                    shared = Some(self.shared_expert(i, size)?);
+                }
                 (up, None, down, None, Some(router))
             }
             (None, mlp) => {
@@ -410,6 +433,28 @@ impl Builder<'_> {
             down: down.constant()?,
             down_bias,
             router,
+            shared,
+        })
+    }
+
+    /// Layer `i`'s shared expert of intermediate size `size`.
+    fn shared_expert(&mut self, i: usize, size: usize) -> Result<SharedExpert, LlmError> {
+        let d = self.cfg.hidden_size;
+        let gate = self.layer_matrix(i, Part::SharedGate, size, d)?;
+        let up = self.layer_matrix(i, Part::SharedUp, size, d)?;
+        let down = self.layer_matrix(i, Part::SharedDown, d, size)?;
+        // [1, hidden] as Hugging Face stores it; a converter may drop the 1
+        let name = format!("{}.weight", self.names.layer(i, Part::SharedGateInp)?);
+        let shape = match self.file.source().meta(&name) {
+            Some(m) if m.shape == [d] => vec![d],
+            _ => vec![1, d],
+        };
+        let gate_inp = self.dense(&name, &shape)?;
+        let gate_inp = HostArray::new(&[1, d], gate_inp.data().clone())?;
+        Ok(SharedExpert {
+            up: Matrix::concat_rows(&[gate, up])?.constant()?,
+            down: down.constant()?,
+            gate: c(gate_inp),
         })
     }
 
@@ -537,11 +582,6 @@ impl Builder<'_> {
             NormKind::Rms { .. } => None,
         };
         Ok(NormWeights { weight, bias })
-    }
-
-    /// A q or k head norm named `stem`.
-    fn head_norm(&mut self, stem: &str) -> Result<Tensor, LlmError> {
-        self.norm_weight(&format!("{stem}.weight"), self.cfg.head_dim)
     }
 
     fn norm_weight(&mut self, name: &str, len: usize) -> Result<Tensor, LlmError> {

@@ -32,6 +32,12 @@ pub(super) enum Part {
     ExpertGate,
     ExpertUp,
     ExpertDown,
+    /// The shared expert's gate, up and down projections (Qwen2-MoE).
+    SharedGate,
+    SharedUp,
+    SharedDown,
+    /// The shared expert's one-output gate `[1, hidden]`, whose sigmoid scales its output.
+    SharedGateInp,
 }
 
 /// How a source stores a layer's experts.
@@ -87,6 +93,10 @@ impl NameMap {
                     Part::ExpertGate => "gate_proj",
                     Part::ExpertUp => "up_proj",
                     Part::ExpertDown => "down_proj",
+                    Part::SharedGate => "mlp.shared_expert.gate_proj",
+                    Part::SharedUp => "mlp.shared_expert.up_proj",
+                    Part::SharedDown => "mlp.shared_expert.down_proj",
+                    Part::SharedGateInp => "mlp.shared_expert_gate",
                 })
             },
             embed: "model.embed_tokens.weight".into(),
@@ -205,6 +215,10 @@ impl NameMap {
                     Part::ExpertGate => "ffn_gate_exps",
                     Part::ExpertUp => "ffn_up_exps",
                     Part::ExpertDown => "ffn_down_exps",
+                    Part::SharedGate => "ffn_gate_shexp",
+                    Part::SharedUp => "ffn_up_shexp",
+                    Part::SharedDown => "ffn_down_shexp",
+                    Part::SharedGateInp => "ffn_gate_inp_shexp",
                 })
             },
             embed: "token_embd.weight".into(),
