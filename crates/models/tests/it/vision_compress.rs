@@ -1,8 +1,9 @@
 //! Weight compression of vision programs through the pipeline's compress stage, on the real
 //! EfficientNet-Lite0 and scikit-image's PNG photos (`scripts/fetch-models.sh efficientnet-lite0
 //! skimage-data`): an int8 ANE-target program keeps PyTorch's top-5 and stays within a cosine
-//! bound of PyTorch's fp32 logits (the committed fixture); an int4 request is honoured per
-//! weight behind the compress stage's accuracy gate.
+//! bound of PyTorch's fp32 logits (the committed fixture); the random-weight ViT fixture as an
+//! int8 program keeps transformers' top-1 within a cosine bound of its logits; an int4 request
+//! is honoured per weight behind the compress stage's accuracy gate.
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +20,8 @@ const MODEL: &str = "ml-illustrated/efficientnet-lite0";
 const PHOTOS: [(usize, &str); 3] = [(0, "astronaut.png"), (1, "chelsea.png"), (2, "coffee.png")];
 /// Cosine of the int8 program's logits to PyTorch's fp32 logits, per photo.
 const INT8_COSINE: f64 = 0.995;
+/// The same for the random-weight ViT fixture against transformers' fp32 logits.
+const VIT_INT8_COSINE: f64 = 0.999;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/vision/out/efficientnet_lite")
@@ -127,4 +130,55 @@ fn lite0_int4_request_is_gated_per_weight() {
         .fold(1.0f64, f64::min);
     eprintln!("int4 request: worst cosine {worst:.6} to the fp16 program");
     assert!(worst >= 0.95);
+}
+
+/// The random-weight ViT fixture (`tools/fixtures/vision/hf_vit_random.py`) as an int8 h16
+/// program: transformers' top-1 per photo and a cosine bound to its logits.
+#[test]
+fn vit_int8_program_follows_transformers() {
+    let photos = require_model!("scikit-image/data");
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/vision/out/hf_vit/vit");
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let (_, want) = aneforge_models::npy::read(dir.join("logits.npy")).unwrap();
+    let options = ClassifierOptions {
+        target: Target::Ane(AneArch::default()),
+        compress: Compress::Int8,
+        ..ClassifierOptions::default()
+    };
+    let clf = ImageClassifier::load(dir.to_str().unwrap(), options).unwrap();
+    let images: Vec<_> = doc["photos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| load_image(photos.dir().join(p.as_str().unwrap())).unwrap())
+        .collect();
+    let size = clf
+        .preprocess
+        .output_size(images[0].width, images[0].height);
+    let got = clf
+        .logits_of(&clf.pixel_values(&images), size, &mut |_| {})
+        .unwrap();
+    let report = the_report(&clf);
+    let int8 = report
+        .weights
+        .iter()
+        .filter(|w| w.scheme == Scheme::Int8)
+        .count();
+    eprintln!("{report}");
+    assert!(int8 > 0, "no int8 weight in the ViT program");
+    let classes = got[0].len();
+    let top = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
+    for (i, row) in got.iter().enumerate() {
+        let w = &want[i * classes..(i + 1) * classes];
+        let c = cosine(row, w);
+        eprintln!(
+            "vit int8 photo {i}: cosine {c:.6} to transformers, top-1 {} vs {}",
+            top(row),
+            top(w)
+        );
+        assert!(c >= VIT_INT8_COSINE, "vit int8 photo {i}: cosine {c}");
+        assert_eq!(top(row), top(w), "vit int8 photo {i}: top-1");
+    }
 }
