@@ -1,5 +1,5 @@
-//! `aneforge embed`: sentence embeddings, or a CLIP model's image embeddings (`--images`), as
-//! JSON, JSON lines or NumPy `.npy`.
+//! `aneforge embed`: sentence embeddings, or a CLIP model's text embeddings (texts) or image
+//! embeddings (`--images`), as JSON, JSON lines or NumPy `.npy`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -15,8 +15,8 @@ use crate::model_hints::{self, Wants};
 pub struct EmbedArgs {
     #[command(flatten)]
     pub encoder: EncoderArgs,
-    /// Texts to embed, or image paths with --images (without them or --file, stdin is read, one
-    /// per line; `-` too).
+    /// Texts to embed (a sentence encoder, or a CLIP model's text tower), or image paths with
+    /// --images (without them or --file, stdin is read, one per line; `-` too).
     pub texts: Vec<String>,
     /// The inputs are image files (JPEG, PNG, WebP, BMP), embedded by a CLIP model's image tower
     /// (L2-normalised, as `classify --labels` compares them).
@@ -80,6 +80,10 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
         return write(&args, &embeddings);
     }
     let texts = crate::input::texts(&args.texts, args.file.as_deref(), "texts")?;
+    if ClipModel::is_clip(&args.encoder.model) {
+        let embeddings = clip_text_embeddings(&args, &texts)?;
+        return write(&args, &embeddings);
+    }
     let options = EncodeOptions {
         prompt_name: args.prompt_name.clone(),
         prompt: args.prompt.clone(),
@@ -101,6 +105,61 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
     write(&args, &embeddings)
 }
 
+/// The CLIP options `embed` takes: engine, target, compression and batch size.
+fn clip_options(encoder: &EncoderArgs) -> anyhow::Result<ClassifierOptions> {
+    if encoder.batch_size == 0 {
+        bail!("--batch-size takes a count of at least 1");
+    }
+    let (engine, target) = encoder.engine.select()?;
+    Ok(ClassifierOptions {
+        compress: parse_compress(&encoder.compress, &target)?,
+        target,
+        engine,
+        batch_size: encoder.batch_size,
+    })
+}
+
+/// The text embeddings of a CLIP model (L2-normalised, pooled at the end-of-text token), a
+/// batch at a time; the sentence encoders' pooling, prompt, normalisation and length options
+/// do not apply to it and are refused by name.
+fn clip_text_embeddings(args: &EmbedArgs, texts: &[String]) -> anyhow::Result<Embeddings> {
+    let encoder = &args.encoder;
+    let sentence_only = [
+        ("--pooling", args.pooling.is_some()),
+        ("--prompt-name", args.prompt_name.is_some()),
+        ("--prompt", args.prompt.is_some()),
+        ("--normalize", args.normalize),
+        ("--max-length", encoder.max_length.is_some()),
+    ];
+    if let Some((flag, _)) = sentence_only.iter().find(|(_, given)| *given) {
+        bail!(
+            "{flag} applies to sentence encoders; {} is a CLIP model, whose text embeddings are \
+             its end-of-text token, projected and L2-normalised",
+            encoder.model
+        );
+    }
+    if texts.is_empty() {
+        bail!("no texts given");
+    }
+    let clip = ClipModel::load(&encoder.model, clip_options(encoder)?)
+        .with_context(|| format!("loading CLIP model {}", encoder.model))?;
+    let bar = progress(texts.len(), encoder.batch_size, encoder.quiet, "texts");
+    let mut data = Vec::with_capacity(texts.len() * clip.dimension());
+    for chunk in texts.chunks(encoder.batch_size) {
+        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        for row in clip.text_embeddings(&refs)? {
+            data.extend(row);
+        }
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    Ok(Embeddings {
+        rows: texts.len(),
+        dim: clip.dimension(),
+        data,
+    })
+}
+
 /// The image embeddings of a CLIP model, the paths decoded a batch at a time.
 fn image_embeddings(args: &EmbedArgs) -> anyhow::Result<Embeddings> {
     let paths = crate::input::texts(&args.texts, args.file.as_deref(), "image paths")?;
@@ -109,17 +168,7 @@ fn image_embeddings(args: &EmbedArgs) -> anyhow::Result<Embeddings> {
         bail!("no images given");
     }
     let encoder = &args.encoder;
-    if encoder.batch_size == 0 {
-        bail!("--batch-size takes a count of at least 1");
-    }
-    let (engine, target) = encoder.engine.select()?;
-    let options = ClassifierOptions {
-        compress: parse_compress(&encoder.compress, &target)?,
-        target,
-        engine,
-        batch_size: encoder.batch_size,
-    };
-    let clip = ClipModel::load(&encoder.model, options)
+    let clip = ClipModel::load(&encoder.model, clip_options(encoder)?)
         .with_context(|| format!("loading CLIP model {} for --images", encoder.model))?;
     let bar = progress(paths.len(), encoder.batch_size, encoder.quiet, "images");
     let mut data = Vec::with_capacity(paths.len() * clip.dimension());

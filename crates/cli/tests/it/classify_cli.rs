@@ -429,3 +429,98 @@ fn embed_images_gives_clip_image_embeddings() {
     ]);
     assert!(!out.status.success());
 }
+
+/// `embed` given a CLIP directory and texts: transformers' text_embeds of the fixture's labels,
+/// in order across batches, as .npy and JSON lines, within the library test's tolerance (1e-4 of
+/// the largest value); the sentence encoders' options and an empty text list are refused.
+#[test]
+fn embed_texts_gives_clip_text_embeddings() {
+    let model = hf_vit("clip");
+    let spec = model.to_str().unwrap();
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(model.join("expected.json")).unwrap())
+            .unwrap();
+    let want = npy_rows(model.join("text_embeds.npy"));
+    let labels: Vec<&str> = expected["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    let scale = want.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+    let check = |what: &str, got: &[Vec<f32>], want: &[Vec<f32>]| {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!(g.len(), w.len(), "{what} {i}");
+            let d = g
+                .iter()
+                .zip(w)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            eprintln!("{what} text {i}: max |Δ| {d:.2e}");
+            assert!(d <= 1e-4 * scale, "{what} text {i}: off by {d}");
+        }
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let npy = tmp.path().join("texts.npy");
+    let mut args = vec![
+        "embed",
+        "-m",
+        spec,
+        "--batch-size",
+        "2",
+        "--format",
+        "npy",
+        "-o",
+        npy.to_str().unwrap(),
+    ];
+    args.extend(labels.iter().copied());
+    let out = common::run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check("npy", &npy_rows(npy), &want);
+
+    let list = tmp.path().join("labels.txt");
+    std::fs::write(&list, format!("{}\n{}\n", labels[3], labels[1])).unwrap();
+    let out = common::run(&[
+        "embed",
+        "-m",
+        spec,
+        "-f",
+        list.to_str().unwrap(),
+        "--format",
+        "jsonl",
+    ]);
+    assert!(out.status.success());
+    let got: Vec<Vec<f32>> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    check("jsonl", &got, &[want[3].clone(), want[1].clone()]);
+
+    let empty = tmp.path().join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    for (args, message) in [
+        (
+            vec!["embed", "-m", spec, "-f", empty.to_str().unwrap()],
+            "no texts given",
+        ),
+        (
+            vec!["embed", "-m", spec, "--pooling", "mean", "a cat"],
+            "--pooling applies to sentence encoders",
+        ),
+        (
+            vec!["embed", "-m", spec, "--max-length", "8", "a cat"],
+            "--max-length applies to sentence encoders",
+        ),
+    ] {
+        let out = common::run(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(message), "{err}");
+    }
+}

@@ -183,6 +183,8 @@ fn compress_takes_the_same_values_everywhere() {
         assert_eq!(stdout(&with), plain, "--compress {value}");
     }
     let st = common::repo("tools/fixtures/out/st_tiny");
+    let vit = common::repo("tools/fixtures/vision/out/hf_vit/vit");
+    let clip = common::repo("tools/fixtures/vision/out/hf_vit/clip");
     for err in [
         stderr(&["embed", "-m", &st, "--compress", "int3", "x"]),
         stderr(&[
@@ -194,12 +196,19 @@ fn compress_takes_the_same_values_everywhere() {
             "int3",
         ]),
         stderr(&["generate", "-m", &llama, "x", "--compress", "int3"]),
+        stderr(&["classify", "-m", &vit, "--compress", "int3", "x.png"]),
+        stderr(&["embed", "-m", &clip, "--compress", "int3", "a cat"]),
     ] {
         assert!(
             err.contains("--compress int3: expected none") && err.contains("int8"),
             "{err}"
         );
     }
+    let err = stderr(&["classify", "-m", &vit, "--compress", "int8", "x.png"]);
+    assert!(
+        err.contains("--compress int8 re-encodes the weights of ANE programs"),
+        "{err}"
+    );
 }
 
 #[test]

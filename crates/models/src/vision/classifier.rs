@@ -319,6 +319,12 @@ impl ImageClassifier {
         &self.network
     }
 
+    /// What weight compression did in each program compiled so far (one report per program;
+    /// every report is empty without `compress`).
+    pub fn compression(&self) -> Vec<aneforge::pipeline::CompressionReport> {
+        self.programs.compression()
+    }
+
     pub fn labels(&self) -> &[String] {
         &self.labels
     }

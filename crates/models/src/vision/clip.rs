@@ -169,21 +169,31 @@ impl ClipModel {
     /// `spec`: a model directory (config.json, model.safetensors, tokenizer.json,
     /// preprocessor_config.json) or a hub id in the local cache.
     pub fn load(spec: &str, options: ClassifierOptions) -> Result<ClipModel, VisionError> {
-        let path = Path::new(spec);
-        let dir: PathBuf = if path.is_dir() {
-            path.to_path_buf()
-        } else {
-            match resolve(spec)?.source {
-                ModelSource::Dir(dir) => dir,
-                ModelSource::GgufFile(f) => {
-                    return Err(VisionError::Model {
-                        path: f,
-                        message: "a GGUF file is not a CLIP model".into(),
-                    })
-                }
-            }
+        Self::from_dir(&Self::dir_of(spec)?, options)
+    }
+
+    /// Whether `spec` names a model directory whose `model.safetensors` holds CLIP's towers;
+    /// anything unreadable is not CLIP (its own loader reports why).
+    pub fn is_clip(spec: &str) -> bool {
+        let Ok(dir) = Self::dir_of(spec) else {
+            return false;
         };
-        Self::from_dir(&dir, options)
+        let weights = dir.join("model.safetensors");
+        weights.is_file() && open_checkpoint(&weights).is_ok_and(|vb| Self::detect(&vb))
+    }
+
+    fn dir_of(spec: &str) -> Result<PathBuf, VisionError> {
+        let path = Path::new(spec);
+        if path.is_dir() {
+            return Ok(path.to_path_buf());
+        }
+        match resolve(spec)?.source {
+            ModelSource::Dir(dir) => Ok(dir),
+            ModelSource::GgufFile(f) => Err(VisionError::Model {
+                path: f,
+                message: "a GGUF file is not a CLIP model".into(),
+            }),
+        }
     }
 
     pub fn from_dir(dir: &Path, options: ClassifierOptions) -> Result<ClipModel, VisionError> {
@@ -312,6 +322,12 @@ impl ClipModel {
 
     pub fn tokenizer(&self) -> &TextTokenizer {
         &self.tokenizer
+    }
+
+    /// What weight compression did in each program compiled so far (image and text programs,
+    /// one report per program; every report is empty without `compress`).
+    pub fn compression(&self) -> Vec<aneforge::pipeline::CompressionReport> {
+        self.programs.compression()
     }
 
     fn compiler(&self) -> Compiler {

@@ -4,6 +4,7 @@
 use std::sync::Mutex;
 
 use aneforge::engine::{Executable, HostSlice};
+use aneforge::pipeline::CompressionReport;
 use aneforge::{Compress, Engine, ParameterMode, ProgramOptions, Target, Tensor};
 
 use super::VisionError;
@@ -16,11 +17,15 @@ pub struct Compiler {
 }
 
 impl Compiler {
-    /// `outputs` (name, graph) lowered for the target and loaded on the engine.
-    pub fn load(&self, outputs: &[(&str, &Tensor)]) -> Result<Box<dyn Executable>, VisionError> {
+    /// `outputs` (name, graph) lowered for the target and loaded on the engine, with what the
+    /// compression stage did to each large weight (empty when `compress` is `None`).
+    pub fn load(&self, outputs: &[(&str, &Tensor)]) -> Result<Built, VisionError> {
         let program = |e: aneforge::Error| VisionError::Program(e);
-        let artifact = aneforge::compile_artifact(
-            outputs,
+        let compiled = aneforge::compile_program(
+            &[aneforge::FunctionSpec {
+                name: "main",
+                outputs,
+            }],
             &ProgramOptions {
                 target: self.target.clone(),
                 parameters: ParameterMode::Constant,
@@ -29,13 +34,22 @@ impl Compiler {
             },
         )
         .map_err(|e| program(e.into()))?;
-        aneforge::engine::load(&artifact, self.engine).map_err(|e| program(e.into()))
+        let compression = compiled.report.compression.clone();
+        let artifact = compiled.into_artifact().map_err(|e| program(e.into()))?;
+        let exec = aneforge::engine::load(&artifact, self.engine).map_err(|e| program(e.into()))?;
+        Ok((exec, compression))
     }
 }
 
+/// A loaded program and its compression report.
+pub type Built = (Box<dyn Executable>, CompressionReport);
+
+/// A compiled program under its key, with its compression report.
+type Entry<K> = (K, Box<dyn Executable>, CompressionReport);
+
 /// Programs by key, compiled on first use.
 pub struct Programs<K> {
-    programs: Mutex<Vec<(K, Box<dyn Executable>)>>,
+    programs: Mutex<Vec<Entry<K>>>,
 }
 
 impl<K: PartialEq> Default for Programs<K> {
@@ -52,19 +66,16 @@ impl<K: PartialEq> Programs<K> {
     pub fn run(
         &self,
         key: K,
-        build: impl FnOnce() -> Result<Box<dyn Executable>, VisionError>,
+        build: impl FnOnce() -> Result<Built, VisionError>,
         inputs: &[(&str, &[f32])],
         output: &str,
     ) -> Result<Vec<f32>, VisionError> {
-        let mut programs = self
-            .programs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let at = match programs.iter().position(|(k, _)| *k == key) {
+        let mut programs = self.lock();
+        let at = match programs.iter().position(|(k, _, _)| *k == key) {
             Some(at) => at,
             None => {
-                let exec = build()?;
-                programs.push((key, exec));
+                let (exec, report) = build()?;
+                programs.push((key, exec, report));
                 programs.len() - 1
             }
         };
@@ -75,6 +86,17 @@ impl<K: PartialEq> Programs<K> {
         }
         exec.execute().map_err(engine)?;
         exec.read_output_f32(output).map_err(engine)
+    }
+
+    /// The compression report of each program compiled so far, in compile order.
+    pub fn compression(&self) -> Vec<CompressionReport> {
+        self.lock().iter().map(|(_, _, r)| r.clone()).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Entry<K>>> {
+        self.programs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

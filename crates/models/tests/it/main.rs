@@ -29,6 +29,7 @@ mod rerank_tiny;
 mod resolve;
 mod tokenizer_sentence_transformers;
 mod vision_clip;
+mod vision_compress;
 mod vision_efficientnet_lite;
 mod vision_fp16;
 mod vision_images;
