@@ -4,13 +4,18 @@ overlap), embedded with sentence-transformers, BM25 through SQLite FTS5 (optiona
 words removed from the question or the porter stemmer), fused by reciprocal rank (constant 60,
 optionally weighting the embedding ranking) as `aneforge rag ask` fuses them. Prints, per
 setting, how many of the ten questions of tools/fixtures/rag/out/questions.json have their
-passage in the top k chunks of each ranking.
+passage in the top k chunks of each ranking. With --rescore MODEL, the first N fused chunks
+(N from --candidates) are also reordered by MODEL's cosine between question and chunk (a second,
+larger embedding model as the reranking stage), and that ranking is reported too; with
+--rescore-pool bm25 the candidates are BM25's first N instead of the fused ones.
 
 It answers "which lever would lift retrieval" without rebuilding the index in Rust; the shipped
 numbers come from tools/rag_quality.py.
 
 usage: python3 tools/rag_retrieval_sweep.py [--models sentence-transformers/all-MiniLM-L6-v2,...]
            [--chunks 800/200,400/100] [--weights 1,2] [--cache DIR] [--bm25-only]
+           [--rescore sentence-transformers/all-mpnet-base-v2 --candidates 10,20
+            --rescore-pool fused|bm25]
            (needs sentence-transformers and the models in the HF cache)
 """
 
@@ -86,6 +91,10 @@ def main():
     ap.add_argument("--weights", default="1", help="weights of the embedding ranking in the fusion")
     ap.add_argument("--cache", help="directory for the chunk embeddings")
     ap.add_argument("--bm25-only", action="store_true", help="no embeddings: BM25 at k 3, 5, 10")
+    ap.add_argument("--rescore", help="an embedding model that reorders the fused candidates")
+    ap.add_argument("--candidates", default="20", help="chunks the --rescore model reorders")
+    ap.add_argument("--rescore-pool", choices=("fused", "bm25"), default="fused",
+                    help="the ranking whose first chunks the --rescore model reorders")
     args = ap.parse_args()
     lines = (ROOT / "data/shakespeare.txt").read_text(encoding="utf-8").splitlines()
     questions = json.loads((ROOT / "tools/fixtures/rag/out/questions.json").read_text())
@@ -105,12 +114,17 @@ def main():
         return
     from sentence_transformers import SentenceTransformer
 
-    print("| model | chunks | BM25 query | vector weight | k | vector | BM25 | fused |")
-    print("|---|---|---|---|---|---|---|---|")
+    rescore = SentenceTransformer(args.rescore, device="cpu") if args.rescore else None
+    pools = [int(n) for n in args.candidates.split(",")] if rescore else []
+    print("| model | chunks | BM25 query | vector weight | k | vector | BM25 | fused |"
+          + "".join(f" {args.rescore_pool} top {n}, rescored |" for n in pools))
+    print("|---|---|---|---|---|---|---|---|" + "---|" * len(pools))
     for name in args.models.split(","):
         model = SentenceTransformer(name, device="cpu")
         short = name.split("/")[-1]
         q_emb = model.encode([q["question"] for q in questions], normalize_embeddings=True)
+        q_re = (rescore.encode([q["question"] for q in questions], normalize_embeddings=True)
+                if rescore else None)
         for spec in args.chunks.split(","):
             max_chars, overlap = map(int, spec.split("/"))
             texts = chunks(lines, max_chars, overlap)
@@ -120,6 +134,7 @@ def main():
                 for weight in weights:
                     for k in (3, 5):
                         hits = {"vector": 0, "bm25": 0, "fused": 0}
+                        hits.update({n: 0 for n in pools})
                         for qi, q in enumerate(questions):
                             vec = list(np.argsort(-(emb @ q_emb[qi]), kind="stable")[:50])
                             words = bm25(db, q["question"], 50, stop)
@@ -130,10 +145,16 @@ def main():
                             fused = sorted(score, key=lambda i: (-score[i], i))
                             for kind, ranking in (("vector", vec), ("bm25", words), ("fused", fused)):
                                 hits[kind] += any(q["passage"] in texts[i] for i in ranking[:k])
+                            for n in pools:
+                                pool = (fused if args.rescore_pool == "fused" else words)[:n]
+                                emb_re = embed(rescore, args.rescore, [texts[i] for i in pool], None)
+                                order = np.argsort(-(emb_re @ q_re[qi]), kind="stable")
+                                hits[n] += any(q["passage"] in texts[pool[j]] for j in order[:k])
                         query = "all words" + (", stop words out" if stop else "")
                         print(f"| {short} | {max_chars}/{overlap} ({len(texts)}) | {query} | "
                               f"{weight:g} | {k} | {hits['vector']}/10 | {hits['bm25']}/10 | "
-                              f"{hits['fused']}/10 |", flush=True)
+                              f"{hits['fused']}/10 |" + "".join(f" {hits[n]}/10 |" for n in pools),
+                              flush=True)
 
 
 if __name__ == "__main__":
