@@ -287,6 +287,10 @@ pub enum LlmConfigError {
     },
 }
 
+/// The most decoder layers a mixture-of-experts config may declare (the largest released models
+/// have about a hundred).
+const MAX_LAYERS: usize = 1 << 16;
+
 fn invalid(path: &Path, field: &str, reason: impl Into<String>) -> LlmConfigError {
     LlmConfigError::Invalid {
         path: path.to_path_buf(),
@@ -486,6 +490,15 @@ fn hf_experts(
                 return Err(invalid(path, "decoder_sparse_step", "must be positive"));
             }
             let only = c.get::<Vec<usize>>("mlp_only_layers")?.unwrap_or_default();
+            // the layers are listed one by one below, so a count no model has is refused here
+            // rather than looped over
+            if n_layers > MAX_LAYERS {
+                return Err(invalid(
+                    path,
+                    "num_hidden_layers",
+                    format!("{n_layers} is more than any model has (at most {MAX_LAYERS})"),
+                ));
+            }
             (0..n_layers)
                 .filter(|l| only.contains(l) || (l + 1) % step != 0)
                 .collect()
