@@ -9,6 +9,17 @@ fn tiny(family: &str) -> String {
     repo(&format!("tools/fixtures/llm/out/tiny/{family}"))
 }
 
+/// A small training text in `dir`.
+fn write_text(dir: &std::path::Path) -> std::path::PathBuf {
+    let data = dir.join("d.txt");
+    std::fs::write(
+        &data,
+        "to be or not to be, that is the question ".repeat(20),
+    )
+    .unwrap();
+    data
+}
+
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -64,18 +75,14 @@ fn bad_schedules_are_refused() {
     );
 }
 
-/// Three steps of GPT-2 under a linear schedule with one warmup step (rates 0, 1e-2, 5e-3, as
-/// transformers' `get_linear_schedule_with_warmup(1, 3)` gives them) write GPT-2's checkpoint
-/// layout (Conv1D `[in, out]` matrices, fused `c_attn`, the tied head left out).
+/// Ten steps of GPT-2 under a linear schedule with three warmup steps print the rates
+/// transformers' `get_linear_schedule_with_warmup(3, 10)` gives at lr 1e-3 (`lr.linear_10_3` of
+/// tools/fixtures/train/export_check.py) and write GPT-2's checkpoint layout (Conv1D `[in, out]`
+/// matrices, fused `c_attn`, the tied head left out).
 #[test]
 fn finetune_follows_the_schedule_and_writes_the_family_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("d.txt");
-    std::fs::write(
-        &data,
-        "to be or not to be, that is the question ".repeat(20),
-    )
-    .unwrap();
+    let data = write_text(dir.path());
     let out_dir = dir.path().join("out");
     let model = tiny("gpt2");
     let out = run(&[
@@ -85,29 +92,43 @@ fn finetune_follows_the_schedule_and_writes_the_family_checkpoint() {
         "--data",
         data.to_str().unwrap(),
         "--steps",
-        "3",
+        "10",
         "--batch",
         "1",
         "--seq",
         "16",
         "--lr",
-        "1e-2",
+        "1e-3",
         "--lr-schedule",
         "linear",
         "--warmup-steps",
-        "1",
+        "3",
         "-o",
         out_dir.to_str().unwrap(),
     ]);
     let e = stderr(&out);
     assert!(out.status.success(), "{e}");
-    for (step, lr) in [(1, "0.000e0"), (2, "1.000e-2"), (3, "5.000e-3")] {
-        assert!(e.contains(&format!("step {step:>5}/3: ")), "{e}");
+    let fixture = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tools/fixtures/train/out/export_check.safetensors"),
+    )
+    .unwrap();
+    let fixture = SafeTensors::deserialize(&fixture).unwrap();
+    let rates: Vec<f64> = fixture
+        .tensor("lr.linear_10_3")
+        .unwrap()
+        .data()
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(rates.len(), 10);
+    for (i, rate) in rates.iter().enumerate() {
+        let step = i + 1;
         let line = e
             .lines()
-            .find(|l| l.starts_with(&format!("step {step:>5}/3")))
-            .unwrap();
-        assert!(line.contains(&format!("lr {lr},")), "{line}");
+            .find(|l| l.starts_with(&format!("step {step:>5}/10: ")))
+            .unwrap_or_else(|| panic!("no step {step} in {e}"));
+        assert!(line.contains(&format!("lr {rate:.3e},")), "{line}");
     }
     let bytes = std::fs::read(out_dir.join("model.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
@@ -122,12 +143,7 @@ fn finetune_follows_the_schedule_and_writes_the_family_checkpoint() {
 #[test]
 fn lora_run_writes_merged_weights() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("d.txt");
-    std::fs::write(
-        &data,
-        "to be or not to be, that is the question ".repeat(20),
-    )
-    .unwrap();
+    let data = write_text(dir.path());
     let (adapter, merged) = (dir.path().join("adapter"), dir.path().join("merged"));
     let model = tiny("gemma");
     let out = run(&[
