@@ -1,10 +1,13 @@
 """The RAG quality run: indexes data/shakespeare.txt with `aneforge rag index`, asks the ten
-questions of tools/fixtures/rag/out/questions.json with `aneforge rag ask`, and counts the answers
-whose cited chunks contain the expected passage (top-1 and any cited chunk). Needs the models of
-scripts/fetch-models.sh minilm smollm2. Prints a Markdown table for docs/serve.md; exits non-zero
-when fewer than 8 of 10 cite their passage.
+questions of tools/fixtures/rag/out/questions.json (or --questions FILE, e.g. the held-out set
+out/questions_heldout.json) with `aneforge rag ask`, and counts the answers whose cited chunks
+contain the expected passage (top-1 and any cited chunk). Needs the models of
+scripts/fetch-models.sh minilm smollm2 (and the rescoring model when one is given). Prints a
+Markdown table for docs/serve.md; exits non-zero when fewer than 8 of 10 cite their passage.
 
 usage: python3 tools/rag_quality.py ANEFORGE_BINARY [--db PATH] [-k 3] [--threads N]
+           [--questions FILE] [--candidate-pool fused|bm25] [--candidates N]
+           [--rescore-model MODEL] [--retrieve-only]
 """
 
 import argparse
@@ -27,13 +30,21 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--retrieve-only", action="store_true",
                     help="cite the retrieved chunks without running the LLM")
+    ap.add_argument("--questions", default=str(ROOT / "tools/fixtures/rag/out/questions.json"))
+    ap.add_argument("--candidate-pool", choices=("fused", "bm25"), default="fused")
+    ap.add_argument("--candidates", type=int, default=20)
+    ap.add_argument("--rescore-model")
     args = ap.parse_args()
-    questions = json.loads((ROOT / "tools/fixtures/rag/out/questions.json").read_text())
+    questions = json.loads(pathlib.Path(args.questions).read_text())
+    retrieval = ["--candidate-pool", args.candidate_pool, "--candidates", str(args.candidates)]
+    if args.rescore_model:
+        retrieval += ["--rescore-model", args.rescore_model]
     tmp = tempfile.TemporaryDirectory()
     db = args.db or str(pathlib.Path(tmp.name) / "shakespeare.db")
     started = time.time()
-    subprocess.run([args.binary, "rag", "index", str(ROOT / "data/shakespeare.txt"), "--db", db,
-                    "-t", str(args.threads)], check=True)
+    if not (args.db and pathlib.Path(db).exists()):
+        subprocess.run([args.binary, "rag", "index", str(ROOT / "data/shakespeare.txt"), "--db",
+                        db, "-t", str(args.threads)], check=True)
     print(f"indexed in {time.time() - started:.1f} s", file=sys.stderr)
     top1 = anyk = 0
     rows = []
@@ -41,7 +52,7 @@ def main():
         t = time.time()
         out = subprocess.run(
             [args.binary, "rag", "ask", q["question"], "--db", db, "-m", LLM, "-k", str(args.k),
-             "-n", "64", "-t", str(args.threads), "--format", "json"]
+             "-n", "64", "-t", str(args.threads), "--format", "json"] + retrieval
             + (["--retrieve-only"] if args.retrieve_only else []),
             check=True, capture_output=True, text=True).stdout
         seconds = time.time() - t

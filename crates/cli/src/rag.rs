@@ -8,7 +8,7 @@ use std::sync::Arc;
 use aneforge_models::encoders::{CrossEncoder, SentenceEncoder};
 use aneforge_models::llm::{generate, GenerateOptions, Runner, SamplingOptions};
 use aneforge_serve::energy;
-use aneforge_serve::rag::ask::{AskOptions, Rag, Reranker};
+use aneforge_serve::rag::ask::{AskOptions, CandidatePool, Rag, Reranker};
 use aneforge_serve::rag::chunk::ChunkOptions;
 use aneforge_serve::rag::index::index;
 use aneforge_serve::rag::store::Store;
@@ -51,6 +51,12 @@ pub struct IndexArgs {
     pub engine: crate::engine_args::EngineArgs,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Pool {
+    Fused,
+    Bm25,
+}
+
 #[derive(clap::Args)]
 pub struct AskArgs {
     /// The question.
@@ -79,6 +85,10 @@ pub struct AskArgs {
     /// Chunks taken from each search (embedding and words) before they are fused and reranked.
     #[arg(long, default_value_t = 20)]
     pub candidates: usize,
+    /// Where the candidates come from: both searches fused by reciprocal rank, or the word
+    /// search (BM25) alone, usually with --rescore-model or --rerank-model to reorder them.
+    #[arg(long = "candidate-pool", value_enum, default_value_t = Pool::Fused)]
+    pub pool: Pool,
     /// Most tokens of the answer.
     #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]
     pub max_tokens: usize,
@@ -178,6 +188,10 @@ fn ask_cmd(args: AskArgs) -> anyhow::Result<()> {
         AskOptions {
             top_k: args.top_k,
             candidates: args.candidates,
+            pool: match args.pool {
+                Pool::Fused => CandidatePool::Fused,
+                Pool::Bm25 => CandidatePool::Bm25,
+            },
         },
     )?;
     let meter = energy::Meter::start();

@@ -103,6 +103,7 @@ fn server() -> Option<&'static Server> {
                 AskOptions {
                     top_k: 1,
                     candidates: 1,
+                    ..AskOptions::default()
                 },
             )
             .unwrap();

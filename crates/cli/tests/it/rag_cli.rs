@@ -257,3 +257,137 @@ fn a_rescoring_model_and_a_cross_encoder_are_not_both_taken() {
         "{stderr}"
     );
 }
+
+#[derive(serde::Deserialize)]
+struct Bm25Case {
+    question: String,
+    bm25: Vec<usize>,
+    rescored: Vec<usize>,
+    scores: Vec<f32>,
+}
+
+/// The passages `rag ask --retrieve-only` cites, as indices of the fixture's passages (file
+/// `pNN.txt` holds passage NN), with their scores.
+fn cited(db: &Path, question: &str, extra: &[&str]) -> Vec<(usize, f32)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_aneforge"))
+        .args(["rag", "ask", question, "--db"])
+        .arg(db)
+        .args([
+            "-m",
+            "unused/llm",
+            "--embed-model",
+            MINILM,
+            "--retrieve-only",
+        ])
+        .args(["--format", "json", "-t", "1"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc[0]["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let path = s["path"].as_str().unwrap();
+            let n = path.trim_start_matches('p').trim_end_matches(".txt");
+            (n.parse().unwrap(), s["score"].as_f64().unwrap() as f32)
+        })
+        .collect()
+}
+
+/// With `--candidate-pool bm25` the candidates are the word search's ranking alone, as SQLite's
+/// FTS5 ranks them for the same query, and `--rescore-model` reorders them as
+/// sentence-transformers' cosine does (tools/fixtures/rag/bm25_rescore.py).
+#[test]
+fn bm25_candidates_follow_fts5_and_their_rescoring_sentence_transformers() {
+    require_model!(MINILM);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tools/fixtures/rag/out/bm25_rescore.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(doc["model"], MINILM);
+    let passages: Vec<String> = serde_json::from_value(doc["passages"].clone()).unwrap();
+    let cases: Vec<Bm25Case> = serde_json::from_value(doc["cases"].clone()).unwrap();
+    assert_eq!((passages.len(), cases.len()), (40, 3));
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir(&docs).unwrap();
+    for (i, p) in passages.iter().enumerate() {
+        std::fs::write(docs.join(format!("p{i:02}.txt")), p).unwrap();
+    }
+    let db = dir.path().join("index.db");
+    run_index(&docs, &db);
+    let candidates = doc["candidates"].as_u64().unwrap().to_string();
+    for case in &cases {
+        let words = cited(
+            &db,
+            &case.question,
+            &["--candidate-pool", "bm25", "-k", "5"],
+        );
+        let order: Vec<usize> = words.iter().map(|&(i, _)| i).collect();
+        assert_eq!(order, case.bm25[..5], "{}", case.question);
+        let rescored = cited(
+            &db,
+            &case.question,
+            &[
+                "--candidate-pool",
+                "bm25",
+                "--candidates",
+                &candidates,
+                "--rescore-model",
+                MINILM,
+                "-k",
+                "3",
+            ],
+        );
+        let order: Vec<usize> = rescored.iter().map(|&(i, _)| i).collect();
+        assert_eq!(order, case.rescored[..3], "{}", case.question);
+        for (&(_, got), want) in rescored.iter().zip(&case.scores) {
+            assert!(
+                (got - want).abs() < 1e-5,
+                "{}: {got} against {want}",
+                case.question
+            );
+        }
+    }
+}
+
+#[test]
+fn a_question_without_an_indexed_word_is_refused_for_bm25_candidates() {
+    require_model!(MINILM);
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir(&docs).unwrap();
+    std::fs::write(
+        docs.join("a.txt"),
+        "Something is rotten in the state of Denmark.\n",
+    )
+    .unwrap();
+    let db = dir.path().join("index.db");
+    run_index(&docs, &db);
+    let out = Command::new(env!("CARGO_BIN_EXE_aneforge"))
+        .args(["rag", "ask", "zebras quagga", "--db"])
+        .arg(&db)
+        .args([
+            "-m",
+            "unused/llm",
+            "--embed-model",
+            MINILM,
+            "--retrieve-only",
+        ])
+        .args(["--candidate-pool", "bm25"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("no chunk of the index has a word of the question"),
+        "{stderr}"
+    );
+}

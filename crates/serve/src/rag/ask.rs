@@ -1,8 +1,9 @@
 //! Answering a question from the index: the chunks nearest to the question's embedding and the
 //! chunks that best match its words (BM25) are fused by reciprocal rank (Cormack, Clarke and
-//! Buettcher, SIGIR 2009, with their constant 60), reranked when a reranker is given (a
-//! cross-encoder, or a second embedding model scoring by cosine), and the LLM answers from the
-//! best few as numbered passages; the answer is followed by the passages' sources.
+//! Buettcher, SIGIR 2009, with their constant 60), or the word search's ranking is taken alone;
+//! the candidates are reranked when a reranker is given (a cross-encoder, or a second embedding
+//! model scoring by cosine), and the LLM answers from the best few as numbered passages; the
+//! answer is followed by the passages' sources.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -13,13 +14,23 @@ use anyhow::{bail, Context};
 
 use super::store::{Hit, Store};
 
+/// Which ranking the candidates come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CandidatePool {
+    /// The embedding and word searches fused by reciprocal rank.
+    #[default]
+    Fused,
+    /// The word search (BM25) alone; the question is not embedded by the index's model.
+    Bm25,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AskOptions {
     /// Passages given to the LLM (and cited).
     pub top_k: usize,
-    /// Chunks taken from each search (vector and words) before fusing, and the fused chunks the
-    /// reranker chooses from.
+    /// Chunks taken from each search before fusing, and the candidates the reranker chooses from.
     pub candidates: usize,
+    pub pool: CandidatePool,
 }
 
 impl Default for AskOptions {
@@ -27,6 +38,7 @@ impl Default for AskOptions {
         AskOptions {
             top_k: 3,
             candidates: 20,
+            pool: CandidatePool::Fused,
         }
     }
 }
@@ -165,23 +177,39 @@ impl Rag {
         if question.trim().is_empty() {
             bail!("the question is empty");
         }
-        let q = self
-            .encoder
-            .encode_with(&[question], &EncodeOptions::default(), &mut |_| {})
-            .context("embedding the question")?;
-        let query = q.row(0).context("the encoder returned no embedding")?;
         let wanted = self.options.candidates.max(self.options.top_k);
-        let (nearest, matching) = {
+        let query = match self.options.pool {
+            CandidatePool::Fused => Some(
+                self.encoder
+                    .encode_with(&[question], &EncodeOptions::default(), &mut |_| {})
+                    .context("embedding the question")?,
+            ),
+            CandidatePool::Bm25 => None,
+        };
+        let mut hits = {
             let store = self
                 .store
                 .lock()
                 .map_err(|_| anyhow::anyhow!("the index is unusable after a failed query"))?;
-            (
-                store.search(query, wanted)?,
-                store.search_words(question, wanted)?,
-            )
+            let matching = store.search_words(question, wanted)?;
+            match &query {
+                Some(q) => {
+                    let q = q.row(0).context("the encoder returned no embedding")?;
+                    fuse(&[store.search(q, wanted)?, matching])
+                }
+                // Best first with BM25 as the score (higher is better, as for the fused one).
+                None if matching.is_empty() => {
+                    bail!("no chunk of the index has a word of the question (the candidates come from the word search alone)")
+                }
+                None => matching
+                    .into_iter()
+                    .map(|h| {
+                        let score = -h.distance;
+                        (h, score)
+                    })
+                    .collect(),
+            }
         };
-        let mut hits = fuse(&[nearest, matching]);
         let sources = |hits: Vec<(Hit, f32)>| -> Vec<Source> {
             hits.into_iter()
                 .map(|(h, score)| Source {
