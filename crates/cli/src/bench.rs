@@ -122,13 +122,15 @@ fn embed(args: BenchEmbedArgs) -> anyhow::Result<()> {
             "sentences_per_s": n / median,
             "best_sentences_per_s": n / best,
             "programs": encoder.cached_programs(),
+            "compiles": encoder.compiled_programs(),
             "peak_rss_mib": rss,
         });
         println!("{report}");
     } else {
         println!(
             "aneforge: {} sentences, batch {}, target {}: {:.1} sentences/s (median of {}, best \
-             {:.1}); first pass {:.2} s incl. compiling {} programs; load {:.2} s; peak RSS {:.0} MiB",
+             {:.1}); first pass {:.2} s; {} programs held, {} compiled in all; load {:.2} s; peak RSS \
+             {:.0} MiB",
             sentences.len(),
             args.encoder.batch_size,
             target,
@@ -137,6 +139,7 @@ fn embed(args: BenchEmbedArgs) -> anyhow::Result<()> {
             n / best,
             cold_s,
             encoder.cached_programs(),
+            encoder.compiled_programs(),
             load_s,
             rss
         );

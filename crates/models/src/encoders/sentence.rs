@@ -187,6 +187,11 @@ impl SentenceEncoder {
         self.loaded.runtime.cached_programs()
     }
 
+    /// Bucket programs compiled since loading, evicted and recompiled ones included.
+    pub fn compiled_programs(&self) -> usize {
+        self.loaded.runtime.compiled_programs()
+    }
+
     /// Bytes of weights of the compiled programs held (shows the effect of compression).
     pub fn program_weight_bytes(&self) -> usize {
         self.loaded.runtime.program_weight_bytes()

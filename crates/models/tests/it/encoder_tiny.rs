@@ -171,3 +171,43 @@ fn mpnet_relative_buckets_match_transformers() {
         );
     }
 }
+
+/// Encoding the same texts again compiles nothing new, even when one call visits more bucket
+/// programs than the default cache held before (eight): least-recently-used eviction of a cache
+/// smaller than the buckets a call cycles through would recompile every batch of every call.
+#[test]
+fn a_repeated_call_reuses_every_bucket_program() {
+    let meta = meta("bert_mean");
+    // Texts of 1 to 24 words, so that at batch 2 the batches fall into many (batch, length,
+    // packed tokens) buckets.
+    let words: Vec<&str> = meta.texts.iter().flat_map(|t| t.split(' ')).collect();
+    let texts: Vec<String> = (1..=24)
+        .map(|n| {
+            words
+                .iter()
+                .cycle()
+                .take(n)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let encoder = SentenceEncoder::from_dir(
+        out_dir().join("bert_mean"),
+        EncoderOptions {
+            batch_size: 2,
+            ..EncoderOptions::default()
+        },
+    )
+    .unwrap();
+    let first = encoder.encode(&texts).unwrap();
+    let compiled = encoder.compiled_programs();
+    assert!(compiled > 8, "only {compiled} buckets visited");
+    assert_eq!(encoder.cached_programs(), compiled);
+    let again = encoder.encode(&texts).unwrap();
+    assert_eq!(encoder.compiled_programs(), compiled);
+    for i in 0..texts.len() {
+        assert_eq!(first.row(i).unwrap(), again.row(i).unwrap(), "text {i}");
+    }
+}
