@@ -889,6 +889,7 @@ fn stop_gradient_and_frontier() {
         &GradOptions {
             seed: None,
             frontier: vec![h.clone()],
+            ..GradOptions::default()
         },
     )
     .unwrap();
@@ -919,7 +920,7 @@ fn seed_scales_the_gradient() {
         std::slice::from_ref(&x),
         &GradOptions {
             seed: Some(seed),
-            frontier: Vec::new(),
+            ..GradOptions::default()
         },
     )
     .unwrap();
@@ -1010,4 +1011,230 @@ fn every_op_has_a_rule() {
     let loss = pool.sum(&[0, 1, 2, 3], false).unwrap();
     assert_eq!(autograd::backward(&loss, &[x]).unwrap().len(), 1);
     assert!(!autograd::is_differentiable(&Op::StopGradient));
+}
+
+/// One pre-norm block of width `d` over `t` rows: RMSNorm, single-head causal-free attention,
+/// residual, RMSNorm, GELU MLP of width `f`, residual.
+fn block(c: &mut Check, h: &Tensor, i: usize, f: usize) -> Tensor {
+    let d = h.shape()[1];
+    let g1 = c.param(&format!("g1_{i}"), &[d], 0.8, 1.2);
+    let wq = c.param(&format!("wq_{i}"), &[d, d], -0.4, 0.4);
+    let wv = c.param(&format!("wv_{i}"), &[d, d], -0.4, 0.4);
+    let g2 = c.param(&format!("g2_{i}"), &[d], 0.8, 1.2);
+    let w1 = c.param(&format!("w1_{i}"), &[f, d], -0.4, 0.4);
+    let w2 = c.param(&format!("w2_{i}"), &[d, f], -0.4, 0.4);
+    let n = h.rms_norm(Some(&g1), 1e-5).unwrap();
+    let q = n.linear(&wq, None).unwrap();
+    let scores = q.matmul_t(&n, false, true).unwrap().softmax(-1).unwrap();
+    let att = scores.matmul(&n.linear(&wv, None).unwrap()).unwrap();
+    let h = h.add(&att).unwrap();
+    let m = h
+        .rms_norm(Some(&g2), 1e-5)
+        .unwrap()
+        .linear(&w1, None)
+        .unwrap()
+        .gelu()
+        .unwrap()
+        .linear(&w2, None)
+        .unwrap();
+    h.add(&m).unwrap()
+}
+
+/// `blocks` blocks over an input `[t, d]`; the loss `Σ out·R` and one segment per block.
+fn stack(
+    c: &mut Check,
+    t: usize,
+    d: usize,
+    f: usize,
+    blocks: usize,
+) -> (Tensor, Vec<autograd::Segment>) {
+    let x = c.input_f32("x", &[t, d], -1.0, 1.0);
+    let mut h = x;
+    let mut segments = Vec::new();
+    for i in 0..blocks {
+        let out = block(c, &h, i, f);
+        segments.push(autograd::Segment::new(vec![h], vec![out.clone()]));
+        h = out;
+    }
+    let r = c.uniform(t * d, -1.0, 1.0);
+    let r = constant(HostArray::from_f32(&[t, d], r).unwrap());
+    let loss = h.mul(&r).unwrap().sum(&[0, 1], false).unwrap();
+    (loss, segments)
+}
+
+/// The CPU program of `[loss, grads...]` planned with or without the engine's fusions: its
+/// outputs on `c`'s feeds and parameters' initial values, and the bytes of its activation arena.
+fn run_gradients(c: &Check, loss: &Tensor, grads: &[Tensor], fuse: bool) -> (Vec<Vec<f32>>, usize) {
+    let names: Vec<String> = (0..grads.len()).map(|i| format!("grad_{i}")).collect();
+    let mut named: Vec<(&str, &Tensor)> = vec![("loss", loss)];
+    named.extend(names.iter().map(|n| n.as_str()).zip(grads));
+    let model = compile_named(&named, &CompileOptions::default()).unwrap();
+    let blobs = model.artifact().blob_store().unwrap();
+    let options = aneforge_cpu::CompileOptions {
+        fuse,
+        ..aneforge_cpu::CompileOptions::default()
+    };
+    let plan = aneforge_cpu::compile(model.program(), "main", &blobs, &options).unwrap();
+    let mut instance = plan.instantiate();
+    for (n, f) in &c.fed {
+        let Fed::F32(v) = f else {
+            unreachable!("the stack feeds f32 only")
+        };
+        instance.set_input(n, HostSlice::F32(v)).unwrap();
+    }
+    for p in &c.params {
+        let Op::Parameter { name, init } = p.op() else {
+            unreachable!()
+        };
+        instance
+            .set_input(name, HostSlice::F32(init.as_f32().unwrap()))
+            .unwrap();
+    }
+    instance.execute().unwrap();
+    let out = std::iter::once("loss")
+        .chain(names.iter().map(String::as_str))
+        .map(|n| instance.read_output_f32(n).unwrap())
+        .collect();
+    (out, plan.arena_bytes())
+}
+
+#[test]
+fn recomputed_segments_give_the_gradients_of_the_kept_forward() {
+    let mut c = Check::new("recompute", 2100);
+    let (loss, segments) = stack(&mut c, 6, 8, 16, 2);
+    // the recomputing backward against finite differences and on the CPU and ANE targets
+    c.with_ane().run_loss(
+        &loss,
+        &GradOptions {
+            recompute: segments.clone(),
+            ..GradOptions::default()
+        },
+    );
+    // and against the kept forward's gradients, both planned for the CPU engine without its
+    // fusions, which otherwise fuse the forward differently once the backward no longer reads
+    // its intermediates (f32 rounding, a few 1e-6 of the gradients)
+    let kept = autograd::backward(&loss, &c.params).unwrap();
+    let recomputed = autograd::backward_with(
+        &loss,
+        &c.params,
+        &GradOptions {
+            recompute: segments,
+            ..GradOptions::default()
+        },
+    )
+    .unwrap();
+    let (want, _) = run_gradients(&c, &loss, &kept, false);
+    let (got, _) = run_gradients(&c, &loss, &recomputed, false);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let w = Nd::new(&[w.len()], w.iter().map(|&v| f64::from(v)).collect());
+        let g: Vec<f64> = g.iter().map(|&v| f64::from(v)).collect();
+        compare(&format!("recompute output {i}"), &g, &w, 1e-6, 1e-6, "");
+    }
+}
+
+#[test]
+fn recomputation_runs_in_the_backward_and_frees_each_segment() {
+    // Six blocks whose MLP activations are 16x the width of the residual stream: a step that
+    // keeps the forward holds every block's activations at once, one that recomputes holds the
+    // block inputs and one block's activations.
+    let mut c = Check::new("recompute-arena", 2101);
+    let blocks = 6;
+    let (loss, segments) = stack(&mut c, 64, 8, 128, blocks);
+    let kept = autograd::backward(&loss, &c.params).unwrap();
+    let recomputed = autograd::backward_with(
+        &loss,
+        &c.params,
+        &GradOptions {
+            recompute: segments,
+            ..GradOptions::default()
+        },
+    )
+    .unwrap();
+    let (_, kept_arena) = run_gradients(&c, &loss, &kept, true);
+    let (_, recomputed_arena) = run_gradients(&c, &loss, &recomputed, true);
+    eprintln!("activation arena: kept {kept_arena} bytes, recomputed {recomputed_arena} bytes");
+    assert!(
+        recomputed_arena * 3 < kept_arena,
+        "recomputing {blocks} blocks should cut the arena well below a third of {kept_arena} \
+         bytes, got {recomputed_arena}"
+    );
+}
+
+#[test]
+fn bad_segments_are_refused_by_name() {
+    use autograd::{AutogradError, Segment, SegmentProblem as P};
+    let x = parameter("x", HostArray::from_f32(&[2, 3], vec![0.5; 6]).unwrap()).unwrap();
+    let w = parameter("w", HostArray::from_f32(&[2, 3], vec![0.25; 6]).unwrap()).unwrap();
+    let a = x.tanh().unwrap();
+    let b = a.mul(&w).unwrap();
+    let c = b.exp().unwrap();
+    let d = c.add(&a).unwrap();
+    let loss = d.sum(&[0, 1], false).unwrap();
+    let unrelated = w.sin().unwrap();
+    let refused = |segments: Vec<Segment>| -> (usize, P) {
+        let options = GradOptions {
+            recompute: segments,
+            ..GradOptions::default()
+        };
+        match autograd::backward_with(&loss, &[x.clone(), w.clone()], &options) {
+            Err(e @ AutogradError::Segment { .. }) => {
+                let text = e.to_string();
+                let AutogradError::Segment { index, problem } = e else {
+                    unreachable!()
+                };
+                assert_eq!(text, format!("recompute segment {index}: {problem}"));
+                (index, problem)
+            }
+            other => panic!("expected a segment error, got {other:?}"),
+        }
+    };
+    let seg = |i: &[&Tensor], o: &[&Tensor]| {
+        Segment::new(
+            i.iter().map(|t| (*t).clone()).collect(),
+            o.iter().map(|t| (*t).clone()).collect(),
+        )
+    };
+    assert!(matches!(
+        refused(vec![seg(&[], &[&c])]),
+        (0, P::Empty("inputs"))
+    ));
+    assert!(matches!(
+        refused(vec![seg(&[&a], &[])]),
+        (0, P::Empty("outputs"))
+    ));
+    let (i, p) = refused(vec![seg(&[&a], &[&c]), seg(&[&unrelated], &[&d])]);
+    assert!(
+        i == 1 && matches!(&p, P::NotInGraph { role: "input", .. }),
+        "{p}"
+    );
+    assert!(p.to_string().contains("sin"), "{p}");
+    let (_, p) = refused(vec![seg(&[&a], &[&a])]);
+    assert!(matches!(p, P::InputIsOutput { .. }), "{p}");
+    // `w` is a source of the segment but not a path from its input to its output
+    let (_, p) = refused(vec![seg(&[&a], &[&w.exp().unwrap()])]);
+    assert!(matches!(p, P::NotInGraph { role: "output", .. }), "{p}");
+    let (_, p) = refused(vec![seg(&[&b], &[&a])]);
+    assert!(matches!(p, P::OutputIndependent { .. }), "{p}");
+    let (_, p) = refused(vec![seg(&[&a, &x], &[&c])]);
+    assert!(matches!(p, P::InputUnused { .. }), "{p}");
+    let (i, p) = refused(vec![seg(&[&a], &[&c]), seg(&[&b], &[&d])]);
+    assert!(i == 1 && matches!(p, P::Overlap { other: 0, .. }), "{p}");
+    // `a` feeds `d` outside the segment [x → b]: its cotangent would skip the recomputation
+    let (_, p) = refused(vec![seg(&[&x], &[&b])]);
+    assert!(matches!(&p, P::Escapes { .. }), "{p}");
+    assert!(
+        p.to_string().contains("tanh") && p.to_string().contains("add"),
+        "{p}"
+    );
+    // the same segments, well formed, give the plain gradients' graph a recomputation
+    let ok = GradOptions {
+        recompute: vec![seg(&[&a], &[&c]), seg(&[&c], &[&d])],
+        ..GradOptions::default()
+    };
+    assert_eq!(
+        autograd::backward_with(&loss, &[x.clone(), w.clone()], &ok)
+            .unwrap()
+            .len(),
+        2
+    );
 }

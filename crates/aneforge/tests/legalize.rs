@@ -542,6 +542,7 @@ fn the_op_catalog_matches_what_the_legalizer_does() {
         ));
         cases.push(("reduce_sum", x.sum(&[1], false).unwrap()));
         cases.push(("softmax", x.softmax(1).unwrap()));
+        cases.push(("barrier", x.barrier(&[x.abs().unwrap()]).unwrap()));
         let w = aneforge::graph::constant(
             aneforge::graph::HostArray::from_f32(&[3 * 5, 8], vec![0.5; 3 * 5 * 8]).unwrap(),
         );

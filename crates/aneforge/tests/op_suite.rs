@@ -1471,7 +1471,7 @@ fn dynamic_slices() {
 }
 
 #[test]
-fn stop_gradient_and_outputs_that_are_inputs() {
+fn stop_gradient_barrier_and_outputs_that_are_inputs() {
     let mut c = Case::new("passthrough", 2300);
     c.input("x", &[2, 3], -1.0, 1.0)
         .constant("k", &[2, 3], -1.0, 1.0);
@@ -1482,6 +1482,7 @@ fn stop_gradient_and_outputs_that_are_inputs() {
                 g.t("x").stop_gradient()?,
                 g.t("k").clone(),
                 g.t("x").clone(),
+                g.t("x").barrier(&[g.t("k").exp()?])?,
             ])
         },
         |r| {
@@ -1489,6 +1490,7 @@ fn stop_gradient_and_outputs_that_are_inputs() {
                 r.v("x").clone(),
                 r.v("x").clone(),
                 r.v("k").clone(),
+                r.v("x").clone(),
                 r.v("x").clone(),
             ]
         },

@@ -5,14 +5,17 @@
 //! step (forward, backward and optimizer update) compiles into one program. Every differentiable
 //! [`Op`] has a vector-Jacobian product in `rules`; gradients stop at `stop_gradient` nodes, at
 //! integer and bool values, and at an optional frontier of tensors treated as constants.
+//! [`Segment`]s of the forward may be recomputed in the backward instead of kept (`segment`).
 
 mod loss;
 pub mod optim;
 mod rules;
+mod segment;
 mod util;
 
 pub use loss::{accuracy, mse, softmax_cross_entropy, weighted_cross_entropy};
 pub use optim::{clip_by_global_norm, Optimizer};
+pub use segment::{Segment, SegmentProblem};
 pub use util::{one_hot, sum_to};
 
 use crate::graph::topo_order;
@@ -39,6 +42,11 @@ pub enum AutogradError {
         got: Vec<usize>,
         want: Vec<usize>,
     },
+    #[error("recompute segment {index}: {problem}")]
+    Segment {
+        index: usize,
+        problem: SegmentProblem,
+    },
 }
 
 /// Options for [`backward_with`].
@@ -48,6 +56,9 @@ pub struct GradOptions {
     pub seed: Option<Tensor>,
     /// Tensors treated as constants: no gradient flows through them to their sources.
     pub frontier: Vec<Tensor>,
+    /// Stretches of the forward recomputed in the backward from their inputs instead of kept
+    /// from the forward (no two may share a node).
+    pub recompute: Vec<Segment>,
 }
 
 /// Gradients of a single-valued f32 `loss` with respect to each of `wrt` (parameters, inputs or
@@ -56,7 +67,7 @@ pub fn backward(loss: &Tensor, wrt: &[Tensor]) -> Result<Vec<Tensor>, AutogradEr
     backward_with(loss, wrt, &GradOptions::default())
 }
 
-/// [`backward`] with a custom seed and a stop-gradient frontier.
+/// [`backward`] with a custom seed, a stop-gradient frontier and recomputed segments.
 pub fn backward_with(
     loss: &Tensor,
     wrt: &[Tensor],
@@ -79,7 +90,12 @@ pub fn backward_with(
         }
         None => constant(HostArray::from_f32(loss.shape(), vec![1.0f32])?),
     };
-    vjp(&[(loss.clone(), seed)], wrt, &options.frontier)
+    vjp_recomputing(
+        &[(loss.clone(), seed)],
+        wrt,
+        &options.frontier,
+        &options.recompute,
+    )
 }
 
 /// Vector-Jacobian product: given `(output, cotangent)` pairs, the sum over outputs of
@@ -88,6 +104,17 @@ pub fn vjp(
     outputs: &[(Tensor, Tensor)],
     wrt: &[Tensor],
     frontier: &[Tensor],
+) -> Result<Vec<Tensor>, AutogradError> {
+    vjp_recomputing(outputs, wrt, frontier, &[])
+}
+
+/// [`vjp`] with the VJPs inside each of `segments` reading values recomputed from the segment's
+/// inputs (see [`Segment`]).
+pub fn vjp_recomputing(
+    outputs: &[(Tensor, Tensor)],
+    wrt: &[Tensor],
+    frontier: &[Tensor],
+    segments: &[Segment],
 ) -> Result<Vec<Tensor>, AutogradError> {
     for w in wrt {
         if w.dtype() != DType::F32 {
@@ -110,6 +137,8 @@ pub fn vjp(
     let order = topo_order(&roots);
     let targets: HashSet<NodeId> = wrt.iter().map(|t| t.id()).collect();
     let blocked: HashSet<NodeId> = frontier.iter().map(|t| t.id()).collect();
+    let mut recompute = segment::Recompute::new(segments, &order, &roots)
+        .map_err(|(index, problem)| AutogradError::Segment { index, problem })?;
 
     // Nodes through which a target reaches the outputs.
     let mut reach: HashSet<NodeId> = HashSet::new();
@@ -134,6 +163,7 @@ pub fn vjp(
     for node in order.iter().rev() {
         let id = node.id();
         let Some(g) = cot.remove(&id) else { continue };
+        let g = recompute.leaving(node, g)?;
         if targets.contains(&id) {
             found.insert(id, g.clone());
         }
@@ -148,11 +178,18 @@ pub fn vjp(
         if !wants.iter().any(|&w| w) {
             continue;
         }
-        let grads = rules::vjp(node, &g, &wants)?;
+        let segment = recompute.owner(node);
+        let grads = match segment {
+            Some(k) => rules::vjp(&recompute.recomputed(k, node, &g)?, &g, &wants)?,
+            None => rules::vjp(node, &g, &wants)?,
+        };
         for ((src, grad), want) in node.srcs().iter().zip(grads).zip(&wants) {
             let Some(grad) = grad.filter(|_| *want) else {
                 continue;
             };
+            if let Some(k) = segment {
+                recompute.sent(k, src, &grad);
+            }
             if grad.shape() != src.shape() {
                 return Err(AutogradError::RuleShape {
                     op: node.op().name(),

@@ -539,6 +539,15 @@ impl Tensor {
         Tensor::from_op(Op::StopGradient, vec![self.clone()])
     }
 
+    /// This value, computed only after every tensor of `after` (which it does not read): an
+    /// ordering edge for the scheduler. Identity, gradient included.
+    pub fn barrier(&self, after: &[Tensor]) -> Result<Tensor, GraphError> {
+        let mut srcs = Vec::with_capacity(1 + after.len());
+        srcs.push(self.clone());
+        srcs.extend(after.iter().cloned());
+        Tensor::from_op(Op::Barrier, srcs)
+    }
+
     /// A scalar constant of this tensor's dtype.
     pub(crate) fn scalar_like(&self, op: &'static str, value: f32) -> Result<Tensor, GraphError> {
         match self.dtype() {

@@ -355,6 +355,10 @@ pub enum Op {
     },
     /// `[x]`: identity whose gradient is zero.
     StopGradient,
+    /// `[x, after...]`: `x` unchanged (gradient included), computed only once every `after`
+    /// value exists. The extra sources carry no data; they order the schedule, e.g. a
+    /// recomputed layer after the gradient that needs it (`autograd::Segment`).
+    Barrier,
 }
 
 impl Op {
@@ -405,6 +409,7 @@ impl Op {
             Op::Cast { .. } => "cast",
             Op::Sdpa { .. } => "sdpa",
             Op::StopGradient => "stop_gradient",
+            Op::Barrier => "barrier",
         }
     }
 
@@ -444,7 +449,8 @@ impl Op {
             | Op::Compare(_)
             | Op::Select
             | Op::Cast { .. }
-            | Op::StopGradient => OpFamily::Elementwise,
+            | Op::StopGradient
+            | Op::Barrier => OpFamily::Elementwise,
             Op::MatMul { .. } | Op::Linear { .. } | Op::LinearExperts { .. } => OpFamily::Linalg,
             Op::Conv { .. } | Op::ConvTranspose { .. } | Op::Pool(_) | Op::Upsample { .. } => {
                 OpFamily::Conv

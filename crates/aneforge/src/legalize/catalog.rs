@@ -152,6 +152,11 @@ pub fn graph_ops(family: Family) -> Vec<OpRow> {
             "matmul, additive mask clamped at −1e4, softmax, matmul",
         ),
         row("stop_gradient", Native, "identity"),
+        row(
+            "barrier",
+            Native,
+            "identity (its extra sources only order the program)",
+        ),
     ]);
     rows
 }

@@ -29,7 +29,7 @@ pub use init::{fan_in, ParamStore, WeightLayout};
 pub use schedule::{LrSchedule, ScheduleError, ScheduleKind};
 
 use crate::autograd::optim::StepScalars;
-use crate::autograd::{self, AutogradError, GradOptions, Optimizer};
+use crate::autograd::{self, AutogradError, GradOptions, Optimizer, Segment};
 use crate::engine::{Engine, HostSlice};
 use crate::graph::{input, DType, GraphError, Op, Tensor};
 use crate::lower::Target;
@@ -89,6 +89,10 @@ pub struct TrainerOptions {
     pub engine: Engine,
     /// Micro-batches whose gradients are summed into one update (1: none); resident mode only.
     pub accumulation_steps: u32,
+    /// Stretches of the forward (e.g. one per decoder layer) recomputed in the backward from
+    /// their inputs instead of kept from the forward: less memory for the step's activations,
+    /// about one more forward of compute (`autograd::Segment`).
+    pub recompute: Vec<Segment>,
 }
 
 impl TrainerOptions {
@@ -138,6 +142,7 @@ impl TrainerOptions {
             target: Target::Cpu,
             engine: Engine::Cpu,
             accumulation_steps: 1,
+            recompute: Vec::new(),
         }
     }
 }
@@ -296,6 +301,7 @@ impl Trainer {
             &GradOptions {
                 seed: scale_in.clone(),
                 frontier: Vec::new(),
+                recompute: options.recompute.clone(),
             },
         )?;
         let mut grads = match &scale_in {

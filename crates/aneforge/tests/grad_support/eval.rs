@@ -301,7 +301,7 @@ fn eval_node(node: &Tensor, s: &[&Nd], env: &Env) -> Nd {
             };
             r::sdpa(s[0], s[1], s[2], add, keep, *causal, scale.map(f64::from))
         }
-        Op::StopGradient => s[0].clone(),
+        Op::StopGradient | Op::Barrier => s[0].clone(),
     }
 }
 

@@ -372,7 +372,7 @@ fn eval_node(node: &Tensor, s: &[&V], feeds: &HashMap<String, V>) -> V {
             let z = reduce(&e, &[*axis], true, 0.0, |a, b| a + b);
             zip(&e, &z, |a, b| a / b)
         }
-        Op::Reshape { .. } | Op::StopGradient => V::new(sh, s[0].data.clone()),
+        Op::Reshape { .. } | Op::StopGradient | Op::Barrier => V::new(sh, s[0].data.clone()),
         Op::Cast { dtype } => s[0].map(|x| match dtype {
             DType::F32 => x,
             DType::I32 => x.trunc(),

@@ -88,6 +88,11 @@ pub(crate) fn vjp(node: &Tensor, g: &Tensor, wants: &[bool]) -> Result<Grads, Gr
             *exclusive,
             !*reverse,
         )?)]),
+        Op::Barrier => {
+            let mut grads = vec![None; s.len()];
+            grads[0] = Some(g.clone());
+            Ok(grads)
+        }
         Op::Reshape { .. } => Ok(vec![Some(g.reshape(&super::shape_isize(s[0].shape()))?)]),
         Op::Transpose { perm } => Ok(vec![Some(layout::transpose(perm, g)?)]),
         Op::Concat { axis } => layout::concat(s, *axis, g, wants),

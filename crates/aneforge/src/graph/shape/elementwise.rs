@@ -1,4 +1,4 @@
-//! Elementwise ops: unary functions, clip, binary arithmetic and comparisons (NumPy broadcasting), select, cast and stop_gradient.
+//! Elementwise ops: unary functions, clip, binary arithmetic and comparisons (NumPy broadcasting), select, cast, stop_gradient and barrier.
 
 use super::{arity, broadcast, float_only, same};
 use crate::graph::op::Op;
@@ -89,6 +89,13 @@ pub(super) fn infer(
             arity(name, srcs, 1)?;
             Ok(same(&srcs[0]))
         }
+        Op::Barrier => match srcs.first() {
+            Some(x) => Ok(same(x)),
+            None => Err(GraphError::attribute(
+                name,
+                "expected the value it passes on, then the values it waits for",
+            )),
+        },
         _ => Err(GraphError::attribute(name, "not an elementwise op")),
     }
 }

@@ -1,4 +1,4 @@
-//! Emission of elementwise ops: unary functions, clip, activations with a parameter, binary arithmetic, comparisons, select, cast and stop_gradient.
+//! Emission of elementwise ops: unary functions, clip, activations with a parameter, binary arithmetic, comparisons, select, cast, stop_gradient and barrier.
 
 use super::{string, Emitter};
 use crate::graph::{BinaryOp, CompareOp, Op, Tensor, UnaryOp};
@@ -70,6 +70,13 @@ impl Emitter<'_> {
                 }
             }
             Op::StopGradient => {
+                let args = vec![("x", x())];
+                self.push(node, "identity", args)
+            }
+            // MIL has no ordering edge: the program keeps the graph's topological order, in
+            // which the barrier follows what it waits for, and the CPU engine runs statements
+            // in program order
+            Op::Barrier => {
                 let args = vec![("x", x())];
                 self.push(node, "identity", args)
             }
