@@ -14,7 +14,7 @@
 //! (`1/n` on the `n` counted positions, 0 elsewhere), all built by [`TrainBatch`]; output: the
 //! scalar loss.
 
-use aneforge::autograd::weighted_cross_entropy;
+use aneforge::autograd::{weighted_cross_entropy, Segment};
 use aneforge::graph::{self, nn::MASKED, DType, HostArray, Tensor};
 
 use super::block::{
@@ -226,6 +226,25 @@ pub fn causal_lm_loss(
     batch: usize,
     seq: usize,
 ) -> Result<Tensor, LlmError> {
+    Ok(causal_lm(cfg, model, batch, seq)?.loss)
+}
+
+/// The training graph of [`causal_lm_loss`] with the stretch of each decoder layer marked.
+pub struct CausalLm {
+    /// The mean next-token cross-entropy.
+    pub loss: Tensor,
+    /// Per decoder layer, its residual stream in and out: the segments to recompute in the
+    /// backward for gradient checkpointing (`TrainerOptions::recompute`).
+    pub layers: Vec<Segment>,
+}
+
+/// [`causal_lm_loss`] with the layers' segments.
+pub fn causal_lm(
+    cfg: &LlmConfig,
+    model: &TrainableModel,
+    batch: usize,
+    seq: usize,
+) -> Result<CausalLm, LlmError> {
     if batch == 0 || seq == 0 {
         return Err(LlmError::Invalid(format!(
             "a training batch needs at least one sequence of at least one token, got \
@@ -273,6 +292,7 @@ pub fn causal_lm_loss(
         (Some(a), Some(_)) => Some((tables(&a.rope)?, causal_mask(seq, Some(a.window))?)),
         _ => None,
     };
+    let mut layers = Vec::with_capacity(w.layers.len());
     for (l, lw) in w.layers.iter().enumerate() {
         let (rope, mask) = match &local {
             Some((r, m)) if cfg.is_local(l) => (Some(r), m),
@@ -292,13 +312,17 @@ pub fn causal_lm_loss(
                 .transpose(&[0, 2, 1, 3])?
                 .reshape(&[n as isize, (h * hd) as isize])?)
         })?;
+        layers.push(Segment::new(vec![x], vec![out.x.clone()]));
         x = out.x;
     }
     let x = norm_at(cfg, &x, &w.final_norm, rs)?;
     let logits = head_logits(cfg, &x, &w.head)?;
     let labels = graph::input(LABELS, &[n], DType::I32)?;
     let weights = graph::input(LABEL_WEIGHTS, &[n], DType::F32)?;
-    Ok(weighted_cross_entropy(&logits, &labels, &weights)?)
+    Ok(CausalLm {
+        loss: weighted_cross_entropy(&logits, &labels, &weights)?,
+        layers,
+    })
 }
 
 /// The host side of one batch: token ids and transformers-style labels (`-100` = not predicted)
