@@ -11,7 +11,7 @@ use aneforge_models::llm::lora::{
     lora_model, merged_tensors, peft_init, save_adapter, Adapter, LoraConfig,
 };
 use aneforge_models::llm::training::{
-    causal_lm_loss, check_export, checkpoint_tensors, save_safetensors, trainable, TrainBatch,
+    causal_lm, check_export, checkpoint_tensors, save_safetensors, trainable, TrainBatch,
 };
 use aneforge_models::llm::{train_data, Llm, LoadOptions, WeightFormat};
 use anyhow::{bail, Context};
@@ -81,6 +81,11 @@ pub struct FinetuneArgs {
     pub checkpoint: Option<PathBuf>,
     #[arg(long, default_value_t = 50)]
     pub save_every: u64,
+    /// Gradient checkpointing: recompute each decoder layer's forward in the backward from the
+    /// layer's input instead of keeping its activations from the forward (less memory, about
+    /// one more forward of compute per step; the same results).
+    #[arg(long)]
+    pub checkpointing: bool,
     #[command(flatten)]
     pub threads: crate::engine_args::ThreadArgs,
 }
@@ -123,7 +128,7 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         Some(lc) => lora_model(cfg, &llm.weights, lc, peft_init(args.seed))?,
         None => trainable(cfg, &llm.weights)?,
     };
-    let loss = causal_lm_loss(cfg, &model, args.batch, args.seq)?;
+    let lm = causal_lm(cfg, &model, args.batch, args.seq)?;
     let optimizer = Optimizer::AdamW {
         beta1: 0.9,
         beta2: 0.999,
@@ -133,18 +138,28 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let options = TrainerOptions {
         accumulation_steps: args.grad_accum,
+        recompute: if args.checkpointing {
+            lm.layers
+        } else {
+            Vec::new()
+        },
         ..TrainerOptions::new(optimizer)
     };
-    let mut trainer =
-        Trainer::new(&loss, &model.params, &[], options).context("compiling the training step")?;
+    let mut trainer = Trainer::new(&lm.loss, &model.params, &[], options)
+        .context("compiling the training step")?;
     let trained: usize = trainer.read_params()?.iter().map(|(_, _, v)| v.len()).sum();
     eprintln!(
-        "{}: {} examples of {} tokens; {} {trained} parameters; AdamW lr {} ({:?}, {} warmup \
-         steps); compiled in {:.1} s",
+        "{}: {} examples of {} tokens; {} {trained} parameters{}; AdamW lr {} ({:?}, {} \
+         warmup steps); compiled in {:.1} s",
         args.data.display(),
         data.len(),
         args.seq,
         if lora.is_some() { "LoRA," } else { "full," },
+        if args.checkpointing {
+            ", layers recomputed in the backward"
+        } else {
+            ""
+        },
         args.lr,
         args.lr_schedule,
         args.warmup_steps,
