@@ -164,6 +164,7 @@ pub fn vjp_recomputing(
         let id = node.id();
         let Some(g) = cot.remove(&id) else { continue };
         let g = recompute.leaving(node, g)?;
+        recompute.arrive(node, &g);
         if targets.contains(&id) {
             found.insert(id, g.clone());
         }
@@ -180,7 +181,7 @@ pub fn vjp_recomputing(
         }
         let segment = recompute.owner(node);
         let grads = match segment {
-            Some(k) => rules::vjp(&recompute.recomputed(k, node, &g)?, &g, &wants)?,
+            Some(k) => rules::vjp(&recompute.recomputed(k, node)?, &g, &wants)?,
             None => rules::vjp(node, &g, &wants)?,
         };
         for ((src, grad), want) in node.srcs().iter().zip(grads).zip(&wants) {

@@ -163,18 +163,25 @@ impl Recompute {
         g.barrier(&after)
     }
 
-    /// The node whose VJP stands for interior node `node` of segment `k`, which has the final
-    /// cotangent `g`: its recomputed copy.
+    /// Notes the final cotangent `g` of `node` if `node` is a segment output: the recomputation
+    /// waits for it.
+    pub fn arrive(&mut self, node: &Tensor, g: &Tensor) {
+        if let Some(&k) = self.owner.get(&node.id()) {
+            let seg = &mut self.segments[k];
+            if seg.outputs.contains(&node.id()) {
+                seg.arrived.push(g.clone());
+            }
+        }
+    }
+
+    /// The node whose VJP stands for interior node `node` of segment `k`: its recomputed copy,
+    /// built (for the whole segment) once a cotangent has reached the segment's outputs.
     pub fn recomputed(
         &mut self,
         k: usize,
         node: &Tensor,
-        g: &Tensor,
     ) -> Result<Tensor, crate::graph::GraphError> {
         let seg = &mut self.segments[k];
-        if seg.outputs.contains(&node.id()) {
-            seg.arrived.push(g.clone());
-        }
         if seg.clones.is_none() {
             let mut map: HashMap<NodeId, Tensor> = HashMap::new();
             for x in &seg.inputs {
