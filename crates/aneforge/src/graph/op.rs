@@ -355,6 +355,10 @@ pub enum Op {
     },
     /// `[x]`: identity whose gradient is zero.
     StopGradient,
+    /// `[x]`: per-tensor symmetric int8 quantize then dequantize, MIL `quantize` (int8, no zero
+    /// point) then `dequantize`: `scale · clamp(round_half_even(x / scale), −128, 127)`, with
+    /// `x / scale` rounded to the program's float type before the integer rounding.
+    FakeQuant { scale: f32 },
 }
 
 impl Op {
@@ -405,6 +409,7 @@ impl Op {
             Op::Cast { .. } => "cast",
             Op::Sdpa { .. } => "sdpa",
             Op::StopGradient => "stop_gradient",
+            Op::FakeQuant { .. } => "fake_quant",
         }
     }
 
@@ -444,7 +449,8 @@ impl Op {
             | Op::Compare(_)
             | Op::Select
             | Op::Cast { .. }
-            | Op::StopGradient => OpFamily::Elementwise,
+            | Op::StopGradient
+            | Op::FakeQuant { .. } => OpFamily::Elementwise,
             Op::MatMul { .. } | Op::Linear { .. } | Op::LinearExperts { .. } => OpFamily::Linalg,
             Op::Conv { .. } | Op::ConvTranspose { .. } | Op::Pool(_) | Op::Upsample { .. } => {
                 OpFamily::Conv

@@ -153,5 +153,14 @@ pub fn graph_ops(family: Family) -> Vec<OpRow> {
         ),
         row("stop_gradient", Native, "identity"),
     ]);
+    rows.push(if crate::arch::mil_ops::accepts("quantize", family) {
+        row(
+            "fake_quant",
+            Native,
+            "int8 per-tensor quantize → dequantize (iOS17 ops)",
+        )
+    } else {
+        row("fake_quant", Walled, super::QUANTIZE_FLOOR)
+    });
     rows
 }
