@@ -3,7 +3,7 @@
 //! PyTorch fake-quantized model (`tools/fixtures/w8a8/`).
 
 use aneforge::engine::{HostSlice, HostTensor};
-use aneforge::graph::{constant, input, DType, HostArray, Tensor};
+use aneforge::graph::{constant, input, Conv2dParams, DType, HostArray, Tensor};
 use aneforge::{
     compile_program, AneArch, Calibration, CompileError, Compiled, Compress, Engine, FunctionSpec,
     Model, ParameterMode, ProgramOptions, Quantize, Target, W8A8,
@@ -132,15 +132,16 @@ fn fake_quant_below_the_a16_family_is_refused() {
     assert!(e.contains("scale 0"), "{e}");
 }
 
-struct Mlp {
+/// A fixture network: its graph, calibration samples, test input and torch's outputs.
+struct Net {
     y: Tensor,
     calibration: Calibration,
     test_x: Vec<f32>,
     fixture: Value,
 }
 
-fn mlp() -> Mlp {
-    let f = fixture("mlp.json");
+fn net(name: &str) -> Net {
+    let f = fixture(&format!("{name}.json"));
     let dims = |k: &str| -> Vec<usize> {
         f["shapes"][k]
             .as_array()
@@ -152,21 +153,32 @@ fn mlp() -> Mlp {
     let c = |k: &str, shape: &[usize]| constant(HostArray::from_f32(shape, floats(&f[k])).unwrap());
     let (s1, s2) = (dims("w1"), dims("w2"));
     let x = input("x", &dims("x"), DType::F32).unwrap();
-    let h = x
-        .linear(&c("w1", &s1), Some(&c("b1", &[s1[0]])))
-        .unwrap()
-        .relu()
-        .unwrap();
-    let y = h.linear(&c("w2", &s2), Some(&c("b2", &[s2[0]]))).unwrap();
+    let (w1, b1) = (c("w1", &s1), c("b1", &[s1[0]]));
+    let (w2, b2) = (c("w2", &s2), c("b2", &[s2[0]]));
+    let y = if name == "conv" {
+        let pad = Conv2dParams {
+            padding: [1, 1],
+            ..Conv2dParams::default()
+        };
+        let h = x.conv2d(&w1, Some(&b1), pad).unwrap().relu().unwrap();
+        h.conv2d(&w2, Some(&b2), Conv2dParams::default()).unwrap()
+    } else {
+        let h = x.linear(&w1, Some(&b1)).unwrap().relu().unwrap();
+        h.linear(&w2, Some(&b2)).unwrap()
+    };
     let samples = f["shapes"]["samples"].as_u64().unwrap() as usize;
     let calibration = Calibration::stacked("x", samples, &floats(&f["calibration"]));
     let test_x = floats(&f["x"]);
-    Mlp {
+    Net {
         y,
         calibration,
         test_x,
         fixture: f,
     }
+}
+
+fn mlp() -> Net {
+    net("mlp")
 }
 
 fn w8a8(
@@ -191,9 +203,9 @@ fn w8a8(
     )
 }
 
-#[test]
-fn w8a8_mlp_matches_torch_fake_quantization_with_the_same_scales() {
-    let m = mlp();
+/// Compiles fixture network `name` with W8A8 for h16 and compares it with torch's W8A8 model.
+fn matches_torch(name: &str, ops: &[&str]) {
+    let m = net(name);
     let compiled = w8a8(&m.y, "h16", m.calibration.clone(), 0.99).unwrap();
     let q = compiled.report.quantization.clone().unwrap();
     let want_scales = floats(&m.fixture["scales"]);
@@ -201,9 +213,12 @@ fn w8a8_mlp_matches_torch_fake_quantization_with_the_same_scales() {
     assert_eq!(got_scales, want_scales, "{q}");
     assert_eq!(q.activations[0].input.as_deref(), Some("x"));
     assert!(q.cosines[0].1 >= 0.99, "{q}");
-    dump(&compiled.segments[0].artifact, "w8a8_mlp");
+    dump(&compiled.segments[0].artifact, &format!("w8a8_{name}"));
     let text = compiled.segments[0].artifact.mil_text().to_string();
     assert_eq!(text.matches("= quantize(").count(), 2, "{text}");
+    for op in ops {
+        assert_eq!(text.matches(&format!("= {op}(")).count(), 2, "{op}: {text}");
+    }
     assert_eq!(
         text.matches("constexpr_affine_dequantize").count(),
         2,
@@ -211,6 +226,7 @@ fn w8a8_mlp_matches_torch_fake_quantization_with_the_same_scales() {
     );
     let feeds = HashMap::from([("x".to_string(), m.test_x.clone())]);
     let got = &compiled.run_cpu(&feeds).unwrap()["y"];
+    assert_eq!(got.len(), floats(&m.fixture["y_w8a8"]).len());
     let want = floats(&m.fixture["y_w8a8"]);
     let max_y = want.iter().fold(0f32, |a, v| a.max(v.abs()));
     let max_w2 = floats(&m.fixture["w2"])
@@ -222,8 +238,8 @@ fn w8a8_mlp_matches_torch_fake_quantization_with_the_same_scales() {
     // The program computes in fp16, the reference in fp32 over the same quantized values: the
     // fp16 roundings (inputs, products s·q, outputs) stay within a few 2^-11 of max |y|, and a
     // hidden activation whose fp16 value crosses a rounding boundary of its quantizer moves one
-    // quantum (s2), moving each output of its row by at most s2 · max|w2|; two such crossings
-    // per row are allowed.
+    // quantum (s2), moving each output it feeds by at most s2 · max|w2|; two such crossings per
+    // output are allowed.
     let s2 = want_scales[1];
     let tol = 4.0 * 2f32.powi(-11) * max_y + 2.0 * s2 * max_w2;
     assert!(worst <= tol, "max |aneforge - torch| {worst} > {tol}");
@@ -243,10 +259,20 @@ fn w8a8_mlp_matches_torch_fake_quantization_with_the_same_scales() {
         mean(&quantization)
     );
     eprintln!(
-        "max |aneforge - torch w8a8| {worst} (bound {tol}); mean {} against {} for torch w8a8 vs fp32",
+        "{name}: max |aneforge - torch w8a8| {worst} (bound {tol}); mean {} against {} for torch w8a8 vs fp32",
         mean(&to_w8a8),
         mean(&quantization)
     );
+}
+
+#[test]
+fn w8a8_mlp_matches_torch_fake_quantization_with_the_same_scales() {
+    matches_torch("mlp", &["linear", "constexpr_affine_dequantize"]);
+}
+
+#[test]
+fn w8a8_conv_net_matches_torch_fake_quantization_with_the_same_scales() {
+    matches_torch("conv", &["conv", "constexpr_affine_dequantize"]);
 }
 
 #[test]
