@@ -345,3 +345,24 @@ fn the_op_catalog_and_the_legalizer_agree_on_fake_quant() {
         assert_eq!(legal, family >= Family::A16, "{family}");
     }
 }
+
+#[test]
+fn fake_quant_gradient_is_pytorchs_straight_through_estimator() {
+    let f = fixture("fake_quant.json");
+    let mut checked = 0;
+    for case in f["cases"].as_array().unwrap() {
+        let Some(want) = case.get("torch_grad") else {
+            continue;
+        };
+        let want = floats(want);
+        let x = floats(&case["x"]);
+        let scale = case["scale"].as_f64().unwrap() as f32;
+        let t = input("x", &[x.len()], DType::F32).unwrap();
+        let loss = t.fake_quant(scale).unwrap().sum(&[0], false).unwrap();
+        let grad = aneforge::autograd::backward(&loss, std::slice::from_ref(&t)).unwrap();
+        let got = run_one(&[("g", &grad[0])], Target::Cpu, &x);
+        assert_eq!(got, want, "{}: x {x:?}", case["name"]);
+        checked += 1;
+    }
+    assert_eq!(checked, 3);
+}
