@@ -18,7 +18,8 @@ pub struct QuantizeArgs {
     /// shape] (N samples) or the input's shape (one sample); the graph must have one input.
     #[arg(long, value_name = "FILE.npy")]
     pub calibration: Option<PathBuf>,
-    /// Least cosine similarity of each output to the fp16 program (--quantize w8a8).
+    /// Least cosine similarity of each output to the fp16 program (--quantize w8a8; default
+    /// 0.99).
     #[arg(long, value_name = "X")]
     pub min_cosine: Option<f64>,
 }
