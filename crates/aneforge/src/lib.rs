@@ -20,6 +20,6 @@ pub use graph::{DType, GraphError, HostArray, Tensor};
 pub use lower::{Artifact, LowerError, ParameterMode, Target};
 pub use model::{compile, compile_named, CompileOptions, Error, Model};
 pub use pipeline::{
-    compile_artifact, compile_functions, compile_program, CompileError, Compiled, Compress,
-    FunctionSpec, ProgramOptions,
+    compile_artifact, compile_functions, compile_program, Calibration, CompileError, Compiled,
+    Compress, FunctionSpec, ProgramOptions, Quantize, W8A8,
 };

@@ -55,6 +55,7 @@ pub fn compile_named(
             parameters: options.parameters,
             compress: options.compress,
             weight_ceiling: None,
+            ..ProgramOptions::default()
         },
     )?;
     Model::load(Arc::new(artifact), options.engine)

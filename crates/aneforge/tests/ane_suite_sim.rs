@@ -143,3 +143,53 @@ fn the_op_suite_hook_runs_an_in_memory_program_on_both_engines() {
     );
     assert_eq!(trace[0]["y"].len(), 6);
 }
+
+#[test]
+fn a_w8a8_program_matches_the_cpu_engine() {
+    use aneforge::graph::{constant, input, DType, HostArray};
+    use aneforge::{
+        compile_program, AneArch, Calibration, FunctionSpec, ParameterMode, ProgramOptions,
+        Quantize, Target, W8A8,
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let weight = |shape: &[usize], seed: u64| {
+        let n = shape.iter().product();
+        constant(HostArray::from_f32(shape, suite::data(n, seed)).unwrap())
+    };
+    let x = input("x", &[2, 16], DType::F32).unwrap();
+    let h = x
+        .linear(&weight(&[32, 16], 11), None)
+        .unwrap()
+        .relu()
+        .unwrap();
+    let y = h.linear(&weight(&[8, 32], 12), None).unwrap();
+    let compiled = compile_program(
+        &[FunctionSpec {
+            name: "main",
+            outputs: &[("y", &y)],
+        }],
+        &ProgramOptions {
+            target: Target::Ane(AneArch::new("h16").unwrap()),
+            parameters: ParameterMode::Constant,
+            quantize: Quantize::W8A8(W8A8::new(Calibration::stacked(
+                "x",
+                4,
+                &suite::data(4 * 32, 13),
+            ))),
+            ..ProgramOptions::default()
+        },
+    )
+    .unwrap();
+    let artifact = compiled.into_artifact().unwrap();
+    assert!(artifact.mil_text().contains("= quantize("));
+    let dir = scratch.path().join("w8a8");
+    artifact.save(&dir).unwrap();
+    let engine = sim_engine(scratch.path());
+    suite::compare(
+        &engine,
+        &dir,
+        &[],
+        &[vec![("x", suite::data(32, 14))]],
+        SAME,
+    );
+}

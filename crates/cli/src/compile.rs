@@ -3,6 +3,7 @@
 //! preflight, compression and estimate reports.
 
 use crate::examples;
+use crate::quantize_args::QuantizeArgs;
 use aneforge::arch::AneArch;
 use aneforge::pipeline::{Source, WEIGHT_CEILING};
 use aneforge::{compile_program, Compiled, Compress, FunctionSpec, ProgramOptions, Target};
@@ -40,6 +41,8 @@ pub struct CompileArgs {
     /// List the example graphs.
     #[arg(long)]
     pub list: bool,
+    #[command(flatten)]
+    pub quantize: QuantizeArgs,
 }
 
 fn parse_compress(s: &str) -> anyhow::Result<Compress> {
@@ -73,14 +76,16 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
         )
     })?;
     let arch = AneArch::new(&args.target)?;
+    let outputs = (example.build)().with_context(|| format!("building {name}"))?;
+    let named: Vec<(&str, &aneforge::Tensor)> = outputs.iter().map(|(n, t)| (*n, t)).collect();
+    let roots: Vec<&aneforge::Tensor> = outputs.iter().map(|(_, t)| t).collect();
     let options = ProgramOptions {
         target: Target::Ane(arch),
         compress: parse_compress(&args.compress)?,
         weight_ceiling: Some(args.weight_ceiling),
+        quantize: args.quantize.resolve(&roots)?,
         ..ProgramOptions::default()
     };
-    let outputs = (example.build)().with_context(|| format!("building {name}"))?;
-    let named: Vec<(&str, &aneforge::Tensor)> = outputs.iter().map(|(n, t)| (*n, t)).collect();
     let plan = compile_program(
         &[FunctionSpec {
             name: "main",
@@ -175,6 +180,9 @@ fn write_plan(plan: &Compiled, arch: AneArch, out: &Path) -> anyhow::Result<()> 
         .unwrap_or_default();
     if !plan.report.compression.weights.is_empty() {
         report.push_str(&plan.report.compression.to_string());
+    }
+    if let Some(q) = &plan.report.quantization {
+        report.push_str(&q.to_string());
     }
     for e in plan.estimates() {
         report.push_str(&e.to_string());

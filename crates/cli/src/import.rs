@@ -2,8 +2,9 @@
 //! (`model.mil` + `weights/weight.bin`) that `aneforge run` runs, for the CPU target or an ANE
 //! architecture.
 
+use crate::quantize_args::QuantizeArgs;
 use aneforge::arch::AneArch;
-use aneforge::{compile_artifact, ProgramOptions, Target};
+use aneforge::{compile_program, FunctionSpec, ProgramOptions, Target};
 use aneforge_onnx::{import_file, ImportOptions};
 use anyhow::{bail, Context};
 use std::fmt::Write as _;
@@ -26,6 +27,8 @@ pub struct ImportArgs {
     /// Also write the program as a Core ML package.
     #[arg(long, value_name = "PATH.mlpackage")]
     pub mlpackage: Option<PathBuf>,
+    #[command(flatten)]
+    pub quantize: QuantizeArgs,
 }
 
 fn parse_shape(spec: &str) -> anyhow::Result<(String, Vec<usize>)> {
@@ -61,14 +64,22 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let model = &args.model;
     let imported =
         import_file(model, &options).with_context(|| format!("importing {}", model.display()))?;
-    let artifact = compile_artifact(
-        &imported.named_outputs(),
+    let named = imported.named_outputs();
+    let roots: Vec<&aneforge::Tensor> = named.iter().map(|(_, t)| *t).collect();
+    let compiled = compile_program(
+        &[FunctionSpec {
+            name: "main",
+            outputs: &named,
+        }],
         &ProgramOptions {
             target: target.clone(),
+            quantize: args.quantize.resolve(&roots)?,
             ..ProgramOptions::default()
         },
     )
     .with_context(|| format!("compiling {} for {}", model.display(), args.target))?;
+    let quantization = compiled.report.quantization.clone();
+    let artifact = compiled.into_artifact()?;
     artifact
         .save(&args.out)
         .with_context(|| format!("writing {}", args.out.display()))?;
@@ -109,6 +120,9 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
             o.tensor.dtype(),
             o.tensor.shape()
         )?;
+    }
+    if let Some(q) = quantization {
+        write!(text, "{q}")?;
     }
     print!("{text}");
     Ok(())

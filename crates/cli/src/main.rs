@@ -23,6 +23,7 @@ mod llm;
 mod mil;
 mod model_hints;
 mod output;
+mod quantize_args;
 mod rag;
 mod rerank;
 mod run;

@@ -259,7 +259,7 @@ fn read_inputs(specs: &[String], ports: &[Port]) -> anyhow::Result<BTreeMap<Stri
 
 /// A `.npy` file as an engine input: float64 data (NumPy's default) is converted to float32 with
 /// a warning, every other dtype is read as the file stores it.
-fn read_npy(path: &Path) -> anyhow::Result<(Vec<usize>, HostTensor)> {
+pub(crate) fn read_npy(path: &Path) -> anyhow::Result<(Vec<usize>, HostTensor)> {
     let bytes = aneforge_models::npy::read_bytes(path)?;
     if let Some((shape, data)) = float64_npy(&bytes) {
         eprintln!(

@@ -2,7 +2,7 @@
 //! [`mil::Program`] must be one the target family accepts. Used at the end of every ANE compile
 //! and by the tests of each rewrite.
 
-use super::limits::{Limits, COMPUTE_DTYPES, IO_DTYPES};
+use super::limits::{Limits, COMPUTE_DTYPES, IO_DTYPES, QUANTIZED_DTYPES};
 use super::mil_ops::{requirement, Requirement};
 use super::AneArch;
 use aneforge_mil as mil;
@@ -179,7 +179,8 @@ impl<'a> FunctionCheck<'a> {
                 );
                 continue;
             };
-            if !COMPUTE_DTYPES.contains(&t.dtype) {
+            let quantized = op_type == "quantize" && QUANTIZED_DTYPES.contains(&t.dtype);
+            if !COMPUTE_DTYPES.contains(&t.dtype) && !quantized {
                 self.report(
                     &v.name,
                     op_type,

@@ -41,6 +41,9 @@ pub const IO_DTYPES: [DType; 3] = [DType::Fp16, DType::Int8, DType::Uint8];
 /// Computed values may only have these types (comparisons yield bool, consumed by `select`).
 pub const COMPUTE_DTYPES: [DType; 2] = [DType::Fp16, DType::Bool];
 
+/// What `quantize` produces (and `dequantize` reads) besides the compute dtypes.
+pub const QUANTIZED_DTYPES: [DType; 2] = [DType::Int8, DType::Uint8];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,6 +70,10 @@ const FLOORS: &[(&str, Family)] = &[
     ("crop_resize", Family::A14),
     ("affine", Family::A14),
     ("resample", Family::A14),
+    // iOS17 activation quantization; Apple documents int8-int8 Neural Engine compute from A17
+    // Pro and M4, which sit in the A16 family.
+    ("quantize", Family::A16),
+    ("dequantize", Family::A16),
 ];
 
 const REWRITTEN: &[(&str, &str)] = &[("cumsum", "a triangular matmul"), ("square", "mul(x, x)")];

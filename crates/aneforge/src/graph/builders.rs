@@ -79,6 +79,11 @@ impl Tensor {
         Tensor::from_op(Op::Clip { min, max }, vec![self.clone()])
     }
 
+    /// Per-tensor symmetric int8 quantize → dequantize with `scale` ([`Op::FakeQuant`]).
+    pub fn fake_quant(&self, scale: f32) -> Result<Tensor, GraphError> {
+        Tensor::from_op(Op::FakeQuant { scale }, vec![self.clone()])
+    }
+
     pub fn leaky_relu(&self, alpha: f32) -> Result<Tensor, GraphError> {
         Tensor::from_op(Op::LeakyRelu { alpha }, vec![self.clone()])
     }

@@ -359,6 +359,10 @@ pub enum Op {
     /// value exists. The extra sources carry no data; they order the schedule, e.g. a
     /// recomputed layer after the gradient that needs it (`autograd::Segment`).
     Barrier,
+    /// `[x]`: per-tensor symmetric int8 quantize then dequantize, MIL `quantize` (int8, no zero
+    /// point) then `dequantize`: `scale · clamp(round_half_even(x / scale), −128, 127)`, with
+    /// `x / scale` rounded to the program's float type before the integer rounding.
+    FakeQuant { scale: f32 },
 }
 
 impl Op {
@@ -410,6 +414,7 @@ impl Op {
             Op::Sdpa { .. } => "sdpa",
             Op::StopGradient => "stop_gradient",
             Op::Barrier => "barrier",
+            Op::FakeQuant { .. } => "fake_quant",
         }
     }
 
@@ -450,7 +455,8 @@ impl Op {
             | Op::Select
             | Op::Cast { .. }
             | Op::StopGradient
-            | Op::Barrier => OpFamily::Elementwise,
+            | Op::Barrier
+            | Op::FakeQuant { .. } => OpFamily::Elementwise,
             Op::MatMul { .. } | Op::Linear { .. } | Op::LinearExperts { .. } => OpFamily::Linalg,
             Op::Conv { .. } | Op::ConvTranspose { .. } | Op::Pool(_) | Op::Upsample { .. } => {
                 OpFamily::Conv

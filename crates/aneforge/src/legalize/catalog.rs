@@ -158,5 +158,14 @@ pub fn graph_ops(family: Family) -> Vec<OpRow> {
             "identity (its extra sources only order the program)",
         ),
     ]);
+    rows.push(if crate::arch::mil_ops::accepts("quantize", family) {
+        row(
+            "fake_quant",
+            Native,
+            "int8 per-tensor quantize → dequantize (iOS17 ops)",
+        )
+    } else {
+        row("fake_quant", Walled, super::QUANTIZE_FLOOR)
+    });
     rows
 }

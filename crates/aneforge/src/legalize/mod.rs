@@ -199,6 +199,10 @@ impl Cx {
     }
 }
 
+/// Why `fake_quant` is refused below its floor family.
+pub const QUANTIZE_FLOOR: &str =
+    "int8 activations (MIL quantize/dequantize) need the A16+/M4 family (Apple documents int8-int8 compute on the Neural Engine from A17 Pro and M4)";
+
 /// The rule for one node: `Some` replacement, or `None` to keep the op over the legalized operands.
 fn rule(cx: &mut Cx, node: &Tensor, srcs: &[Tensor]) -> Result<Option<Tensor>, GraphError> {
     use crate::graph::UnaryOp as U;
@@ -247,6 +251,10 @@ fn rule(cx: &mut Cx, node: &Tensor, srcs: &[Tensor]) -> Result<Option<Tensor>, G
         } if *has_mask || *causal => attention::decompose_masked(cx, node, srcs)?,
         Op::Reshape { shape } => attention::head_repeat(cx, node, srcs, shape)?,
         Op::Conv { attrs, has_bias } => shapes::patch_conv(cx, node, srcs, attrs, *has_bias)?,
+        Op::FakeQuant { .. } if !crate::arch::mil_ops::accepts("quantize", cx.family) => {
+            cx.reject(node, QUANTIZE_FLOOR);
+            None
+        }
         _ => None,
     })
 }

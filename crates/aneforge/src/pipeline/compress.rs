@@ -79,6 +79,15 @@ pub fn compress(
     artifact: Artifact,
     mode: Compress,
 ) -> Result<(Artifact, CompressionReport), CompileError> {
+    compress_from(artifact, mode, MIN_ELEMENTS)
+}
+
+/// [`compress`] of every fp16 blob weight of rank ≥ 2 with at least `min_elements` elements.
+pub(super) fn compress_from(
+    artifact: Artifact,
+    mode: Compress,
+    min_elements: usize,
+) -> Result<(Artifact, CompressionReport), CompileError> {
     if mode == Compress::None {
         return Ok((artifact, CompressionReport::default()));
     }
@@ -100,7 +109,7 @@ pub fn compress(
     for function in &mut program.functions {
         let ops = std::mem::take(&mut function.body.operations);
         for op in ops {
-            match candidate(&op, &blob)? {
+            match candidate(&op, &blob, min_elements)? {
                 Some((name, shape, values)) => {
                     let (ops, choice) = encode_weight(
                         &mut writer,
@@ -143,7 +152,11 @@ pub fn compress(
 type Candidate = (String, Vec<usize>, Vec<f32>);
 
 /// A `const` with a large fp16 blob value: (name, shape, values).
-fn candidate(op: &Operation, blob: &BlobFile) -> Result<Option<Candidate>, CompileError> {
+fn candidate(
+    op: &Operation,
+    blob: &BlobFile,
+    min_elements: usize,
+) -> Result<Option<Candidate>, CompileError> {
     if op.op_type != "const" {
         return Ok(None);
     }
@@ -154,7 +167,7 @@ fn candidate(op: &Operation, blob: &BlobFile) -> Result<Option<Candidate>, Compi
         return Ok(None);
     };
     let n: usize = shape.iter().product();
-    if ty.dtype != mil::DType::Fp16 || shape.len() < 2 || n < MIN_ELEMENTS {
+    if ty.dtype != mil::DType::Fp16 || shape.len() < 2 || n < min_elements {
         return Ok(None);
     }
     let bytes = blob.payload(*offset, ty)?;

@@ -11,6 +11,10 @@
 //! 6. check: MIL validation, and the family's checker (ANE targets);
 //! 7. compress: weight re-encoding behind accuracy gates (ANE targets that ask).
 //!
+//! W8A8 quantization ([`Quantize::W8A8`], `w8a8.rs`) wraps these stages: it calibrates on the
+//! CPU target, inserts `fake_quant` ops, runs them with int8 weights, and gates the result
+//! against the fp16 program.
+//!
 //! [`CompileReport`] says what each stage did and how long it took.
 
 mod compress;
@@ -18,11 +22,15 @@ mod preflight;
 mod segmented;
 mod split;
 mod tile;
+mod w8a8;
 
 pub use compress::{compress, CompressionReport, WeightChoice, GATE_REL, MIN_ELEMENTS};
 pub use preflight::preflight;
 pub use segmented::{Compiled, HostOutput, Segment, Source};
 pub use split::WEIGHT_CEILING;
+pub use w8a8::{
+    ActivationScale, Calibration, QuantizationReport, Quantize, DEFAULT_MIN_COSINE, W8A8,
+};
 
 use crate::arch::{check_program, AneArch, ArchError, Finding, FindingKind, Report, Violation};
 use crate::graph::{is_identifier, DType, Tensor};
@@ -62,6 +70,8 @@ pub struct ProgramOptions {
     /// Largest fp16 weight bytes per program; `None` keeps one program whatever its size. Only
     /// one-function ANE compiles are split.
     pub weight_ceiling: Option<u64>,
+    /// Activation quantization (ANE targets of the A16 family).
+    pub quantize: Quantize,
 }
 
 impl ProgramOptions {
@@ -107,6 +117,17 @@ pub enum CompileError {
     Segmented { count: usize },
     #[error("running segment {segment} on the CPU engine: {message}")]
     Run { segment: usize, message: String },
+    #[error("W8A8 quantization {0}")]
+    Quantize(String),
+    #[error(
+        "W8A8 accuracy gate: output '{output}' has cosine {cosine:.6} to the fp16 program, below the bound {bound}; the activation quantized worst is {activation}"
+    )]
+    QuantizeGate {
+        output: String,
+        cosine: f64,
+        bound: f64,
+        activation: String,
+    },
 }
 
 impl From<mil::BlobError> for CompileError {
@@ -130,6 +151,8 @@ pub struct CompileReport {
     /// Every rewritten, rejected, oversized and noted node (`None` on the CPU target).
     pub legality: Option<Report>,
     pub compression: CompressionReport,
+    /// The activation scales and the accuracy gate (W8A8 compiles).
+    pub quantization: Option<QuantizationReport>,
     /// The stages that ran, in pipeline order.
     pub stages: Vec<StageTime>,
 }
@@ -175,6 +198,9 @@ impl fmt::Display for CompileReport {
         if !self.compression.weights.is_empty() {
             write!(f, "{}", self.compression)?;
         }
+        if let Some(q) = &self.quantization {
+            write!(f, "{q}")?;
+        }
         let stages: Vec<String> = self
             .stages
             .iter()
@@ -203,7 +229,10 @@ pub fn compile_program(
     functions: &[FunctionSpec<'_>],
     options: &ProgramOptions,
 ) -> Result<Compiled, CompileError> {
-    run(functions, options, Mode::Strict)
+    match &options.quantize {
+        Quantize::W8A8(w) => w8a8::compile(functions, options, w),
+        _ => run(functions, options, Mode::Strict),
+    }
 }
 
 /// The pipeline for one function, `main`, returning its one program.
@@ -346,8 +375,13 @@ fn run(
             continue;
         }
         let artifact = if mode == Mode::Strict {
+            // W8A8 stores every weight int8, whatever its size.
+            let min_elements = match options.quantize {
+                Quantize::W8A8(_) => 0,
+                _ => MIN_ELEMENTS,
+            };
             let (artifact, c) = report.time("compress", || {
-                compress::compress(artifact, options.compress)
+                compress::compress_from(artifact, options.compress, min_elements)
             })?;
             report.compression.weights.extend(c.weights);
             artifact

@@ -144,6 +144,14 @@ pub fn round_half_even(x: f64) -> f64 {
     }
 }
 
+/// MIL `quantize` (int8, no zero point) then `dequantize` in fp32: the quotient rounded to f32,
+/// rounded half to even, clamped to [−128, 127], times the scale.
+pub fn fake_quant(x: f64, scale: f32) -> f64 {
+    let s = f64::from(scale);
+    let q = f64::from((x / s) as f32);
+    round_half_even(q).clamp(-128.0, 127.0) * s
+}
+
 pub fn sign(x: f64) -> f64 {
     if x > 0.0 {
         1.0

@@ -302,6 +302,7 @@ fn eval_node(node: &Tensor, s: &[&Nd], env: &Env) -> Nd {
             r::sdpa(s[0], s[1], s[2], add, keep, *causal, scale.map(f64::from))
         }
         Op::StopGradient | Op::Barrier => s[0].clone(),
+        Op::FakeQuant { scale } => s[0].map(|x| r::fake_quant(x, *scale)),
     }
 }
 

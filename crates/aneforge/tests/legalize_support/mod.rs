@@ -373,6 +373,11 @@ fn eval_node(node: &Tensor, s: &[&V], feeds: &HashMap<String, V>) -> V {
             zip(&e, &z, |a, b| a / b)
         }
         Op::Reshape { .. } | Op::StopGradient | Op::Barrier => V::new(sh, s[0].data.clone()),
+        Op::FakeQuant { scale } => s[0].map(|x| {
+            let s = f64::from(*scale);
+            let q = f64::from((x / s) as f32).round_ties_even();
+            q.clamp(-128.0, 127.0) * s
+        }),
         Op::Cast { dtype } => s[0].map(|x| match dtype {
             DType::F32 => x,
             DType::I32 => x.trunc(),

@@ -16,6 +16,7 @@ mod install_cli;
 mod llm_cli;
 mod mil_check;
 mod process_cli;
+mod quantize_cli;
 mod rag_cli;
 mod stdin_cli;
 mod targets_cli;

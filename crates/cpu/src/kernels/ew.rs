@@ -578,6 +578,44 @@ pub enum IntOp {
     Un(UnOp),
     Bin(BinOp),
     Select,
+    /// MIL `quantize` (float → int8/uint8).
+    Quantize(Affine),
+    /// MIL `dequantize` (int8/uint8 → float).
+    Dequantize(Affine),
+}
+
+/// One per-tensor affine quantizer, as coremltools' `quantize`/`dequantize` value inference
+/// computes it (`optimize/_utils.py`): `q = clip(round_half_even(x / scale) + zero, lo, hi)` with
+/// the quotient rounded to the input's float type, and `x = scale · (q − zero)` rounded once to
+/// the output's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Affine {
+    /// The scale as stored (an fp16 scale is exact in f64).
+    pub scale: f64,
+    pub zero: f64,
+    /// The integer type's range (`[-128, 127]` for int8, `[0, 255]` for uint8).
+    pub lo: f64,
+    pub hi: f64,
+    /// The float type of the quantized input.
+    pub float: Elem,
+}
+
+impl Affine {
+    pub fn quantize(&self, x: f64) -> f64 {
+        // The f64 quotient rounded to f32 or f16 is the correctly rounded quotient of that type
+        // (f64 carries more than twice their significand bits plus two).
+        let r = x / self.scale;
+        let r = match self.float {
+            Elem::F16 => f16::from_f64(r).to_f64(),
+            _ => r as f32 as f64,
+        };
+        (r.round_ties_even() + self.zero).clamp(self.lo, self.hi)
+    }
+
+    /// Exact in f64 (an 8-bit integer times an f32 scale); the store rounds it once.
+    pub fn dequantize(&self, q: f64) -> f64 {
+        (q - self.zero) * self.scale
+    }
 }
 
 unsafe fn load_f64(p: *const u8, elem: Elem, i: usize) -> f64 {
@@ -650,6 +688,8 @@ impl IntEw {
                             v(2)
                         }
                     }
+                    IntOp::Quantize(a) => a.quantize(v(0)),
+                    IntOp::Dequantize(a) => a.dequantize(v(0)),
                 };
                 store_f64(out, self.out_elem, i, r);
             }

@@ -1,10 +1,10 @@
-//! Unary, binary, select and cast ops: each becomes a one-op elementwise chain (float) or an
-//! integer kernel; fusion merges chains later.
+//! Unary, binary, select, cast, quantize and dequantize ops: each becomes a one-op elementwise
+//! chain (float) or an integer kernel; fusion merges chains later.
 
 use crate::compile::OpCx;
 use crate::error::Result;
 use crate::kernels::ew::{
-    broadcast_shapes, broadcast_strides, BinOp, Chain, Instr, IntEw, IntOp, Load, UnOp,
+    broadcast_shapes, broadcast_strides, Affine, BinOp, Chain, Instr, IntEw, IntOp, Load, UnOp,
 };
 use crate::kernels::Kernel;
 use crate::plan::Vid;
@@ -108,6 +108,9 @@ fn emit(cx: &mut OpCx, ins: &[Vid], shape: Vec<usize>, out_dtype: DType, op: Int
             IntOp::Un(u) => Instr::Un(u, n, 0),
             IntOp::Bin(b) => Instr::Bin(b, n, 0, 1),
             IntOp::Select => Instr::Select(n, 0, 1, 2),
+            IntOp::Quantize(_) | IntOp::Dequantize(_) => {
+                return Err(cx.err("quantized values are int8 or uint8, never float"))
+            }
         };
         let mut instrs = vec![instr];
         if out_elem == Elem::F16 {
@@ -203,6 +206,101 @@ pub(crate) fn build(cx: &mut OpCx, t: &str) -> Result<()> {
             let shape = cx.shape(x);
             emit(cx, &[x], shape, d, IntOp::Un(UnOp::Copy))
         }
+        "quantize" => quantize(cx),
+        "dequantize" => dequantize(cx),
         _ => Err(cx.err(format!("the CPU engine does not implement op type `{t}`"))),
     }
+}
+
+/// The per-tensor scale and zero point of `quantize`/`dequantize` (iOS17): scalar constants;
+/// per-axis (vector) parameters are refused by name.
+fn affine(cx: &mut OpCx, int: DType, float: DType) -> Result<Affine> {
+    if cx.has_arg("axis") {
+        return Err(cx.err(
+            "per-axis quantization (an `axis` argument) is not implemented; use a scalar scale",
+        ));
+    }
+    let s = cx.input("scale")?;
+    if !cx.shape(s).is_empty() {
+        return Err(cx.err(format!(
+            "scale must be a scalar, found shape {:?}",
+            cx.shape(s)
+        )));
+    }
+    let scale = f64::from(cx.float("scale", None)?);
+    if !(scale.is_finite() && scale != 0.0) {
+        return Err(cx.err(format!("scale {scale} must be finite and nonzero")));
+    }
+    let zero = match cx.ints("zero_point")? {
+        None => 0.0,
+        Some(v) if v.len() == 1 => v[0] as f64,
+        Some(v) => {
+            return Err(cx.err(format!(
+                "zero_point must be a scalar, found {} values",
+                v.len()
+            )))
+        }
+    };
+    let (lo, hi) = match int {
+        DType::Int8 => (-128.0, 127.0),
+        DType::Uint8 => (0.0, 255.0),
+        d => return Err(cx.err(format!("quantized type {d} is not int8 or uint8"))),
+    };
+    let float = match float {
+        DType::Fp16 => Elem::F16,
+        DType::Fp32 => Elem::F32,
+        d => return Err(cx.err(format!("float type {d} is not fp16 or fp32"))),
+    };
+    Ok(Affine {
+        scale,
+        zero,
+        lo,
+        hi,
+        float,
+    })
+}
+
+fn quantize_kernel(cx: &mut OpCx, x: Vid, out_dtype: DType, op: IntOp) -> Result<()> {
+    let shape = cx.shape(x);
+    let out = cx.output(0, out_dtype, shape.clone())?;
+    let out_elem = cx.elem(out)?;
+    let load = Load {
+        value: x,
+        elem: cx.elem(x)?,
+        strides: broadcast_strides(&shape, &shape),
+    };
+    let kernel = Kernel::IntEw(IntEw {
+        shape,
+        loads: vec![load],
+        op,
+        out,
+        out_elem,
+    });
+    cx.emit(kernel, vec![x], vec![out]);
+    Ok(())
+}
+
+fn quantize(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("input")?;
+    let int = match cx.string("output_dtype", None)?.as_str() {
+        "int8" => DType::Int8,
+        "uint8" => DType::Uint8,
+        other => {
+            return Err(cx.err(format!(
+                "output_dtype `{other}` is not supported (int8, uint8)"
+            )))
+        }
+    };
+    let float = cx.dtype(x);
+    let a = affine(cx, int, float)?;
+    quantize_kernel(cx, x, int, IntOp::Quantize(a))
+}
+
+fn dequantize(cx: &mut OpCx) -> Result<()> {
+    let x = cx.input("input")?;
+    let scale = cx.input("scale")?;
+    let float = cx.dtype(scale);
+    let int = cx.dtype(x);
+    let a = affine(cx, int, float)?;
+    quantize_kernel(cx, x, float, IntOp::Dequantize(a))
 }

@@ -14,5 +14,6 @@ mod mil_text;
 mod profile;
 mod quant;
 mod quant_gemv;
+mod quantize;
 mod reduce_norm;
 mod runtime_window;

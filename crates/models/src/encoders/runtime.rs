@@ -454,6 +454,7 @@ impl Runtime {
                 parameters: ParameterMode::Constant,
                 compress: self.options.compress,
                 weight_ceiling: None,
+                ..ProgramOptions::default()
             },
         )
         .map_err(|e| program_error(e.into()))?;

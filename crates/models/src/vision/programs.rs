@@ -31,6 +31,7 @@ impl Compiler {
                 parameters: ParameterMode::Constant,
                 compress: self.compress,
                 weight_ceiling: None,
+                ..ProgramOptions::default()
             },
         )
         .map_err(|e| program(e.into()))?;

@@ -82,6 +82,14 @@ pub(super) fn clip(x: &Tensor, g: &Tensor, min: f32, max: f32) -> Result<Tensor,
     keep_where(&x.compare_scalar(CompareOp::GreaterEqual, min)?, &inside)
 }
 
+/// The clipped straight-through estimator (PyTorch's `fake_quantize_per_tensor_affine`): `g`
+/// where `round(x / scale)` lies in the int8 range, zero where the quantizer saturates.
+pub(super) fn fake_quant(x: &Tensor, g: &Tensor, scale: f32) -> Result<Tensor, GraphError> {
+    let q = x.div(&crate::graph::scalar(scale))?.round()?;
+    let inside = keep_where(&q.compare_scalar(CompareOp::LessEqual, 127.0)?, g)?;
+    keep_where(&q.compare_scalar(CompareOp::GreaterEqual, -128.0)?, &inside)
+}
+
 pub(super) fn leaky_relu(x: &Tensor, g: &Tensor, alpha: f32) -> Result<Tensor, GraphError> {
     x.compare_scalar(CompareOp::Greater, 0.0)?
         .select(g, &g.mul_scalar(alpha)?)

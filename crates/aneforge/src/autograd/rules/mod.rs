@@ -41,6 +41,7 @@ pub(crate) fn vjp(node: &Tensor, g: &Tensor, wants: &[bool]) -> Result<Grads, Gr
         Op::Clip { min, max } => Ok(vec![Some(elementwise::clip(&s[0], g, *min, *max)?)]),
         Op::LeakyRelu { alpha } => Ok(vec![Some(elementwise::leaky_relu(&s[0], g, *alpha)?)]),
         Op::Elu { alpha } => Ok(vec![Some(elementwise::elu(&s[0], g, *alpha)?)]),
+        Op::FakeQuant { scale } => Ok(vec![Some(elementwise::fake_quant(&s[0], g, *scale)?)]),
         Op::Binary(b) => elementwise::binary(*b, &s[0], &s[1], node, g, wants),
         Op::Select => elementwise::select(s, g, wants),
         Op::MatMul {

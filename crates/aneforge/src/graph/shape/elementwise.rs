@@ -26,6 +26,17 @@ pub(super) fn infer(
             }
             Ok(same(&srcs[0]))
         }
+        Op::FakeQuant { scale } => {
+            arity(name, srcs, 1)?;
+            float_only(name, srcs)?;
+            if !(scale.is_finite() && *scale > 0.0) {
+                return Err(GraphError::attribute(
+                    name,
+                    format!("scale {scale} is not a positive finite number"),
+                ));
+            }
+            Ok(same(&srcs[0]))
+        }
         Op::Binary(b) => {
             arity(name, srcs, 2)?;
             let dtypes = [srcs[0].dtype(), srcs[1].dtype()];

@@ -1,8 +1,9 @@
-//! Emission of elementwise ops: unary functions, clip, activations with a parameter, binary arithmetic, comparisons, select, cast, stop_gradient and barrier.
+//! Emission of elementwise ops: unary functions, clip, activations with a parameter, binary arithmetic, comparisons, select, cast, stop_gradient, barrier and fake_quant.
 
 use super::{string, Emitter};
 use crate::graph::{BinaryOp, CompareOp, Op, Tensor, UnaryOp};
 use crate::lower::LowerError;
+use aneforge_mil::{self as mil, Argument, TensorType};
 
 impl Emitter<'_> {
     pub(super) fn elementwise(&mut self, node: &Tensor) -> Result<(), LowerError> {
@@ -79,6 +80,34 @@ impl Emitter<'_> {
             Op::Barrier => {
                 let args = vec![("x", x())];
                 self.push(node, "identity", args)
+            }
+            Op::FakeQuant { scale } => {
+                // iOS17 `quantize` / `dequantize`: a scalar scale of the input's float type and
+                // no zero point (symmetric), so neither takes an `axis`.
+                let stored = self.consts.float_value(*scale);
+                if !(stored.is_finite() && stored > 0.0) {
+                    return Err(self.unsupported(
+                        node,
+                        &format!(
+                            "scale {scale} is not a positive finite {}",
+                            self.float.name()
+                        ),
+                    ));
+                }
+                let input = x();
+                let q = self.fresh("quantized");
+                let args = vec![
+                    ("input", input),
+                    ("scale", self.float_lit(*scale)),
+                    ("output_dtype", string("int8")),
+                ];
+                let ty = TensorType::new(mil::DType::Int8, node.shape());
+                self.push_value(&q, ty, "quantize", args);
+                let args = vec![
+                    ("input", Argument::Name(q)),
+                    ("scale", self.float_lit(*scale)),
+                ];
+                self.push(node, "dequantize", args)
             }
             _ => return Err(self.unsupported(node, "not an elementwise op")),
         }
