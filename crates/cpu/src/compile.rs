@@ -825,7 +825,7 @@ pub fn compile_dir(
     let blobs: BlobStore = dir
         .blobs
         .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.clone(), crate::shared_weights::share_file(v)))
         .collect();
     compile(&dir.program, function, &blobs, options)
 }

@@ -1,9 +1,11 @@
-//! Prepared (widened, transposed) weights shared by content between plans: programs that carry
-//! the same weights — one per sequence-length bucket of an encoder, say — hold one copy.
+//! Weights shared by content between plans, prepared (widened, transposed) copies and whole blob
+//! files alike: programs that carry the same weights — one per sequence-length bucket of an
+//! encoder, say — hold one copy.
 //!
 //! The registry keeps weak references only, so a weight lives exactly as long as some plan uses
 //! it. Lookups compare the whole contents bit for bit; the hash only narrows the search.
 
+use aneforge_mil::BlobFile;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -81,6 +83,37 @@ pub(crate) fn narrowed_f16(
     registry.retain(|_, w| w.strong_count() > 0);
     registry.insert(key, Arc::downgrade(&fresh));
     Some(fresh)
+}
+
+/// Blob file length -> the live files of that length.
+type Files = HashMap<usize, Vec<Weak<dyn AsRef<[u8]> + Send + Sync>>>;
+
+static FILES: Mutex<Option<Files>> = Mutex::new(None);
+
+/// `file` over the bytes of a live blob file with the same contents if there is one, else `file`,
+/// registered for later plans. Plans read f32 weights in place from their file, so programs that
+/// differ only in shapes (one per bucket of an encoder) would otherwise each keep a copy of the
+/// same weights. Only files of equal length are compared, byte for byte.
+pub(crate) fn share_file(file: &BlobFile) -> BlobFile {
+    let bytes = file.shared_bytes();
+    let len = file.bytes().len();
+    let mut guard = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    let registry = guard.get_or_insert_with(HashMap::new);
+    let slot = registry.entry(len).or_default();
+    slot.retain(|w| w.strong_count() > 0);
+    for live in slot.iter().filter_map(Weak::upgrade) {
+        if Arc::ptr_eq(&live, &bytes) {
+            return file.clone();
+        }
+        if (*live).as_ref() == file.bytes() {
+            if let Ok(shared) = BlobFile::parse(file.name(), live) {
+                return shared;
+            }
+        }
+    }
+    slot.push(Arc::downgrade(&bytes));
+    registry.retain(|_, ws| !ws.is_empty());
+    file.clone()
 }
 
 #[cfg(test)]

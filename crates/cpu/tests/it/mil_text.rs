@@ -177,3 +177,89 @@ fn compiled_core_ml_fixtures_run() {
     .to_string();
     assert!(e.contains("symbolic") || e.contains("static"), "{e}");
 }
+
+/// A program reading a [64, 64] linear weight and its bias from its blob file, and that file's bytes.
+fn linear_program(weight: &[f32], bias: &[f32]) -> (aneforge_mil::Program, Vec<u8>) {
+    let (n, k) = (bias.len(), weight.len() / bias.len());
+    let mut w = BlobWriter::new();
+    let dt = aneforge_mil::DType::Fp32;
+    let w_off = w.add(dt, n * k, bytemuck::cast_slice(weight)).unwrap();
+    let b_off = w.add(dt, n, bytemuck::cast_slice(bias)).unwrap();
+    let blob = |ty: String, off: u64| {
+        format!("{ty}(BLOBFILE(path = string(\"@model_path/weights/weight.bin\"), offset = uint64({off})))")
+    };
+    let text = format!(
+        r#"program(1.3)
+{{
+    func main<ios17>(tensor<fp32, [1, {k}]> x) {{
+            tensor<fp32, [{n}, {k}]> w = const()[name = string("w"), val = {w}];
+            tensor<fp32, [{n}]> b = const()[name = string("b"), val = {b}];
+            tensor<fp32, [1, {n}]> y = linear(bias = b, weight = w, x = x)[name = string("y")];
+        }} -> (y);
+}}
+"#,
+        w = blob(format!("tensor<fp32, [{n}, {k}]>"), w_off),
+        b = blob(format!("tensor<fp32, [{n}]>"), b_off),
+    );
+    (parse(&text).expect("parses"), w.finish())
+}
+
+#[test]
+fn plans_of_programs_with_equal_weight_files_share_one_copy() {
+    let (n, k) = (64usize, 64usize);
+    let weight: Vec<f32> = (0..n * k)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
+        .collect();
+    let bias: Vec<f32> = (0..n).map(|i| (i as f32 - 30.0) / 16.0).collect();
+    let x: Vec<f32> = (0..k).map(|i| (i as f32 - 20.0) / 10.0).collect();
+    let want: Vec<f64> = (0..n)
+        .map(|j| {
+            (0..k)
+                .map(|c| weight[j * k + c] as f64 * x[c] as f64)
+                .sum::<f64>()
+                + bias[j] as f64
+        })
+        .collect();
+    // two programs with the same contents in two separate buffers, as two bucket programs of one
+    // encoder are compiled
+    let load = |bytes: &std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>| {
+        let (program, _) = linear_program(&weight, &bias);
+        let mut blobs = std::collections::BTreeMap::new();
+        blobs.insert(
+            "@model_path/weights/weight.bin".to_string(),
+            BlobFile::parse("weight.bin", bytes.clone()).unwrap(),
+        );
+        aneforge_cpu::compile_dir(
+            &aneforge_mil::ProgramDir { program, blobs },
+            "main",
+            &CompileOptions::default(),
+        )
+        .unwrap()
+    };
+    let file = || -> std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> {
+        std::sync::Arc::new(linear_program(&weight, &bias).1)
+    };
+    let (first, second) = (file(), file());
+    let plans = [load(&first), load(&second)];
+    assert!(
+        std::sync::Arc::strong_count(&first) > 1,
+        "the first plan reads its weights in place"
+    );
+    assert_eq!(
+        std::sync::Arc::strong_count(&second),
+        1,
+        "the second plan keeps its own copy of the same weights"
+    );
+    for plan in &plans {
+        let mut inst = plan.instantiate();
+        inst.set_input("x", HostSlice::F32(&x)).unwrap();
+        inst.execute().unwrap();
+        let y = inst.read_output_f32("y").unwrap();
+        for (j, (&a, &b)) in y.iter().zip(&want).enumerate() {
+            assert!(
+                (a as f64 - b).abs() < 1e-4 * b.abs().max(1.0),
+                "y[{j}] {a} vs {b}"
+            );
+        }
+    }
+}
