@@ -1,6 +1,8 @@
 //! Every ANE rewrite executed: the legalized fp16 program (ANE target) and the direct fp32
 //! program (CPU target) of the same graph run on the CPU engine and agree to fp16 tolerance.
 
+mod common;
+
 use aneforge::arch::{check_program, AneArch};
 use aneforge::graph::{constant, input, nn, ConvAttrs, DType, HostArray, ReduceOp, Tensor};
 use aneforge::lower::{Artifact, ParameterMode, PortKind};
@@ -76,7 +78,7 @@ fn agree_with(
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(check_program(ane.program(), arch).is_empty());
-    dump(&ane, &format!("legalize_{}_{arch}", outputs[0].0));
+    common::dump_package(&ane, &format!("legalize_{}_{arch}", outputs[0].0));
     let want = run(&cpu, feeds);
     let got = run(&ane, feeds);
     for ((name, _), (w, g)) in outputs.iter().zip(want.iter().zip(&got)) {
@@ -92,23 +94,6 @@ fn agree_with(
             tol * scale
         );
     }
-}
-
-/// With `ANEFORGE_DUMP_CORPUS=DIR`, exports the legalized program as `DIR/NAME.mlpackage` for
-/// `tools/coreml_check.py` (coremltools' own op definitions check every rewrite's ops).
-fn dump(a: &Artifact, name: &str) {
-    let Ok(dir) = std::env::var("ANEFORGE_DUMP_CORPUS") else {
-        return;
-    };
-    let options = aneforge_mil::mlpackage::ExportOptions {
-        short_description: name.to_string(),
-        ..Default::default()
-    };
-    a.export_mlpackage(
-        &std::path::Path::new(&dir).join(format!("{name}.mlpackage")),
-        &options,
-    )
-    .unwrap_or_else(|e| panic!("{name}: exporting the .mlpackage: {e}"));
 }
 
 fn rand_vec(rng: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> {

@@ -2,6 +2,8 @@
 //! honoured anywhere, the accuracy gate, and the blockwise format decoded independently from
 //! its op definition (`constexpr_blockwise_shift_scale`: output = scale · data, block-repeated).
 
+mod common;
+
 use aneforge::arch::native_schemes;
 use aneforge::arch::{check_program, AneArch, Family};
 use aneforge::graph::{constant, input, DType, HostArray, Tensor};
@@ -250,18 +252,7 @@ fn compressed_programs_execute_within_the_gate_on_the_cpu_engine() {
         .unwrap();
         let want = run_cpu(&plain, &x);
         let (c, report) = compress(plain, mode).unwrap();
-        if let Ok(dir) = std::env::var("ANEFORGE_DUMP_CORPUS") {
-            let name = format!("compress_{mode:?}");
-            let options = aneforge_mil::mlpackage::ExportOptions {
-                short_description: name.clone(),
-                ..Default::default()
-            };
-            c.export_mlpackage(
-                &std::path::Path::new(&dir).join(format!("{name}.mlpackage")),
-                &options,
-            )
-            .unwrap();
-        }
+        common::dump_package(&c, &format!("compress_{mode:?}"));
         let err = report.weights[0].max_abs_error;
         let got = run_cpu(&c, &x);
         let moved = got.iter().zip(&want).any(|(a, b)| a != b);

@@ -2,6 +2,8 @@
 //! those ops, and the W8A8 compile (calibration, int8 weights, the accuracy gate) against a
 //! PyTorch fake-quantized model (`tools/fixtures/w8a8/`).
 
+mod common;
+
 use aneforge::engine::{HostSlice, HostTensor};
 use aneforge::graph::{constant, input, Conv2dParams, DType, HostArray, Tensor};
 use aneforge::{
@@ -42,23 +44,6 @@ fn run_one(outputs: &[(&str, &Tensor)], target: Target, x: &[f32]) -> Vec<f32> {
         HostTensor::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
         other => panic!("unexpected output {other:?}"),
     }
-}
-
-/// With `ANEFORGE_DUMP_CORPUS=DIR`, exports the program as `DIR/NAME.mlpackage` for
-/// `tools/coreml_check.py` (coremltools type-checks `quantize`/`dequantize` and the int8 weights).
-fn dump(a: &aneforge::Artifact, name: &str) {
-    let Ok(dir) = std::env::var("ANEFORGE_DUMP_CORPUS") else {
-        return;
-    };
-    let options = aneforge_mil::mlpackage::ExportOptions {
-        short_description: name.to_string(),
-        ..Default::default()
-    };
-    a.export_mlpackage(
-        &std::path::Path::new(&dir).join(format!("{name}.mlpackage")),
-        &options,
-    )
-    .unwrap_or_else(|e| panic!("{name}: exporting the .mlpackage: {e}"));
 }
 
 fn h16() -> AneArch {
@@ -105,7 +90,7 @@ fn fake_quant_emits_ios17_quantize_then_dequantize() {
         &ProgramOptions::new(&Target::Ane(h16()), ParameterMode::Constant),
     )
     .unwrap();
-    dump(&artifact, "w8a8_fake_quant_fp16");
+    common::dump_package(&artifact, "w8a8_fake_quant_fp16");
     let text = artifact.mil_text();
     let q = text.find("tensor<int8, [2, 8]>").expect(text);
     let quantize = text.find("= quantize(input = x").expect(text);
@@ -213,7 +198,7 @@ fn matches_torch(name: &str, ops: &[&str]) {
     assert_eq!(got_scales, want_scales, "{q}");
     assert_eq!(q.activations[0].input.as_deref(), Some("x"));
     assert!(q.cosines[0].1 >= 0.99, "{q}");
-    dump(&compiled.segments[0].artifact, &format!("w8a8_{name}"));
+    common::dump_package(&compiled.segments[0].artifact, &format!("w8a8_{name}"));
     let text = compiled.segments[0].artifact.mil_text().to_string();
     assert_eq!(text.matches("= quantize(").count(), 2, "{text}");
     for op in ops {

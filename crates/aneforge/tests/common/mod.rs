@@ -334,18 +334,27 @@ pub fn dump_corpus(model: &aneforge::Model, name: &str) {
         return;
     };
     let name = sanitize(name);
-    let dir = std::path::Path::new(&dir);
     model
-        .save(&dir.join("programs").join(&name))
+        .save(&std::path::Path::new(&dir).join("programs").join(&name))
         .unwrap_or_else(|e| panic!("{name}: saving the program directory: {e}"));
+    dump_package(model.artifact(), &name);
+}
+
+/// With `ANEFORGE_DUMP_CORPUS=DIR`, exports the program as `DIR/NAME.mlpackage` for
+/// `tools/coreml_check.py DIR`, where coremltools' own op definitions check it.
+pub fn dump_package(artifact: &aneforge::Artifact, name: &str) {
+    let Ok(dir) = std::env::var("ANEFORGE_DUMP_CORPUS") else {
+        return;
+    };
     let options = aneforge_mil::mlpackage::ExportOptions {
-        author: "aneforge op suite".into(),
-        short_description: name.clone(),
+        short_description: name.to_string(),
         ..Default::default()
     };
-    model
-        .artifact()
-        .export_mlpackage(&dir.join(format!("{name}.mlpackage")), &options)
+    artifact
+        .export_mlpackage(
+            &std::path::Path::new(&dir).join(format!("{name}.mlpackage")),
+            &options,
+        )
         .unwrap_or_else(|e| panic!("{name}: exporting the .mlpackage: {e}"));
 }
 
