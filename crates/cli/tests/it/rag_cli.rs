@@ -266,10 +266,9 @@ struct Bm25Case {
     scores: Vec<f32>,
 }
 
-/// The passages `rag ask --retrieve-only` cites, as indices of the fixture's passages (file
-/// `pNN.txt` holds passage NN), with their scores.
-fn cited(db: &Path, question: &str, extra: &[&str]) -> Vec<(usize, f32)> {
-    let out = Command::new(env!("CARGO_BIN_EXE_aneforge"))
+/// `rag ask QUESTION --retrieve-only` on the index at `db` with MiniLM, and `extra` arguments.
+fn retrieve_only(db: &Path, question: &str, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_aneforge"))
         .args(["rag", "ask", question, "--db"])
         .arg(db)
         .args([
@@ -279,10 +278,17 @@ fn cited(db: &Path, question: &str, extra: &[&str]) -> Vec<(usize, f32)> {
             MINILM,
             "--retrieve-only",
         ])
-        .args(["--format", "json", "-t", "1"])
         .args(extra)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// The passages `rag ask --retrieve-only` cites, as indices of the fixture's passages (file
+/// `pNN.txt` holds passage NN), with their scores.
+fn cited(db: &Path, question: &str, extra: &[&str]) -> Vec<(usize, f32)> {
+    let mut args = vec!["--format", "json", "-t", "1"];
+    args.extend_from_slice(extra);
+    let out = retrieve_only(db, question, &args);
     assert!(
         out.status.success(),
         "{}",
@@ -371,19 +377,7 @@ fn a_question_without_an_indexed_word_is_refused_for_bm25_candidates() {
     .unwrap();
     let db = dir.path().join("index.db");
     run_index(&docs, &db);
-    let out = Command::new(env!("CARGO_BIN_EXE_aneforge"))
-        .args(["rag", "ask", "zebras quagga", "--db"])
-        .arg(&db)
-        .args([
-            "-m",
-            "unused/llm",
-            "--embed-model",
-            MINILM,
-            "--retrieve-only",
-        ])
-        .args(["--candidate-pool", "bm25"])
-        .output()
-        .unwrap();
+    let out = retrieve_only(&db, "zebras quagga", &["--candidate-pool", "bm25"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
