@@ -15,8 +15,12 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 echo "batch $BATCH, seq $SEQ, steps $STEPS, threads $THREADS; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo build --release -p aneforge-cli >/dev/null 2>&1
-/usr/bin/time -f "aneforge peak RSS %M KiB" ./target/release/aneforge finetune -t "$THREADS" -m "$MODEL" \
-  --data "$DATA" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" -o "$OUT/full" 2>&1 |
-  awk '/tokens\/s/ { n++; if (n > 1) { s += $(NF-1); k++ } } /peak RSS/ { print } END { if (k) printf "aneforge: %.0f tokens/s (mean of steps 2..)\n", s / k }'
+# each layer's activations kept, then recomputed in the backward (--checkpointing)
+for recompute in "" --checkpointing; do
+  echo "aneforge finetune ${recompute:-(activations kept)}"
+  /usr/bin/time -f "aneforge peak RSS %M KiB" ./target/release/aneforge finetune -t "$THREADS" -m "$MODEL" \
+    --data "$DATA" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" $recompute -o "$OUT/full" 2>&1 |
+    awk '/tokens\/s/ { n++; if (n > 1) { s += $(NF-1); k++ } } /peak RSS/ { print } END { if (k) printf "aneforge: %.0f tokens/s (mean of steps 2..)\n", s / k }'
+done
 OMP_NUM_THREADS=$THREADS "$PY" tools/bench/finetune_peer.py "$SNAP" "$GGUF" "$DATA" "$BATCH" "$SEQ" "$STEPS" "$THREADS" 2>/dev/null
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
