@@ -1113,16 +1113,7 @@ fn recomputed_segments_give_the_gradients_of_the_kept_forward() {
     // and against the kept forward's gradients, both planned for the CPU engine without its
     // fusions, which otherwise fuse the forward differently once the backward no longer reads
     // its intermediates (f32 rounding, a few 1e-6 of the gradients)
-    let kept = autograd::backward(&loss, &c.params).unwrap();
-    let recomputed = autograd::backward_with(
-        &loss,
-        &c.params,
-        &GradOptions {
-            recompute: segments,
-            ..GradOptions::default()
-        },
-    )
-    .unwrap();
+    let (kept, recomputed) = kept_and_recomputed(&loss, &c.params, segments);
     let (want, _) = run_gradients(&c, &loss, &kept, false);
     let (got, _) = run_gradients(&c, &loss, &recomputed, false);
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -1130,6 +1121,25 @@ fn recomputed_segments_give_the_gradients_of_the_kept_forward() {
         let g: Vec<f64> = g.iter().map(|&v| f64::from(v)).collect();
         compare(&format!("recompute output {i}"), &g, &w, 1e-6, 1e-6, "");
     }
+}
+
+/// The gradient graphs of `loss` with the forward kept and with `segments` recomputed.
+fn kept_and_recomputed(
+    loss: &Tensor,
+    params: &[Tensor],
+    segments: Vec<autograd::Segment>,
+) -> (Vec<Tensor>, Vec<Tensor>) {
+    let kept = autograd::backward(loss, params).unwrap();
+    let recomputed = autograd::backward_with(
+        loss,
+        params,
+        &GradOptions {
+            recompute: segments,
+            ..GradOptions::default()
+        },
+    )
+    .unwrap();
+    (kept, recomputed)
 }
 
 #[test]
@@ -1140,16 +1150,7 @@ fn recomputation_runs_in_the_backward_and_frees_each_segment() {
     let mut c = Check::new("recompute-arena", 2101);
     let blocks = 6;
     let (loss, segments) = stack(&mut c, 64, 8, 128, blocks);
-    let kept = autograd::backward(&loss, &c.params).unwrap();
-    let recomputed = autograd::backward_with(
-        &loss,
-        &c.params,
-        &GradOptions {
-            recompute: segments,
-            ..GradOptions::default()
-        },
-    )
-    .unwrap();
+    let (kept, recomputed) = kept_and_recomputed(&loss, &c.params, segments);
     let (_, kept_arena) = run_gradients(&c, &loss, &kept, true);
     let (_, recomputed_arena) = run_gradients(&c, &loss, &recomputed, true);
     eprintln!("activation arena: kept {kept_arena} bytes, recomputed {recomputed_arena} bytes");
