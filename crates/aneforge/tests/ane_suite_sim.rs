@@ -171,11 +171,9 @@ fn a_w8a8_program_matches_the_cpu_engine() {
         &ProgramOptions {
             target: Target::Ane(AneArch::new("h16").unwrap()),
             parameters: ParameterMode::Constant,
-            quantize: Quantize::W8A8(W8A8::new(Calibration::stacked(
-                "x",
-                4,
-                &suite::data(4 * 32, 13),
-            ))),
+            quantize: Quantize::W8A8(W8A8::new(
+                Calibration::stacked("x", 4, &suite::data(4 * 32, 13)).unwrap(),
+            )),
             ..ProgramOptions::default()
         },
     )

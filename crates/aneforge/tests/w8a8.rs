@@ -152,7 +152,7 @@ fn net(name: &str) -> Net {
         h.linear(&w2, Some(&b2)).unwrap()
     };
     let samples = f["shapes"]["samples"].as_u64().unwrap() as usize;
-    let calibration = Calibration::stacked("x", samples, &floats(&f["calibration"]));
+    let calibration = Calibration::stacked("x", samples, &floats(&f["calibration"])).unwrap();
     let test_x = floats(&f["x"]);
     Net {
         y,
@@ -281,16 +281,36 @@ fn w8a8_refuses_targets_and_calibrations_it_cannot_use() {
         .to_string();
     assert!(e.contains("m3") || e.contains("h15"), "{e}");
     assert!(e.contains("A16"), "{e}");
-    let e = w8a8(&m.y, "h16", Calibration::stacked("x", 2, &[0.5; 10]), 0.99)
-        .unwrap_err()
-        .to_string();
+    let e = w8a8(
+        &m.y,
+        "h16",
+        Calibration::stacked("x", 2, &[0.5; 10]).unwrap(),
+        0.99,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
         e.contains("'x'") && e.contains("[4, 32]") && e.contains("got 5"),
         "{e}"
     );
-    let e = w8a8(&m.y, "h16", Calibration::stacked("z", 1, &[0.5; 128]), 0.99)
-        .unwrap_err()
-        .to_string();
+    for (count, len) in [(3, 10), (0, 10), (2, 0)] {
+        let e = Calibration::stacked("x", count, &vec![0.5; len])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("{len} calibration values of input 'x'"))
+                && e.contains(&format!("{count} equal samples")),
+            "{e}"
+        );
+    }
+    let e = w8a8(
+        &m.y,
+        "h16",
+        Calibration::stacked("z", 1, &[0.5; 128]).unwrap(),
+        0.99,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("'z'"), "{e}");
     let e = w8a8(&m.y, "h16", Calibration::new(), 0.99)
         .unwrap_err()

@@ -92,5 +92,5 @@ fn read_calibration(path: &std::path::Path, outputs: &[&Tensor]) -> anyhow::Resu
                 .join(", ")
         );
     };
-    Ok(Calibration::stacked(name, count, &values))
+    Ok(Calibration::stacked(name, count, &values)?)
 }

@@ -112,7 +112,11 @@ pub(crate) fn share_file(file: &BlobFile) -> BlobFile {
         }
     }
     slot.push(Arc::downgrade(&bytes));
-    registry.retain(|_, ws| !ws.is_empty());
+    // a dead entry's weak reference still holds its Arc's allocation: drop them all
+    registry.retain(|_, ws| {
+        ws.retain(|w| w.strong_count() > 0);
+        !ws.is_empty()
+    });
     file.clone()
 }
 

@@ -102,14 +102,19 @@ impl Calibration {
     }
 
     /// `count` samples of one input, stacked along a leading axis (`values` holds `count ·
-    /// numel(input)` values).
-    pub fn stacked(name: &str, count: usize, values: &[f32]) -> Calibration {
-        let per = values.len() / count.max(1);
+    /// numel(input)` values); refused when `values` does not split into `count` equal samples.
+    pub fn stacked(name: &str, count: usize, values: &[f32]) -> Result<Calibration, CompileError> {
+        if count == 0 || values.is_empty() || !values.len().is_multiple_of(count) {
+            return Err(refuse(format!(
+                "{} calibration values of input '{name}' do not split into {count} equal samples",
+                values.len()
+            )));
+        }
         let mut c = Calibration::new();
-        for chunk in values.chunks(per.max(1)).take(count) {
+        for chunk in values.chunks(values.len() / count) {
             c.push([(name.to_string(), chunk.to_vec())]);
         }
-        c
+        Ok(c)
     }
 
     pub fn len(&self) -> usize {
@@ -484,9 +489,14 @@ fn calibrate(
     )?;
     let mut values: Vec<Vec<Vec<f32>>> = vec![Vec::new(); sites.len()];
     for f in feeds {
-        let out = program.run_cpu(f)?;
+        let mut out = program.run_cpu(f)?;
         for (k, n) in names.iter().enumerate() {
-            values[k].push(out.get(n).cloned().unwrap_or_default());
+            let v = out.remove(n).ok_or_else(|| {
+                refuse(format!(
+                    "activation output '{n}' missing from a calibration run"
+                ))
+            })?;
+            values[k].push(v);
         }
     }
     for (a, vs) in activations.iter_mut().zip(&values) {
