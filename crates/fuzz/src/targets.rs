@@ -93,7 +93,15 @@ pub fn find(name: &str) -> Option<&'static Target> {
 /// directory, `TMPDIR`), for entry points that take a path.
 fn scratch_file(name: &str, data: &[u8]) -> PathBuf {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    // statics are never dropped, so the directory is removed by an exit handler instead
+    extern "C" fn remove_scratch() {
+        if let Some(dir) = DIR.get() {
+            let _ = std::fs::remove_dir_all(dir.path());
+        }
+    }
     let dir = DIR.get_or_init(|| {
+        // SAFETY: registers a plain function that touches only this module's static.
+        unsafe { libc::atexit(remove_scratch) };
         tempfile::Builder::new()
             .prefix("aneforge-fuzz")
             .tempdir()

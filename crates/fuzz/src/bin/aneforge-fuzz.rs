@@ -119,9 +119,21 @@ fn main() -> ExitCode {
         "{:<15} {:>10} {:>8} {:>9} {:>9} {:>7} {:>7} {:>6}",
         "target", "execs", "seconds", "execs/s", "accepted", "panics", "aborts", "hangs"
     );
+    // The workers' scratch files go to a directory the driver removes when it ends: a worker
+    // killed by the watchdog or the memory cap cannot clean up after itself.
+    let scratch = match tempfile::Builder::new()
+        .prefix("aneforge-fuzz")
+        .tempdir_in(options.scratch.clone().unwrap_or_else(std::env::temp_dir))
+    {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("creating the scratch directory: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut failed = false;
     for target in &options.targets {
-        match drive(target, &options) {
+        match drive(target, &options, scratch.path()) {
             Ok(report) => {
                 failed |= report.panics + report.aborts + report.hangs > 0;
                 println!(
@@ -188,7 +200,7 @@ fn set_field(map: &mut [u8], index: usize, value: u64) {
 }
 
 /// Runs workers for `target` until its budget is spent, saving the input of every worker death.
-fn drive(target: &Target, options: &Options) -> Result<Report, String> {
+fn drive(target: &Target, options: &Options, scratch: &Path) -> Result<Report, String> {
     let state = state_path(options, target);
     let started = Instant::now();
     let mut report = Report::default();
@@ -198,10 +210,8 @@ fn drive(target: &Target, options: &Options) -> Result<Report, String> {
         map.flush().map_err(|e| e.to_string())?;
         let remaining = options.seconds - started.elapsed().as_secs_f64();
         let mut command = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
-        if let Some(dir) = &options.scratch {
-            command.env("TMPDIR", dir);
-        }
         let status = command
+            .env("TMPDIR", scratch)
             .args(["--worker", target.name])
             .args(["--execs", &(options.execs - report.execs).to_string()])
             .args(["--max-memory", &options.max_memory.to_string()])
