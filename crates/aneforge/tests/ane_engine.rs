@@ -316,3 +316,29 @@ fn load_caches_program_directories_by_content() {
 fn the_simulator_is_found_next_to_the_test_binaries() {
     assert!(simulator_library().is_file());
 }
+
+#[test]
+fn opening_an_engine_removes_bundle_directories_of_ended_processes() {
+    let temp = std::env::temp_dir();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let ended = child.id();
+    child.wait().unwrap();
+    let dead = temp.join(format!("aneforge-e5rt-{ended}-1"));
+    let live = temp.join(format!(
+        "aneforge-e5rt-{}-1",
+        std::os::unix::process::parent_id()
+    ));
+    for dir in [&dead, &live] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("bundle"), b"x").unwrap();
+    }
+    let engine = AneEngine::open(AneOptions {
+        library: Some(simulator_library()),
+        ..AneOptions::default()
+    })
+    .unwrap();
+    assert!(!dead.exists(), "{} was kept", dead.display());
+    assert!(live.exists(), "{} was removed", live.display());
+    drop(engine);
+    std::fs::remove_dir_all(&live).unwrap();
+}

@@ -269,18 +269,36 @@ fn path_str(path: &Path) -> Result<&str, AneError> {
     })
 }
 
-/// Removes per-process bundle directories left by processes that ended more than a day ago.
+/// Whether no process with this id exists (the process-wide engine is a static, never dropped,
+/// so its directory outlives the process that made it).
+fn process_gone(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    !alive && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Removes per-process bundle directories (`aneforge-e5rt-PID-NONCE`) whose process has ended,
+/// and any older than a day (a reused process id must not keep one forever).
 fn sweep_stale_bundles(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
     let day = Duration::from_secs(24 * 3600);
     for entry in entries.flatten() {
-        let stale = entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.starts_with("aneforge-e5rt-"))
-            && entry
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("aneforge-e5rt-")) else {
+            continue;
+        };
+        let owner_gone = rest
+            .split('-')
+            .next()
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .is_some_and(|pid| pid != std::process::id() && process_gone(pid));
+        let stale = owner_gone
+            || entry
                 .metadata()
                 .and_then(|m| m.modified())
                 .ok()
