@@ -7,13 +7,22 @@ use aneforge::{Calibration, Quantize, W8A8};
 use anyhow::{bail, Context};
 use std::path::PathBuf;
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QuantizeMode {
+    /// fp16 activations (no activation quantization)
+    #[default]
+    None,
+    /// int8 activations and weights
+    W8a8,
+}
+
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct QuantizeArgs {
     /// Activation quantization: none, or w8a8 (int8 activations with per-tensor scales
     /// calibrated on --calibration, int8 weights per output channel; A16+/M4 targets), refused
     /// when an output's cosine similarity to the fp16 program is below --min-cosine.
-    #[arg(long, default_value = "none", value_name = "none|w8a8")]
-    pub quantize: String,
+    #[arg(long, value_enum, default_value_t = QuantizeMode::None)]
+    pub quantize: QuantizeMode,
     /// Calibration inputs for --quantize w8a8: a float32 (or float64) .npy of shape [N, *input
     /// shape] (N samples) or the input's shape (one sample); the graph must have one input.
     #[arg(long, value_name = "FILE.npy")]
@@ -27,8 +36,8 @@ pub struct QuantizeArgs {
 impl QuantizeArgs {
     /// The quantization these flags ask for, for a graph with `outputs`.
     pub fn resolve(&self, outputs: &[&Tensor]) -> anyhow::Result<Quantize> {
-        match self.quantize.as_str() {
-            "none" => {
+        match self.quantize {
+            QuantizeMode::None => {
                 if self.calibration.is_some() {
                     bail!("--calibration is only used with --quantize w8a8");
                 }
@@ -37,7 +46,7 @@ impl QuantizeArgs {
                 }
                 Ok(Quantize::None)
             }
-            "w8a8" => {
+            QuantizeMode::W8a8 => {
                 let Some(path) = &self.calibration else {
                     bail!("--quantize w8a8 needs --calibration FILE.npy (sample inputs)");
                 };
@@ -52,7 +61,6 @@ impl QuantizeArgs {
                 }
                 Ok(Quantize::W8A8(w))
             }
-            other => bail!("--quantize {other}: expected none or w8a8"),
         }
     }
 }

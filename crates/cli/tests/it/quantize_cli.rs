@@ -63,22 +63,28 @@ fn compile_w8a8_refuses_bad_flags_files_and_targets() {
     let calib = dir.path().join("calib.npy");
     write_calibration(&calib, &[2, 1, 256]);
     let calib = calib.to_str().unwrap();
-    let fails = |extra: &[&str], needles: &[&str]| {
+    // exit code 1 for refused inputs, 2 for a command line clap rejects
+    let fails_with = |code: i32, extra: &[&str], needles: &[&str]| {
         let o = compile(dir.path(), extra);
-        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", stderr(&o));
+        assert_eq!(o.status.code(), Some(code), "{extra:?}: {}", stderr(&o));
         let err = stderr(&o);
         for n in needles {
             assert!(err.contains(n), "{extra:?}: {n:?} not in {err}");
         }
     };
+    let fails = |extra: &[&str], needles: &[&str]| fails_with(1, extra, needles);
     fails(
         &["--calibration", calib],
         &["--calibration is only used with --quantize w8a8"],
     );
     fails(&["--quantize", "w8a8"], &["needs --calibration"]);
-    fails(
+    fails_with(
+        2,
         &["--quantize", "w4a4", "--calibration", calib],
-        &["--quantize w4a4", "none or w8a8"],
+        &[
+            "invalid value 'w4a4' for '--quantize",
+            "possible values: none, w8a8",
+        ],
     );
     fails(
         &[
