@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # LLM prefill and decode speed of aneforge (CPU engine) next to llama.cpp (llama-cpp-python, the
-# same GGUF) and HF transformers (fp32, KV cache), one after another in one session: SmolLM2-135M-
-# Instruct, batch 1, THREADS threads, a PROMPT-token prompt (Shakespeare, the same text for every
-# system) and DECODE greedy tokens with EOS ignored, best of REPEAT timed runs after a warm-up run.
-# Weight formats: the Q4_1 GGUF from scripts/fetch-models.sh, and a Q8_0 GGUF that llama.cpp's
-# quantizer makes from it (requantized, so both systems read identical Q8_0 blocks). Each system
-# runs in its own process; wall and CPU seconds, peak RSS and the load average are printed, then a
-# table with the ratios. The figures in docs/performance.md come from this script.
+# same GGUF) and HF transformers (fp32, KV cache), one after another in one session: batch 1, each
+# thread count of THREADS, a PROMPT-token prompt (Shakespeare, the same text for every system) and
+# DECODE greedy tokens with EOS ignored, best of REPEAT timed runs after a warm-up run (the first
+# run, timed separately with the load). Weight formats: SmolLM2-135M-Instruct's Q4_1 GGUF from
+# scripts/fetch-models.sh, a Q8_0 GGUF that llama.cpp's quantizer makes from it (requantized, so
+# both systems read identical Q8_0 blocks), and Gemma 3 270M's Q4_K_M GGUF (Q4_K, Q6_K, Q5_0 and
+# Q8_0 blocks; scripts/fetch-models.sh gemma3-270m). Each system runs in its own process; wall and
+# CPU seconds, peak RSS, load and first-run seconds and the load average are printed, then a table
+# with the ratios. The figures in docs/performance.md come from this script.
 # Usage: tools/bench/llm.sh
-# Environment: THREADS (2), PROMPT (128), DECODE (128), REPEAT (3), FORMATS ("q4_1 q8_0"),
+# Environment: THREADS ("1 2"), PROMPT (128), DECODE (128), REPEAT (3), FORMATS ("q4_1 q8_0
+#   gemma3_q4_k_m"),
 #   ACTIVATIONS (int8: llama.cpp's scheme; f32), LLAMACPP_PYTHON (a Python with llama-cpp-python)
 #   and REF_PYTHON (one with transformers), both defaulting to $PYTHON, else python3 on the PATH.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-THREADS="${THREADS:-2}" PROMPT="${PROMPT:-128}" DECODE="${DECODE:-128}" REPEAT="${REPEAT:-3}"
-FORMATS="${FORMATS:-q4_1 q8_0}"
+THREADS="${THREADS:-1 2}" PROMPT="${PROMPT:-128}" DECODE="${DECODE:-128}" REPEAT="${REPEAT:-3}"
+FORMATS="${FORMATS:-q4_1 q8_0 gemma3_q4_k_m}"
 PYTHON="${PYTHON:-python3}"
 LLAMACPP_PYTHON="${LLAMACPP_PYTHON:-$PYTHON}"
 export LLAMACPP_PYTHON REF_PYTHON="${REF_PYTHON:-$PYTHON}"
@@ -36,6 +39,10 @@ results="$work/results.jsonl"
 for format in $FORMATS; do
     case "$format" in
         q4_1) gguf="$Q4_1" ;;
+        gemma3_q4_k_m)
+            gguf="$(find "$HUB/models--hugginllam--gemma-3-270m-Q4_K_M-GGUF/snapshots" -name 'gemma-3-270m-q4_k_m.gguf' 2>/dev/null | head -n1)"
+            [[ -n "$gguf" ]] || { echo "Gemma 3 270M GGUF not found under $HUB; run scripts/fetch-models.sh gemma3-270m" >&2; exit 1; }
+            ;;
         q8_0)
             gguf="$work/SmolLM2-135M-Instruct.Q8_0.gguf"
             "$LLAMACPP_PYTHON" - "$Q4_1" "$gguf" >/dev/null 2>&1 <<'PYEOF'
@@ -49,37 +56,46 @@ p.allow_requantize = True
 sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))
 PYEOF
             ;;
-        *) echo "unknown format $format (q4_1, q8_0)" >&2; exit 1 ;;
+        *) echo "unknown format $format (q4_1, q8_0, gemma3_q4_k_m)" >&2; exit 1 ;;
     esac
-    echo "# $format: load average $(load)"
-    ./target/release/aneforge bench llm -m "$gguf" --threads "$THREADS" \
-        --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --repeat "$REPEAT" \
-        --prompt-file "$work/prompt.txt" --activations "${ACTIVATIONS:-int8}" --format jsonl \
-        | sed "s/^{/{\"format\": \"$format\", /" | tee -a "$results"
-    peers="llama.cpp"
-    [[ "$format" == q4_1 ]] && peers="llama.cpp,transformers"
-    python3 tools/bench/llm_peers.py --gguf "$gguf" --peers "$peers" --threads "$THREADS" \
-        --prompt "$PROMPT" --decode "$DECODE" --repeat "$REPEAT" \
-        | sed "s/^{/{\"format\": \"$format\", /" | tee -a "$results"
+    for threads in $THREADS; do
+        tag="{\"format\": \"$format\", \"run_threads\": $threads, "
+        echo "# $format, $threads threads: load average $(load)"
+        ./target/release/aneforge bench llm -m "$gguf" --threads "$threads" \
+            --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --repeat "$REPEAT" \
+            --prompt-file "$work/prompt.txt" --activations "${ACTIVATIONS:-int8}" --format jsonl \
+            | sed "s/^{/$tag/" | tee -a "$results"
+        peers="llama.cpp"
+        [[ "$format" == q4_1 ]] && peers="llama.cpp,transformers"
+        python3 tools/bench/llm_peers.py --gguf "$gguf" --peers "$peers" --threads "$threads" \
+            --prompt "$PROMPT" --decode "$DECODE" --repeat "$REPEAT" \
+            | sed "s/^{/$tag/" | tee -a "$results"
+    done
 done
 echo "load average at end: $(load)"
 
 python3 - "$results" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print("\n| weights | system | prefill tok/s | decode tok/s | decode CPU s / wall s | peak RSS MiB | aneforge decode speed-up |")
-print("|---|---|---:|---:|---:|---:|---:|")
-for fmt in dict.fromkeys(r["format"] for r in rows):
-    group = [r for r in rows if r["format"] == fmt]
+print("\n| weights | threads | system | prefill tok/s | decode tok/s | decode CPU s / wall s | peak RSS MiB "
+      "| load s | first run s | aneforge speed-up prefill / decode | aneforge RSS ratio |")
+print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+fmt2 = lambda v: "n/a" if v is None else f"{v:.2f}"
+for key in dict.fromkeys((r["format"], r["run_threads"]) for r in rows):
+    group = [r for r in rows if (r["format"], r["run_threads"]) == key]
     ours = next((r for r in group if r.get("peer") == "aneforge" and "decode_tok_s" in r), None)
     for r in group:
         if "error" in r:
-            print(f"| {fmt} | {r['peer']} | error: {r['error'][-200:]!r} | | | | |")
+            print(f"| {key[0]} | {key[1]} | {r['peer']} | error: {r['error'][-200:]!r} | | | | | | | | |")
             continue
-        ratio = f"{ours['decode_tok_s'] / r['decode_tok_s']:.2f}x" if ours else "n/a"
+        if ours:
+            speed = f"{ours['prefill_tok_s'] / r['prefill_tok_s']:.2f}x / {ours['decode_tok_s'] / r['decode_tok_s']:.2f}x"
+            rss = f"{ours['peak_rss_mb'] / r['peak_rss_mb']:.2f}x"
+        else:
+            speed = rss = "n/a"
         cpu = r.get("decode_cpu_s")
         cpu = f"{cpu:.2f} / {r['decode_wall_s']:.2f}" if cpu is not None else "n/a"
         name = r["peer"] if r["peer"] != "transformers" else "transformers fp32"
-        print(f"| {fmt} | {name} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.1f} | {cpu} | "
-              f"{r['peak_rss_mb']:.0f} | {ratio} |")
+        print(f"| {key[0]} | {key[1]} | {name} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.1f} | {cpu} | "
+              f"{r['peak_rss_mb']:.0f} | {fmt2(r.get('load_s'))} | {fmt2(r.get('first_run_s'))} | {speed} | {rss} |")
 PYEOF

@@ -73,8 +73,10 @@ def run_llamacpp(args):
     import llama_cpp
     import numpy as np
 
+    t_load = time.perf_counter()
     llm = llama_cpp.Llama(model_path=gguf_path(), n_ctx=512, n_threads=args.threads,
                           n_threads_batch=args.threads, n_batch=args.prompt, verbose=False)
+    load_s = time.perf_counter() - t_load
     ids = llm.tokenize(prompt_text().encode(), add_bos=False)[: args.prompt]
     vocab = llm.n_vocab()
 
@@ -82,6 +84,7 @@ def run_llamacpp(args):
         return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))
 
     best = Best()
+    first_run_s = None
     for _ in range(args.repeat + 1):  # the first run warms up
         llm.reset()
         c0, t0 = time.process_time(), time.perf_counter()
@@ -93,8 +96,12 @@ def run_llamacpp(args):
             llm.eval([tok])
             tok = int(np.argmax(last_logits()))
         c3, t3 = time.process_time(), time.perf_counter()
+        if first_run_s is None:
+            first_run_s = t3 - t0
+            continue
         best.add(t1 - t0, c1 - c0, t3 - t2, c3 - c2)
-    return best.result(len(ids), args.decode, llama_cpp.__version__)
+    result = best.result(len(ids), args.decode, llama_cpp.__version__)
+    return {**result, "load_s": load_s, "first_run_s": first_run_s}
 
 
 def run_transformers(args):

@@ -22,6 +22,9 @@ pub enum BenchCommand {
     Vision(crate::bench_vision::BenchVisionArgs),
     /// Prefill and decode speed of an LLM (batch 1), with peak memory.
     Llm(crate::llm::BenchLlmArgs),
+    /// Latency of one function of a program directory (from `compile` or `import`) fed .npy
+    /// inputs: load, first run, median and best of timed runs, peak memory.
+    Program(crate::bench_program::BenchProgramArgs),
     /// Training steps of the demo configuration (steps/s, tokens/s), optionally next to PyTorch
     /// running tools/bench/train_peer.py with the same configuration.
     Train(crate::bench_train::TrainArgs),
@@ -59,6 +62,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Embed(args) => embed(args),
         BenchCommand::Vision(args) => crate::bench_vision::run(args),
         BenchCommand::Llm(args) => crate::llm::bench_llm(args),
+        BenchCommand::Program(args) => crate::bench_program::run(args),
         BenchCommand::Train(args) => crate::bench_train::train(args),
         BenchCommand::Gemm(args) => crate::bench_cpu::gemm(args),
         BenchCommand::Gemv(args) => crate::bench_cpu::gemv(args),
@@ -69,7 +73,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
 }
 
 /// Peak resident set size of this process in MiB (Linux `VmHWM`).
-fn peak_rss_mib() -> Option<f64> {
+pub(crate) fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;

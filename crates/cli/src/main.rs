@@ -4,6 +4,7 @@ use clap::{CommandFactory, Parser};
 
 mod bench;
 mod bench_cpu;
+mod bench_program;
 mod bench_train;
 mod bench_vision;
 mod check_fp16;

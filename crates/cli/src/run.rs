@@ -140,7 +140,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// The error for a `run` argument that names a model instead of a program directory.
-fn not_a_program_dir(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn not_a_program_dir(dir: &Path) -> anyhow::Result<()> {
     let spec = dir.to_string_lossy();
     let command = match crate::model_hints::kind(&spec) {
         Some(ModelKind::Decoder(_)) => format!("aneforge generate -m {spec} PROMPT"),
@@ -170,7 +170,7 @@ fn looks_like_model_id(spec: &str) -> bool {
         })
 }
 
-fn choose_function(
+pub(crate) fn choose_function(
     program_dir: &ProgramDir,
     wanted: Option<&str>,
     dir: &Path,
@@ -201,7 +201,10 @@ fn choose_function(
 
 /// Parses `NAME=FILE` pairs and reads every file, checking names, shapes and dtypes against the
 /// ports.
-fn read_inputs(specs: &[String], ports: &[Port]) -> anyhow::Result<BTreeMap<String, HostTensor>> {
+pub(crate) fn read_inputs(
+    specs: &[String],
+    ports: &[Port],
+) -> anyhow::Result<BTreeMap<String, HostTensor>> {
     let listing = || {
         ports
             .iter()

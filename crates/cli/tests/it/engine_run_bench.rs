@@ -518,3 +518,57 @@ fn bench_peer_ratios_are_peer_time_over_ours() {
         stderr(&o)
     );
 }
+
+#[test]
+fn bench_program_times_a_program_directory_and_refuses_bad_arguments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("add");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("model.mil"), ADD_PROGRAM).unwrap();
+    let (xp, yp, kp) = (
+        tmp.path().join("x.npy"),
+        tmp.path().join("y.npy"),
+        tmp.path().join("k.npy"),
+    );
+    write_npy_f32(&xp, &[2, 3], &[1.0; 6]);
+    write_npy_f32(&yp, &[2, 3], &[2.0; 6]);
+    write_npy_i32(&kp, &[1], &[3]);
+    let (x, y, k) = (
+        format!("x={}", xp.display()),
+        format!("y={}", yp.display()),
+        format!("k={}", kp.display()),
+    );
+    let d = dir.to_str().unwrap();
+    let o = aneforge(
+        &[
+            "bench", "program", d, "-i", &x, "-i", &y, "-i", &k, "--runs", "3", "-t", "1",
+            "--format", "jsonl",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(report["runs"], 3);
+    assert_eq!(report["threads"], 1);
+    let (best, median) = (
+        report["best_s"].as_f64().unwrap(),
+        report["median_s"].as_f64().unwrap(),
+    );
+    assert!(best > 0.0 && best <= median, "{report}");
+    for (args, needle) in [
+        (
+            vec!["--runs", "0", "-i", &x, "-i", &y, "-i", &k],
+            "--runs must be at least 1",
+        ),
+        (vec!["-i", &x, "-i", &y], "no --input for k"),
+    ] {
+        let mut all = vec!["bench", "program", d];
+        all.extend(args);
+        let o = aneforge(&all, &[]);
+        assert_eq!(o.status.code(), Some(1), "{all:?}");
+        assert!(stderr(&o).contains(needle), "{all:?}: {}", stderr(&o));
+    }
+    let o = aneforge(&["bench", "program", tmp.path().to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("model.mil"), "{}", stderr(&o));
+}

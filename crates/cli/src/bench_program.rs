@@ -1,0 +1,116 @@
+//! `aneforge bench program DIR`: the latency of one function of a program directory (as
+//! `aneforge compile` or `aneforge import` write it) on an engine, fed the same `.npy` inputs every
+//! run: load, first run, then the median and best of timed runs, with peak memory.
+//! tools/bench/onnx.sh runs it beside ONNX Runtime on the imported models.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use aneforge::engine::{self, EngineKind, EngineOptions, Port};
+use aneforge_mil::ProgramDir;
+use anyhow::{bail, Context};
+
+use crate::run::{choose_function, not_a_program_dir, read_inputs};
+
+#[derive(clap::Args)]
+pub struct BenchProgramArgs {
+    /// Program directory (model.mil and weights/weight.bin).
+    pub dir: PathBuf,
+    /// Function to run (default: main, or the program's only function).
+    #[arg(long)]
+    pub function: Option<String>,
+    /// An input port and the .npy file that feeds it, as NAME=FILE.npy (one per input port).
+    #[arg(long = "input", short = 'i', value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+    /// Timed runs after the first.
+    #[arg(long, default_value_t = 20)]
+    pub runs: usize,
+    /// Engine that runs the program: cpu, ane or auto.
+    #[arg(long, default_value = "cpu")]
+    pub engine: EngineKind,
+    #[command(flatten)]
+    pub threads: crate::engine_args::ThreadArgs,
+    #[command(flatten)]
+    pub format: crate::output::FormatArgs,
+}
+
+pub fn run(args: BenchProgramArgs) -> anyhow::Result<()> {
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    args.threads.apply()?;
+    if !args.dir.join("model.mil").is_file() {
+        not_a_program_dir(&args.dir)?;
+        bail!("{} holds no model.mil", args.dir.display());
+    }
+    let start = Instant::now();
+    let program_dir = ProgramDir::load(&args.dir)?;
+    let function = choose_function(&program_dir, args.function.as_deref(), &args.dir)?;
+    let (inputs, _) = Port::signature(
+        program_dir
+            .program
+            .function(&function)
+            .expect("choose_function returns a function of the program"),
+    )
+    .with_context(|| format!("{} ({function})", args.dir.display()))?;
+    let feeds = read_inputs(&args.inputs, &inputs)?;
+    let engine = args.engine.select()?;
+    let mut loaded = engine::load_program(
+        &program_dir,
+        None,
+        &function,
+        engine,
+        EngineOptions::default(),
+    )
+    .with_context(|| format!("loading {} on the {engine:?} engine", args.dir.display()))?;
+    let load_s = start.elapsed().as_secs_f64();
+    let mut once = || -> anyhow::Result<f64> {
+        let start = Instant::now();
+        for port in &inputs {
+            loaded
+                .set_input(&port.name, feeds[&port.name].as_slice())
+                .with_context(|| format!("input {}", port.name))?;
+        }
+        loaded
+            .execute()
+            .with_context(|| format!("executing {} ({function})", args.dir.display()))?;
+        Ok(start.elapsed().as_secs_f64())
+    };
+    let first_run_s = once()?;
+    let mut times = (0..args.runs)
+        .map(|_| once())
+        .collect::<anyhow::Result<Vec<f64>>>()?;
+    times.sort_by(f64::total_cmp);
+    let median_s = times[times.len() / 2];
+    let best_s = times[0];
+    let rss = crate::bench::peak_rss_mib();
+    let threads = rayon::current_num_threads();
+    if args.format.is_text() {
+        println!(
+            "{}: median {:.3} ms, best {:.3} ms over {} runs ({threads} threads); first run {:.3} \
+             ms; load {:.3} s; peak RSS {}",
+            args.dir.display(),
+            median_s * 1e3,
+            best_s * 1e3,
+            args.runs,
+            first_run_s * 1e3,
+            load_s,
+            rss.map_or("n/a".to_string(), |r| format!("{r:.0} MiB")),
+        );
+    } else {
+        let report = serde_json::json!({
+            "system": "aneforge",
+            "program": args.dir,
+            "function": function,
+            "threads": threads,
+            "runs": args.runs,
+            "load_s": load_s,
+            "first_run_s": first_run_s,
+            "median_s": median_s,
+            "best_s": best_s,
+            "peak_rss_mib": rss,
+        });
+        println!("{report}");
+    }
+    Ok(())
+}
