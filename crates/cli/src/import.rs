@@ -4,11 +4,12 @@
 
 use crate::quantize_args::QuantizeArgs;
 use aneforge::arch::AneArch;
+use aneforge::engine::HostTensor;
 use aneforge::{compile_program, FunctionSpec, ProgramOptions, Target};
-use aneforge_onnx::{import_file, ImportOptions};
+use aneforge_onnx::{import_file, Const, Data, ImportOptions};
 use anyhow::{bail, Context};
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
@@ -24,6 +25,10 @@ pub struct ImportArgs {
     /// value of a symbolic dimension, DIM=N. Repeatable.
     #[arg(long = "input-shape", value_name = "NAME=DIMS")]
     pub input_shapes: Vec<String>,
+    /// Fix a graph input to the values of FILE.npy, NAME=FILE.npy: it folds as a constant and is
+    /// no input of the program (say, the sample rate a VAD model takes as an input). Repeatable.
+    #[arg(long = "constant", value_name = "NAME=FILE.npy")]
+    pub constants: Vec<String>,
     /// Also write the program as a Core ML package.
     #[arg(long, value_name = "PATH.mlpackage")]
     pub mlpackage: Option<PathBuf>,
@@ -48,6 +53,30 @@ fn parse_shape(spec: &str) -> anyhow::Result<(String, Vec<usize>)> {
     Ok((name.to_string(), dims))
 }
 
+fn read_constant(spec: &str) -> anyhow::Result<(String, Const)> {
+    let Some((name, path)) = spec.split_once('=') else {
+        bail!("--constant {spec}: expected NAME=FILE.npy");
+    };
+    let (shape, tensor) =
+        crate::run::read_npy(Path::new(path)).with_context(|| format!("--constant {spec}"))?;
+    let data = match tensor {
+        HostTensor::F32(v) => Data::F32(v),
+        HostTensor::F16(v) => Data::F32(v.iter().map(|x| x.to_f32()).collect()),
+        HostTensor::I32(v) => Data::Int(v.into_iter().map(i64::from).collect()),
+        HostTensor::I8(v) => Data::Int(v.into_iter().map(i64::from).collect()),
+        HostTensor::U8(v) => Data::Int(v.into_iter().map(i64::from).collect()),
+        HostTensor::Bool(v) => Data::Bool(v),
+    };
+    Ok((
+        name.to_string(),
+        Const {
+            shape,
+            data,
+            elem_type: 0,
+        },
+    ))
+}
+
 pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let target = match args.target.as_str() {
         "cpu" => Target::Cpu,
@@ -58,6 +87,11 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
             .input_shapes
             .iter()
             .map(|s| parse_shape(s))
+            .collect::<anyhow::Result<_>>()?,
+        constant_inputs: args
+            .constants
+            .iter()
+            .map(|s| read_constant(s))
             .collect::<anyhow::Result<_>>()?,
         ..ImportOptions::default()
     };

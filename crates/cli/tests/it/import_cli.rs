@@ -206,3 +206,56 @@ fn an_unknown_op_fails_with_op_node_and_opset() {
         "{err}"
     );
 }
+
+/// `--constant W=FILE.npy` folds a graph input into the program: the convolution's weights become
+/// a constant, the program takes only `x`, and the output still matches ONNX's.
+#[test]
+fn constant_binds_a_graph_input_to_npy_values() {
+    let tests = aneforge_models::require_model!("onnx/backend-node-tests");
+    let case = tests
+        .dir()
+        .join("node/test_conv_with_strides_and_asymmetric_padding");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (k, name) in ["x", "W"].iter().enumerate() {
+        let (shape, data) = read_pb(&case.join(format!("test_data_set_0/input_{k}.pb")));
+        let file = tmp.path().join(format!("{name}.npy"));
+        npy::write(&file, &shape, &data).unwrap();
+        files.push(file.to_str().unwrap().to_string());
+    }
+    let (_, want) = read_pb(&case.join("test_data_set_0/output_0.pb"));
+    let model = case.join("model.onnx");
+    let model = model.to_str().unwrap();
+    let dir = tmp.path().join("prog");
+    let d = dir.to_str().unwrap();
+    let w = format!("W={}", files[1]);
+    let listing = ok(&[
+        "import",
+        model,
+        "-o",
+        d,
+        "--target",
+        "cpu",
+        "--constant",
+        &w,
+    ]);
+    assert!(
+        listing.contains("input x") && !listing.contains("input W"),
+        "{listing}"
+    );
+    let out_dir = tmp.path().join("out");
+    let x = format!("x={}", files[0]);
+    ok(&["run", d, "-i", &x, "-o", out_dir.to_str().unwrap()]);
+    let (_, got) = npy::read(out_dir.join("y.npy")).unwrap();
+    assert!(max_rel(&got, &want) <= 1e-6);
+    for (spec, needle) in [
+        ("W".to_string(), "--constant W: expected NAME=FILE.npy"),
+        (format!("V={}", files[1]), "input \"V\": is no graph input"),
+        ("W=missing.npy".to_string(), "missing.npy"),
+    ] {
+        let out = common::run(&["import", model, "-o", d, "--constant", &spec]);
+        assert_eq!(out.status.code(), Some(1), "{spec}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{spec}: {err}");
+    }
+}
