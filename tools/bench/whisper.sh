@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Whisper transcription speed and accuracy of aneforge (CPU engine, fp32 CPU target, greedy) next
-# to faster-whisper (CTranslate2, int8 and float32, greedy) and HF transformers (fp32 greedy), one
+# to faster-whisper (CTranslate2, int8 and float32, greedy), HF transformers (fp32 greedy) and, when
+# WHISPER_CPP_CLI names its whisper-cli, whisper.cpp (fp16 matrices, its default, greedy), one
 # after another in one session, on the same CTranslate2 weights (scripts/fetch-models.sh), THREADS
 # threads, on speech clips with reference transcripts (CLIP.wav beside CLIP.txt). Per system:
 # seconds per clip (aneforge: each clip's transcription time inside one process after a warm-up
@@ -8,7 +9,7 @@
 # and the word error rate against the references (lowercased, punctuation dropped, hyphens as
 # spaces, "mr"/"mrs" spelled out as the references do).
 # Usage: tools/bench/whisper.sh SPEECH_DIR [MODEL]   (MODEL: openai/whisper-tiny.en by default)
-# Environment: THREADS (2), REPEAT (3), PYTHON (a Python with faster-whisper, jiwer, transformers,
+# Environment: THREADS (2), REPEAT (3), WHISPER_CPP_CLI (a whisper.cpp build's whisper-cli), PYTHON (a Python with faster-whisper, jiwer, transformers,
 #   torch; default python3 on the PATH).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,10 +39,12 @@ for t, doc in zip(timings[1 + n:], texts[n:]):
     print(json.dumps({"system": "aneforge", "clip": os.path.basename(t["file"]),
                       "seconds": t["seconds"], "audio_seconds": t["audio_seconds"], "text": doc["text"]}))
 PY
-for system in faster-whisper-int8 faster-whisper-fp32 transformers; do
+systems="faster-whisper-int8 faster-whisper-fp32 transformers"
+[[ -n "${WHISPER_CPP_CLI:-}" ]] && systems="$systems whisper.cpp"
+for system in $systems; do
     echo "running $system (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
     "$PYTHON" tools/bench/whisper_peers.py "$system" "$MODEL" "${clips[@]}" \
-        --threads "$THREADS" --repeat "$REPEAT" >>"$results"
+        --threads "$THREADS" --repeat "$REPEAT" ${WHISPER_CPP_CLI:+--whisper-cli "$WHISPER_CPP_CLI"} >>"$results"
 done
 "$PYTHON" - "$results" "$SPEECH" <<'PY'
 import collections, json, os, re, sys
