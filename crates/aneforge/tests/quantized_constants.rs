@@ -2,7 +2,9 @@
 //! computed on by the CPU engine, and equal to the dequantized values by definition.
 
 use aneforge::engine::HostSlice;
-use aneforge::graph::{constant, input, BlockQuantized, DType, HostArray, QuantFormat};
+use aneforge::graph::{
+    constant, input, BlockQuantized, DType, DeferredBytes, HostArray, QuantFormat,
+};
 use aneforge::{compile_functions, ProgramOptions};
 use aneforge::{
     compile_named, AneArch, CompileOptions, Engine, FunctionSpec, Model, ParameterMode, Target,
@@ -46,21 +48,111 @@ fn reference_linear(x: &[f32], w: &[f32], m: usize) -> Vec<f64> {
 #[test]
 fn dequantization_follows_the_definition() {
     let q = quantized(3);
-    let dense = q.dequantize();
+    let dense = q.dequantize().unwrap();
     for r in 0..ROWS {
         for c in 0..COLS {
             let b = r * (COLS / BLOCK) + c / BLOCK;
-            let want = q.scale()[b] * (q.q(r, c) as f32 - q.offset().unwrap()[b]);
+            let want = q.scale()[b] * (q.q(r, c).unwrap() as f32 - q.offset().unwrap()[b]);
             assert_eq!(dense[r * COLS + c], want);
         }
     }
     let p = q
         .permute_rows(&(0..ROWS).rev().collect::<Vec<_>>())
         .unwrap();
-    assert_eq!(p.dequantize()[..COLS], dense[(ROWS - 1) * COLS..]);
+    assert_eq!(p.dequantize().unwrap()[..COLS], dense[(ROWS - 1) * COLS..]);
     let both = BlockQuantized::concat_rows(&[&q, &p]).unwrap();
     assert_eq!(both.rows(), 2 * ROWS);
-    assert_eq!(both.dequantize()[..ROWS * COLS], dense[..]);
+    assert_eq!(both.dequantize().unwrap()[..ROWS * COLS], dense[..]);
+}
+
+/// Packed bytes read on demand, counting the reads.
+#[derive(Debug)]
+struct Source {
+    bytes: Vec<u8>,
+    reads: std::sync::atomic::AtomicUsize,
+    /// Every read fails, naming this.
+    broken: Option<&'static str>,
+}
+
+impl DeferredBytes for Source {
+    fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(what) = self.broken {
+            return Err(format!("{what} cannot be read"));
+        }
+        let got = self
+            .bytes
+            .get(start..start + out.len())
+            .ok_or_else(|| format!("bytes {start}..{} of {}", start + out.len(), self.len()))?;
+        out.copy_from_slice(got);
+        Ok(())
+    }
+}
+
+/// Deferred packed values give the held ones' values through every view (rows picked, permuted,
+/// stacked with held parts, reshaped), are read only when asked, and a failing read is an error.
+#[test]
+fn deferred_data_reads_the_same_values() {
+    let held = quantized(5);
+    let source = Arc::new(Source {
+        bytes: held.data().unwrap(),
+        reads: Default::default(),
+        broken: None,
+    });
+    let deferred = BlockQuantized::deferred(
+        held.format(),
+        ROWS,
+        COLS,
+        BLOCK,
+        source.clone(),
+        held.scale().clone(),
+        held.offset().cloned(),
+    )
+    .unwrap();
+    assert!(deferred.is_deferred() && !held.is_deferred());
+    let reversed: Vec<usize> = (0..ROWS).rev().collect();
+    let views = |q: &BlockQuantized| -> Vec<Vec<f32>> {
+        let p = q.permute_rows(&reversed).unwrap();
+        let s = q.slice_rows(3, 6).unwrap();
+        let both = BlockQuantized::concat_rows(&[&held, &p, &s]).unwrap();
+        let wide = both.reshaped(both.rows() / 2, 2 * COLS).unwrap();
+        let mut row = vec![0.0; COLS];
+        q.dequantize_row(7, &mut row).unwrap();
+        vec![
+            q.dequantize().unwrap(),
+            p.dequantize().unwrap(),
+            s.dequantize().unwrap(),
+            both.dequantize().unwrap(),
+            wide.dequantize().unwrap(),
+            row,
+        ]
+    };
+    assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(views(&deferred), views(&held));
+    assert!(source.reads.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    let broken = BlockQuantized::deferred(
+        held.format(),
+        ROWS,
+        COLS,
+        BLOCK,
+        Arc::new(Source {
+            bytes: held.data().unwrap(),
+            reads: Default::default(),
+            broken: Some("model.gguf"),
+        }),
+        held.scale().clone(),
+        None,
+    )
+    .unwrap();
+    let e = broken.dequantize().unwrap_err().to_string();
+    assert!(e.contains("model.gguf cannot be read"), "{e}");
+    let mut row = vec![0.0; COLS];
+    assert!(broken.dequantize_row(0, &mut row).is_err());
 }
 
 #[test]
@@ -94,7 +186,7 @@ fn bad_geometry_is_an_error() {
 #[test]
 fn linear_and_gather_on_a_quantized_constant() {
     let q = quantized(5);
-    let dense = q.dequantize();
+    let dense = q.dequantize().unwrap();
     let w = constant(HostArray::from_block_quantized(q).unwrap());
     let x = input("x", &[3, COLS], DType::F32).unwrap();
     let ids = input("ids", &[2], DType::I32).unwrap();

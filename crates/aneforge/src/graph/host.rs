@@ -60,7 +60,7 @@ impl HostData {
     pub fn values_f32(&self) -> Result<Option<Arc<[f32]>>, GraphError> {
         Ok(Some(match self {
             HostData::F32(v) => v.clone(),
-            HostData::BlockQuantized(q) => q.dequantize().into(),
+            HostData::BlockQuantized(q) => q.dequantize()?.into(),
             HostData::Deferred(d) => {
                 let mut v = vec![0f32; d.len()];
                 d.read(0, &mut v).map_err(GraphError::ConstantData)?;
@@ -203,7 +203,7 @@ impl HostArray {
     pub fn to_f32_vec(&self) -> Option<Vec<f32>> {
         match &self.data {
             HostData::F32(v) => Some(v.to_vec()),
-            HostData::BlockQuantized(q) => Some(q.dequantize()),
+            HostData::BlockQuantized(q) => q.dequantize().ok(),
             HostData::Deferred(d) => {
                 let mut v = vec![0f32; d.len()];
                 d.read(0, &mut v).ok().map(|()| v)
@@ -235,7 +235,7 @@ impl HostArray {
             HostData::F32(v) => f64::from(v[0]),
             HostData::I32(v) => f64::from(v[0]),
             HostData::Bool(v) => f64::from(u8::from(v[0])),
-            HostData::BlockQuantized(q) => f64::from(q.dequantize()[0]),
+            HostData::BlockQuantized(q) => f64::from(*q.dequantize().ok()?.first()?),
             HostData::Deferred(d) => {
                 let mut v = [0f32];
                 d.read(0, &mut v).ok()?;

@@ -34,17 +34,148 @@ impl QuantFormat {
     }
 }
 
+/// Quantized integers produced on demand (converted from a model file's blocks, say) instead of
+/// held in memory, so that a program's weights blob holds the only copy (as [`super::DeferredF32`]
+/// does for f32 values). Every read of the same range returns the same bytes.
+pub trait DeferredBytes: Send + Sync + std::fmt::Debug {
+    /// Number of bytes.
+    fn len(&self) -> usize;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes `start..start + out.len()` into `out`; the error names where the bytes live.
+    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String>;
+}
+
+/// The packed integers: in memory, or read when needed.
+#[derive(Clone, Debug)]
+enum Data {
+    Owned(Arc<[u8]>),
+    Deferred(Arc<dyn DeferredBytes>),
+}
+
+impl Data {
+    fn len(&self) -> usize {
+        match self {
+            Data::Owned(v) => v.len(),
+            Data::Deferred(d) => d.len(),
+        }
+    }
+
+    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), GraphError> {
+        match self {
+            Data::Owned(v) => {
+                out.copy_from_slice(&v[start..start + out.len()]);
+                Ok(())
+            }
+            Data::Deferred(d) => d.read(start, out).map_err(GraphError::ConstantData),
+        }
+    }
+}
+
+/// Rows picked from deferred data (each `row_bytes` long), read on demand.
+#[derive(Debug)]
+struct PickedRows {
+    source: Data,
+    rows: Vec<usize>,
+    row_bytes: usize,
+}
+
+/// Deferred parts read one after another.
+#[derive(Debug)]
+struct Stacked {
+    parts: Vec<Data>,
+}
+
+impl DeferredBytes for PickedRows {
+    fn len(&self) -> usize {
+        self.rows.len() * self.row_bytes
+    }
+
+    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String> {
+        let rb = self.row_bytes;
+        let mut at = start;
+        let mut done = 0;
+        while done < out.len() {
+            let (i, within) = (at / rb, at % rb);
+            let row = *self
+                .rows
+                .get(i)
+                .ok_or_else(|| format!("byte {at} past {} picked rows", self.rows.len()))?;
+            let take = (rb - within).min(out.len() - done);
+            self.source
+                .read(row * rb + within, &mut out[done..done + take])
+                .map_err(|e| e.to_string())?;
+            done += take;
+            at += take;
+        }
+        Ok(())
+    }
+}
+
+impl DeferredBytes for Stacked {
+    fn len(&self) -> usize {
+        self.parts.iter().map(Data::len).sum()
+    }
+
+    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String> {
+        let (mut skip, mut done) = (start, 0);
+        for p in &self.parts {
+            if done == out.len() {
+                break;
+            }
+            let n = p.len();
+            if skip >= n {
+                skip -= n;
+                continue;
+            }
+            let take = (n - skip).min(out.len() - done);
+            p.read(skip, &mut out[done..done + take])
+                .map_err(|e| e.to_string())?;
+            done += take;
+            skip = 0;
+        }
+        if done != out.len() {
+            return Err(format!(
+                "bytes {start}..{} lie past the {} stacked bytes",
+                start + out.len(),
+                self.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// `rows · cols` values packed row-major as MIL stores them (4-bit: two per byte, the even column
-/// in the low nibble), `scale` and `offset` row-major `[rows, cols / block]`.
-#[derive(Clone, Debug, PartialEq)]
+/// in the low nibble), `scale` and `offset` row-major `[rows, cols / block]`. The packed values
+/// are in memory or deferred ([`BlockQuantized::deferred`]); scales and offsets are in memory.
+#[derive(Clone, Debug)]
 pub struct BlockQuantized {
     format: QuantFormat,
     rows: usize,
     cols: usize,
     block: usize,
-    data: Arc<[u8]>,
+    data: Data,
     scale: Arc<[f32]>,
     offset: Option<Arc<[f32]>>,
+}
+
+/// Equal geometry, parameters and packed values; deferred values are equal when they are the
+/// same source.
+impl PartialEq for BlockQuantized {
+    fn eq(&self, other: &Self) -> bool {
+        let data = match (&self.data, &other.data) {
+            (Data::Owned(a), Data::Owned(b)) => a == b,
+            (Data::Deferred(a), Data::Deferred(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        data && (self.format, self.rows, self.cols, self.block)
+            == (other.format, other.rows, other.cols, other.block)
+            && self.scale == other.scale
+            && self.offset == other.offset
+    }
 }
 
 impl BlockQuantized {
@@ -57,7 +188,33 @@ impl BlockQuantized {
         scale: impl Into<Arc<[f32]>>,
         offset: Option<Arc<[f32]>>,
     ) -> Result<BlockQuantized, GraphError> {
-        let (data, scale) = (data.into(), scale.into());
+        let data = Data::Owned(data.into());
+        Self::with_data(format, rows, cols, block, data, scale.into(), offset)
+    }
+
+    /// [`BlockQuantized::new`] with the packed values read from `data` when needed.
+    pub fn deferred(
+        format: QuantFormat,
+        rows: usize,
+        cols: usize,
+        block: usize,
+        data: Arc<dyn DeferredBytes>,
+        scale: impl Into<Arc<[f32]>>,
+        offset: Option<Arc<[f32]>>,
+    ) -> Result<BlockQuantized, GraphError> {
+        let data = Data::Deferred(data);
+        Self::with_data(format, rows, cols, block, data, scale.into(), offset)
+    }
+
+    fn with_data(
+        format: QuantFormat,
+        rows: usize,
+        cols: usize,
+        block: usize,
+        data: Data,
+        scale: Arc<[f32]>,
+        offset: Option<Arc<[f32]>>,
+    ) -> Result<BlockQuantized, GraphError> {
         let bad = |message: String| GraphError::Attribute {
             op: "block_quantized",
             message,
@@ -111,8 +268,49 @@ impl BlockQuantized {
     pub fn block(&self) -> usize {
         self.block
     }
-    pub fn data(&self) -> &Arc<[u8]> {
-        &self.data
+    /// Identifies the packed values (the same for clones and reshapes of one matrix).
+    pub fn data_key(&self) -> usize {
+        match &self.data {
+            Data::Owned(v) => Arc::as_ptr(v) as *const u8 as usize,
+            Data::Deferred(d) => Arc::as_ptr(d) as *const u8 as usize,
+        }
+    }
+
+    /// Whether the packed values are read when needed rather than held.
+    pub fn is_deferred(&self) -> bool {
+        matches!(self.data, Data::Deferred(_))
+    }
+
+    /// The packed values (read, when deferred).
+    pub fn data(&self) -> Result<Vec<u8>, GraphError> {
+        let mut out = vec![0; self.data.len()];
+        self.data.read(0, &mut out)?;
+        Ok(out)
+    }
+
+    /// The packed values of rows `start..start + out.len() / row_bytes`.
+    pub fn read_rows(&self, start: usize, out: &mut [u8]) -> Result<(), GraphError> {
+        self.data.read(start * self.row_bytes(), out)
+    }
+
+    /// The same values as `[rows, cols]`, which must hold the same elements in whole blocks
+    /// (rows are stored one after another, so nothing moves).
+    pub fn reshaped(&self, rows: usize, cols: usize) -> Result<BlockQuantized, GraphError> {
+        if rows * cols != self.rows * self.cols {
+            return Err(GraphError::Attribute {
+                op: "block_quantized",
+                message: format!("{}x{} values viewed as {rows}x{cols}", self.rows, self.cols),
+            });
+        }
+        Self::with_data(
+            self.format,
+            rows,
+            cols,
+            self.block,
+            self.data.clone(),
+            self.scale.clone(),
+            self.offset.clone(),
+        )
     }
     pub fn scale(&self) -> &Arc<[f32]> {
         &self.scale
@@ -135,9 +333,8 @@ impl BlockQuantized {
         self.data.len() + 4 * blocks * (1 + usize::from(self.offset.is_some()))
     }
 
-    /// The integer at (`r`, `c`).
-    pub fn q(&self, r: usize, c: usize) -> i32 {
-        let row = &self.data[r * self.row_bytes()..(r + 1) * self.row_bytes()];
+    /// The integer at column `c` of a row's packed values.
+    pub fn q_in(&self, row: &[u8], c: usize) -> i32 {
         match self.format {
             QuantFormat::U4 => i32::from((row[c / 2] >> (4 * (c % 2))) & 15),
             QuantFormat::I4 => i32::from((((row[c / 2] >> (4 * (c % 2))) & 15) << 4) as i8 >> 4),
@@ -146,22 +343,54 @@ impl BlockQuantized {
         }
     }
 
+    /// The integer at (`r`, `c`) (reads the row when deferred).
+    pub fn q(&self, r: usize, c: usize) -> Result<i32, GraphError> {
+        let rb = self.row_bytes();
+        let v = match &self.data {
+            Data::Owned(v) => self.q_in(&v[r * rb..(r + 1) * rb], c),
+            Data::Deferred(_) => {
+                let mut row = vec![0; rb];
+                self.read_rows(r, &mut row)?;
+                self.q_in(&row, c)
+            }
+        };
+        Ok(v)
+    }
+
     /// Row `r` as f32 into `out[..cols]`.
-    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), GraphError> {
+        let rb = self.row_bytes();
+        let mut read;
+        let row: &[u8] = match &self.data {
+            Data::Owned(v) => &v[r * rb..(r + 1) * rb],
+            Data::Deferred(_) => {
+                read = vec![0; rb];
+                self.read_rows(r, &mut read)?;
+                &read
+            }
+        };
+        self.dequantize_packed(r, row, out);
+        Ok(())
+    }
+
+    /// Row `r`, whose packed values are `row`, as f32 into `out[..cols]`.
+    fn dequantize_packed(&self, r: usize, row: &[u8], out: &mut [f32]) {
         let nb = self.blocks_per_row();
         for (c, o) in out.iter_mut().enumerate().take(self.cols) {
             let b = r * nb + c / self.block;
             let off = self.offset.as_ref().map_or(0.0, |o| o[b]);
-            *o = self.scale[b] * (self.q(r, c) as f32 - off);
+            *o = self.scale[b] * (self.q_in(row, c) as f32 - off);
         }
     }
 
-    pub fn dequantize(&self) -> Vec<f32> {
+    pub fn dequantize(&self) -> Result<Vec<f32>, GraphError> {
+        let data = self.data()?;
+        let rb = self.row_bytes();
         let mut out = vec![0.0; self.rows * self.cols];
         for (r, row) in out.chunks_exact_mut(self.cols).enumerate() {
-            self.dequantize_row(r, row);
+            self.dequantize_packed(r, &data[r * rb..(r + 1) * rb], row);
         }
-        out
+        Ok(out)
     }
 
     /// Rows `start..start + len`.
@@ -200,16 +429,24 @@ impl BlockQuantized {
             });
         }
         let (rb, nb) = (self.row_bytes(), self.blocks_per_row());
-        let data: Vec<u8> = perm
-            .iter()
-            .flat_map(|&p| self.data[p * rb..(p + 1) * rb].iter().copied())
-            .collect();
+        let data = match &self.data {
+            Data::Owned(v) => Data::Owned(
+                perm.iter()
+                    .flat_map(|&p| v[p * rb..(p + 1) * rb].iter().copied())
+                    .collect(),
+            ),
+            Data::Deferred(_) => Data::Deferred(Arc::new(PickedRows {
+                source: self.data.clone(),
+                rows: perm.to_vec(),
+                row_bytes: rb,
+            })),
+        };
         let pick = |v: &[f32]| -> Arc<[f32]> {
             perm.iter()
                 .flat_map(|&p| v[p * nb..(p + 1) * nb].iter().copied())
                 .collect()
         };
-        BlockQuantized::new(
+        Self::with_data(
             self.format,
             perm.len(),
             self.cols,
@@ -240,7 +477,19 @@ impl BlockQuantized {
             });
         }
         let rows = parts.iter().map(|p| p.rows).sum();
-        let data: Vec<u8> = parts.iter().flat_map(|p| p.data.iter().copied()).collect();
+        let owned: Option<Vec<&Arc<[u8]>>> = parts
+            .iter()
+            .map(|p| match &p.data {
+                Data::Owned(v) => Some(v),
+                Data::Deferred(_) => None,
+            })
+            .collect();
+        let data = match owned {
+            Some(vs) => Data::Owned(vs.iter().flat_map(|v| v.iter().copied()).collect()),
+            None => Data::Deferred(Arc::new(Stacked {
+                parts: parts.iter().map(|p| p.data.clone()).collect(),
+            })),
+        };
         let scale: Arc<[f32]> = parts.iter().flat_map(|p| p.scale.iter().copied()).collect();
         let offset: Option<Arc<[f32]>> = first.offset.as_ref().map(|_| {
             parts
@@ -248,7 +497,7 @@ impl BlockQuantized {
                 .flat_map(|p| p.offset.iter().flat_map(|o| o.iter().copied()))
                 .collect()
         });
-        BlockQuantized::new(
+        Self::with_data(
             first.format,
             rows,
             first.cols,

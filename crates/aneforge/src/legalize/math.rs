@@ -68,7 +68,7 @@ fn to_f32(a: &HostArray) -> Result<HostArray, GraphError> {
         HostData::F32(v) => v.to_vec(),
         HostData::I32(v) => v.iter().map(|&x| x as f32).collect(),
         HostData::Bool(v) => v.iter().map(|&b| f32::from(u8::from(b))).collect(),
-        HostData::BlockQuantized(q) => q.dequantize(),
+        HostData::BlockQuantized(q) => q.dequantize()?,
         HostData::Deferred(_) => return Ok(a.clone()),
     };
     HostArray::from_f32(a.shape(), data)

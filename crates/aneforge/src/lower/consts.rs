@@ -98,14 +98,14 @@ impl ConstTable {
         dtype: mil::DType,
         elements: usize,
         source: usize,
-        payload: impl Fn() -> Vec<u8>,
+        payload: impl Fn() -> Result<Vec<u8>, LowerError>,
     ) -> Result<u64, LowerError> {
         let address = (source, elements, dtype, Vec::new());
         let mut bytes = None;
         let key = match self.keys_by_address.get(&address) {
             Some(k) => *k,
             None => {
-                let p = payload();
+                let p = payload()?;
                 let mut h = Sha256::new();
                 h.update(dtype.name());
                 h.update((elements as u64).to_le_bytes());
@@ -121,7 +121,7 @@ impl ConstTable {
         }
         let bytes = match bytes {
             Some(b) => b,
-            None => payload(),
+            None => payload()?,
         };
         let offset = self.blob.add(dtype, elements, &bytes)?;
         self.blob_offsets.insert(key, offset);

@@ -8,10 +8,16 @@
 //! (`u = q_w + 8` for int4, `+ 128` for int8) and the bias joins the offset:
 //! `Σ q_w·q_x − o_w·Σ q_x = Σ u·q_x − (bias + o_w)·Σ q_x`.
 //!
+//! Weights in blocks of 16 (GGUF's Q2_K, Q3_K and Q6_K) keep the activation chunks of 32: a
+//! chunk meets two weight blocks, each `vpdpbusd` lane lies inside one of them (4 bytes of one
+//! 16-column half), so each lane is scaled by its own block's `s_w`, and the offset term uses
+//! `s_x·Σ q_x` per 16 columns.
+//!
 //! A chunk holding a NaN or infinity gets a NaN scale, so the products it feeds are NaN.
 //!
 //! Runs only for weights compiled with `quantize_activations`, block sizes that are multiples of
-//! 32, on CPUs with AVX-512 VNNI; everything else takes the f32-activation GEMV.
+//! 32 or exactly 16 (with whole 32-column chunks), on CPUs with AVX-512 VNNI; everything else
+//! takes the f32-activation GEMV.
 
 // Only the x86-64 VNNI kernels use the layout and row views; other targets keep the f32 path.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -19,12 +25,16 @@
 use super::quant_blocks::{ParamSlice, QFormat, QuantTensor, GEMV_MAX_ROWS};
 
 const CHUNK: usize = 32;
+/// The one block size under a chunk the kernels take: a chunk holds two such blocks.
+const HALF: usize = 16;
 /// Bytes of weight data requested ahead of use.
 const PREFETCH: usize = 4096;
 
 /// Whether [`gemv_row`] runs for `q` on this machine.
 pub fn applies(q: &QuantTensor) -> bool {
-    q.quantize_activations && q.block.is_multiple_of(CHUNK) && vnni()
+    q.quantize_activations
+        && (q.block.is_multiple_of(CHUNK) || (q.block == HALF && q.cols.is_multiple_of(CHUNK)))
+        && vnni()
 }
 
 fn vnni() -> bool {
@@ -42,10 +52,10 @@ fn vnni() -> bool {
 }
 
 /// Floats of one prepared activation row: the quantized bytes, per chunk pair the two scales
-/// spread over 8 lanes each, per chunk the scale and `s_x·Σ q_x`.
+/// spread over 8 lanes each, per chunk the scale and `s_x·Σ q_x`, per 16 columns `s_x·Σ q_x`.
 pub fn row_floats(k: usize) -> usize {
     let chunks = k / CHUNK;
-    k / 4 + chunks / 2 * 16 + 2 * chunks
+    k / 4 + chunks / 2 * 16 + 4 * chunks
 }
 
 struct Layout {
@@ -70,6 +80,9 @@ impl Layout {
     fn sums(&self, k: usize) -> usize {
         self.scales(k) + self.chunks
     }
+    fn half_sums(&self, k: usize) -> usize {
+        self.sums(k) + self.chunks
+    }
 }
 
 /// Quantizes `x[..cols]` into `out[..row_floats(cols)]`. 4-bit weights get each chunk as its 16
@@ -81,17 +94,20 @@ pub fn prepare(x: &[f32], q: &QuantTensor, out: &mut [f32]) {
     let qbytes: &mut [i8] = bytemuck::cast_slice_mut(qbytes);
     let (spread, rest) = rest.split_at_mut(l.pairs * 16);
     let (scales, rest) = rest.split_at_mut(l.chunks);
-    let sums = &mut rest[..l.chunks];
+    let (sums, rest) = rest.split_at_mut(l.chunks);
+    let half_sums = &mut rest[..2 * l.chunks];
     let four = q.format.bits() == 4;
     #[cfg(target_arch = "x86_64")]
     if vnni() {
         for (c, src) in x[..k].chunks_exact(CHUNK).enumerate() {
             // SAFETY: AVX-512 was detected; `src` holds 32 floats and `dst` 32 bytes.
-            let (s, total) = unsafe {
+            let (s, lo, hi) = unsafe {
                 quantize_chunk_avx512(src, &mut qbytes[c * CHUNK..(c + 1) * CHUNK], four)
             };
             scales[c] = s;
-            sums[c] = s * total as f32;
+            sums[c] = s * (lo + hi) as f32;
+            half_sums[2 * c] = s * lo as f32;
+            half_sums[2 * c + 1] = s * hi as f32;
         }
         spread_scales(scales, spread);
         return;
@@ -110,19 +126,21 @@ pub fn prepare(x: &[f32], q: &QuantTensor, out: &mut [f32]) {
             f32::NAN
         };
         let dst = &mut qbytes[c * CHUNK..(c + 1) * CHUNK];
-        let mut total = 0i32;
+        let mut halves = [0i32; 2];
         for (i, v) in src.iter().enumerate() {
             let qv = if s.is_finite() && s > 0.0 {
                 (v / s).round_ties_even() as i8
             } else {
                 0
             };
-            total += qv as i32;
+            halves[i / HALF] += qv as i32;
             let at = if four { i / 2 + (i % 2) * 16 } else { i };
             dst[at] = qv;
         }
         scales[c] = s;
-        sums[c] = s * total as f32;
+        sums[c] = s * (halves[0] + halves[1]) as f32;
+        half_sums[2 * c] = s * halves[0] as f32;
+        half_sums[2 * c + 1] = s * halves[1] as f32;
     }
     spread_scales(scales, spread);
 }
@@ -134,13 +152,14 @@ fn spread_scales(scales: &[f32], spread: &mut [f32]) {
     }
 }
 
-/// One chunk of [`prepare`]: its scale and `Σ q`. `f32::round_ties_even` is a libm call
-/// without SSE4.1 in the baseline target, so the vector form rounds with the instruction.
+/// One chunk of [`prepare`]: its scale and `Σ q` over its first and its last 16 columns.
+/// `f32::round_ties_even` is a libm call without SSE4.1 in the baseline target, so the vector
+/// form rounds with the instruction.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
-unsafe fn quantize_chunk_avx512(src: &[f32], dst: &mut [i8], four: bool) -> (f32, i32) {
+unsafe fn quantize_chunk_avx512(src: &[f32], dst: &mut [i8], four: bool) -> (f32, i32, i32) {
     use std::arch::x86_64::*;
-    let (mut a, mut b) = (
+    let (a, b) = (
         _mm512_loadu_ps(src.as_ptr()),
         _mm512_loadu_ps(src.as_ptr().add(16)),
     );
@@ -149,27 +168,27 @@ unsafe fn quantize_chunk_avx512(src: &[f32], dst: &mut [i8], four: bool) -> (f32
     let s = if nan != 0 { f32::NAN } else { amax / 127.0 };
     if !s.is_finite() || s == 0.0 {
         dst[..CHUNK].fill(0);
-        return (if s == 0.0 { 0.0 } else { f32::NAN }, 0);
-    }
-    if four {
-        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-        let (e, o) = (
-            _mm512_permutex2var_ps(a, even, b),
-            _mm512_permutex2var_ps(a, odd, b),
-        );
-        (a, b) = (e, o);
+        return (if s == 0.0 { 0.0 } else { f32::NAN }, 0, 0);
     }
     let sv = _mm512_set1_ps(s);
     const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    let qa = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_div_ps(a, sv));
-    let qb = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_div_ps(b, sv));
+    let mut qa = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_div_ps(a, sv));
+    let mut qb = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_div_ps(b, sv));
+    let halves = (_mm512_reduce_add_epi32(qa), _mm512_reduce_add_epi32(qb));
+    if four {
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+        (qa, qb) = (
+            _mm512_permutex2var_epi32(qa, even, qb),
+            _mm512_permutex2var_epi32(qa, odd, qb),
+        );
+    }
     _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(qa));
     _mm_storeu_si128(
         dst.as_mut_ptr().add(16) as *mut __m128i,
         _mm512_cvtepi32_epi8(qb),
     );
-    (s, _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)))
+    (s, halves.0, halves.1)
 }
 
 /// A quantized matrix's data and parameters, resolved once per product.
@@ -206,11 +225,18 @@ pub fn gemv_row(
     // SAFETY: `applies` checked the CPU features; slices are sized by the tensor's geometry.
     unsafe {
         let four = q.format.bits() == 4;
+        let half = q.block == HALF;
         macro_rules! rows {
             ($($m:literal)*) => {
-                match (four, m) {
-                    $((true, $m) => gemv_row_vnni::<true, $m>(rows, j, prep, stride, acc),
-                      (false, $m) => gemv_row_vnni::<false, $m>(rows, j, prep, stride, acc),)*
+                match (four, half, m) {
+                    $((true, false, $m) =>
+                        gemv_row_vnni::<true, false, $m>(rows, j, prep, stride, acc),
+                      (false, false, $m) =>
+                        gemv_row_vnni::<false, false, $m>(rows, j, prep, stride, acc),
+                      (true, true, $m) =>
+                        gemv_row_vnni::<true, true, $m>(rows, j, prep, stride, acc),
+                      (false, true, $m) =>
+                        gemv_row_vnni::<false, true, $m>(rows, j, prep, stride, acc),)*
                     _ => unreachable!("at most GEMV_MAX_ROWS rows"),
                 }
             };
@@ -234,7 +260,7 @@ fn bias(format: QFormat) -> (i32, u8) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
-unsafe fn gemv_row_vnni<const FOUR: bool, const M: usize>(
+unsafe fn gemv_row_vnni<const FOUR: bool, const HALVES: bool, const M: usize>(
     rows: &Rows<'_>,
     j: usize,
     prep: &[f32],
@@ -246,6 +272,7 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const M: usize>(
     let q = rows.q;
     let k = q.cols;
     let l = Layout::of(k);
+    // chunks per weight block (blocks of 32·n), or 0 for blocks of 16 (two per chunk)
     let per_block = q.block / CHUNK;
     let (bias, flip) = bias(q.format);
     let (rb, nb) = (q.row_bytes(), q.blocks_per_row());
@@ -258,11 +285,28 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const M: usize>(
     let x_spread = |i: usize| base.add(i * stride + l.spread(k));
     let x_scales = |i: usize| base.add(i * stride + l.scales(k));
     let x_sums = |i: usize| base.add(i * stride + l.sums(k));
+    let x_half_sums = |i: usize| base.add(i * stride + l.half_sums(k));
 
     let nibble = _mm256_set1_epi8(0x0F);
     let flipv = _mm512_set1_epi8(flip as i8);
     let two = _mm512_set1_epi32(2);
-    let first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    // the weight-scale lane of each `vpdpbusd` lane of a chunk pair: a chunk per 8 lanes, or
+    // with blocks of 16 the block (of the group's 32 scales, two per chunk) each lane lies in
+    // (4-bit chunks are 16 even then 16 odd columns, so lanes alternate between the halves)
+    let (first_pair, step) = match (HALVES, FOUR) {
+        (false, _) => (
+            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+            two,
+        ),
+        (true, false) => (
+            _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+            _mm512_set1_epi32(4),
+        ),
+        (true, true) => (
+            _mm512_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 3, 3, 2, 2, 3, 3),
+            _mm512_set1_epi32(4),
+        ),
+    };
     let mut sums = [_mm512_setzero_ps(); M];
     let mut corrections = [_mm512_setzero_ps(); M];
     let mut tails = [0.0f32; M];
@@ -272,7 +316,43 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const M: usize>(
     while g < l.chunks {
         let len = (l.chunks - g).min(16);
         let live = ((1u32 << len) - 1) as __mmask16;
-        let (swv, bov) = if per_block == 1 {
+        // blocks of 16: the group's 2·len block scales as two vectors (lanes past them zero)
+        let mut sw_hi = _mm512_setzero_ps();
+        let (swv, bov) = if HALVES {
+            let lo_live = ((1u32 << (2 * len).min(16)) - 1) as __mmask16;
+            let hi_live = ((1u32 << (2 * len).saturating_sub(16)) - 1) as __mmask16;
+            let load = |p: &ParamSlice<'_>, at: usize, live: __mmask16| {
+                match live {
+                    0xFFFF => params16(p, at),
+                    // `at` may lie past the row's blocks
+                    0 => _mm512_setzero_ps(),
+                    _ => params_masked(p, at, live),
+                }
+            };
+            let biasv = _mm512_set1_ps(bias as f32);
+            let (s_lo, s_hi) = (
+                load(&scale, 2 * g, lo_live),
+                load(&scale, 2 * g + 16, hi_live),
+            );
+            let (b_lo, b_hi) = match offset.as_ref() {
+                Some(o) => (
+                    _mm512_add_ps(load(o, 2 * g, lo_live), biasv),
+                    _mm512_add_ps(load(o, 2 * g + 16, hi_live), biasv),
+                ),
+                None => (biasv, biasv),
+            };
+            let (sb_lo, sb_hi) = (_mm512_mul_ps(s_lo, b_lo), _mm512_mul_ps(s_hi, b_hi));
+            for i in 0..M {
+                let t_lo = _mm512_maskz_loadu_ps(lo_live, x_half_sums(i).add(2 * g));
+                corrections[i] = _mm512_fmadd_ps(sb_lo, t_lo, corrections[i]);
+                if hi_live != 0 {
+                    let t_hi = _mm512_maskz_loadu_ps(hi_live, x_half_sums(i).add(2 * g + 16));
+                    corrections[i] = _mm512_fmadd_ps(sb_hi, t_hi, corrections[i]);
+                }
+            }
+            sw_hi = s_hi;
+            (s_lo, _mm512_setzero_ps())
+        } else if per_block == 1 {
             let load = |p: &ParamSlice<'_>| {
                 if len == 16 {
                     params16(p, g)
@@ -292,10 +372,12 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const M: usize>(
             }
             (_mm512_loadu_ps(sw.as_ptr()), _mm512_loadu_ps(bo.as_ptr()))
         };
-        let swbo = _mm512_mul_ps(swv, bov);
-        for i in 0..M {
-            let t = _mm512_maskz_loadu_ps(live, x_sums(i).add(g));
-            corrections[i] = _mm512_fmadd_ps(swbo, t, corrections[i]);
+        if !HALVES {
+            let swbo = _mm512_mul_ps(swv, bov);
+            for i in 0..M {
+                let t = _mm512_maskz_loadu_ps(live, x_sums(i).add(g));
+                corrections[i] = _mm512_fmadd_ps(swbo, t, corrections[i]);
+            }
         }
         let mut lanes = first_pair;
         let mut p = 0;
@@ -319,32 +401,45 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const M: usize>(
             } else {
                 w
             };
-            let s = _mm512_permutexvar_ps(lanes, swv);
+            let s = if HALVES {
+                _mm512_permutex2var_ps(swv, lanes, sw_hi)
+            } else {
+                _mm512_permutexvar_ps(lanes, swv)
+            };
             for i in 0..M {
                 let x = _mm512_loadu_si512(x_bytes(i).add(c0 * CHUNK) as *const _);
                 let d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
                 let sx = _mm512_loadu_ps(x_spread(i).add(c0 / 2 * 16));
                 sums[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), sx), s, sums[i]);
             }
-            lanes = _mm512_add_epi32(lanes, two);
+            lanes = _mm512_add_epi32(lanes, step);
             p += 2;
         }
         if p < len {
             let c = g + p;
-            let s_w = scale.get(c / per_block);
+            // each half's weight scale (the same one unless blocks are of 16)
+            let s_w = if HALVES {
+                [scale.get(2 * c), scale.get(2 * c + 1)]
+            } else {
+                [scale.get(c / per_block); 2]
+            };
             for i in 0..M {
                 let x = x_bytes(i).add(c * CHUNK) as *const i8;
-                let mut dot = 0i32;
+                let mut dot = [0i32; 2];
                 for t in 0..CHUNK {
-                    let u = if FOUR {
+                    // byte t of a prepared chunk is column t, or for 4-bit data column 2t of
+                    // the chunk (t < 16) or 2(t − 16) + 1
+                    let (u, col) = if FOUR {
                         let byte = *rp.add(c * 16 + t % 16);
-                        (if t < 16 { byte & 15 } else { byte >> 4 }) ^ flip
+                        let u = (if t < 16 { byte & 15 } else { byte >> 4 }) ^ flip;
+                        (u, if t < 16 { 2 * t } else { 2 * (t - 16) + 1 })
                     } else {
-                        *rp.add(c * CHUNK + t) ^ flip
+                        (*rp.add(c * CHUNK + t) ^ flip, t)
                     };
-                    dot += u as i32 * *x.add(t) as i32;
+                    dot[col / HALF] += u as i32 * *x.add(t) as i32;
                 }
-                tails[i] += s_w * *x_scales(i).add(c) * dot as f32;
+                let s_x = *x_scales(i).add(c);
+                tails[i] += s_w[0] * s_x * dot[0] as f32 + s_w[1] * s_x * dot[1] as f32;
             }
         }
         g += len;

@@ -458,26 +458,28 @@ fn check_quantized_activations_on(case: &QuantCase, m: usize, seed: u64, threads
         let (qx, sx) = quantize_activations(&xv[r * k..(r + 1) * k]);
         for j in 0..case.rows {
             let (mut want, mut size) = (0.0f64, 0.0f64);
+            // each chunk of 32 columns against each weight block it meets (two of 16, or one)
+            let part = case.block.min(32);
             for (c, &s_x) in sx.iter().enumerate() {
-                let bi = j * nb + c * 32 / case.block;
-                let cols = c * 32..(c + 1) * 32;
-                let dot: i64 = cols.clone().map(|t| b.q[j * k + t] * qx[t]).sum();
-                let sum_q: i64 = cols.map(|t| qx[t]).sum();
-                let o = if case.offset { b.offsets[bi] } else { 0.0 };
-                let term = b.scales[bi] * s_x * (dot as f64 - o * sum_q as f64);
-                want += term;
-                // the integer path sums Σ u·q_x (u = q_w + bias) in f32 lanes of partial integer
-                // sums and (bias + o)·Σ q_x apart: rounding scales with Σ |u·q_x|
-                let bias = match case.data {
-                    DType::Int4 => 8,
-                    DType::Int8 => 128,
-                    _ => 0,
-                };
-                let abs_dot: i64 = (c * 32..(c + 1) * 32)
-                    .map(|t| ((b.q[j * k + t] + bias) * qx[t]).abs())
-                    .sum();
-                size += (b.scales[bi] * s_x).abs()
-                    * (abs_dot as f64 + (o + bias as f64).abs() * (sum_q as f64).abs());
+                for start in (c * 32..(c + 1) * 32).step_by(part) {
+                    let bi = j * nb + start / case.block;
+                    let cols = start..start + part;
+                    let dot: i64 = cols.clone().map(|t| b.q[j * k + t] * qx[t]).sum();
+                    let sum_q: i64 = cols.clone().map(|t| qx[t]).sum();
+                    let o = if case.offset { b.offsets[bi] } else { 0.0 };
+                    let term = b.scales[bi] * s_x * (dot as f64 - o * sum_q as f64);
+                    want += term;
+                    // the integer path sums Σ u·q_x (u = q_w + bias) in f32 lanes of partial
+                    // integer sums and (bias + o)·Σ q_x apart: rounding scales with Σ |u·q_x|
+                    let bias = match case.data {
+                        DType::Int4 => 8,
+                        DType::Int8 => 128,
+                        _ => 0,
+                    };
+                    let abs_dot: i64 = cols.map(|t| ((b.q[j * k + t] + bias) * qx[t]).abs()).sum();
+                    size += (b.scales[bi] * s_x).abs()
+                        * (abs_dot as f64 + (o + bias as f64).abs() * (sum_q as f64).abs());
+                }
             }
             let g = f64::from(got[r * case.rows + j]);
             // f32 rounding of the per-chunk terms and of their sum (plus the output's own
@@ -506,9 +508,10 @@ fn quantized_activations_match_the_integer_scheme() {
         return;
     }
     let mut cases = Vec::new();
-    // 64 columns: one chunk pair; 96: a pair and a lone chunk; 1248: 39 chunks (groups of 16
+    // 64 columns: one chunk pair; 96: a pair and a lone chunk; 800: 25 chunks (a group of 16 and
+    // one of 9, whose 18 blocks of 16 straddle two vectors); 1248: 39 chunks (groups of 16
     // and a tail group ending in a lone chunk); 1536: 48 chunks (whole groups)
-    for cols in [64usize, 96, 1248, 1536] {
+    for cols in [64usize, 96, 800, 1248, 1536] {
         for (data, block, offset, scale) in [
             (DType::Int4, 32, false, DType::Fp16),
             (DType::Int4, 32, true, DType::Fp32),
@@ -517,6 +520,14 @@ fn quantized_activations_match_the_integer_scheme() {
             (DType::Int8, 32, false, DType::Fp16),
             (DType::Int8, 64, true, DType::Fp32),
             (DType::Uint8, 32, true, DType::Fp32),
+            // blocks of 16, two per activation chunk: Q6_K (int8), Q3_K (int4), Q2_K (uint4
+            // with offsets), the widened row-concatenations (int8 with offsets)
+            (DType::Int8, 16, false, DType::Fp32),
+            (DType::Int8, 16, false, DType::Fp16),
+            (DType::Int4, 16, false, DType::Fp32),
+            (DType::Uint4, 16, true, DType::Fp32),
+            (DType::Uint4, 16, true, DType::Fp16),
+            (DType::Int8, 16, true, DType::Fp32),
         ] {
             if cols % block == 0 {
                 cases.push(QuantCase {

@@ -420,6 +420,34 @@ impl GgufFile {
         &self.path
     }
 
+    /// Drops the mapped file's pages from this process's resident memory (a mapped file read
+    /// once counts in full against its resident size until then). Later reads map them again
+    /// from the page cache or the file; in-memory files keep their bytes.
+    pub fn release_pages(&self) {
+        self.release_range(0, self.storage.bytes().len());
+    }
+
+    /// [`GgufFile::release_pages`] for the pages holding one tensor's data.
+    pub fn release_tensor_pages(&self, info: &TensorInfo) {
+        self.release_range(self.data_offset + info.offset as usize, info.n_bytes);
+    }
+
+    fn release_range(&self, start: usize, len: usize) {
+        #[cfg(unix)]
+        if let Storage::Mapped(m) = &self.storage {
+            if start.checked_add(len).is_some_and(|e| e <= m.len()) {
+                // SAFETY: the mapping is read-only and file-backed, so dropping its pages
+                // loses nothing: the next access reads the same bytes back. An error leaves
+                // them resident.
+                let _ = unsafe {
+                    m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len)
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (start, len);
+    }
+
     pub fn version(&self) -> u32 {
         self.version
     }

@@ -9,8 +9,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{json, Map, Value};
-use tokenizers::Tokenizer;
+use serde_json::{json, Map};
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::{AddedToken, Tokenizer};
 
 use super::{GgufError, GgufFile, MetaArray};
 use crate::tokenizer::{TextTokenizer, TokenizerError};
@@ -213,7 +214,7 @@ impl GgufTokenizer {
             }
         };
 
-        let mut added = AddedTokens::new(&vocab);
+        let mut added = AddedTokens::default();
         let byte_alphabet: Option<HashSet<char>> = (kind == TokenizerModelKind::ByteLevelBpe)
             .then(|| bytes_to_unicode().into_iter().collect());
         for (token, &ty) in tokens.iter().zip(&token_types) {
@@ -270,10 +271,25 @@ impl GgufTokenizer {
             json!({"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials})
         };
 
-        let merges_json: Vec<Value> = merges.into_iter().map(|(a, b)| json!([a, b])).collect();
-        let vocab_json: Map<String, Value> =
-            vocab.iter().map(|(k, &v)| (k.clone(), json!(v))).collect();
-        let (model, pre_tokenizer, decoder) = match kind {
+        // the model is built directly: a JSON document of a large vocabulary (Gemma 3: 262144
+        // tokens and their merges) parses through intermediate value trees of several hundred
+        // MB, which the allocator then keeps as the process's resident memory
+        let bpe = BPE::builder();
+        let bpe = match kind {
+            TokenizerModelKind::ByteLevelBpe => bpe
+                .continuing_subword_prefix(String::new())
+                .end_of_word_suffix(String::new())
+                .fuse_unk(false)
+                .byte_fallback(false),
+            TokenizerModelKind::SentencePieceBpe => bpe.fuse_unk(true).byte_fallback(true),
+        };
+        let added_tokens = added.into_tokens();
+        let model = bpe
+            .ignore_merges(false)
+            .vocab_and_merges(vocab.into_iter().collect::<Vocab>(), merges)
+            .build()
+            .map_err(|e| fail(format!("the vocabulary does not form a BPE model: {e}")))?;
+        let (pre_tokenizer, decoder) = match kind {
             TokenizerModelKind::ByteLevelBpe => {
                 let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
                 let pre_tokenizer = match pre.and_then(pre_tokenizer_split) {
@@ -284,17 +300,11 @@ impl GgufTokenizer {
                     None => byte_level(true),
                 };
                 (
-                    json!({"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
-                           "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false,
-                           "ignore_merges": false, "vocab": vocab_json, "merges": merges_json}),
                     pre_tokenizer,
                     json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}),
                 )
             }
             TokenizerModelKind::SentencePieceBpe => (
-                json!({"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-                       "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true,
-                       "ignore_merges": false, "vocab": vocab_json, "merges": merges_json}),
                 json!({"type": "Metaspace", "replacement": "\u{2581}",
                        "prepend_scheme": if space_prefix { "first" } else { "never" }, "split": false}),
                 {
@@ -311,21 +321,28 @@ impl GgufTokenizer {
                 },
             ),
         };
+        // everything but the model (and the added tokens, whose ids the model gives) as a
+        // document, as tokenizer.json would hold it
         let document = json!({
             "version": "1.0",
             "truncation": null,
             "padding": null,
-            "added_tokens": added.into_json(),
+            "added_tokens": [],
             "normalizer": null,
             "pre_tokenizer": pre_tokenizer,
             "post_processor": template(add_bos, add_eos),
             "decoder": decoder,
-            "model": model,
+            "model": {"type": "BPE", "vocab": {}, "merges": []},
         });
-        let tokenizer: Tokenizer = document
+        let mut tokenizer: Tokenizer = document
             .to_string()
             .parse()
             .map_err(|e| fail(format!("the assembled tokenizer does not load: {e}")))?;
+        tokenizer.with_model(model);
+        // as tokenizer.json's loader adds its `added_tokens`, once the model is in place
+        tokenizer
+            .add_tokens(added_tokens)
+            .map_err(|e| fail(format!("the added tokens do not load: {e}")))?;
         Ok(GgufTokenizer {
             tokenizer,
             kind,
@@ -436,43 +453,29 @@ fn merges_from_scores(
 }
 
 /// Added tokens in the order transformers adds them; a token is added once.
-struct AddedTokens<'a> {
-    vocab: &'a HashMap<String, u32>,
-    next_id: u32,
-    entries: Vec<(u32, String, bool)>,
+#[derive(Default)]
+struct AddedTokens {
+    entries: Vec<(String, bool)>,
     seen: HashSet<String>,
 }
 
-impl<'a> AddedTokens<'a> {
-    fn new(vocab: &'a HashMap<String, u32>) -> Self {
-        AddedTokens {
-            vocab,
-            next_id: vocab.values().copied().max().map_or(0, |m| m + 1),
-            entries: Vec::new(),
-            seen: HashSet::new(),
-        }
-    }
-
+impl AddedTokens {
     fn add(&mut self, token: &str, special: bool) {
-        if !self.seen.insert(token.to_string()) {
-            return;
+        if self.seen.insert(token.to_string()) {
+            self.entries.push((token.to_string(), special));
         }
-        let id = match self.vocab.get(token) {
-            Some(&id) => id,
-            None => {
-                self.next_id += 1;
-                self.next_id - 1
-            }
-        };
-        self.entries.push((id, token.to_string(), special));
     }
 
-    fn into_json(self) -> Vec<Value> {
+    /// The tokens in the order added (their ids come from the model they are added to).
+    fn into_tokens(self) -> Vec<AddedToken> {
         self.entries
             .into_iter()
-            .map(|(id, content, special)| {
-                json!({"id": id, "content": content, "single_word": false, "lstrip": false,
-                       "rstrip": false, "normalized": false, "special": special})
+            .map(|(content, special)| {
+                AddedToken::from(content, special)
+                    .single_word(false)
+                    .lstrip(false)
+                    .rstrip(false)
+                    .normalized(false)
             })
             .collect()
     }

@@ -32,16 +32,17 @@
 //! 4-bit integers are packed in MIL's order (byte `i` holds elements `2i` and `2i + 1`, the even
 //! one in the low nibble), not ggml's.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use aneforge::graph::{
-    self, BlockQuantized, DeferredF32, HostArray, HostData, QuantFormat, Tensor,
+    self, BlockQuantized, DeferredBytes, DeferredF32, HostArray, HostData, QuantFormat, Tensor,
 };
 
 use super::LlmError;
 use crate::gguf::{
     k_scale_min, BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
-    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, GgmlType, GgufFile,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, GgmlType, GgufFile, QuantBlock,
 };
 
 /// A weight matrix. Dense values may be deferred ([`DeferredF32`]: read from the model's file
@@ -166,6 +167,194 @@ impl Packer {
     }
 }
 
+/// GGUF blocks `range` of tensor `name`.
+fn blocks_in<'a, B: QuantBlock>(
+    file: &'a GgufFile,
+    name: &str,
+    range: &Range<usize>,
+) -> Result<&'a [B], LlmError> {
+    let all = file.blocks::<B>(name)?;
+    all.get(range.clone()).ok_or_else(|| {
+        LlmError::Invalid(format!(
+            "{}: tensor '{name}': blocks {range:?} of {}",
+            file.path().display(),
+            all.len()
+        ))
+    })
+}
+
+/// GGUF blocks `range` of tensor `name` (of type `ty`) in MIL's storage, or `None` for a type
+/// not kept quantized.
+fn pack_blocks(
+    file: &GgufFile,
+    name: &str,
+    ty: GgmlType,
+    range: Range<usize>,
+) -> Result<Option<Packer>, LlmError> {
+    use QuantFormat::{I4, I8, U4, U8};
+    let n = range.len() * ty.block_elements();
+    let mut p;
+    match ty {
+        GgmlType::Q4_0 => {
+            p = Packer::new(I4, 32, n, false);
+            for b in blocks_in::<BlockQ4_0>(file, name, &range)? {
+                let q = b.quants().map(|q| q as i32 - 8);
+                p.push(&q, b.d.to_f32());
+            }
+        }
+        GgmlType::Q4_1 => {
+            p = Packer::new(U4, 32, n, true);
+            for b in blocks_in::<BlockQ4_1>(file, name, &range)? {
+                let q = b.quants().map(i32::from);
+                p.push_affine(&q, b.d.to_f32(), b.m.to_f32());
+            }
+        }
+        GgmlType::Q5_0 => {
+            p = Packer::new(I8, 32, n, false);
+            for b in blocks_in::<BlockQ5_0>(file, name, &range)? {
+                let q = b.quants().map(|q| q as i32 - 16);
+                p.push(&q, b.d.to_f32());
+            }
+        }
+        GgmlType::Q5_1 => {
+            p = Packer::new(U8, 32, n, true);
+            for b in blocks_in::<BlockQ5_1>(file, name, &range)? {
+                let q = b.quants().map(i32::from);
+                p.push_affine(&q, b.d.to_f32(), b.m.to_f32());
+            }
+        }
+        GgmlType::Q8_0 => {
+            p = Packer::new(I8, 32, n, false);
+            for b in blocks_in::<BlockQ8_0>(file, name, &range)? {
+                p.push(&b.qs.map(i32::from), b.d.to_f32());
+            }
+        }
+        GgmlType::Q2_K => {
+            p = Packer::new(U4, 16, n, true);
+            for b in blocks_in::<BlockQ2K>(file, name, &range)? {
+                let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
+                for (q, &sc) in groups(&b.quants(), 16).zip(&b.scales) {
+                    let a = d * (sc & 0x0F) as f32;
+                    let m = dmin * (sc >> 4) as f32;
+                    p.push_affine(&q[..16], a, -m);
+                }
+            }
+        }
+        GgmlType::Q3_K => {
+            p = Packer::new(I4, 16, n, false);
+            for b in blocks_in::<BlockQ3K>(file, name, &range)? {
+                let d = b.d.to_f32();
+                for (q, s) in groups(&b.quants(), 16).zip(b.group_scales()) {
+                    p.push(&q[..16], d * s as f32);
+                }
+            }
+        }
+        GgmlType::Q4_K => {
+            p = Packer::new(U4, 32, n, true);
+            for b in blocks_in::<BlockQ4K>(file, name, &range)? {
+                let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
+                let (sc, m) = k_scale_min(&b.scales);
+                for (g, q) in groups(&b.quants(), 32).enumerate() {
+                    p.push_affine(&q, d * sc[g] as f32, -(dmin * m[g] as f32));
+                }
+            }
+        }
+        GgmlType::Q5_K => {
+            p = Packer::new(U8, 32, n, true);
+            for b in blocks_in::<BlockQ5K>(file, name, &range)? {
+                let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
+                let (sc, m) = k_scale_min(&b.scales);
+                for (g, q) in groups(&b.quants(), 32).enumerate() {
+                    p.push_affine(&q, d * sc[g] as f32, -(dmin * m[g] as f32));
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            p = Packer::new(I8, 16, n, false);
+            for b in blocks_in::<BlockQ6K>(file, name, &range)? {
+                let d = b.d.to_f32();
+                for (q, &s) in groups(&b.quants(), 16).zip(&b.scales) {
+                    p.push(&q[..16], d * s as f32);
+                }
+            }
+        }
+        GgmlType::IQ4_NL => {
+            p = Packer::new(I8, 32, n, false);
+            for b in blocks_in::<BlockIq4Nl>(file, name, &range)? {
+                p.push(&b.quants().map(i32::from), b.d.to_f32());
+            }
+        }
+        GgmlType::IQ4_XS => {
+            p = Packer::new(I8, 32, n, false);
+            for b in blocks_in::<BlockIq4Xs>(file, name, &range)? {
+                let d = b.d.to_f32();
+                for (q, s) in groups(&b.quants(), 32).zip(b.group_scales()) {
+                    p.push(&q, d * s as f32);
+                }
+            }
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(p))
+}
+
+/// A GGUF tensor's integers in MIL's storage, converted from the mapped file when read.
+#[derive(Debug)]
+struct GgufPacked {
+    file: Arc<GgufFile>,
+    name: String,
+    ty: GgmlType,
+    rows: usize,
+    /// Bytes of one converted row.
+    row_bytes: usize,
+    /// GGUF blocks per row.
+    per_row: usize,
+}
+
+/// Converted bytes produced per step of a long read.
+const PACK_STEP: usize = 1 << 20;
+
+impl DeferredBytes for GgufPacked {
+    fn len(&self) -> usize {
+        self.rows * self.row_bytes
+    }
+
+    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String> {
+        let end = start + out.len();
+        if end > self.len() {
+            return Err(format!(
+                "{}: tensor '{}': bytes {start}..{end} of {}",
+                self.file.path().display(),
+                self.name,
+                self.len()
+            ));
+        }
+        let rb = self.row_bytes;
+        let step = (PACK_STEP / rb).max(1);
+        let mut r = start / rb;
+        while r * rb < end {
+            let r1 = (r + step).min(end.div_ceil(rb));
+            let p = pack_blocks(
+                &self.file,
+                &self.name,
+                self.ty,
+                r * self.per_row..r1 * self.per_row,
+            )
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("tensor '{}': {} is not kept quantized", self.name, self.ty))?;
+            let (lo, hi) = ((r * rb).max(start), (r1 * rb).min(end));
+            out[lo - start..hi - start].copy_from_slice(&p.data[lo - r * rb..hi - r * rb]);
+            r = r1;
+        }
+        // the converted bytes are what the reader keeps (a program's blob): the file's pages
+        // need not stay resident next to them
+        if let Some(info) = self.file.tensor(&self.name) {
+            self.file.release_tensor_pages(info);
+        }
+        Ok(())
+    }
+}
+
 /// The consecutive groups of `len` (≤ 32) integers of `q`, each in the first `len` slots.
 fn groups<T: Copy + Into<i32>>(q: &[T], len: usize) -> impl Iterator<Item = [i32; 32]> + '_ {
     q.chunks_exact(len).map(move |g| {
@@ -202,13 +391,14 @@ impl Matrix {
 
     /// The quantized form of a GGUF tensor of `shape` as a matrix of its last dimension's
     /// columns (a stack of experts `[E, rows, cols]` becomes `[E·rows, cols]`), or `None` when
-    /// its type is not kept quantized or its shape differs.
+    /// its type is not kept quantized or its shape differs. The scales and offsets are held;
+    /// the integers are converted again from the mapped file when read
+    /// ([`BlockQuantized::deferred`]), so a compiled program's blob holds their only copy.
     pub fn from_gguf_blocks(
         file: &Arc<GgufFile>,
         name: &str,
         shape: &[usize],
     ) -> Result<Option<Matrix>, LlmError> {
-        use QuantFormat::{I4, I8, U4, U8};
         let info = file.require_tensor(name)?;
         let ty = info.ggml_type;
         let Some((&cols, lead)) = shape.split_last() else {
@@ -218,110 +408,42 @@ impl Matrix {
         if info.shape() != shape || !cols.is_multiple_of(ty.block_elements()) {
             return Ok(None);
         }
-        let n = rows * cols;
-        let mut p;
-        match ty {
-            GgmlType::Q4_0 => {
-                p = Packer::new(I4, 32, n, false);
-                for b in file.blocks::<BlockQ4_0>(name)? {
-                    let q = b.quants().map(|q| q as i32 - 8);
-                    p.push(&q, b.d.to_f32());
-                }
+        let per_row = cols / ty.block_elements();
+        // converted a step of rows at a time, keeping only the parameters
+        let (mut form, mut scale, mut offset) = (None, Vec::new(), None::<Vec<f32>>);
+        let step = (PACK_STEP / cols).max(1);
+        for r in (0..rows).step_by(step) {
+            let r1 = (r + step).min(rows);
+            let Some(p) = pack_blocks(file, name, ty, r * per_row..r1 * per_row)? else {
+                return Ok(None);
+            };
+            form = Some((p.format, p.block));
+            scale.extend(p.scale);
+            if let Some(o) = p.offset {
+                offset.get_or_insert_with(Vec::new).extend(o);
             }
-            GgmlType::Q4_1 => {
-                p = Packer::new(U4, 32, n, true);
-                for b in file.blocks::<BlockQ4_1>(name)? {
-                    let q = b.quants().map(i32::from);
-                    p.push_affine(&q, b.d.to_f32(), b.m.to_f32());
-                }
-            }
-            GgmlType::Q5_0 => {
-                p = Packer::new(I8, 32, n, false);
-                for b in file.blocks::<BlockQ5_0>(name)? {
-                    let q = b.quants().map(|q| q as i32 - 16);
-                    p.push(&q, b.d.to_f32());
-                }
-            }
-            GgmlType::Q5_1 => {
-                p = Packer::new(U8, 32, n, true);
-                for b in file.blocks::<BlockQ5_1>(name)? {
-                    let q = b.quants().map(i32::from);
-                    p.push_affine(&q, b.d.to_f32(), b.m.to_f32());
-                }
-            }
-            GgmlType::Q8_0 => {
-                p = Packer::new(I8, 32, n, false);
-                for b in file.blocks::<BlockQ8_0>(name)? {
-                    p.push(&b.qs.map(i32::from), b.d.to_f32());
-                }
-            }
-            GgmlType::Q2_K => {
-                p = Packer::new(U4, 16, n, true);
-                for b in file.blocks::<BlockQ2K>(name)? {
-                    let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
-                    for (q, &sc) in groups(&b.quants(), 16).zip(&b.scales) {
-                        let a = d * (sc & 0x0F) as f32;
-                        let m = dmin * (sc >> 4) as f32;
-                        p.push_affine(&q[..16], a, -m);
-                    }
-                }
-            }
-            GgmlType::Q3_K => {
-                p = Packer::new(I4, 16, n, false);
-                for b in file.blocks::<BlockQ3K>(name)? {
-                    let d = b.d.to_f32();
-                    for (q, s) in groups(&b.quants(), 16).zip(b.group_scales()) {
-                        p.push(&q[..16], d * s as f32);
-                    }
-                }
-            }
-            GgmlType::Q4_K => {
-                p = Packer::new(U4, 32, n, true);
-                for b in file.blocks::<BlockQ4K>(name)? {
-                    let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
-                    let (sc, m) = k_scale_min(&b.scales);
-                    for (g, q) in groups(&b.quants(), 32).enumerate() {
-                        p.push_affine(&q, d * sc[g] as f32, -(dmin * m[g] as f32));
-                    }
-                }
-            }
-            GgmlType::Q5_K => {
-                p = Packer::new(U8, 32, n, true);
-                for b in file.blocks::<BlockQ5K>(name)? {
-                    let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
-                    let (sc, m) = k_scale_min(&b.scales);
-                    for (g, q) in groups(&b.quants(), 32).enumerate() {
-                        p.push_affine(&q, d * sc[g] as f32, -(dmin * m[g] as f32));
-                    }
-                }
-            }
-            GgmlType::Q6_K => {
-                p = Packer::new(I8, 16, n, false);
-                for b in file.blocks::<BlockQ6K>(name)? {
-                    let d = b.d.to_f32();
-                    for (q, &s) in groups(&b.quants(), 16).zip(&b.scales) {
-                        p.push(&q[..16], d * s as f32);
-                    }
-                }
-            }
-            GgmlType::IQ4_NL => {
-                p = Packer::new(I8, 32, n, false);
-                for b in file.blocks::<BlockIq4Nl>(name)? {
-                    p.push(&b.quants().map(i32::from), b.d.to_f32());
-                }
-            }
-            GgmlType::IQ4_XS => {
-                p = Packer::new(I8, 32, n, false);
-                for b in file.blocks::<BlockIq4Xs>(name)? {
-                    let d = b.d.to_f32();
-                    for (q, s) in groups(&b.quants(), 32).zip(b.group_scales()) {
-                        p.push(&q, d * s as f32);
-                    }
-                }
-            }
-            _ => return Ok(None),
         }
-        let q = p.finish(rows, cols).map_err(|e| {
+        let Some((format, block)) = form else {
+            return Ok(None);
+        };
+        let source = GgufPacked {
+            file: file.clone(),
+            name: name.to_string(),
+            ty,
+            rows,
+            row_bytes: cols * format.bits() / 8,
+            per_row,
+        };
+        let q = BlockQuantized::deferred(
+            format,
+            rows,
+            cols,
+            block,
+            Arc::new(source),
+            scale,
+            offset.map(Into::into),
+        )
+        .map_err(|e| {
             LlmError::Invalid(format!("{}: tensor '{name}': {e}", file.path().display()))
         })?;
         Ok(Some(Matrix::Quant(q)))
@@ -341,7 +463,7 @@ impl Matrix {
         }
         let dense: Arc<[f32]> = match self {
             Matrix::Dense(a) => values(a)?,
-            Matrix::Quant(q) => q.dequantize().into(),
+            Matrix::Quant(q) => q.dequantize()?.into(),
         };
         let (lo, hi) = format.range();
         let mut q = Vec::with_capacity(rows * cols);
@@ -436,7 +558,7 @@ impl Matrix {
         for p in parts {
             match p {
                 Matrix::Dense(a) => data.extend_from_slice(&values(a)?),
-                Matrix::Quant(q) => data.extend(q.dequantize()),
+                Matrix::Quant(q) => data.extend(q.dequantize()?),
             }
         }
         Ok(Matrix::Dense(HostArray::from_f32(&[rows, cols], data)?))
@@ -456,15 +578,7 @@ impl Matrix {
                 &[rows / k, k * cols],
                 a.data().clone(),
             )?)),
-            Matrix::Quant(q) => Ok(Matrix::Quant(BlockQuantized::new(
-                q.format(),
-                rows / k,
-                k * cols,
-                q.block(),
-                q.data().clone(),
-                q.scale().clone(),
-                q.offset().cloned(),
-            )?)),
+            Matrix::Quant(q) => Ok(Matrix::Quant(q.reshaped(rows / k, k * cols)?)),
         }
     }
 
@@ -506,7 +620,7 @@ impl Matrix {
                     .map_err(|e| LlmError::Graph(aneforge::GraphError::ConstantData(e)))?,
                 _ => out.copy_from_slice(&values(a)?[r * cols..(r + 1) * cols]),
             },
-            Matrix::Quant(q) => q.dequantize_row(r, out),
+            Matrix::Quant(q) => q.dequantize_row(r, out)?,
         }
         Ok(())
     }
@@ -556,10 +670,12 @@ fn widened(
     let (rows, cols, nb) = (q.rows(), q.cols(), q.blocks_per_row());
     let mut p = Packer::new(format, block, rows * cols, offsets);
     let mut ints = vec![0i32; block];
+    let mut row = vec![0u8; q.row_bytes()];
     for r in 0..rows {
+        q.read_rows(r, &mut row)?;
         for c0 in (0..cols).step_by(block) {
             for (i, v) in ints.iter_mut().enumerate() {
-                *v = q.q(r, c0 + i);
+                *v = q.q_in(&row, c0 + i);
             }
             let b = r * nb + c0 / q.block();
             let offset = q.offset().map_or(0.0, |o| o[b]);
@@ -590,7 +706,11 @@ mod tests {
                 panic!("merging blocks keeps blocks");
             };
             assert_eq!((merged.rows(), merged.cols()), (2, 3 * cols));
-            assert_eq!(merged.dequantize(), q.dequantize(), "{format:?}");
+            assert_eq!(
+                merged.dequantize().unwrap(),
+                q.dequantize().unwrap(),
+                "{format:?}"
+            );
         }
         assert!(dense.merge_rows(4).is_err());
     }

@@ -217,6 +217,10 @@ impl Llm {
             }
         }
         let weights = weights::load_gguf(&config, &file, opts)?;
+        // everything the weights still need from the file (the integers of the matrices kept
+        // quantized, deferred dense values) is read again when a program is compiled, so the
+        // pages read so far need not stay resident
+        file.release_pages();
         let llm = Llm {
             config,
             weights,

@@ -222,7 +222,7 @@ impl<'t> Emitter<'t> {
     /// integers as stored, scales and offsets in the program's float type.
     fn block_quantized(&mut self, node: &Tensor, q: &BlockQuantized) -> Result<(), LowerError> {
         let key = [
-            Arc::as_ptr(q.data()) as *const u8 as usize,
+            q.data_key(),
             Arc::as_ptr(q.scale()) as *const f32 as usize,
             q.offset()
                 .map_or(0, |o| Arc::as_ptr(o) as *const f32 as usize),
@@ -239,12 +239,11 @@ impl<'t> Emitter<'t> {
         };
         let shape = [q.rows(), q.cols()];
         let pshape = [q.rows(), q.blocks_per_row()];
-        let data = self.consts.blob_entry(
-            data_dtype,
-            q.rows() * q.cols(),
-            Arc::as_ptr(q.data()) as *const u8 as usize,
-            || q.data().to_vec(),
-        )?;
+        let data = self
+            .consts
+            .blob_entry(data_dtype, q.rows() * q.cols(), q.data_key(), || {
+                q.data().map_err(LowerError::ConstantData)
+            })?;
         let float = self.float;
         let floats = |v: &[f32]| -> Vec<u8> {
             match float {
@@ -261,7 +260,8 @@ impl<'t> Emitter<'t> {
         };
         let mut entry = |v: &Arc<[f32]>| {
             let source = Arc::as_ptr(v) as *const f32 as usize;
-            self.consts.blob_entry(float, v.len(), source, || floats(v))
+            self.consts
+                .blob_entry(float, v.len(), source, || Ok(floats(v)))
         };
         let scale = entry(q.scale())?;
         let offset = q.offset().map(&mut entry).transpose()?;
