@@ -153,6 +153,49 @@ fn a_step_feeds_only_the_batch_and_scalars() {
     );
 }
 
+/// The step program holds every parameter and Adam moment once, in its port buffers: the
+/// artifact lets go of the parameters' initial values once the engine has them, no shared state
+/// is staged in a second buffer, and the other ports are the batch, the scalars and the loss.
+#[test]
+fn the_step_holds_each_parameter_and_moment_once() {
+    use aneforge::lower::PortKind;
+    let mut trainer = mlp_trainer(TrainerOptions::new(Optimizer::adam()));
+    let params = 4 * trainer.parameter_count();
+    let model = trainer.model();
+    let other_inputs: usize = model
+        .inputs()
+        .iter()
+        .filter(|p| p.kind == PortKind::Input && !p.name.contains("__"))
+        .map(|p| 4 * p.len())
+        .sum();
+    // loss and accuracy; the `__next` outputs live in their inputs' buffers
+    let other_outputs: usize = model
+        .outputs()
+        .iter()
+        .filter(|p| !p.name.ends_with("__next"))
+        .map(|p| 4 * p.len())
+        .sum();
+    let initial = trainer.model().memory();
+    assert_eq!(initial.parameter_values, 0, "{initial:?}");
+    let (x, labels) = mlp_batch(0);
+    let batch = [
+        ("x", HostSlice::F32(&x)),
+        ("labels", HostSlice::I32(&labels)),
+    ];
+    let before = trainer.read_params().unwrap();
+    trainer.step(&batch, 1e-2).unwrap();
+    assert_ne!(trainer.read_params().unwrap(), before, "the step trained");
+    let m = trainer.model().memory();
+    let engine = m.engine.expect("the CPU engine reports its buffers");
+    assert_eq!(m.parameter_values, 0, "{m:?}");
+    assert_eq!(engine.staging, 0, "{m:?}");
+    assert_eq!(
+        engine.ports,
+        3 * params + other_inputs + other_outputs,
+        "parameters and two moments of {params} bytes each: {m:?}"
+    );
+}
+
 #[test]
 fn mlp_learns_its_teacher() {
     let mut trainer = mlp_trainer(TrainerOptions::new(Optimizer::adam()));

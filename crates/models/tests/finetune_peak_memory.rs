@@ -43,21 +43,27 @@ fn fine_tune_peak(
     let weights = random_llama::write(dir.path(), sizes);
     let vocab = sizes.vocab;
     let (losses, peak) = CountingAllocator::measure(|| {
-        let llm = Llm::from_hf_dir(dir.path(), LoadOptions::new(WeightFormat::Dense)).unwrap();
-        let cfg = &llm.config;
-        let model = trainable(cfg, &llm.weights).unwrap();
-        let lm = causal_lm(cfg, &model, batch, seq).unwrap();
-        let optimizer = Optimizer::AdamW {
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
+        // as `aneforge finetune` does: the loaded weights, the trainable model and the loss graph
+        // (which all hold the parameters' initial values) go once the step is compiled
+        let mut trainer = {
+            let llm = Llm::from_hf_dir(dir.path(), LoadOptions::new(WeightFormat::Dense)).unwrap();
+            let cfg = &llm.config;
+            let model = trainable(cfg, &llm.weights).unwrap();
+            let lm = causal_lm(cfg, &model, batch, seq).unwrap();
+            let optimizer = Optimizer::AdamW {
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+            };
+            let mut options = TrainerOptions::new(optimizer);
+            if recompute {
+                options.recompute = lm.layers;
+            }
+            Trainer::new(&lm.loss, &model.params, &[], options).unwrap()
         };
-        let mut options = TrainerOptions::new(optimizer);
-        if recompute {
-            options.recompute = lm.layers;
-        }
-        let mut trainer = Trainer::new(&lm.loss, &model.params, &[], options).unwrap();
+        let held = trainer.model().memory();
+        assert_eq!(held.parameter_values, 0, "{held:?}");
         let ids: Vec<u32> = (0..batch * seq).map(|i| (i * 37 % vocab) as u32).collect();
         let labels: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
         let batch = TrainBatch::new(batch, seq, &ids, &labels, vocab).unwrap();
