@@ -196,6 +196,51 @@ fn the_step_holds_each_parameter_and_moment_once() {
     );
 }
 
+/// Once the step is compiled and the caller drops its graph, nothing holds the parameters'
+/// initial values any more: not the trainer, its program, nor the segments it recomputes.
+#[test]
+fn a_trainer_keeps_no_reference_to_the_graph() {
+    use aneforge::graph::{HostData, Op};
+    for recompute in [false, true] {
+        let mut store = ParamStore::new(11);
+        let x = input("x", &[8, 6], DType::F32).unwrap();
+        let labels = input("labels", &[8], DType::I32).unwrap();
+        let h = mlp(&mut store, &x, &[16], "a").unwrap().relu().unwrap();
+        let out = mlp(&mut store, &h, &[16], "b").unwrap().relu().unwrap();
+        let logits = mlp(&mut store, &out, &[4], "c").unwrap();
+        let loss = autograd::softmax_cross_entropy(&logits, &labels).unwrap();
+        let mut options = TrainerOptions::new(Optimizer::adam());
+        // the second layer's weight: read by the segment's output
+        let segment = autograd::Segment::new(vec![h], vec![out]);
+        if recompute {
+            options.recompute = vec![segment];
+        } else {
+            drop(segment);
+        }
+        let Op::Parameter { init, .. } = store.params()[2].op() else {
+            panic!("a parameter leaf")
+        };
+        let HostData::F32(values) = init.data().clone() else {
+            panic!("f32 values")
+        };
+        let mut trainer = Trainer::new(&loss, store.params(), &[], options).unwrap();
+        drop((store, loss, logits));
+        assert_eq!(
+            std::sync::Arc::strong_count(&values),
+            1,
+            "recompute {recompute}: the initial values are still held"
+        );
+        let (xs, ys) = mlp_batch(0);
+        let stats = trainer
+            .step(
+                &[("x", HostSlice::F32(&xs)), ("labels", HostSlice::I32(&ys))],
+                1e-2,
+            )
+            .unwrap();
+        assert!(stats.loss.is_finite() && stats.updated);
+    }
+}
+
 #[test]
 fn mlp_learns_its_teacher() {
     let mut trainer = mlp_trainer(TrainerOptions::new(Optimizer::adam()));

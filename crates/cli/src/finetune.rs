@@ -193,8 +193,10 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         }
     }
     save(&trainer)?;
+    // no more steps: the activation arena (as large as the gradients and activations of a step)
+    // and then the resident parameters and moments are not needed for writing the result
+    aneforge::engine::release_thread_arena();
     let params = trainer.read_params()?;
-    // the resident parameters and moments are not needed for writing the result
     drop(trainer);
     let tensors = checkpoint_tensors(cfg, params)?;
     match &lora {
@@ -256,9 +258,9 @@ fn compile_step(
 }
 
 /// Hands the heap pages freed with the loaded model back to the system. The weights were
-/// thousands of blocks of a few MB, below glibc's adaptive mmap threshold, so they sit in the
-/// heap between blocks still in use, where `free` keeps their pages resident (about one copy of
-/// the parameters, 540 MB for SmolLM2-135M).
+/// hundreds of blocks of a few MB, below glibc's adaptive mmap threshold, so they sit in the heap
+/// between blocks still in use, where `free` keeps their pages resident (about one copy of the
+/// parameters, 540 MB for SmolLM2-135M).
 fn return_free_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free pages of the allocator's own heaps.

@@ -37,6 +37,13 @@ fn return_arena(arena: AlignedBuf) {
     });
 }
 
+/// Frees this thread's activation arena, which is otherwise kept for the thread's next execute
+/// (that execute allocates a new one): for a process done with a large program, such as a
+/// training run after its last step.
+pub fn release_thread_arena() {
+    drop(ARENA.with(|a| a.borrow_mut().take()));
+}
+
 /// The time one scheduled kernel took in [`Instance::execute_profiled`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelTime {

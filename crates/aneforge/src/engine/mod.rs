@@ -16,8 +16,8 @@ mod load;
 pub use ane::{AneEngine, AneError, AneOptions, AneProgram, AneStats};
 pub use ane_select::{select, EngineKind, SelectError, Selection, UnknownEngine};
 pub use aneforge_cpu::{
-    codec, find_port, Accumulation, BufferMut, BufferRef, Carried, Direction, HostSlice,
-    HostTensor, InstanceMemory, Port, PortError, ValueStats,
+    codec, find_port, release_thread_arena, Accumulation, BufferMut, BufferRef, Carried, Direction,
+    HostSlice, HostTensor, InstanceMemory, Port, PortError, ValueStats,
 };
 pub use cache::{cache_stats, compile_count, CacheStats};
 pub use load::{content_hash, load, load_function, load_function_with, load_program};

@@ -93,7 +93,9 @@ pub struct TrainerOptions {
     pub accumulation_steps: u32,
     /// Stretches of the forward (e.g. one per decoder layer) recomputed in the backward from
     /// their inputs instead of kept from the forward: less memory for the step's activations,
-    /// about one more forward of compute (`autograd::Segment`).
+    /// about one more forward of compute (`autograd::Segment`). Used to compile the step; a
+    /// [`Trainer`]'s options no longer hold them (they hold the graph, and with it the
+    /// parameters' initial values).
     pub recompute: Vec<Segment>,
 }
 
@@ -256,7 +258,7 @@ impl Trainer {
         loss: &Tensor,
         params: &[Tensor],
         metrics: &[(&str, &Tensor)],
-        options: TrainerOptions,
+        mut options: TrainerOptions,
     ) -> Result<Trainer, TrainError> {
         if let Optimizer::Adam { eps, .. } | Optimizer::AdamW { eps, .. } = options.optimizer {
             if options.target.float_dtype() == aneforge_mil::DType::Fp16
@@ -303,7 +305,7 @@ impl Trainer {
             &GradOptions {
                 seed: scale_in.clone(),
                 frontier: Vec::new(),
-                recompute: options.recompute.clone(),
+                recompute: std::mem::take(&mut options.recompute),
             },
         )?;
         let mut grads = match &scale_in {
