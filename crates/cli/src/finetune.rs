@@ -146,7 +146,7 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
     );
     if let Some(m) = trainer.model().memory().engine {
         eprintln!(
-            "step program: {:.0} MB of parameters and optimizer state, {:.0} MB activation \
+            "training memory: {:.0} MB of parameters and optimizer state, {:.0} MB activation \
              arena, {:.0} MB staged updates",
             m.ports as f64 / 1e6,
             m.arena as f64 / 1e6,
