@@ -133,9 +133,8 @@ fn a_full_fine_tune_peaks_near_parameters_and_moments() {
 /// buffer and the moments a staged copy).
 const BOUND: f64 = 6.0;
 
-/// Six layers over 2 x 512 tokens with every layer recomputed in the backward: the peak is now
-/// while the step is compiled, when the graph's initial values (1x) and the engine's parameters
-/// and zeroed moments (3x) are alive together with the compiler's own data; the steps hold the
-/// parameter state (3x), the gradients (1x), the layers' inputs and one layer's recomputed
-/// activations and backward at a time (measured 4.92x; 13.23x with the activations kept).
+/// Six layers over 2 x 512 tokens with every layer recomputed in the backward: the parameter
+/// state (3x), the gradients (1x), the layers' inputs and one layer's recomputed activations and
+/// backward at a time (measured 4.64x; 4.93x while the trainer's recompute segments kept the graph
+/// and its initial values; 13.23x with the activations kept).
 const RECOMPUTE_BOUND: f64 = 6.0;
