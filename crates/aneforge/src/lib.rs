@@ -18,7 +18,7 @@ pub use arch::AneArch;
 pub use engine::Engine;
 pub use graph::{DType, GraphError, HostArray, Tensor};
 pub use lower::{Artifact, LowerError, ParameterMode, Target};
-pub use model::{compile, compile_named, CompileOptions, Error, Model};
+pub use model::{compile, compile_named, CompileOptions, Error, MemoryReport, Model};
 pub use pipeline::{
     compile_artifact, compile_functions, compile_program, Calibration, CompileError, Compiled,
     Compress, FunctionSpec, ProgramOptions, Quantize, W8A8,

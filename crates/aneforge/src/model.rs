@@ -124,7 +124,7 @@ impl Model {
             .inputs()
             .iter()
             .filter_map(|p| match &p.kind {
-                PortKind::Parameter(init) => Some((p.name.clone(), init.clone())),
+                PortKind::Parameter(Some(init)) => Some((p.name.clone(), init.clone())),
                 _ => None,
             })
             .collect();
@@ -142,6 +142,30 @@ impl Model {
             model.set_input(&name, data)?;
         }
         Ok(model)
+    }
+
+    /// Drops the artifact's copies of the parameters' initial values, which this model's engine
+    /// has bound (a training step's resident parameters, say), so the values live only in the
+    /// engine; their other holders (the graph compiled from) must let go too for the memory to
+    /// return. Needs the artifact to itself, since another holder could load a model from it;
+    /// returns whether the values were released. The artifact's content hash and program are
+    /// unchanged.
+    pub fn release_parameter_values(&mut self) -> bool {
+        match Arc::get_mut(&mut self.artifact) {
+            Some(artifact) => {
+                artifact.release_parameter_values();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// What this model holds in memory (see [`MemoryReport`]).
+    pub fn memory(&self) -> MemoryReport {
+        MemoryReport {
+            parameter_values: self.artifact.parameter_value_bytes(),
+            engine: self.exec.memory(),
+        }
     }
 
     pub fn artifact(&self) -> &Arc<Artifact> {
@@ -351,6 +375,16 @@ impl Model {
     pub fn release(self) {
         self.exec.release();
     }
+}
+
+/// Bytes a [`Model`] holds, for accounting of large programs such as a training step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// The parameters' initial values kept by the artifact's ports (shared with the graph the
+    /// program was compiled from while that lives).
+    pub parameter_values: usize,
+    /// The engine's buffers (the CPU engine's; `None` on engines that do not report them).
+    pub engine: Option<engine::InstanceMemory>,
 }
 
 /// How a port's program dtype carries its graph dtype, when they differ.

@@ -15,20 +15,99 @@ use std::path::{Path, PathBuf};
 /// - a symlink: the same, applied to the file it points to (the link stays a link).
 /// - anything else (FIFO, character device, socket): opened and written directly.
 pub fn write_output(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_output_with(path, |w| w.write_all(bytes))
+}
+
+/// [`write_output`] of the bytes `write` produces, streamed to the destination (through a buffer)
+/// instead of assembled in memory first.
+pub fn write_output_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     if path == Path::new("-") {
-        let mut out = std::io::stdout().lock();
-        out.write_all(bytes)?;
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        write(&mut out)?;
         return out.flush();
     }
     let target = resolve_symlinks(path)?;
     match std::fs::metadata(&target) {
         Ok(meta) if !meta.is_file() => {
-            let mut file = std::fs::OpenOptions::new().write(true).open(&target)?;
-            file.write_all(bytes)?;
-            file.flush()
+            let file = std::fs::OpenOptions::new().write(true).open(&target)?;
+            let mut out = std::io::BufWriter::new(file);
+            write(&mut out)?;
+            out.flush()
         }
-        _ => replace_atomically(&target, bytes),
+        _ => replace_atomically(&target, write),
     }
+}
+
+/// Writes f32 tensors `(name, shape, values)` to `path` as a safetensors file with `metadata`
+/// (with [`write_output_with`], so the values are streamed, not copied): byte for byte what
+/// `safetensors::serialize` writes (tensors ordered by name, the header padded with spaces to a
+/// multiple of 8 bytes). A shape that does not hold its values is an error naming the tensor.
+pub fn write_safetensors_f32(
+    path: &Path,
+    tensors: &[(&str, &[usize], &[f32])],
+    metadata: std::collections::HashMap<String, String>,
+) -> std::io::Result<()> {
+    let layout: Vec<(&str, &[usize])> = tensors.iter().map(|&(n, s, _)| (n, s)).collect();
+    write_safetensors_f32_with(path, &layout, metadata, |i| {
+        Ok(std::borrow::Cow::Borrowed(tensors[i].2))
+    })
+}
+
+/// [`write_safetensors_f32`] of tensors `(name, shape)` whose values `values(i)` gives for
+/// tensor `i` when the file reaches it, one tensor at a time.
+pub fn write_safetensors_f32_with<'a>(
+    path: &Path,
+    tensors: &[(&str, &[usize])],
+    metadata: std::collections::HashMap<String, String>,
+    mut values: impl FnMut(usize) -> std::io::Result<std::borrow::Cow<'a, [f32]>>,
+) -> std::io::Result<()> {
+    use safetensors::tensor::{Dtype, Metadata, TensorInfo};
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by(|&a, &b| tensors[a].0.cmp(tensors[b].0));
+    let mut infos = Vec::with_capacity(tensors.len());
+    let mut offset = 0;
+    for &i in &order {
+        let (name, shape) = tensors[i];
+        let bytes = 4 * shape.iter().product::<usize>();
+        infos.push((
+            name.to_string(),
+            TensorInfo {
+                dtype: Dtype::F32,
+                shape: shape.to_vec(),
+                data_offsets: (offset, offset + bytes),
+            },
+        ));
+        offset += bytes;
+    }
+    let header = Metadata::new(Some(metadata), infos).map_err(std::io::Error::other)?;
+    let mut header = serde_json::to_string(&header)?.into_bytes();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    write_output_with(path, |w| {
+        w.write_all(&(header.len() as u64).to_le_bytes())?;
+        w.write_all(&header)?;
+        for &i in &order {
+            let (name, shape) = tensors[i];
+            let v = values(i)?;
+            if v.len() != shape.iter().product::<usize>() {
+                return Err(std::io::Error::other(format!(
+                    "tensor {name}: shape {shape:?} does not hold its {} values",
+                    v.len()
+                )));
+            }
+            if cfg!(target_endian = "little") {
+                w.write_all(bytemuck::cast_slice(&v))?;
+            } else {
+                for chunk in v.chunks(1 << 14) {
+                    let le: Vec<u8> = chunk.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    w.write_all(&le)?;
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 /// `path` with every symlink along its final component followed (the link's target, relative
@@ -53,7 +132,10 @@ fn resolve_symlinks(path: &Path) -> std::io::Result<PathBuf> {
     )))
 }
 
-fn replace_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+fn replace_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -63,7 +145,10 @@ fn replace_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
         .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
+    let mut out = std::io::BufWriter::new(tmp.as_file_mut());
+    write(&mut out)?;
+    out.flush()?;
+    drop(out);
     tmp.as_file().sync_all()?;
     // dropping `tmp` on an error removes it
     tmp.persist(path).map_err(|e| e.error)?;

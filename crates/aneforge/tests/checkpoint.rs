@@ -71,6 +71,14 @@ fn resume_reproduces_the_uninterrupted_run() {
             .unwrap();
         ckpt.metadata.insert("seed".into(), "21".into());
         ckpt.save(&path).unwrap();
+        // written from the engine one tensor at a time: the same checkpoint, without the metadata
+        // added above
+        let other = tempfile::tempdir().unwrap();
+        let streamed = other.path().join("ckpt.safetensors");
+        first.save_checkpoint(&streamed, "step=4").unwrap();
+        let mut plain = ckpt.clone();
+        plain.metadata.clear();
+        assert_eq!(Checkpoint::load(&streamed).unwrap(), plain, "{mode:?}");
         drop(first);
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()

@@ -153,6 +153,94 @@ fn a_step_feeds_only_the_batch_and_scalars() {
     );
 }
 
+/// The step program holds every parameter and Adam moment once, in its port buffers: the
+/// artifact lets go of the parameters' initial values once the engine has them, no shared state
+/// is staged in a second buffer, and the other ports are the batch, the scalars and the loss.
+#[test]
+fn the_step_holds_each_parameter_and_moment_once() {
+    use aneforge::lower::PortKind;
+    let mut trainer = mlp_trainer(TrainerOptions::new(Optimizer::adam()));
+    let params = 4 * trainer.parameter_count();
+    let model = trainer.model();
+    let other_inputs: usize = model
+        .inputs()
+        .iter()
+        .filter(|p| p.kind == PortKind::Input && !p.name.contains("__"))
+        .map(|p| 4 * p.len())
+        .sum();
+    // loss and accuracy; the `__next` outputs live in their inputs' buffers
+    let other_outputs: usize = model
+        .outputs()
+        .iter()
+        .filter(|p| !p.name.ends_with("__next"))
+        .map(|p| 4 * p.len())
+        .sum();
+    let initial = trainer.model().memory();
+    assert_eq!(initial.parameter_values, 0, "{initial:?}");
+    let (x, labels) = mlp_batch(0);
+    let batch = [
+        ("x", HostSlice::F32(&x)),
+        ("labels", HostSlice::I32(&labels)),
+    ];
+    let before = trainer.read_params().unwrap();
+    trainer.step(&batch, 1e-2).unwrap();
+    assert_ne!(trainer.read_params().unwrap(), before, "the step trained");
+    let m = trainer.model().memory();
+    let engine = m.engine.expect("the CPU engine reports its buffers");
+    assert_eq!(m.parameter_values, 0, "{m:?}");
+    assert_eq!(engine.staging, 0, "{m:?}");
+    assert_eq!(
+        engine.ports,
+        3 * params + other_inputs + other_outputs,
+        "parameters and two moments of {params} bytes each: {m:?}"
+    );
+}
+
+/// Once the step is compiled and the caller drops its graph, nothing holds the parameters'
+/// initial values any more: not the trainer, its program, nor the segments it recomputes.
+#[test]
+fn a_trainer_keeps_no_reference_to_the_graph() {
+    use aneforge::graph::{HostData, Op};
+    for recompute in [false, true] {
+        let mut store = ParamStore::new(11);
+        let x = input("x", &[8, 6], DType::F32).unwrap();
+        let labels = input("labels", &[8], DType::I32).unwrap();
+        let h = mlp(&mut store, &x, &[16], "a").unwrap().relu().unwrap();
+        let out = mlp(&mut store, &h, &[16], "b").unwrap().relu().unwrap();
+        let logits = mlp(&mut store, &out, &[4], "c").unwrap();
+        let loss = autograd::softmax_cross_entropy(&logits, &labels).unwrap();
+        let mut options = TrainerOptions::new(Optimizer::adam());
+        // the second layer's weight: read by the segment's output
+        let segment = autograd::Segment::new(vec![h], vec![out]);
+        if recompute {
+            options.recompute = vec![segment];
+        } else {
+            drop(segment);
+        }
+        let Op::Parameter { init, .. } = store.params()[2].op() else {
+            panic!("a parameter leaf")
+        };
+        let HostData::F32(values) = init.data().clone() else {
+            panic!("f32 values")
+        };
+        let mut trainer = Trainer::new(&loss, store.params(), &[], options).unwrap();
+        drop((store, loss, logits));
+        assert_eq!(
+            std::sync::Arc::strong_count(&values),
+            1,
+            "recompute {recompute}: the initial values are still held"
+        );
+        let (xs, ys) = mlp_batch(0);
+        let stats = trainer
+            .step(
+                &[("x", HostSlice::F32(&xs)), ("labels", HostSlice::I32(&ys))],
+                1e-2,
+            )
+            .unwrap();
+        assert!(stats.loss.is_finite() && stats.updated);
+    }
+}
+
 #[test]
 fn mlp_learns_its_teacher() {
     let mut trainer = mlp_trainer(TrainerOptions::new(Optimizer::adam()));

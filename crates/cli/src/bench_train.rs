@@ -155,10 +155,11 @@ fn profile(lm: &CharLm, runs: u64) -> anyhow::Result<()> {
     for port in artifact.inputs() {
         let n = port.len();
         match (&port.kind, port.dtype) {
-            (PortKind::Parameter(init), _) => match init.as_f32() {
-                Some(v) => inst.set_input(&port.name, HostSlice::F32(v))?,
-                None => anyhow::bail!("parameter {} is not f32", port.name),
-            },
+            // a trainer's artifact does not keep the initial values: the current ones
+            (PortKind::Parameter(_), _) => {
+                let v = lm.trainer().read_param(&port.name)?;
+                inst.set_input(&port.name, HostSlice::F32(&v))?;
+            }
             (_, aneforge::DType::I32) => {
                 let ids: Vec<i32> = (0..n).map(|i| (i * 7 % 13) as i32).collect();
                 inst.set_input(&port.name, HostSlice::I32(&ids))?;

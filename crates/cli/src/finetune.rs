@@ -97,10 +97,9 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
     let schedule = LrSchedule::new(args.lr_schedule, args.warmup_steps, args.steps)
         .context("--warmup-steps")?;
     args.threads.apply()?;
-    let llm = Llm::load(&args.model, LoadOptions::new(WeightFormat::Dense))
-        .with_context(|| format!("loading {}", args.model))
-        .map_err(|e| model_hints::explain(e, &args.model, Wants::Decoder))?;
-    let cfg = &llm.config;
+    let llm = load_dense(&args.model)?;
+    let config = llm.config.clone();
+    let cfg = &config;
     if args.seq > cfg.max_positions {
         bail!(
             "--seq {} is longer than the context of {} ({} positions)",
@@ -124,30 +123,10 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         }),
         None => None,
     };
-    let model = match &lora {
-        Some(lc) => lora_model(cfg, &llm.weights, lc, peft_init(args.seed))?,
-        None => trainable(cfg, &llm.weights)?,
-    };
-    let lm = causal_lm(cfg, &model, args.batch, args.seq)?;
-    let optimizer = Optimizer::AdamW {
-        beta1: 0.9,
-        beta2: 0.999,
-        eps: 1e-8,
-        weight_decay: args.weight_decay,
-    };
     let started = Instant::now();
-    let options = TrainerOptions {
-        accumulation_steps: args.grad_accum,
-        recompute: if args.checkpointing {
-            lm.layers
-        } else {
-            Vec::new()
-        },
-        ..TrainerOptions::new(optimizer)
-    };
-    let mut trainer = Trainer::new(&lm.loss, &model.params, &[], options)
-        .context("compiling the training step")?;
-    let trained: usize = trainer.read_params()?.iter().map(|(_, _, v)| v.len()).sum();
+    let mut trainer = compile_step(&args, llm, lora.as_ref())?;
+    return_free_heap();
+    let trained = trainer.parameter_count();
     eprintln!(
         "{}: {} examples of {} tokens; {} {trained} parameters{}; AdamW lr {} ({:?}, {} \
          warmup steps); compiled in {:.1} s",
@@ -165,6 +144,15 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         args.warmup_steps,
         started.elapsed().as_secs_f64()
     );
+    if let Some(m) = trainer.model().memory().engine {
+        eprintln!(
+            "training memory: {:.0} MB of parameters and optimizer state, {:.0} MB activation \
+             arena, {:.0} MB staged updates",
+            m.ports as f64 / 1e6,
+            m.arena as f64 / 1e6,
+            m.staging as f64 / 1e6
+        );
+    }
     if let Some(path) = args.checkpoint.as_ref().filter(|p| p.exists()) {
         let ckpt = Checkpoint::load(path)?;
         trainer
@@ -175,7 +163,7 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
     let save = |trainer: &Trainer| -> anyhow::Result<()> {
         if let Some(path) = &args.checkpoint {
             let step = trainer.step_count();
-            trainer.checkpoint(&step.to_string())?.save(path)?;
+            trainer.save_checkpoint(path, &step.to_string())?;
         }
         Ok(())
     };
@@ -205,7 +193,12 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         }
     }
     save(&trainer)?;
-    let tensors = checkpoint_tensors(cfg, trainer.read_params()?)?;
+    // no more steps: the activation arena (as large as the gradients and activations of a step)
+    // and then the resident parameters and moments are not needed for writing the result
+    aneforge::engine::release_thread_arena();
+    let params = trainer.read_params()?;
+    drop(trainer);
+    let tensors = checkpoint_tensors(cfg, params)?;
     match &lora {
         Some(lc) => save_adapter(&args.out, lc, &tensors, &args.model)?,
         None => save_safetensors(&args.out.join("model.safetensors"), &tensors)?,
@@ -216,9 +209,62 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
             config: lc.clone(),
             tensors,
         };
+        // the base weights were let go for training: read again
+        let llm = load_dense(&args.model)?;
         let merged = merged_tensors(cfg, &llm.weights, &adapter)?;
         save_safetensors(&dir.join("model.safetensors"), &merged)?;
         eprintln!("wrote {} (adapters merged)", dir.display());
     }
     Ok(())
+}
+
+fn load_dense(model: &str) -> anyhow::Result<Llm> {
+    Llm::load(model, LoadOptions::new(WeightFormat::Dense))
+        .with_context(|| format!("loading {model}"))
+        .map_err(|e| model_hints::explain(e, model, Wants::Decoder))
+}
+
+/// Compiles the training step of `llm` (LoRA adapters with `lora`, every weight without) and lets
+/// go of the model: the loaded weights, the trainable parameters and the loss graph all hold the
+/// parameters' initial values (or, for LoRA, the frozen weights the step's blob has its own copy
+/// of), which the step's engine holds from here on.
+fn compile_step(
+    args: &FinetuneArgs,
+    llm: Llm,
+    lora: Option<&LoraConfig>,
+) -> anyhow::Result<Trainer> {
+    let cfg = &llm.config;
+    let model = match lora {
+        Some(lc) => lora_model(cfg, &llm.weights, lc, peft_init(args.seed))?,
+        None => trainable(cfg, &llm.weights)?,
+    };
+    let lm = causal_lm(cfg, &model, args.batch, args.seq)?;
+    let optimizer = Optimizer::AdamW {
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: args.weight_decay,
+    };
+    let options = TrainerOptions {
+        accumulation_steps: args.grad_accum,
+        recompute: if args.checkpointing {
+            lm.layers
+        } else {
+            Vec::new()
+        },
+        ..TrainerOptions::new(optimizer)
+    };
+    Trainer::new(&lm.loss, &model.params, &[], options).context("compiling the training step")
+}
+
+/// Hands the heap pages freed with the loaded model back to the system. The weights were
+/// hundreds of blocks of a few MB, below glibc's adaptive mmap threshold, so they sit in the heap
+/// between blocks still in use, where `free` keeps their pages resident (about one copy of the
+/// parameters, 540 MB for SmolLM2-135M).
+fn return_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free pages of the allocator's own heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }

@@ -37,6 +37,13 @@ fn return_arena(arena: AlignedBuf) {
     });
 }
 
+/// Frees this thread's activation arena, which is otherwise kept for the thread's next execute
+/// (that execute allocates a new one): for a process done with a large program, such as a
+/// training run after its last step.
+pub fn release_thread_arena() {
+    drop(ARENA.with(|a| a.borrow_mut().take()));
+}
+
 /// The time one scheduled kernel took in [`Instance::execute_profiled`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelTime {
@@ -63,6 +70,23 @@ pub struct ValueStats {
     pub max_abs: f32,
     /// Elements that are inf or NaN.
     pub non_finite: usize,
+}
+
+/// Bytes an [`Instance`] uses, by what holds them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InstanceMemory {
+    /// Port buffers: inputs, outputs not shared with an input (allocated at the first execute),
+    /// and resident state (a shared output lives in its input's buffer).
+    pub ports: usize,
+    /// Staging buffers of shared outputs that cannot be updated in place (written during the
+    /// execute, copied into the input's buffer at its end).
+    pub staging: usize,
+    /// The plan's activation arena (one per thread, shared by the instances run on it).
+    pub arena: usize,
+    /// Constants the plan decoded (constants read in place from the weights blob hold none).
+    pub constants: usize,
+    /// Kernel scratch space.
+    pub scratch: usize,
 }
 
 /// Where a run records kernel times or value statistics.
@@ -174,6 +198,23 @@ impl Instance {
 
     pub fn plan(&self) -> &Arc<Plan> {
         &self.plan
+    }
+
+    /// What this instance holds, and the arena its executes use.
+    pub fn memory(&self) -> InstanceMemory {
+        let staging: usize = self
+            .end_copies
+            .iter()
+            .map(|&(from, _)| self.storage[from].len())
+            .sum();
+        let all: usize = self.storage.iter().map(AlignedBuf::len).sum();
+        InstanceMemory {
+            ports: all - staging,
+            staging,
+            arena: self.plan.arena_bytes,
+            constants: self.plan.const_bytes(),
+            scratch: std::mem::size_of_val::<[f32]>(&self.scratch),
+        }
     }
 
     fn input_index(&self, name: &str) -> Result<usize> {

@@ -27,7 +27,7 @@ pub use compile::{
     CompileOptions, MAX_MEMORY_ENV,
 };
 pub use error::CpuError;
-pub use instance::{Instance, KernelTime, ValueStats};
+pub use instance::{release_thread_arena, Instance, InstanceMemory, KernelTime, ValueStats};
 pub use known::BlobStore;
 pub use plan::Plan;
 pub use port::{find_port, Direction, Port, PortError};

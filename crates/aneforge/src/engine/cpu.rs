@@ -1,7 +1,9 @@
 //! The CPU engine behind [`Executable`]: an `aneforge_cpu::Instance` of a cached plan. Its
 //! methods are the instance's own; only their errors widen to [`EngineError`].
 
-use super::{BufferMut, BufferRef, EngineError, Executable, HostSlice, HostTensor, Port};
+use super::{
+    BufferMut, BufferRef, EngineError, Executable, HostSlice, HostTensor, InstanceMemory, Port,
+};
 use aneforge_cpu::Instance;
 
 impl Executable for Instance {
@@ -35,6 +37,10 @@ impl Executable for Instance {
 
     fn share_buffer(&mut self, output: &str, input: &str) -> Result<(), EngineError> {
         Ok(Instance::share_buffer(self, output, input)?)
+    }
+
+    fn memory(&self) -> Option<InstanceMemory> {
+        Some(Instance::memory(self))
     }
 
     fn execute_inspected(&mut self) -> Result<Vec<aneforge_cpu::ValueStats>, EngineError> {

@@ -16,8 +16,8 @@ mod load;
 pub use ane::{AneEngine, AneError, AneOptions, AneProgram, AneStats};
 pub use ane_select::{select, EngineKind, SelectError, Selection, UnknownEngine};
 pub use aneforge_cpu::{
-    codec, find_port, Accumulation, BufferMut, BufferRef, Carried, Direction, HostSlice,
-    HostTensor, Port, PortError, ValueStats,
+    codec, find_port, release_thread_arena, Accumulation, BufferMut, BufferRef, Carried, Direction,
+    HostSlice, HostTensor, InstanceMemory, Port, PortError, ValueStats,
 };
 pub use cache::{cache_stats, compile_count, CacheStats};
 pub use load::{content_hash, load, load_function, load_function_with, load_program};
@@ -124,6 +124,11 @@ pub trait Executable: Send {
     /// order (the CPU engine only: other engines cannot look inside a program).
     fn execute_inspected(&mut self) -> Result<Vec<aneforge_cpu::ValueStats>, EngineError> {
         Err(EngineError::NoInspection)
+    }
+    /// The CPU engine's buffers by what holds them; `None` for engines whose buffers this
+    /// process does not see.
+    fn memory(&self) -> Option<InstanceMemory> {
+        None
     }
     /// Frees the engine's resources now (dropping does the same).
     fn release(self: Box<Self>) {}

@@ -74,6 +74,17 @@ impl HostData {
         self.len() == 0
     }
 
+    /// Bytes held in memory: none for deferred data, the blocks for block-quantized data.
+    pub fn held_bytes(&self) -> usize {
+        match self {
+            HostData::F32(v) => std::mem::size_of_val::<[f32]>(v),
+            HostData::I32(v) => std::mem::size_of_val::<[i32]>(v),
+            HostData::Bool(v) => v.len(),
+            HostData::BlockQuantized(q) => q.stored_bytes(),
+            HostData::Deferred(_) => 0,
+        }
+    }
+
     pub fn dtype(&self) -> DType {
         match self {
             HostData::F32(_) => DType::F32,

@@ -20,8 +20,10 @@ pub(crate) fn blob_store(
 pub enum PortKind {
     /// Fed by the caller.
     Input,
-    /// A parameter compiled as an input; loaded with this value when instantiated.
-    Parameter(HostArray),
+    /// A parameter compiled as an input, loaded with its initial value when instantiated while
+    /// the artifact holds that value; `None` once released
+    /// ([`Artifact::release_parameter_values`]), when an instance must be fed it.
+    Parameter(Option<HostArray>),
     Output,
 }
 
@@ -153,6 +155,29 @@ impl Artifact {
 
     pub fn target(&self) -> &Target {
         &self.target
+    }
+
+    /// Bytes of the parameters' initial values the ports hold in memory (the graph the artifact
+    /// was compiled from may share them).
+    pub fn parameter_value_bytes(&self) -> usize {
+        self.functions
+            .iter()
+            .flat_map(|f| &f.inputs)
+            .filter_map(|p| match &p.kind {
+                PortKind::Parameter(Some(init)) => Some(init.data().held_bytes()),
+                _ => None,
+            })
+            .sum()
+    }
+
+    /// Drops the ports' initial values of the parameters (an engine instance that bound them
+    /// holds its own copy); a model loaded from the artifact afterwards must be fed them.
+    pub(crate) fn release_parameter_values(&mut self) {
+        for p in self.functions.iter_mut().flat_map(|f| &mut f.inputs) {
+            if let PortKind::Parameter(init) = &mut p.kind {
+                *init = None;
+            }
+        }
     }
 
     /// The default (first) function's inputs.

@@ -10,7 +10,7 @@
 //!   `param_order` (the parameter names, comma-separated, in the trainer's order), and any caller
 //!   metadata under `meta.<key>`.
 
-use safetensors::tensor::{Dtype, TensorView};
+use safetensors::tensor::Dtype;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -57,63 +57,118 @@ pub struct Checkpoint {
     pub metadata: BTreeMap<String, String>,
 }
 
-fn bytes_of(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+/// What a checkpoint file holds besides the values: [`Checkpoint::save`] and
+/// [`super::Trainer::save_checkpoint`] write through it, so both write the same file.
+pub(crate) struct Layout<'a> {
+    pub step: u64,
+    pub optimizer: &'a str,
+    /// `(name, shape)` of each parameter.
+    pub params: Vec<(&'a str, &'a [usize])>,
+    /// `(parameter, state, shape)` of each optimizer state tensor.
+    pub state: Vec<(&'a str, &'a str, &'a [usize])>,
+    pub loss_scale: Option<(f32, u32)>,
+    pub data_position: &'a str,
+    pub metadata: &'a BTreeMap<String, String>,
 }
 
-impl Checkpoint {
-    /// Writes the checkpoint to `path` with [`crate::output::write_output`]: atomically (a uniquely
-    /// named sibling temporary file renamed into place) when `path` is a regular file.
-    pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
+impl Layout<'_> {
+    /// Writes the file to `path` with [`crate::output::write_safetensors_f32_with`]: streamed,
+    /// and atomically (a uniquely named sibling temporary file renamed into place) when `path` is
+    /// a regular file. `values(i)` gives tensor `i`: the parameters in order, then the state
+    /// tensors in order.
+    pub fn write<'v>(
+        &self,
+        path: &Path,
+        values: impl FnMut(usize) -> std::io::Result<std::borrow::Cow<'v, [f32]>>,
+    ) -> Result<(), CheckpointError> {
         let io = |source| CheckpointError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let bad = |message: String| CheckpointError::Content {
-            path: path.to_path_buf(),
-            message,
-        };
-        let mut blobs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-        for (name, shape, data) in &self.params {
-            blobs.push((format!("param.{name}"), shape.clone(), bytes_of(data)));
-        }
-        for s in &self.state {
-            blobs.push((
-                format!("optim.{}.{}", s.param, s.state),
-                s.shape.clone(),
-                bytes_of(&s.data),
-            ));
-        }
-        let mut views = Vec::with_capacity(blobs.len());
-        for (name, shape, bytes) in &blobs {
-            let view = TensorView::new(Dtype::F32, shape.clone(), bytes)
-                .map_err(|e| bad(format!("tensor {name}: {e}")))?;
-            views.push((name.clone(), view));
-        }
+        let names: Vec<String> = self
+            .params
+            .iter()
+            .map(|(name, _)| format!("param.{name}"))
+            .chain(
+                self.state
+                    .iter()
+                    .map(|(param, state, _)| format!("optim.{param}.{state}")),
+            )
+            .collect();
+        let shapes = self
+            .params
+            .iter()
+            .map(|&(_, shape)| shape)
+            .chain(self.state.iter().map(|&(_, _, shape)| shape));
+        let tensors: Vec<(&str, &[usize])> = names.iter().map(String::as_str).zip(shapes).collect();
         let mut meta: HashMap<String, String> = HashMap::new();
         meta.insert("format".into(), FORMAT.into());
         meta.insert("version".into(), VERSION.into());
         meta.insert("step".into(), self.step.to_string());
-        meta.insert("optimizer".into(), self.optimizer.clone());
-        meta.insert("data_position".into(), self.data_position.clone());
-        let order: Vec<&str> = self.params.iter().map(|(n, _, _)| n.as_str()).collect();
+        meta.insert("optimizer".into(), self.optimizer.to_string());
+        meta.insert("data_position".into(), self.data_position.to_string());
+        let order: Vec<&str> = self.params.iter().map(|&(n, _)| n).collect();
         meta.insert("param_order".into(), order.join(","));
         if let Some((scale, good)) = self.loss_scale {
             meta.insert("loss_scale".into(), scale.to_string());
             meta.insert("loss_scale_good_steps".into(), good.to_string());
         }
-        for (k, v) in &self.metadata {
+        for (k, v) in self.metadata {
             meta.insert(format!("meta.{k}"), v.clone());
         }
-        let bytes = safetensors::serialize(views, Some(meta))
-            .map_err(|e| bad(format!("serializing: {e}")))?;
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
         std::fs::create_dir_all(&dir).map_err(io)?;
-        crate::output::write_output(path, &bytes).map_err(io)?;
-        Ok(())
+        crate::output::write_safetensors_f32_with(path, &tensors, meta, values).map_err(io)
+    }
+}
+
+impl Checkpoint {
+    /// Writes the checkpoint to `path`, streamed, and atomically (a uniquely named sibling
+    /// temporary file renamed into place) when `path` is a regular file.
+    pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
+        let arrays: Vec<(&str, &[usize], &[f32])> = self
+            .params
+            .iter()
+            .map(|(name, shape, data)| (name.as_str(), shape.as_slice(), data.as_slice()))
+            .chain(
+                self.state
+                    .iter()
+                    .map(|s| (s.param.as_str(), s.shape.as_slice(), s.data.as_slice())),
+            )
+            .collect();
+        if let Some((name, shape, data)) = arrays
+            .iter()
+            .find(|(_, shape, data)| shape.iter().product::<usize>() != data.len())
+        {
+            return Err(CheckpointError::Content {
+                path: path.to_path_buf(),
+                message: format!(
+                    "tensor {name}: shape {shape:?} does not hold its {} values",
+                    data.len()
+                ),
+            });
+        }
+        let layout = Layout {
+            step: self.step,
+            optimizer: &self.optimizer,
+            params: self
+                .params
+                .iter()
+                .map(|(name, shape, _)| (name.as_str(), shape.as_slice()))
+                .collect(),
+            state: self
+                .state
+                .iter()
+                .map(|s| (s.param.as_str(), s.state.as_str(), s.shape.as_slice()))
+                .collect(),
+            loss_scale: self.loss_scale,
+            data_position: &self.data_position,
+            metadata: &self.metadata,
+        };
+        layout.write(path, |i| Ok(std::borrow::Cow::Borrowed(arrays[i].2)))
     }
 
     /// Reads a checkpoint written by [`Checkpoint::save`].

@@ -34,7 +34,9 @@ use crate::engine::{Engine, HostSlice};
 use crate::graph::{input, DType, GraphError, Op, Tensor};
 use crate::lower::Target;
 use crate::model::{compile_named, CompileOptions, Error as ModelError, Model};
+use std::borrow::Cow;
 use std::collections::HashSet;
+use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
@@ -91,7 +93,9 @@ pub struct TrainerOptions {
     pub accumulation_steps: u32,
     /// Stretches of the forward (e.g. one per decoder layer) recomputed in the backward from
     /// their inputs instead of kept from the forward: less memory for the step's activations,
-    /// about one more forward of compute (`autograd::Segment`).
+    /// about one more forward of compute (`autograd::Segment`). Used to compile the step; a
+    /// [`Trainer`]'s options no longer hold them (they hold the graph, and with it the
+    /// parameters' initial values).
     pub recompute: Vec<Segment>,
 }
 
@@ -254,7 +258,7 @@ impl Trainer {
         loss: &Tensor,
         params: &[Tensor],
         metrics: &[(&str, &Tensor)],
-        options: TrainerOptions,
+        mut options: TrainerOptions,
     ) -> Result<Trainer, TrainError> {
         if let Optimizer::Adam { eps, .. } | Optimizer::AdamW { eps, .. } = options.optimizer {
             if options.target.float_dtype() == aneforge_mil::DType::Fp16
@@ -301,7 +305,7 @@ impl Trainer {
             &GradOptions {
                 seed: scale_in.clone(),
                 frontier: Vec::new(),
-                recompute: options.recompute.clone(),
+                recompute: std::mem::take(&mut options.recompute),
             },
         )?;
         let mut grads = match &scale_in {
@@ -437,6 +441,9 @@ impl Trainer {
                 })
             }
         };
+        // the engine holds the parameters now (resident state, or fed from the host state each
+        // step): the artifact's initial values would be a second copy of every parameter
+        model.release_parameter_values();
         Ok(Trainer {
             model,
             slots,
@@ -469,6 +476,14 @@ impl Trainer {
     /// The compiled step program.
     pub fn model(&self) -> &Model {
         &self.model
+    }
+
+    /// The number of trained values (the elements of every parameter).
+    pub fn parameter_count(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|s| s.shape.iter().product::<usize>())
+            .sum()
     }
 
     pub fn param_names(&self) -> Vec<&str> {
@@ -677,12 +692,7 @@ impl Trainer {
     /// A snapshot of parameters, optimizer state, step and loss scale; `data_position` records
     /// where the data stream is, for resuming it.
     pub fn checkpoint(&self, data_position: &str) -> Result<Checkpoint, TrainError> {
-        if self.micro != 0 {
-            return Err(TrainError::Invalid(format!(
-                "a checkpoint is taken between updates; {} of {} micro-batches are accumulated",
-                self.micro, self.options.accumulation_steps
-            )));
-        }
+        self.between_updates()?;
         let mut state = Vec::new();
         for (i, slot) in self.slots.iter().enumerate() {
             for (s, sname) in self.options.optimizer.state_names().iter().enumerate() {
@@ -703,6 +713,55 @@ impl Trainer {
             data_position: data_position.to_string(),
             metadata: Default::default(),
         })
+    }
+
+    /// Writes [`Trainer::checkpoint`]'s checkpoint to `path` as [`Checkpoint::save`] writes it,
+    /// reading one tensor at a time from the engine instead of copying every parameter and
+    /// optimizer state first.
+    pub fn save_checkpoint(&self, path: &Path, data_position: &str) -> Result<(), TrainError> {
+        self.between_updates()?;
+        let states = self.options.optimizer.state_names();
+        let metadata = Default::default();
+        let layout = checkpoint::Layout {
+            step: self.step,
+            optimizer: self.options.optimizer.name(),
+            params: self
+                .slots
+                .iter()
+                .map(|s| (s.name.as_str(), s.shape.as_slice()))
+                .collect(),
+            state: self
+                .slots
+                .iter()
+                .flat_map(|s| {
+                    states
+                        .iter()
+                        .map(move |state| (s.name.as_str(), *state, s.shape.as_slice()))
+                })
+                .collect(),
+            loss_scale: self.scale.as_ref().map(|s| (s.scale, s.good_steps)),
+            data_position,
+            metadata: &metadata,
+        };
+        let n = self.slots.len();
+        layout.write(path, |k| {
+            let values = match k.checked_sub(n) {
+                None => self.read_param(&self.slots[k].name),
+                Some(j) => self.read_state(j / states.len(), j % states.len()),
+            };
+            values.map(Cow::Owned).map_err(std::io::Error::other)
+        })?;
+        Ok(())
+    }
+
+    fn between_updates(&self) -> Result<(), TrainError> {
+        if self.micro != 0 {
+            return Err(TrainError::Invalid(format!(
+                "a checkpoint is taken between updates; {} of {} micro-batches are accumulated",
+                self.micro, self.options.accumulation_steps
+            )));
+        }
+        Ok(())
     }
 
     /// Loads a checkpoint made for the same model and optimizer kind.

@@ -470,29 +470,20 @@ pub fn initial_params(
 }
 
 /// Writes f32 `tensors` as a safetensors file (`format: pt` metadata, as transformers and PEFT
-/// write), atomically.
+/// write), atomically, streaming the values.
 pub fn save_safetensors(
     path: &std::path::Path,
     tensors: &[aneforge::train::NamedArray],
 ) -> Result<(), LlmError> {
-    use safetensors::tensor::{Dtype, TensorView};
-    let bytes: Vec<Vec<u8>> = tensors
+    let views: Vec<(&str, &[usize], &[f32])> = tensors
         .iter()
-        .map(|(_, _, d)| d.iter().flat_map(|x| x.to_le_bytes()).collect())
+        .map(|(name, shape, data)| (name.as_str(), shape.as_slice(), data.as_slice()))
         .collect();
-    let mut views = Vec::with_capacity(tensors.len());
-    for ((name, shape, _), b) in tensors.iter().zip(&bytes) {
-        let view = TensorView::new(Dtype::F32, shape.clone(), b)
-            .map_err(|e| LlmError::Internal(format!("tensor {name}: {e}")))?;
-        views.push((name.clone(), view));
-    }
     let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
-    let data = safetensors::serialize(views, Some(meta))
-        .map_err(|e| LlmError::Internal(format!("serializing {}: {e}", path.display())))?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| LlmError::Invalid(format!("creating {}: {e}", dir.display())))?;
     }
-    aneforge::output::write_output(path, &data)
+    aneforge::output::write_safetensors_f32(path, &views, meta)
         .map_err(|e| LlmError::Invalid(format!("writing {}: {e}", path.display())))
 }

@@ -149,7 +149,7 @@ impl<'t> Emitter<'t> {
         match node.op() {
             Op::Input { name } => self.leaf_input(node, name, PortKind::Input),
             Op::Parameter { name, init } => {
-                self.leaf_input(node, name, PortKind::Parameter(init.clone()))
+                self.leaf_input(node, name, PortKind::Parameter(Some(init.clone())))
             }
             Op::Constant(value) => self.constant(node, value)?,
             op => match op.family() {
