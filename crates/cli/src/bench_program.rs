@@ -28,6 +28,10 @@ pub struct BenchProgramArgs {
     /// Engine that runs the program: cpu, ane or auto.
     #[arg(long, default_value = "cpu")]
     pub engine: EngineKind,
+    /// After the timed runs, time every kernel over --runs more runs and print the costliest ops
+    /// and kernels (the CPU engine only).
+    #[arg(long)]
+    pub profile: bool,
     #[command(flatten)]
     pub threads: crate::engine_args::ThreadArgs,
     #[command(flatten)]
@@ -80,6 +84,17 @@ pub fn run(args: BenchProgramArgs) -> anyhow::Result<()> {
     let mut times = (0..args.runs)
         .map(|_| once())
         .collect::<anyhow::Result<Vec<f64>>>()?;
+    if args.profile {
+        let mut runs = Vec::with_capacity(args.runs);
+        for _ in 0..args.runs {
+            runs.push(
+                loaded
+                    .execute_profiled()
+                    .with_context(|| format!("profiling {} ({function})", args.dir.display()))?,
+            );
+        }
+        print_profile(&runs);
+    }
     times.sort_by(f64::total_cmp);
     let median_s = times[times.len() / 2];
     let best_s = times[0];
@@ -113,4 +128,44 @@ pub fn run(args: BenchProgramArgs) -> anyhow::Result<()> {
         println!("{report}");
     }
     Ok(())
+}
+
+/// The costliest ops (by MIL op and kernel kind) and kernels of profiled runs, per run.
+pub(crate) fn print_profile(runs: &[Vec<aneforge_cpu::KernelTime>]) {
+    use std::collections::{BTreeMap, HashMap};
+    let n = runs.len().max(1) as f64;
+    let mut by_kernel: HashMap<(&str, &str, &str), f64> = HashMap::new();
+    let mut total = 0.0;
+    for k in runs.iter().flatten() {
+        total += k.seconds;
+        *by_kernel
+            .entry((&k.op_type, &k.kernel, &k.name))
+            .or_default() += k.seconds;
+    }
+    let mut by_op: BTreeMap<String, f64> = BTreeMap::new();
+    for ((op, kind, _), s) in &by_kernel {
+        *by_op
+            .entry(format!("{op} [{}]", kind.split('[').next().unwrap_or(kind)))
+            .or_default() += s;
+    }
+    let mut ops: Vec<_> = by_op.into_iter().collect();
+    ops.sort_by(|a, b| b.1.total_cmp(&a.1));
+    println!(
+        "profile: {} kernels, {:.3} ms per run (kernels only)",
+        runs.first().map_or(0, Vec::len),
+        1e3 * total / n
+    );
+    for (op, s) in ops.iter().take(15) {
+        println!(
+            "  {op:<40} {:>9.3} ms  {:>5.1}%",
+            1e3 * s / n,
+            100.0 * s / total.max(f64::MIN_POSITIVE)
+        );
+    }
+    let mut kernels: Vec<_> = by_kernel.into_iter().collect();
+    kernels.sort_by(|a, b| b.1.total_cmp(&a.1));
+    println!("  costliest kernels:");
+    for ((op, kind, name), s) in kernels.iter().take(25) {
+        println!("  {:>9.3} ms  {op} {kind} `{name}`", 1e3 * s / n);
+    }
 }

@@ -168,42 +168,9 @@ fn profile(lm: &CharLm, runs: u64) -> anyhow::Result<()> {
         }
     }
     inst.execute()?;
-    let mut by_kernel: std::collections::HashMap<(String, String, String), (f64, usize)> =
-        std::collections::HashMap::new();
-    let mut total = 0.0;
-    for _ in 0..runs {
-        for k in inst.execute_profiled()? {
-            total += k.seconds;
-            let e = by_kernel.entry((k.op_type, k.kernel, k.name)).or_default();
-            e.0 += k.seconds;
-            e.1 += 1;
-        }
-    }
-    let mut by_op: std::collections::BTreeMap<String, f64> = Default::default();
-    for ((op, kind, _), (s, _)) in &by_kernel {
-        *by_op
-            .entry(format!("{op} [{}]", kind.split('[').next().unwrap_or(kind)))
-            .or_default() += s;
-    }
-    let mut ops: Vec<_> = by_op.into_iter().collect();
-    ops.sort_by(|a, b| b.1.total_cmp(&a.1));
-    println!(
-        "profile: {} kernels, {:.1} ms per step (kernels only)",
-        plan.schedule().len(),
-        1e3 * total / runs as f64
-    );
-    for (op, s) in ops.iter().take(15) {
-        println!(
-            "  {op:<40} {:>8.1} ms  {:>5.1}%",
-            1e3 * s / runs as f64,
-            100.0 * s / total
-        );
-    }
-    let mut kernels: Vec<_> = by_kernel.into_iter().collect();
-    kernels.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-    println!("  costliest kernels:");
-    for ((op, kind, name), (s, _)) in kernels.iter().take(25) {
-        println!("  {:>8.2} ms  {op} {kind} `{name}`", 1e3 * s / runs as f64);
-    }
+    let profiled = (0..runs)
+        .map(|_| inst.execute_profiled())
+        .collect::<Result<Vec<_>, _>>()?;
+    crate::bench_program::print_profile(&profiled);
     Ok(())
 }

@@ -46,4 +46,8 @@ impl Executable for Instance {
     fn execute_inspected(&mut self) -> Result<Vec<aneforge_cpu::ValueStats>, EngineError> {
         Ok(Instance::execute_inspected(self)?)
     }
+
+    fn execute_profiled(&mut self) -> Result<Vec<aneforge_cpu::KernelTime>, EngineError> {
+        Ok(Instance::execute_profiled(self)?)
+    }
 }

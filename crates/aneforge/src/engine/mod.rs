@@ -125,6 +125,10 @@ pub trait Executable: Send {
     fn execute_inspected(&mut self) -> Result<Vec<aneforge_cpu::ValueStats>, EngineError> {
         Err(EngineError::NoInspection)
     }
+    /// Executes, timing every kernel in schedule order (the CPU engine only).
+    fn execute_profiled(&mut self) -> Result<Vec<aneforge_cpu::KernelTime>, EngineError> {
+        Err(EngineError::NoInspection)
+    }
     /// The CPU engine's buffers by what holds them; `None` for engines whose buffers this
     /// process does not see.
     fn memory(&self) -> Option<InstanceMemory> {

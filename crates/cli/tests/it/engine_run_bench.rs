@@ -555,6 +555,29 @@ fn bench_program_times_a_program_directory_and_refuses_bad_arguments() {
         report["median_s"].as_f64().unwrap(),
     );
     assert!(best > 0.0 && best <= median, "{report}");
+    let o = aneforge(
+        &[
+            "bench",
+            "program",
+            d,
+            "-i",
+            &x,
+            "-i",
+            &y,
+            "-i",
+            &k,
+            "--runs",
+            "2",
+            "--profile",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("profile: ") && text.contains("costliest kernels:") && text.contains("mul"),
+        "{text}"
+    );
     for (args, needle) in [
         (
             vec!["--runs", "0", "-i", &x, "-i", &y, "-i", &k],
