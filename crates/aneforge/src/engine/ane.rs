@@ -271,6 +271,7 @@ fn path_str(path: &Path) -> Result<&str, AneError> {
 
 /// Whether no process with this id exists (the process-wide engine is a static, never dropped,
 /// so its directory outlives the process that made it).
+#[cfg(unix)]
 fn process_gone(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
@@ -278,6 +279,11 @@ fn process_gone(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists; nothing is sent.
     let alive = unsafe { libc::kill(pid, 0) } == 0;
     !alive && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+#[cfg(not(unix))]
+fn process_gone(_pid: u32) -> bool {
+    false
 }
 
 /// Removes per-process bundle directories (`aneforge-e5rt-PID-NONCE`) whose process has ended,
