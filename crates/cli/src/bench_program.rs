@@ -6,11 +6,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use aneforge::engine::{self, EngineKind, EngineOptions, Port};
-use aneforge_mil::ProgramDir;
+use aneforge::engine::EngineKind;
 use anyhow::{bail, Context};
 
-use crate::run::{choose_function, not_a_program_dir, read_inputs};
+use crate::run::{read_inputs, OpenedProgram};
 
 #[derive(clap::Args)]
 pub struct BenchProgramArgs {
@@ -43,34 +42,15 @@ pub fn run(args: BenchProgramArgs) -> anyhow::Result<()> {
         bail!("--runs must be at least 1");
     }
     args.threads.apply()?;
-    if !args.dir.join("model.mil").is_file() {
-        not_a_program_dir(&args.dir)?;
-        bail!("{} holds no model.mil", args.dir.display());
-    }
     let start = Instant::now();
-    let program_dir = ProgramDir::load(&args.dir)?;
-    let function = choose_function(&program_dir, args.function.as_deref(), &args.dir)?;
-    let (inputs, _) = Port::signature(
-        program_dir
-            .program
-            .function(&function)
-            .expect("choose_function returns a function of the program"),
-    )
-    .with_context(|| format!("{} ({function})", args.dir.display()))?;
-    let feeds = read_inputs(&args.inputs, &inputs)?;
-    let engine = args.engine.select()?;
-    let mut loaded = engine::load_program(
-        &program_dir,
-        None,
-        &function,
-        engine,
-        EngineOptions::default(),
-    )
-    .with_context(|| format!("loading {} on the {engine:?} engine", args.dir.display()))?;
+    let opened = OpenedProgram::open(&args.dir, args.function.as_deref())?;
+    let (function, inputs) = (&opened.function, &opened.inputs);
+    let feeds = read_inputs(&args.inputs, inputs)?;
+    let mut loaded = opened.load(args.engine)?;
     let load_s = start.elapsed().as_secs_f64();
     let mut once = || -> anyhow::Result<f64> {
         let start = Instant::now();
-        for port in &inputs {
+        for port in inputs {
             loaded
                 .set_input(&port.name, feeds[&port.name].as_slice())
                 .with_context(|| format!("input {}", port.name))?;

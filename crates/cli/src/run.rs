@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use aneforge::engine::{self, codec, EngineKind, EngineOptions, HostTensor, Port};
+use aneforge::engine::{self, codec, EngineKind, EngineOptions, Executable, HostTensor, Port};
 use aneforge_mil::ProgramDir;
 use anyhow::{bail, Context};
 
@@ -45,28 +45,72 @@ pub struct RunArgs {
     pub ports: bool,
 }
 
+/// A program directory's chosen function and its ports, as `run` and `bench program` take them.
+pub(crate) struct OpenedProgram {
+    pub dir: PathBuf,
+    pub program_dir: ProgramDir,
+    pub function: String,
+    pub inputs: Vec<Port>,
+    pub outputs: Vec<Port>,
+}
+
+impl OpenedProgram {
+    /// Reads `dir` (refusing a model id, a plan of segments or a directory without `model.mil`)
+    /// and picks `function`.
+    pub fn open(dir: &Path, function: Option<&str>) -> anyhow::Result<OpenedProgram> {
+        if !dir.join("model.mil").is_file() {
+            not_a_program_dir(dir)?;
+        }
+        if !dir.join("model.mil").is_file() && dir.join("segment_0").is_dir() {
+            bail!(
+                "{} holds a plan of several programs: run each segment_N directory (plan.txt says \
+                 which outputs feed which inputs)",
+                dir.display()
+            );
+        }
+        let program_dir = ProgramDir::load(dir)?;
+        let function = choose_function(&program_dir, function, dir)?;
+        // the ports come from the function's signature; loading checks the rest
+        let (inputs, outputs) = Port::signature(
+            program_dir
+                .program
+                .function(&function)
+                .expect("choose_function returns a function of the program"),
+        )
+        .with_context(|| format!("{} ({function})", dir.display()))?;
+        Ok(OpenedProgram {
+            dir: dir.to_path_buf(),
+            program_dir,
+            function,
+            inputs,
+            outputs,
+        })
+    }
+
+    /// The function loaded on `engine`.
+    pub fn load(&self, engine: EngineKind) -> anyhow::Result<Box<dyn Executable>> {
+        let engine = engine.select()?;
+        engine::load_program(
+            &self.program_dir,
+            None,
+            &self.function,
+            engine,
+            EngineOptions::default(),
+        )
+        .with_context(|| format!("loading {} on the {engine:?} engine", self.dir.display()))
+    }
+}
+
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.threads.apply()?;
-    if !args.dir.join("model.mil").is_file() {
-        not_a_program_dir(&args.dir)?;
-    }
-    if !args.dir.join("model.mil").is_file() && args.dir.join("segment_0").is_dir() {
-        bail!(
-            "{} holds a plan of several programs: run each segment_N directory (plan.txt says \
-             which outputs feed which inputs)",
-            args.dir.display()
-        );
-    }
-    let program_dir = ProgramDir::load(&args.dir)?;
-    let function = choose_function(&program_dir, args.function.as_deref(), &args.dir)?;
-    // the ports come from the function's signature; loading checks the rest
-    let (inputs, outputs) = Port::signature(
-        program_dir
-            .program
-            .function(&function)
-            .expect("choose_function returns a function of the program"),
-    )
-    .with_context(|| format!("{} ({function})", args.dir.display()))?;
+    let opened = OpenedProgram::open(&args.dir, args.function.as_deref())?;
+    let OpenedProgram {
+        function,
+        inputs,
+        outputs,
+        ..
+    } = &opened;
+    let function = function.clone();
     let format = args.format.get();
     if args.ports && format != Format::Text {
         let rows: Vec<serde_json::Value> = [("input", &inputs), ("output", &outputs)]
@@ -85,17 +129,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         outputs.iter().for_each(|p| println!("output {p}"));
         return Ok(());
     }
-    let feeds = read_inputs(&args.inputs, &inputs)?;
-    let engine = args.engine.select()?;
-    let mut loaded = engine::load_program(
-        &program_dir,
-        None,
-        &function,
-        engine,
-        EngineOptions::default(),
-    )
-    .with_context(|| format!("loading {} on the {engine:?} engine", args.dir.display()))?;
-    for port in &inputs {
+    let feeds = read_inputs(&args.inputs, inputs)?;
+    let mut loaded = opened.load(args.engine)?;
+    for port in inputs {
         let tensor = &feeds[&port.name];
         loaded
             .set_input(&port.name, tensor.as_slice())
@@ -108,7 +144,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     let mut rows = Vec::new();
-    for port in &outputs {
+    for port in outputs {
         let tensor = loaded.read_output(&port.name)?;
         let mut row =
             json!({"name": port.name, "dtype": port.dtype.to_string(), "shape": port.shape});
@@ -140,7 +176,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// The error for a `run` argument that names a model instead of a program directory.
-pub(crate) fn not_a_program_dir(dir: &Path) -> anyhow::Result<()> {
+fn not_a_program_dir(dir: &Path) -> anyhow::Result<()> {
     let spec = dir.to_string_lossy();
     let command = match crate::model_hints::kind(&spec) {
         Some(ModelKind::Decoder(_)) => format!("aneforge generate -m {spec} PROMPT"),
@@ -170,7 +206,7 @@ fn looks_like_model_id(spec: &str) -> bool {
         })
 }
 
-pub(crate) fn choose_function(
+fn choose_function(
     program_dir: &ProgramDir,
     wanted: Option<&str>,
     dir: &Path,

@@ -281,3 +281,31 @@ pub(crate) fn checked_elements(op: &'static str, shape: &[usize]) -> Result<usiz
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| GraphError::shape(op, &[shape], "element count overflows"))
 }
+
+/// Reads `start..start + out.len()` of the concatenation of `parts` into `out`, each part of
+/// `len(part)` elements read by `read(part, start_within, out_slice)`. Returns how many elements
+/// were read: fewer than `out.len()` when the range runs past the parts' end.
+pub fn read_concatenated<P, T>(
+    parts: &[P],
+    len: impl Fn(&P) -> usize,
+    mut read: impl FnMut(&P, usize, &mut [T]) -> Result<(), String>,
+    start: usize,
+    out: &mut [T],
+) -> Result<usize, String> {
+    let (mut skip, mut done) = (start, 0);
+    for p in parts {
+        if done == out.len() {
+            break;
+        }
+        let n = len(p);
+        if skip >= n {
+            skip -= n;
+            continue;
+        }
+        let take = (n - skip).min(out.len() - done);
+        read(p, skip, &mut out[done..done + take])?;
+        done += take;
+        skip = 0;
+    }
+    Ok(done)
+}

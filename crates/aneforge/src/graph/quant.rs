@@ -121,22 +121,13 @@ impl DeferredBytes for Stacked {
     }
 
     fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String> {
-        let (mut skip, mut done) = (start, 0);
-        for p in &self.parts {
-            if done == out.len() {
-                break;
-            }
-            let n = p.len();
-            if skip >= n {
-                skip -= n;
-                continue;
-            }
-            let take = (n - skip).min(out.len() - done);
-            p.read(skip, &mut out[done..done + take])
-                .map_err(|e| e.to_string())?;
-            done += take;
-            skip = 0;
-        }
+        let done = super::read_concatenated(
+            &self.parts,
+            Data::len,
+            |p, at, o| p.read(at, o).map_err(|e| e.to_string()),
+            start,
+            out,
+        )?;
         if done != out.len() {
             return Err(format!(
                 "bytes {start}..{} lie past the {} stacked bytes",

@@ -72,21 +72,13 @@ impl DeferredF32 for DeferredRows {
     }
 
     fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
-        let (mut skip, mut done) = (start, 0);
-        for p in &self.parts {
-            if done == out.len() {
-                break;
-            }
-            let n = p.len();
-            if skip >= n {
-                skip -= n;
-                continue;
-            }
-            let take = (n - skip).min(out.len() - done);
-            p.read(skip, &mut out[done..done + take])?;
-            done += take;
-            skip = 0;
-        }
+        let done = aneforge::graph::read_concatenated(
+            &self.parts,
+            |p| p.len(),
+            |p, at, o| p.read(at, o),
+            start,
+            out,
+        )?;
         if done != out.len() {
             return Err(format!(
                 "values {start}..{} of {} stacked rows lie past their {} values",
