@@ -28,6 +28,8 @@ pub enum Rhs {
         batch_strides: Vec<usize>,
     },
     Prepared(Prepared),
+    /// A constant packed into column panels (any number of rows; see `packed`).
+    Packed(super::packed::PackedB),
     /// Compressed weight for m ≤ 2 (decode GEMV without expansion).
     Quant(super::quant::QuantWeight),
     /// A block-quantized constant `[n, k]` viewed in the weights blob (the weight of a `linear`),
@@ -150,8 +152,32 @@ impl Matmul {
             }
             return;
         }
+        if let Rhs::Packed(p) = &self.rhs {
+            let out = cx.ptr(self.raw) as *mut f32;
+            for bi in 0..self.nbatch() {
+                let a_off = batch_offsets(&self.batch, &self.a_batch_strides, bi);
+                // SAFETY: A's strides and offsets and the m × n output were validated at compile
+                // time; batches write disjoint output rows.
+                unsafe {
+                    super::packed::gemm(
+                        a.add(a_off),
+                        self.a_rs,
+                        self.a_cs,
+                        self.m,
+                        p,
+                        out.add(bi * self.m * self.n),
+                        self.n,
+                        cx,
+                    )
+                };
+            }
+            if let Some(e) = &self.epilogue {
+                e.run(cx);
+            }
+            return;
+        }
         let (b, b_rs, b_cs, b_bs): (*const f32, usize, usize, &[usize]) = match &self.rhs {
-            Rhs::Quant(_) => unreachable!("handled above"),
+            Rhs::Quant(_) | Rhs::Packed(_) => unreachable!("handled above"),
             Rhs::Prepared(p) => (p.wt.as_ptr(), 1, p.k, &[]),
             Rhs::Blocks(_) => return,
             Rhs::Value {
@@ -323,6 +349,11 @@ impl Matmul {
                         batch_offsets(&self.batch, batch_strides, bi)
                     };
                     acc_rows(bi, &|j, kk| b[off + kk * rs + j * cs]);
+                }
+            }
+            Rhs::Packed(p) => {
+                for bi in 0..self.nbatch() {
+                    acc_rows(bi, &|j, kk| p.at(kk, j));
                 }
             }
             Rhs::Blocks(q) => {

@@ -10,6 +10,7 @@ pub mod layout;
 pub mod math;
 pub mod matmul;
 pub mod micro;
+pub mod packed;
 pub mod quant;
 pub mod quant_blocks;
 pub mod quant_int8;
@@ -91,6 +92,7 @@ impl Kernel {
                 "matmul{}{}",
                 match &m.rhs {
                     matmul::Rhs::Prepared(_) if m.m <= 2 => "-gemv".to_string(),
+                    matmul::Rhs::Packed(_) => "-packed".to_string(),
                     matmul::Rhs::Quant(q) => format!("-gemv-q{}", q.bits),
                     matmul::Rhs::Blocks(q)
                         if m.m <= quant_blocks::GEMV_MAX_ROWS && quant_int8::applies(q) =>
@@ -232,6 +234,7 @@ impl Kernel {
         match self {
             Kernel::Matmul(m) => match &m.rhs {
                 matmul::Rhs::Prepared(p) => p.wt.owned_bytes(),
+                matmul::Rhs::Packed(p) => p.bytes(),
                 matmul::Rhs::Quant(q) => q.bytes(),
                 _ => 0,
             },

@@ -4,6 +4,7 @@ use crate::compile::OpCx;
 use crate::error::Result;
 use crate::kernels::ew::{broadcast_shapes, broadcast_strides, BinOp, Chain, Instr, Load};
 use crate::kernels::matmul::{Matmul, Prepared, Rhs};
+use crate::kernels::packed::PackedB;
 use crate::kernels::Kernel;
 use crate::known::{Data, Floats, Known};
 use crate::plan::Vid;
@@ -125,7 +126,7 @@ pub(crate) fn matmul(cx: &mut OpCx) -> Result<()> {
     let y_batch_one = yb.iter().product::<usize>() == 1;
     let rhs = match (cx.known(y), y_batch_one) {
         (Some(kn), true) => {
-            Rhs::Prepared(prepare(kn, n, k, ty && !y1).ok_or_else(|| cx.err("y is not numeric"))?)
+            prepare(kn, n, k, ty && !y1).ok_or_else(|| cx.err("y is not numeric"))?
         }
         _ => {
             let (rs, cs) = if ty && !y1 { (1, yc) } else { (yc, 1) };
@@ -233,7 +234,7 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
             let wk = cx
                 .known(w)
                 .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
-            Rhs::Prepared(prepare(wk, n, k, true).ok_or_else(|| cx.err("weight is not numeric"))?)
+            prepare(wk, n, k, true).ok_or_else(|| cx.err("weight is not numeric"))?
         }
     };
     if let Some(b) = bias {
@@ -278,33 +279,23 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
     Ok(())
 }
 
-/// A constant right-hand side as `wt[n][k]` (`nk`: the constant is stored `[n, k]` already,
-/// else `[k, n]`). f32 blob constants stored `[n, k]` are read in place (the blob is the only
-/// copy); anything else is widened or transposed into a copy shared by content between plans.
-/// `None` for non-numeric constants.
-fn prepare(kn: &Known, n: usize, k: usize, nk: bool) -> Option<Prepared> {
+/// A constant right-hand side (`nk`: stored `[n, k]`, else `[k, n]`). f32 blob constants stored
+/// `[n, k]` are read in place as `wt[n][k]` (the blob is the only copy); anything else needs a
+/// copy anyway (widened or transposed), so it is packed into column panels shared by content
+/// between plans. `None` for non-numeric constants.
+fn prepare(kn: &Known, n: usize, k: usize, nk: bool) -> Option<Rhs> {
     if let (true, Data::F32(view @ Floats::Blob { .. })) = (nk, &kn.data) {
-        return Some(Prepared {
+        return Some(Rhs::Prepared(Prepared {
             wt: view.clone(),
             k,
-        });
+        }));
     }
     let yv = kn.f32s()?;
-    let wt = if nk {
-        yv
+    Some(Rhs::Packed(if nk {
+        PackedB::pack(k, n, |t, j| yv[j * k + t])
     } else {
-        let mut wt = vec![0f32; n * k];
-        for j in 0..n {
-            for kk in 0..k {
-                wt[j * k + kk] = yv[kk * n + j];
-            }
-        }
-        wt
-    };
-    Some(Prepared {
-        wt: crate::shared_weights::share(wt).into(),
-        k,
-    })
+        PackedB::pack(k, n, |t, j| yv[t * n + j])
+    }))
 }
 
 /// Two-operand einsum without repeated or summed-away single-operand indices: permute both

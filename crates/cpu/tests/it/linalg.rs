@@ -1,4 +1,5 @@
 use crate::common;
+use aneforge_cpu::{compile, BlobStore, CompileOptions};
 use aneforge_mil::DType;
 use common::*;
 
@@ -207,4 +208,60 @@ fn large_sgemm_uses_threads_and_stays_exact() {
     )[&y];
     let (want, _) = matmul_ref(&av, &[m, k], &bv, &[k, n], false, false);
     assert_close("sgemm", DType::Fp32, got, &want, 16.0);
+}
+
+/// Constant right-hand sides stored `[k, n]` run on panels packed at compile time: row counts
+/// across the register tile and row-block edges, depths across the k-block edge, widths across
+/// the panel edge, a transposed and a batched x, on one and two threads.
+#[test]
+fn constant_rhs_packed_panels_match_across_tile_block_and_panel_edges() {
+    let mut rng = Rng(33);
+    let d = DType::Fp32;
+    for &(batch, m, k, n, tx) in &[
+        (1usize, 1usize, 5usize, 1usize, false),
+        (1, 3, 255, 31, false),
+        (1, 8, 256, 32, false),
+        (1, 9, 257, 33, true),
+        (2, 22, 384, 100, false),
+        (1, 97, 600, 65, false),
+        (3, 13, 70, 40, true),
+        (1, 200, 40, 17, false),
+    ] {
+        let mut sa = if batch > 1 { vec![batch] } else { vec![] };
+        sa.extend(if tx { [k, m] } else { [m, k] });
+        let sb = [k, n];
+        let av = rng.vec(numel(&sa), -1.0, 1.0);
+        let bv = rng.vec(k * n, -1.0, 1.0);
+        let (want, so) = matmul_ref(&av, &sa, &bv, &sb, tx, false);
+        let mut p = Prog::new();
+        let a = p.input("a", d, &sa);
+        let b = p.konst(d, &sb, &bv);
+        let y = p.op(
+            "matmul",
+            &[("x", v(&a)), ("y", v(&b)), ("transpose_x", A::B(tx))],
+            d,
+            &so,
+        );
+        p.output(&y);
+        for threads in [1, 2] {
+            let opts = CompileOptions {
+                threads: Some(threads),
+                ..Default::default()
+            };
+            let plan = compile(&p.build(), "main", &BlobStore::new(), &opts).unwrap();
+            assert!(
+                plan.schedule().iter().any(|s| s.contains("matmul-packed")),
+                "{:?}",
+                plan.schedule()
+            );
+            let got = &run_opts(&p, &[("a", d, av.clone())], &opts)[&y];
+            assert_close(
+                &format!("packed {sa:?}x{sb:?} tx={tx} threads={threads}"),
+                d,
+                got,
+                &want,
+                (k as f64).sqrt() * 0.5,
+            );
+        }
+    }
 }

@@ -1,0 +1,409 @@
+//! GEMM against a constant right-hand side packed at compile time: C[m, n] = A[m, k] · B[k, n]
+//! with B cut into k-blocks of `KC` rows and column panels of `nr` columns, each (block, panel)
+//! stored contiguously row by row (`kc × nr` floats, the last panel zero-padded). A register
+//! tile of `MR × nr` sums runs over one block while A's elements are broadcast from their rows
+//! in place, so nothing is packed at run time: the cost that dominates a general GEMM on a few
+//! rows (re-packing the whole weight every call) is paid once.
+//!
+//! Panel width and tile height follow the vector unit: AVX-512 keeps an 8 × 32 tile in sixteen
+//! zmm registers, AVX2+FMA a 6 × 16 tile in twelve ymm registers, and other CPUs run a 4 × 16
+//! tile in plain Rust that the compiler vectorises. The panel width is fixed when packing (on
+//! the machine that runs the program).
+
+use super::Cx;
+use crate::tensor::SendPtr;
+use std::sync::Arc;
+
+/// Rows of B per block: one `KC × 32` panel block is 32 KiB, inside the level-1 data cache.
+const KC: usize = 256;
+/// Rows of A per task: a `MC × KC` slice of A (96 KiB) stays in the level-2 cache while every
+/// panel of a block passes over it.
+const MC: usize = 96;
+
+#[derive(Debug)]
+pub struct PackedB {
+    k: usize,
+    n: usize,
+    nr: usize,
+    data: Arc<Vec<f32>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Isa {
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+fn isa() -> Isa {
+    if crate::simd::has_avx512() {
+        Isa::Avx512
+    } else if crate::simd::has_avx2_fma() {
+        Isa::Avx2
+    } else {
+        Isa::Portable
+    }
+}
+
+impl PackedB {
+    /// Packs the `k × n` matrix whose element (row t, column j) is `at(t, j)`.
+    pub fn pack(k: usize, n: usize, at: impl Fn(usize, usize) -> f32) -> PackedB {
+        Self::pack_for(isa(), k, n, at)
+    }
+
+    fn pack_for(isa: Isa, k: usize, n: usize, at: impl Fn(usize, usize) -> f32) -> PackedB {
+        let nr = if isa == Isa::Avx512 { 32 } else { 16 };
+        let panels = n.div_ceil(nr);
+        let mut data = vec![0f32; k * panels * nr];
+        for k0 in (0..k).step_by(KC) {
+            let kcur = KC.min(k - k0);
+            let block = &mut data[k0 * panels * nr..(k0 + kcur) * panels * nr];
+            for (p, panel) in block.chunks_exact_mut(kcur * nr).enumerate() {
+                for (t, row) in panel.chunks_exact_mut(nr).enumerate() {
+                    for (c, v) in row.iter_mut().enumerate() {
+                        let j = p * nr + c;
+                        if j < n {
+                            *v = at(k0 + t, j);
+                        }
+                    }
+                }
+            }
+        }
+        PackedB {
+            k,
+            n,
+            nr,
+            data: crate::shared_weights::share(data),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 4
+    }
+
+    fn panels(&self) -> usize {
+        self.n.div_ceil(self.nr)
+    }
+
+    /// Element (row t, column j), for reference loops.
+    pub fn at(&self, t: usize, j: usize) -> f32 {
+        let (k0, kcur) = ((t / KC) * KC, KC.min(self.k - (t / KC) * KC));
+        let (p, c) = (j / self.nr, j % self.nr);
+        self.data[k0 * self.panels() * self.nr + (p * kcur + (t - k0)) * self.nr + c]
+    }
+}
+
+/// `C = A · B` for `m` rows of A (row stride `a_rs`, column stride `a_cs`), writing `m` rows of
+/// `n` floats at `c` (row stride `ldc`), split over the pool when the product is large.
+///
+/// # Safety
+/// `a` addresses `m × k` floats through its strides; `c` holds `m` rows of `ldc ≥ n` floats that
+/// nothing else touches during the call.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm(
+    a: *const f32,
+    a_rs: usize,
+    a_cs: usize,
+    m: usize,
+    b: &PackedB,
+    c: *mut f32,
+    ldc: usize,
+    cx: &Cx,
+) {
+    if b.k == 0 {
+        for r in 0..m {
+            std::slice::from_raw_parts_mut(c.add(r * ldc), b.n).fill(0.0);
+        }
+        return;
+    }
+    let panels = b.panels();
+    let flops = 2 * m * b.k * b.n;
+    let par = cx.threads > 1 && flops >= 1 << 20;
+    let panel_tasks = if par { panels.min(cx.threads * 2) } else { 1 };
+    let row_tasks = if par { m.div_ceil(MC) } else { 1 };
+    let per_panel = panels.div_ceil(panel_tasks);
+    let per_row = m.div_ceil(row_tasks);
+    let (a, c) = (SendPtr(a as *mut f32), SendPtr(c));
+    let isa = isa();
+    cx.par_for(panel_tasks * row_tasks, &|task| {
+        let (pt, rt) = (task % panel_tasks, task / panel_tasks);
+        let (p0, p1) = (pt * per_panel, ((pt + 1) * per_panel).min(panels));
+        let (r0, r1) = (rt * per_row, ((rt + 1) * per_row).min(m));
+        // SAFETY: tasks write disjoint (row, panel) blocks of C; the caller vouches for the rest.
+        unsafe { block(isa, a.get(), a_rs, a_cs, r0, r1, b, p0, p1, c.get(), ldc) };
+    });
+}
+
+/// Rows `r0..r1` × panels `p0..p1` of C, every k-block in turn.
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(
+    isa: Isa,
+    a: *const f32,
+    a_rs: usize,
+    a_cs: usize,
+    r0: usize,
+    r1: usize,
+    b: &PackedB,
+    p0: usize,
+    p1: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let nr = b.nr;
+    let mr = match isa {
+        Isa::Avx512 => 8,
+        Isa::Avx2 => 6,
+        Isa::Portable => 4,
+    };
+    let panels = b.panels();
+    for k0 in (0..b.k).step_by(KC) {
+        let kcur = KC.min(b.k - k0);
+        let accumulate = k0 > 0;
+        let block = b.data.as_ptr().add(k0 * panels * nr);
+        for m0 in (r0..r1).step_by(MC) {
+            let m1 = (m0 + MC).min(r1);
+            for p in p0..p1 {
+                let bp = block.add(p * kcur * nr);
+                let cols = nr.min(b.n - p * nr);
+                for i0 in (m0..m1).step_by(mr) {
+                    let rows = mr.min(m1 - i0);
+                    let ap = a.add(i0 * a_rs + k0 * a_cs);
+                    let cp = c.add(i0 * ldc + p * nr);
+                    let t = Tile {
+                        k: kcur,
+                        a: ap,
+                        a_rs,
+                        a_cs,
+                        b: bp,
+                        c: cp,
+                        ldc,
+                        cols,
+                        accumulate,
+                    };
+                    match isa {
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx512 => x86::tile512(rows, &t),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx2 => x86::tile256(rows, &t),
+                        _ => portable(rows, &t),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One register tile: `rows` rows of A from `a` against one panel block at `b` (`k` rows of
+/// `nr` floats), into the first `cols` columns of `rows` rows of C at `c`.
+struct Tile {
+    k: usize,
+    a: *const f32,
+    a_rs: usize,
+    a_cs: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    accumulate: bool,
+}
+
+fn portable(rows: usize, t: &Tile) {
+    match rows {
+        1 => portable_tile::<1>(t),
+        2 => portable_tile::<2>(t),
+        3 => portable_tile::<3>(t),
+        _ => portable_tile::<4>(t),
+    }
+}
+
+fn portable_tile<const R: usize>(t: &Tile) {
+    const NR: usize = 16;
+    let mut acc = [[0f32; NR]; R];
+    for kk in 0..t.k {
+        // SAFETY: the tile's pointers address k rows of the block and R rows of A (see `gemm`).
+        let bv: &[f32; NR] = unsafe { &*(t.b.add(kk * NR) as *const [f32; NR]) };
+        for (i, row) in acc.iter_mut().enumerate() {
+            let av = unsafe { *t.a.add(i * t.a_rs + kk * t.a_cs) };
+            for (s, &w) in row.iter_mut().zip(bv) {
+                *s += av * w;
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: C's row i holds at least `cols` floats from `c`.
+        let out = unsafe { std::slice::from_raw_parts_mut(t.c.add(i * t.ldc), t.cols) };
+        for (o, &s) in out.iter_mut().zip(row) {
+            *o = if t.accumulate { *o + s } else { s };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Tile;
+    use std::arch::x86_64::*;
+
+    pub(super) unsafe fn tile512(rows: usize, t: &Tile) {
+        match rows {
+            1 => t512::<1>(t),
+            2 => t512::<2>(t),
+            3 => t512::<3>(t),
+            4 => t512::<4>(t),
+            5 => t512::<5>(t),
+            6 => t512::<6>(t),
+            7 => t512::<7>(t),
+            _ => t512::<8>(t),
+        }
+    }
+
+    pub(super) unsafe fn tile256(rows: usize, t: &Tile) {
+        match rows {
+            1 => t256::<1>(t),
+            2 => t256::<2>(t),
+            3 => t256::<3>(t),
+            4 => t256::<4>(t),
+            5 => t256::<5>(t),
+            _ => t256::<6>(t),
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn t512<const R: usize>(t: &Tile) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        let (mut ap, mut bp) = (t.a, t.b);
+        for _ in 0..t.k {
+            let b0 = _mm512_loadu_ps(bp);
+            let b1 = _mm512_loadu_ps(bp.add(16));
+            for (i, s) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ap.add(i * t.a_rs));
+                s[0] = _mm512_fmadd_ps(av, b0, s[0]);
+                s[1] = _mm512_fmadd_ps(av, b1, s[1]);
+            }
+            ap = ap.add(t.a_cs);
+            bp = bp.add(32);
+        }
+        let lo = t.cols.min(16);
+        let hi = t.cols.saturating_sub(16);
+        let m0: __mmask16 = if lo == 16 { 0xffff } else { (1u16 << lo) - 1 };
+        let m1: __mmask16 = if hi == 16 { 0xffff } else { (1u16 << hi) - 1 };
+        for (i, s) in acc.iter().enumerate() {
+            let cp = t.c.add(i * t.ldc);
+            let (mut v0, mut v1) = (s[0], s[1]);
+            if t.accumulate {
+                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, cp));
+                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, cp.add(16)));
+            }
+            _mm512_mask_storeu_ps(cp, m0, v0);
+            _mm512_mask_storeu_ps(cp.add(16), m1, v1);
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn t256<const R: usize>(t: &Tile) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        let (mut ap, mut bp) = (t.a, t.b);
+        for _ in 0..t.k {
+            let b0 = _mm256_loadu_ps(bp);
+            let b1 = _mm256_loadu_ps(bp.add(8));
+            for (i, s) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*ap.add(i * t.a_rs));
+                s[0] = _mm256_fmadd_ps(av, b0, s[0]);
+                s[1] = _mm256_fmadd_ps(av, b1, s[1]);
+            }
+            ap = ap.add(t.a_cs);
+            bp = bp.add(16);
+        }
+        for (i, s) in acc.iter().enumerate() {
+            let cp = t.c.add(i * t.ldc);
+            if t.cols == 16 {
+                let (mut v0, mut v1) = (s[0], s[1]);
+                if t.accumulate {
+                    v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cp));
+                    v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cp.add(8)));
+                }
+                _mm256_storeu_ps(cp, v0);
+                _mm256_storeu_ps(cp.add(8), v1);
+            } else {
+                let mut row = [0f32; 16];
+                _mm256_storeu_ps(row.as_mut_ptr(), s[0]);
+                _mm256_storeu_ps(row.as_mut_ptr().add(8), s[1]);
+                for (j, &v) in row.iter().enumerate().take(t.cols) {
+                    let o = cp.add(j);
+                    *o = if t.accumulate { *o + v } else { v };
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every tile kernel this CPU can run against a plain loop, over edges of tiles, row
+    /// blocks, k-blocks and panels, with a strided (transposed) A.
+    #[test]
+    fn every_available_tile_kernel_matches_a_plain_product() {
+        let mut isas = vec![Isa::Portable];
+        if crate::simd::has_avx2_fma() {
+            isas.push(Isa::Avx2);
+        }
+        if crate::simd::has_avx512() {
+            isas.push(Isa::Avx512);
+        }
+        let mut seed = 7u32;
+        let mut next = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        for &(m, k, n) in &[(1, 1, 1), (7, 300, 33), (13, 256, 16), (100, 513, 47)] {
+            let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
+            let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
+            for &isa in &isas {
+                let packed = PackedB::pack_for(isa, k, n, |t, j| b[t * n + j]);
+                for transposed in [false, true] {
+                    // A stored [k, m] when transposed: element (i, t) at t * m + i
+                    let at: Vec<f32> = if transposed {
+                        (0..k * m).map(|x| a[(x % m) * k + x / m]).collect()
+                    } else {
+                        a.clone()
+                    };
+                    let (rs, cs) = if transposed { (1, m) } else { (k, 1) };
+                    let mut c = vec![f32::NAN; m * (n + 3)];
+                    let panels = packed.panels();
+                    // SAFETY: a holds m × k, c holds m rows of n + 3 floats.
+                    unsafe {
+                        block(
+                            isa,
+                            at.as_ptr(),
+                            rs,
+                            cs,
+                            0,
+                            m,
+                            &packed,
+                            0,
+                            panels,
+                            c.as_mut_ptr(),
+                            n + 3,
+                        )
+                    };
+                    for i in 0..m {
+                        for j in 0..n {
+                            let want: f64 = (0..k)
+                                .map(|t| a[i * k + t] as f64 * b[t * n + j] as f64)
+                                .sum();
+                            let got = c[i * (n + 3) + j] as f64;
+                            assert!(
+                                (got - want).abs() <= 1e-5 * (k as f64).sqrt(),
+                                "{m}x{k}x{n} transposed={transposed}: ({i}, {j}) {got} vs {want}"
+                            );
+                        }
+                        assert!(c[i * (n + 3) + n..(i + 1) * (n + 3)]
+                            .iter()
+                            .all(|v| v.is_nan()));
+                    }
+                }
+            }
+        }
+    }
+}
