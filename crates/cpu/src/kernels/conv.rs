@@ -1,12 +1,12 @@
 //! conv (im2col + GEMM, 1×1 stride-1 without im2col; 3×3 with a constant weight on AVX-512 by
-//! `conv_winograd` at stride 1, `conv_direct` otherwise; depthwise by shifted-row
-//! multiply-adds) and conv_transpose (GEMM + col2im).
+//! `conv_winograd` at stride 1, `conv_direct` otherwise; depthwise by `conv_depthwise`) and
+//! conv_transpose (GEMM + col2im).
 //! Spatial rank 1 runs as 2-D with height 1.
 
 use super::ew::{broadcast_strides, BinOp, Chain, Instr, UnOp};
 use super::matmul::to_f32;
 use super::Cx;
-use super::{conv_direct, conv_winograd};
+use super::{conv_depthwise, conv_direct, conv_winograd};
 use crate::plan::Vid;
 use crate::tensor::{Elem, SendPtr};
 
@@ -164,6 +164,11 @@ impl Conv {
         self.epilogue = None;
     }
 
+    fn depthwise(&self) -> bool {
+        let g = &self.g;
+        !self.transpose && g.cin == g.groups && g.cout == g.groups
+    }
+
     fn pointwise(&self) -> bool {
         let g = &self.g;
         !self.transpose
@@ -181,9 +186,11 @@ impl Conv {
         self.g.n * self.g.cin * self.g.h * self.g.w
     }
 
-    fn col_len(&self) -> usize {
+    fn col_len(&self, threads: usize) -> usize {
         let g = &self.g;
-        if self.transpose {
+        if self.depthwise() && !self.direct() {
+            conv_depthwise::scratch_floats(g, threads)
+        } else if self.transpose {
             (g.cout / g.groups) * g.kh * g.kw * g.h * g.w
         } else if self.pointwise() {
             0
@@ -215,7 +222,7 @@ impl Conv {
             self.x_len()
         } else {
             0
-        } + self.col_len()
+        } + self.col_len(threads)
             + self.weight.scratch_floats();
         conv.max(
             self.epilogue
@@ -235,7 +242,7 @@ impl Conv {
             s.as_ptr()
         };
         let off = if self.x_elem == Elem::F32 { 0 } else { xlen };
-        let col = cx.scratch_at(off, self.col_len());
+        let col = cx.scratch_at(off, self.col_len(cx.threads));
         let out = cx.ptr(self.raw) as *mut f32;
         if let ConvWeight::Direct(w) | ConvWeight::Winograd(w) = &self.weight {
             let (out, epilogue) = match &self.fused {
@@ -276,7 +283,7 @@ impl Conv {
                 if *elem == Elem::F32 {
                     cx.ptr(*value) as *const f32
                 } else {
-                    let s = cx.scratch_at(off + self.col_len(), *len);
+                    let s = cx.scratch_at(off + self.col_len(cx.threads), *len);
                     // SAFETY: the value holds `len` elements of `elem`.
                     unsafe { to_f32(cx.ptr(*value), *elem, s) };
                     s.as_ptr()
@@ -295,9 +302,10 @@ impl Conv {
             // SAFETY: raw holds n*cout*pout floats.
             unsafe { std::ptr::write_bytes(out, 0, g.n * g.cout * pout) };
         }
-        if !self.transpose && cig == 1 && cog == 1 {
-            // SAFETY: x holds n*cin planes of h*w floats, weight cout*kk, raw n*cout*pout.
-            unsafe { depthwise(x, weight, out, g, cx) };
+        if self.depthwise() {
+            // SAFETY: x holds n*cin planes of h*w floats, weight cout*kk, raw n*cout*pout, col
+            // the depthwise scratch.
+            unsafe { conv_depthwise::run(x, weight, out, g, col, cx) };
             if let Some(e) = &self.epilogue {
                 e.run(cx);
             }
@@ -371,72 +379,6 @@ impl Conv {
             e.run(cx);
         }
     }
-}
-
-/// Depthwise conv (one input and one output channel per group, as MobileNets and EfficientNets
-/// use): each output row accumulates kh·kw shifted input rows scaled by one weight each, so the
-/// work is n·c·oh·ow·kh·kw multiply-adds with no im2col and no GEMM per group.
-///
-/// # Safety
-/// `x` holds n·cout planes of h·w floats, `w` cout·kh·kw floats, `out` n·cout planes of oh·ow.
-unsafe fn depthwise(x: *const f32, w: *const f32, out: *mut f32, g: &Geometry, cx: &Cx) {
-    let planes = g.n * g.cout;
-    let (pin, pout, kk) = (g.h * g.w, g.oh * g.ow, g.kh * g.kw);
-    let (xp, wp, op) = (SendPtr(x as *mut f32), SendPtr(w as *mut f32), SendPtr(out));
-    let tasks = if cx.threads > 1 && planes * pout * kk >= 1 << 16 {
-        (cx.threads * 4).min(planes)
-    } else {
-        1
-    };
-    let per = planes.div_ceil(tasks);
-    cx.par_for(tasks, &|t| {
-        for p in t * per..((t + 1) * per).min(planes) {
-            let c = p % g.cout;
-            let src = xp.get().add(p * pin) as *const f32;
-            let wc = wp.get().add(c * kk) as *const f32;
-            let dst = std::slice::from_raw_parts_mut(op.get().add(p * pout), pout);
-            dst.fill(0.0);
-            for oy in 0..g.oh {
-                let drow = &mut dst[oy * g.ow..(oy + 1) * g.ow];
-                for ki in 0..g.kh {
-                    let iy = (oy * g.sh + ki * g.dh) as isize - g.pt as isize;
-                    if iy < 0 || iy >= g.h as isize {
-                        continue;
-                    }
-                    let srow = src.add(iy as usize * g.w);
-                    for kj in 0..g.kw {
-                        let wv = *wc.add(ki * g.kw + kj);
-                        let x0 = (kj * g.dw) as isize - g.pl as isize;
-                        // the ox with 0 <= ox·sw + x0 < w
-                        let lo = if x0 >= 0 {
-                            0
-                        } else {
-                            (x0.unsigned_abs()).div_ceil(g.sw)
-                        };
-                        let hi = if x0 >= g.w as isize {
-                            0
-                        } else {
-                            ((g.w as isize - x0) as usize).div_ceil(g.sw).min(g.ow)
-                        };
-                        if hi <= lo {
-                            continue;
-                        }
-                        if g.sw == 1 {
-                            let s =
-                                std::slice::from_raw_parts(srow.offset(lo as isize + x0), hi - lo);
-                            for (d, v) in drow[lo..hi].iter_mut().zip(s) {
-                                *d += wv * v;
-                            }
-                        } else {
-                            for ox in lo..hi {
-                                drow[ox] += wv * *srow.offset((ox * g.sw) as isize + x0);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    });
 }
 
 /// # Safety

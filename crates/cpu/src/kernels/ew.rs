@@ -448,6 +448,19 @@ fn exec_instr(ins: &Instr, regs: &mut [f32], n: usize) {
                 apply_unary(op, &mut dst[..n]);
             }
         }
+        Instr::Bin(op, d, a, b) if d != a && d != b => {
+            // the destination register is neither operand: write it directly
+            let (lo, rest) = regs.split_at_mut(d * BLOCK);
+            let (dst, hi) = rest.split_at_mut(BLOCK);
+            let reg = |r: usize| -> &[f32] {
+                if r < d {
+                    &lo[r * BLOCK..r * BLOCK + n]
+                } else {
+                    &hi[(r - d - 1) * BLOCK..(r - d - 1) * BLOCK + n]
+                }
+            };
+            apply_binary(op, reg(a), reg(b), &mut dst[..n]);
+        }
         Instr::Bin(op, d, a, b) => {
             let mut out = [0f32; BLOCK];
             {

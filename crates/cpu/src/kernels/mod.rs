@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod conv;
+pub mod conv_depthwise;
 pub mod conv_direct;
 pub mod conv_winograd;
 pub mod ew;

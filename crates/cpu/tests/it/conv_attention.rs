@@ -63,6 +63,11 @@ fn conv2d_strides_dilation_groups_padding_modes() {
         (1, 3, 7, 7, 3, 5, 1, 1, 3, "same"),
         (2, 4, 10, 9, 4, 3, 3, 1, 4, "valid"),
         (1, 4, 6, 12, 4, 3, 2, 1, 4, "same_lower"),
+        // depthwise rows summed 32, 16, 8 and 1 columns at a time, dilated, and one large
+        // enough to split over threads
+        (1, 3, 5, 70, 3, 3, 1, 1, 3, "same"),
+        (1, 2, 6, 57, 2, 5, 1, 2, 2, "custom"),
+        (1, 16, 20, 40, 16, 5, 1, 1, 16, "same"),
     ];
     for &d in &[DType::Fp32, DType::Fp16] {
         for &(n, cin, h, w, cout, k, st, dl, groups, pt) in &cases {

@@ -99,7 +99,13 @@ fn check(c: &Case, d: DType, rng: &mut Rng) {
     .unwrap_or_else(|e| panic!("{what}: {e}"));
     let schedule = plan.schedule().join("\n");
     if aneforge_cpu::simd::has_avx512() {
-        let kernel = if c.stride == [1, 1] && c.dilation == 1 && c.cin >= 32 && c.cout >= 32 {
+        // Winograd needs 32 channels each way and 64 output pixels over the batch
+        let kernel = if c.stride == [1, 1]
+            && c.dilation == 1
+            && c.cin >= 32
+            && c.cout >= 32
+            && c.n * oh * ow >= 64
+        {
             "conv-winograd"
         } else {
             "conv-direct"
@@ -187,13 +193,17 @@ fn direct_and_winograd_convs_match_naive_f64_over_every_tile_edge() {
         // Winograd: odd output sizes (cropped tiles), asymmetric padding, more than two groups
         // of 16 tiles across a row with a tail, several chunks of tile rows
         case(1, 33, 9, 11, 40, [1, 1], 1, [1, 1, 1, 1], true, true),
+        case(1, 40, 9, 9, 32, [1, 1], 1, [0, 2, 2, 0], true, false),
+        // below 64 output pixels the same shapes run direct (one image of 25, two of 36)
         case(1, 40, 5, 5, 32, [1, 1], 1, [0, 2, 2, 0], true, false),
+        case(2, 32, 4, 4, 32, [1, 1], 1, [1, 1, 1, 1], true, true),
         case(1, 32, 6, 70, 48, [1, 1], 1, [1, 1, 1, 1], true, false),
         case(1, 32, 70, 70, 32, [1, 1], 1, [1, 1, 1, 1], true, true),
         // direct: a row of 70 pixels, few channels
         case(1, 3, 6, 70, 16, [1, 1], 1, [1, 1, 1, 1], true, false),
-        // long sums: 256 input channels
+        // long sums: 256 input channels, direct (36 pixels) and Winograd (64)
         case(1, 256, 6, 6, 32, [1, 1], 1, [1, 1, 1, 1], false, false),
+        case(1, 256, 8, 8, 32, [1, 1], 1, [1, 1, 1, 1], false, false),
     ];
     for c in &cases {
         check(c, DType::Fp32, &mut rng);
