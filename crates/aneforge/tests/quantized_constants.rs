@@ -3,7 +3,8 @@
 
 use aneforge::engine::HostSlice;
 use aneforge::graph::{
-    constant, input, BlockQuantized, DType, DeferredBytes, HostArray, QuantFormat,
+    constant, input, BlockParams, BlockQuantized, DType, DeferredBytes, DeferredF32, HostArray,
+    QuantFormat,
 };
 use aneforge::{compile_functions, ProgramOptions};
 use aneforge::{
@@ -52,7 +53,8 @@ fn dequantization_follows_the_definition() {
     for r in 0..ROWS {
         for c in 0..COLS {
             let b = r * (COLS / BLOCK) + c / BLOCK;
-            let want = q.scale()[b] * (q.q(r, c).unwrap() as f32 - q.offset().unwrap()[b]);
+            let (scale, offset) = (q.scale().unwrap(), q.offset().unwrap().unwrap());
+            let want = scale[b] * (q.q(r, c).unwrap() as f32 - offset[b]);
             assert_eq!(dense[r * COLS + c], want);
         }
     }
@@ -94,8 +96,29 @@ impl DeferredBytes for Source {
     }
 }
 
-/// Deferred packed values give the held ones' values through every view (rows picked, permuted,
-/// stacked with held parts, reshaped), are read only when asked, and a failing read is an error.
+/// Scales or offsets read on demand, counting the reads.
+#[derive(Debug)]
+struct Floats {
+    values: Arc<[f32]>,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl DeferredF32 for Floats {
+    fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        out.copy_from_slice(&self.values[start..start + out.len()]);
+        Ok(())
+    }
+}
+
+/// Deferred packed values, scales and offsets give the held ones' values through every view (rows
+/// picked, permuted, stacked with held parts, reshaped), are read only when asked, and a failing
+/// read is an error.
 #[test]
 fn deferred_data_reads_the_same_values() {
     let held = quantized(5);
@@ -104,17 +127,28 @@ fn deferred_data_reads_the_same_values() {
         reads: Default::default(),
         broken: None,
     });
+    let floats = |values: Arc<[f32]>| {
+        Arc::new(Floats {
+            values,
+            reads: Default::default(),
+        })
+    };
+    let (scale, offset) = (
+        floats(held.scale().unwrap()),
+        floats(held.offset().unwrap().unwrap()),
+    );
     let deferred = BlockQuantized::deferred(
         held.format(),
         ROWS,
         COLS,
         BLOCK,
         source.clone(),
-        held.scale().clone(),
-        held.offset().cloned(),
+        BlockParams::Deferred(scale.clone()),
+        Some(BlockParams::Deferred(offset.clone())),
     )
     .unwrap();
     assert!(deferred.is_deferred() && !held.is_deferred());
+    assert!(deferred.params_deferred() && !held.params_deferred());
     let reversed: Vec<usize> = (0..ROWS).rev().collect();
     let views = |q: &BlockQuantized| -> Vec<Vec<f32>> {
         let p = q.permute_rows(&reversed).unwrap();
@@ -132,9 +166,13 @@ fn deferred_data_reads_the_same_values() {
             row,
         ]
     };
-    assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 0);
+    let reads = || {
+        [&source.reads, &scale.reads, &offset.reads]
+            .map(|r| r.load(std::sync::atomic::Ordering::Relaxed))
+    };
+    assert_eq!(reads(), [0; 3]);
     assert_eq!(views(&deferred), views(&held));
-    assert!(source.reads.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert!(reads().iter().all(|&n| n > 0), "{:?}", reads());
     let broken = BlockQuantized::deferred(
         held.format(),
         ROWS,
@@ -145,7 +183,7 @@ fn deferred_data_reads_the_same_values() {
             reads: Default::default(),
             broken: Some("model.gguf"),
         }),
-        held.scale().clone(),
+        held.scale().unwrap(),
         None,
     )
     .unwrap();

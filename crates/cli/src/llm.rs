@@ -34,19 +34,18 @@ pub struct ModelArgs {
     /// sparse (only each token's chosen experts' gate/up rows, expanded to f32 first).
     #[arg(long, default_value = "dense", value_parser = ["sparse", "dense"])]
     pub experts: String,
-    /// Largest context in tokens (prompt and generated), up to the model's own limit.
-    #[arg(
-        short = 'c',
-        long = "ctx",
-        visible_alias = "ctx-size",
-        default_value_t = 2048
-    )]
-    pub ctx: usize,
+    /// Largest context in tokens (prompt and generated), up to the model's own limit [default:
+    /// 2048; bench llm: its prompt and decoded tokens].
+    #[arg(short = 'c', long = "ctx", visible_alias = "ctx-size")]
+    pub ctx: Option<usize>,
     /// A LoRA adapter directory in PEFT's layout (adapter_config.json,
     /// adapter_model.safetensors), merged into the weights (which are then f32).
     #[arg(long)]
     pub lora: Option<std::path::PathBuf>,
 }
+
+/// The largest context of `generate` and `chat` without `--ctx`.
+const DEFAULT_CONTEXT: usize = 2048;
 
 #[derive(clap::Args, Clone)]
 pub struct SamplingArgs {
@@ -197,7 +196,7 @@ pub(crate) fn load(
     let mut opts = RunnerOptions {
         target: target.clone(),
         engine,
-        max_context: args.ctx,
+        max_context: args.ctx.unwrap_or(DEFAULT_CONTEXT),
         all_logits_chunks: all_logits,
         quantize_activations: args.activations == "int8",
         sparse_experts: args.experts == "sparse",
@@ -523,7 +522,10 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
     }
     let chunks = vec![args.prompt_tokens.max(2)];
     let mut margs = args.model.clone();
-    margs.ctx = margs.ctx.max(args.prompt_tokens + args.decode_tokens + 1);
+    // a run feeds the prompt, then one token per decode step: programs (and their KV caches) for
+    // longer contexts would never run
+    let used = args.prompt_tokens + args.decode_tokens;
+    margs.ctx = Some(margs.ctx.map_or(used, |c| c.max(used)));
     let loaded = load(&margs, Vec::new(), Some(chunks))?;
     let llm = loaded.llm.clone();
     let text = match &args.prompt_file {

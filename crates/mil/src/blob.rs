@@ -140,31 +140,53 @@ impl BlobWriter {
     /// Appends one blob of `elements` values of `dtype` packed in `payload` (sub-byte types packed
     /// low bits first); returns the descriptor offset.
     pub fn add(&mut self, dtype: DType, elements: usize, payload: &[u8]) -> Result<u64, BlobError> {
+        let (descriptor, bytes) = self.add_in_place(dtype, elements, payload.len())?;
+        bytes.copy_from_slice(payload);
+        Ok(descriptor)
+    }
+
+    /// [`BlobWriter::add`] of a `len`-byte payload the caller writes in place (zeros until then),
+    /// so a large payload is never held twice: the descriptor offset and the payload's bytes.
+    pub fn add_in_place(
+        &mut self,
+        dtype: DType,
+        elements: usize,
+        len: usize,
+    ) -> Result<(u64, &mut [u8]), BlobError> {
         let code = dtype_code(dtype).ok_or(BlobError::UnsupportedDtype { dtype })?;
         let bits = dtype.bits().ok_or(BlobError::UnsupportedDtype { dtype })? as u64;
         let used_bits = elements as u64 * bits;
-        debug_assert_eq!(payload.len() as u64, used_bits.div_ceil(8));
-        let padding_bits = payload.len() as u64 * 8 - used_bits.min(payload.len() as u64 * 8);
+        debug_assert_eq!(len as u64, used_bits.div_ceil(8));
+        let padding_bits = len as u64 * 8 - used_bits.min(len as u64 * 8);
         let descriptor = self.bytes.len() as u64;
         let data_offset = descriptor + DESCRIPTOR_BYTES;
         let mut desc = [0u8; DESCRIPTOR_BYTES as usize];
         desc[0..4].copy_from_slice(&SENTINEL.to_le_bytes());
         desc[4..8].copy_from_slice(&code.to_le_bytes());
-        desc[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        desc[8..16].copy_from_slice(&(len as u64).to_le_bytes());
         desc[16..24].copy_from_slice(&data_offset.to_le_bytes());
         desc[24..32].copy_from_slice(&padding_bits.to_le_bytes());
-        let grow = desc.len() + payload.len() + ALIGNMENT as usize;
+        let grow = desc.len() + len + ALIGNMENT as usize;
         if self.bytes.capacity() - self.bytes.len() < grow {
             // a quarter more, not double: a model's blob is most of its process's memory
             self.bytes.reserve_exact(grow.max(self.bytes.len() / 4));
         }
         self.bytes.extend_from_slice(&desc);
-        self.bytes.extend_from_slice(payload);
-        let end = align_up(self.bytes.len() as u64) as usize;
+        let end = align_up(data_offset + len as u64) as usize;
         self.bytes.resize(end, 0);
         self.count += 1;
         self.bytes[0..4].copy_from_slice(&self.count.to_le_bytes());
-        Ok(descriptor)
+        let start = data_offset as usize;
+        Ok((descriptor, &mut self.bytes[start..start + len]))
+    }
+
+    /// Removes the blob added last, at `descriptor` (one found to repeat an earlier one).
+    pub fn remove_last(&mut self, descriptor: u64) {
+        if self.count > 0 && (HEADER_BYTES..self.bytes.len() as u64).contains(&descriptor) {
+            self.bytes.truncate(descriptor as usize);
+            self.count -= 1;
+            self.bytes[0..4].copy_from_slice(&self.count.to_le_bytes());
+        }
     }
 
     pub fn add_f16(&mut self, values: &[half::f16]) -> u64 {

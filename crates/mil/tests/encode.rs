@@ -475,3 +475,21 @@ fn weights_bin_sizes_for_a_1024_square_matrix() {
     assert_eq!(size(Scheme::Int8), 1_050_816);
     assert_eq!(size(Scheme::Fp16), 2_097_280);
 }
+
+/// A payload written in place, and an entry removed again, leave the file `add` alone writes.
+#[test]
+fn in_place_and_removed_entries_leave_the_file_add_writes() {
+    let payload: Vec<u8> = (0..100u8).collect();
+    let mut plain = BlobWriter::new();
+    let at = plain.add(DType::Uint8, 100, &payload).unwrap();
+    let mut w = BlobWriter::new();
+    let (at_in_place, bytes) = w.add_in_place(DType::Uint8, 100, 100).unwrap();
+    bytes.copy_from_slice(&payload);
+    let (repeated, _) = w.add_in_place(DType::Fp16, 8, 16).unwrap();
+    w.remove_last(repeated);
+    assert_eq!(at, at_in_place);
+    assert_eq!(w.blob_count(), 1);
+    let (plain, w) = (plain.finish(), w.finish());
+    assert_eq!(plain, w);
+    BlobFile::from_vec("weight.bin", w).expect("valid blob file");
+}

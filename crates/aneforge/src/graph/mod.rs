@@ -28,7 +28,7 @@ pub use op::{
     UpsampleMode,
 };
 pub use order::topo_order;
-pub use quant::{BlockQuantized, DeferredBytes, QuantFormat};
+pub use quant::{BlockParams, BlockQuantized, DeferredBytes, QuantFormat};
 pub use rewrite::rewrite_graph;
 pub(crate) use tensor::is_identifier;
 pub use tensor::{constant, full, input, parameter, scalar, NodeId, Tensor};

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::GraphError;
+use super::{DeferredF32, GraphError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QuantFormat {
@@ -49,64 +49,134 @@ pub trait DeferredBytes: Send + Sync + std::fmt::Debug {
     fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String>;
 }
 
-/// The packed integers: in memory, or read when needed.
-#[derive(Clone, Debug)]
-enum Data {
-    Owned(Arc<[u8]>),
-    Deferred(Arc<dyn DeferredBytes>),
+/// Values held in memory or read when needed: the packed integers (`u8`, [`DeferredBytes`]) and
+/// the per-block scales and offsets (`f32`, [`DeferredF32`]).
+#[derive(Debug)]
+enum Stored<T: 'static, D: ?Sized> {
+    Owned(Arc<[T]>),
+    Deferred(Arc<D>),
 }
 
-impl Data {
+impl<T, D: ?Sized> Clone for Stored<T, D> {
+    fn clone(&self) -> Self {
+        match self {
+            Stored::Owned(v) => Stored::Owned(v.clone()),
+            Stored::Deferred(d) => Stored::Deferred(d.clone()),
+        }
+    }
+}
+
+/// The packed integers.
+type Data = Stored<u8, dyn DeferredBytes>;
+/// Scales or offsets, row-major `[rows, cols / block]`.
+type Params = Stored<f32, dyn DeferredF32>;
+
+/// A deferred source of `T`s, read by range.
+trait Source<T> {
+    fn len(&self) -> usize;
+    fn read(&self, start: usize, out: &mut [T]) -> Result<(), String>;
+}
+
+impl Source<u8> for dyn DeferredBytes {
+    fn len(&self) -> usize {
+        DeferredBytes::len(self)
+    }
+    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String> {
+        DeferredBytes::read(self, start, out)
+    }
+}
+
+impl Source<f32> for dyn DeferredF32 {
+    fn len(&self) -> usize {
+        DeferredF32::len(self)
+    }
+    fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
+        DeferredF32::read(self, start, out)
+    }
+}
+
+impl<T: Copy + 'static, D: Source<T> + ?Sized> Stored<T, D> {
     fn len(&self) -> usize {
         match self {
-            Data::Owned(v) => v.len(),
-            Data::Deferred(d) => d.len(),
+            Stored::Owned(v) => v.len(),
+            Stored::Deferred(d) => d.len(),
         }
     }
 
-    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), GraphError> {
+    fn read(&self, start: usize, out: &mut [T]) -> Result<(), GraphError> {
         match self {
-            Data::Owned(v) => {
+            Stored::Owned(v) => {
                 out.copy_from_slice(&v[start..start + out.len()]);
                 Ok(())
             }
-            Data::Deferred(d) => d.read(start, out).map_err(GraphError::ConstantData),
+            Stored::Deferred(d) => d.read(start, out).map_err(GraphError::ConstantData),
+        }
+    }
+
+    /// Every value (read, when deferred).
+    fn all(&self) -> Result<Arc<[T]>, GraphError>
+    where
+        T: Default,
+    {
+        match self {
+            Stored::Owned(v) => Ok(v.clone()),
+            Stored::Deferred(_) => {
+                let mut out = vec![T::default(); self.len()];
+                self.read(0, &mut out)?;
+                Ok(out.into())
+            }
+        }
+    }
+
+    /// Identifies the values (the same for clones of one source).
+    fn key(&self) -> usize {
+        match self {
+            Stored::Owned(v) => Arc::as_ptr(v) as *const T as usize,
+            Stored::Deferred(d) => Arc::as_ptr(d) as *const u8 as usize,
+        }
+    }
+
+    /// Held values by value; deferred ones when they are the same source.
+    fn same(&self, other: &Self) -> bool
+    where
+        T: PartialEq,
+    {
+        match (self, other) {
+            (Stored::Owned(a), Stored::Owned(b)) => a == b,
+            (Stored::Deferred(a), Stored::Deferred(b)) => {
+                std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+            }
+            _ => false,
         }
     }
 }
 
-/// Rows picked from deferred data (each `row_bytes` long), read on demand.
+/// Rows picked from deferred values (each `row_len` long), read on demand.
 #[derive(Debug)]
-struct PickedRows {
-    source: Data,
+struct PickedRows<S> {
+    source: S,
     rows: Vec<usize>,
-    row_bytes: usize,
+    row_len: usize,
 }
 
-/// Deferred parts read one after another.
-#[derive(Debug)]
-struct Stacked {
-    parts: Vec<Data>,
-}
-
-impl DeferredBytes for PickedRows {
+impl<T: Copy + 'static, D: Source<T> + ?Sized> PickedRows<Stored<T, D>> {
     fn len(&self) -> usize {
-        self.rows.len() * self.row_bytes
+        self.rows.len() * self.row_len
     }
 
-    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String> {
-        let rb = self.row_bytes;
+    fn read(&self, start: usize, out: &mut [T]) -> Result<(), String> {
+        let rl = self.row_len;
         let mut at = start;
         let mut done = 0;
         while done < out.len() {
-            let (i, within) = (at / rb, at % rb);
+            let (i, within) = (at / rl, at % rl);
             let row = *self
                 .rows
                 .get(i)
-                .ok_or_else(|| format!("byte {at} past {} picked rows", self.rows.len()))?;
-            let take = (rb - within).min(out.len() - done);
+                .ok_or_else(|| format!("value {at} past {} picked rows", self.rows.len()))?;
+            let take = (rl - within).min(out.len() - done);
             self.source
-                .read(row * rb + within, &mut out[done..done + take])
+                .read(row * rl + within, &mut out[done..done + take])
                 .map_err(|e| e.to_string())?;
             done += take;
             at += take;
@@ -115,22 +185,28 @@ impl DeferredBytes for PickedRows {
     }
 }
 
-impl DeferredBytes for Stacked {
+/// Parts read one after another.
+#[derive(Debug)]
+struct Stacked<S> {
+    parts: Vec<S>,
+}
+
+impl<T: Copy + 'static, D: Source<T> + ?Sized> Stacked<Stored<T, D>> {
     fn len(&self) -> usize {
-        self.parts.iter().map(Data::len).sum()
+        self.parts.iter().map(Stored::len).sum()
     }
 
-    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String> {
+    fn read(&self, start: usize, out: &mut [T]) -> Result<(), String> {
         let done = super::read_concatenated(
             &self.parts,
-            Data::len,
+            Stored::len,
             |p, at, o| p.read(at, o).map_err(|e| e.to_string()),
             start,
             out,
         )?;
         if done != out.len() {
             return Err(format!(
-                "bytes {start}..{} lie past the {} stacked bytes",
+                "values {start}..{} lie past the {} stacked values",
                 start + out.len(),
                 self.len()
             ));
@@ -139,9 +215,67 @@ impl DeferredBytes for Stacked {
     }
 }
 
+macro_rules! deferred_impls {
+    ($trait:ident, $t:ty) => {
+        impl $trait for PickedRows<Stored<$t, dyn $trait>> {
+            fn len(&self) -> usize {
+                PickedRows::len(self)
+            }
+            fn read(&self, start: usize, out: &mut [$t]) -> Result<(), String> {
+                PickedRows::read(self, start, out)
+            }
+        }
+        impl $trait for Stacked<Stored<$t, dyn $trait>> {
+            fn len(&self) -> usize {
+                Stacked::len(self)
+            }
+            fn read(&self, start: usize, out: &mut [$t]) -> Result<(), String> {
+                Stacked::read(self, start, out)
+            }
+        }
+    };
+}
+deferred_impls!(DeferredBytes, u8);
+deferred_impls!(DeferredF32, f32);
+
+/// Scales or offsets for [`BlockQuantized`]: held, or read when needed (so that a program's
+/// weights blob holds their only copy, as for deferred integers).
+#[derive(Clone, Debug)]
+pub enum BlockParams {
+    Held(Arc<[f32]>),
+    Deferred(Arc<dyn DeferredF32>),
+}
+
+impl From<Vec<f32>> for BlockParams {
+    fn from(v: Vec<f32>) -> BlockParams {
+        BlockParams::Held(v.into())
+    }
+}
+
+impl From<Arc<[f32]>> for BlockParams {
+    fn from(v: Arc<[f32]>) -> BlockParams {
+        BlockParams::Held(v)
+    }
+}
+
+impl From<Arc<dyn DeferredF32>> for BlockParams {
+    fn from(v: Arc<dyn DeferredF32>) -> BlockParams {
+        BlockParams::Deferred(v)
+    }
+}
+
+impl From<BlockParams> for Params {
+    fn from(p: BlockParams) -> Params {
+        match p {
+            BlockParams::Held(v) => Stored::Owned(v),
+            BlockParams::Deferred(d) => Stored::Deferred(d),
+        }
+    }
+}
+
 /// `rows · cols` values packed row-major as MIL stores them (4-bit: two per byte, the even column
-/// in the low nibble), `scale` and `offset` row-major `[rows, cols / block]`. The packed values
-/// are in memory or deferred ([`BlockQuantized::deferred`]); scales and offsets are in memory.
+/// in the low nibble), `scale` and `offset` row-major `[rows, cols / block]`. Each is in memory or
+/// deferred ([`BlockQuantized::deferred`], [`BlockParams::Deferred`]).
 #[derive(Clone, Debug)]
 pub struct BlockQuantized {
     format: QuantFormat,
@@ -149,23 +283,24 @@ pub struct BlockQuantized {
     cols: usize,
     block: usize,
     data: Data,
-    scale: Arc<[f32]>,
-    offset: Option<Arc<[f32]>>,
+    scale: Params,
+    offset: Option<Params>,
 }
 
 /// Equal geometry, parameters and packed values; deferred values are equal when they are the
 /// same source.
 impl PartialEq for BlockQuantized {
     fn eq(&self, other: &Self) -> bool {
-        let data = match (&self.data, &other.data) {
-            (Data::Owned(a), Data::Owned(b)) => a == b,
-            (Data::Deferred(a), Data::Deferred(b)) => Arc::ptr_eq(a, b),
+        let offsets = match (&self.offset, &other.offset) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same(b),
             _ => false,
         };
-        data && (self.format, self.rows, self.cols, self.block)
-            == (other.format, other.rows, other.cols, other.block)
-            && self.scale == other.scale
-            && self.offset == other.offset
+        self.data.same(&other.data)
+            && (self.format, self.rows, self.cols, self.block)
+                == (other.format, other.rows, other.cols, other.block)
+            && self.scale.same(&other.scale)
+            && offsets
     }
 }
 
@@ -176,11 +311,12 @@ impl BlockQuantized {
         cols: usize,
         block: usize,
         data: impl Into<Arc<[u8]>>,
-        scale: impl Into<Arc<[f32]>>,
-        offset: Option<Arc<[f32]>>,
+        scale: impl Into<BlockParams>,
+        offset: Option<BlockParams>,
     ) -> Result<BlockQuantized, GraphError> {
         let data = Data::Owned(data.into());
-        Self::with_data(format, rows, cols, block, data, scale.into(), offset)
+        let (scale, offset) = (scale.into().into(), offset.map(Into::into));
+        Self::with_data(format, rows, cols, block, data, scale, offset)
     }
 
     /// [`BlockQuantized::new`] with the packed values read from `data` when needed.
@@ -190,11 +326,12 @@ impl BlockQuantized {
         cols: usize,
         block: usize,
         data: Arc<dyn DeferredBytes>,
-        scale: impl Into<Arc<[f32]>>,
-        offset: Option<Arc<[f32]>>,
+        scale: impl Into<BlockParams>,
+        offset: Option<BlockParams>,
     ) -> Result<BlockQuantized, GraphError> {
         let data = Data::Deferred(data);
-        Self::with_data(format, rows, cols, block, data, scale.into(), offset)
+        let (scale, offset) = (scale.into().into(), offset.map(Into::into));
+        Self::with_data(format, rows, cols, block, data, scale, offset)
     }
 
     fn with_data(
@@ -203,8 +340,8 @@ impl BlockQuantized {
         cols: usize,
         block: usize,
         data: Data,
-        scale: Arc<[f32]>,
-        offset: Option<Arc<[f32]>>,
+        scale: Params,
+        offset: Option<Params>,
     ) -> Result<BlockQuantized, GraphError> {
         let bad = |message: String| GraphError::Attribute {
             op: "block_quantized",
@@ -261,15 +398,26 @@ impl BlockQuantized {
     }
     /// Identifies the packed values (the same for clones and reshapes of one matrix).
     pub fn data_key(&self) -> usize {
-        match &self.data {
-            Data::Owned(v) => Arc::as_ptr(v) as *const u8 as usize,
-            Data::Deferred(d) => Arc::as_ptr(d) as *const u8 as usize,
-        }
+        self.data.key()
+    }
+
+    /// Identifies the scales and the offsets (0 without), as [`BlockQuantized::data_key`].
+    pub fn params_keys(&self) -> [usize; 2] {
+        [
+            self.scale.key(),
+            self.offset.as_ref().map_or(0, Params::key),
+        ]
     }
 
     /// Whether the packed values are read when needed rather than held.
     pub fn is_deferred(&self) -> bool {
         matches!(self.data, Data::Deferred(_))
+    }
+
+    /// Whether the scales and offsets are read when needed rather than held.
+    pub fn params_deferred(&self) -> bool {
+        matches!(self.scale, Params::Deferred(_))
+            || matches!(self.offset, Some(Params::Deferred(_)))
     }
 
     /// The packed values (read, when deferred).
@@ -303,11 +451,48 @@ impl BlockQuantized {
             self.offset.clone(),
         )
     }
-    pub fn scale(&self) -> &Arc<[f32]> {
-        &self.scale
+
+    /// Every block's scale (read, when deferred).
+    pub fn scale(&self) -> Result<Arc<[f32]>, GraphError> {
+        self.scale.all()
     }
-    pub fn offset(&self) -> Option<&Arc<[f32]>> {
-        self.offset.as_ref()
+
+    /// Every block's offset (read, when deferred), or `None` without offsets.
+    pub fn offset(&self) -> Result<Option<Arc<[f32]>>, GraphError> {
+        self.offset.as_ref().map(Params::all).transpose()
+    }
+
+    /// Scales (or, with `offsets`, offsets) `start..start + out.len()` into `out`; asking for the
+    /// offsets of a matrix without them is an error.
+    pub fn read_params(
+        &self,
+        offsets: bool,
+        start: usize,
+        out: &mut [f32],
+    ) -> Result<(), GraphError> {
+        let params = if offsets {
+            self.offset.as_ref().ok_or_else(|| GraphError::Attribute {
+                op: "block_quantized",
+                message: "offsets read from a matrix without offsets".into(),
+            })?
+        } else {
+            &self.scale
+        };
+        if start + out.len() > params.len() {
+            return Err(GraphError::Attribute {
+                op: "block_quantized",
+                message: format!(
+                    "parameters {start}..{} of {}",
+                    start + out.len(),
+                    params.len()
+                ),
+            });
+        }
+        params.read(start, out)
+    }
+
+    pub fn has_offset(&self) -> bool {
+        self.offset.is_some()
     }
 
     pub fn blocks_per_row(&self) -> usize {
@@ -360,26 +545,46 @@ impl BlockQuantized {
                 &read
             }
         };
-        self.dequantize_packed(r, row, out);
+        let nb = self.blocks_per_row();
+        let mut scale = vec![0.0; nb];
+        self.scale.read(r * nb, &mut scale)?;
+        let offset = match &self.offset {
+            Some(o) => {
+                let mut v = vec![0.0; nb];
+                o.read(r * nb, &mut v)?;
+                Some(v)
+            }
+            None => None,
+        };
+        self.dequantize_packed(row, &scale, offset.as_deref(), out);
         Ok(())
     }
 
-    /// Row `r`, whose packed values are `row`, as f32 into `out[..cols]`.
-    fn dequantize_packed(&self, r: usize, row: &[u8], out: &mut [f32]) {
-        let nb = self.blocks_per_row();
+    /// A row whose packed values are `row` and whose blocks' parameters are `scale` and
+    /// `offset`, as f32 into `out[..cols]`.
+    fn dequantize_packed(
+        &self,
+        row: &[u8],
+        scale: &[f32],
+        offset: Option<&[f32]>,
+        out: &mut [f32],
+    ) {
         for (c, o) in out.iter_mut().enumerate().take(self.cols) {
-            let b = r * nb + c / self.block;
-            let off = self.offset.as_ref().map_or(0.0, |o| o[b]);
-            *o = self.scale[b] * (self.q_in(row, c) as f32 - off);
+            let b = c / self.block;
+            let off = offset.map_or(0.0, |o| o[b]);
+            *o = scale[b] * (self.q_in(row, c) as f32 - off);
         }
     }
 
     pub fn dequantize(&self) -> Result<Vec<f32>, GraphError> {
         let data = self.data()?;
-        let rb = self.row_bytes();
+        let (scale, offset) = (self.scale()?, self.offset()?);
+        let (rb, nb) = (self.row_bytes(), self.blocks_per_row());
         let mut out = vec![0.0; self.rows * self.cols];
         for (r, row) in out.chunks_exact_mut(self.cols).enumerate() {
-            self.dequantize_packed(r, &data[r * rb..(r + 1) * rb], row);
+            let params = r * nb..(r + 1) * nb;
+            let offset = offset.as_ref().map(|o| &o[params.clone()]);
+            self.dequantize_packed(&data[r * rb..(r + 1) * rb], &scale[params], offset, row);
         }
         Ok(out)
     }
@@ -419,23 +624,24 @@ impl BlockQuantized {
                 message: "no rows picked".into(),
             });
         }
-        let (rb, nb) = (self.row_bytes(), self.blocks_per_row());
         let data = match &self.data {
-            Data::Owned(v) => Data::Owned(
-                perm.iter()
-                    .flat_map(|&p| v[p * rb..(p + 1) * rb].iter().copied())
-                    .collect(),
-            ),
+            Data::Owned(v) => Data::Owned(pick(v, perm, self.row_bytes())),
             Data::Deferred(_) => Data::Deferred(Arc::new(PickedRows {
                 source: self.data.clone(),
                 rows: perm.to_vec(),
-                row_bytes: rb,
+                row_len: self.row_bytes(),
             })),
         };
-        let pick = |v: &[f32]| -> Arc<[f32]> {
-            perm.iter()
-                .flat_map(|&p| v[p * nb..(p + 1) * nb].iter().copied())
-                .collect()
+        let nb = self.blocks_per_row();
+        let params = |p: &Params| -> Params {
+            match p {
+                Params::Owned(v) => Params::Owned(pick(v, perm, nb)),
+                Params::Deferred(_) => Params::Deferred(Arc::new(PickedRows {
+                    source: p.clone(),
+                    rows: perm.to_vec(),
+                    row_len: nb,
+                })),
+            }
         };
         Self::with_data(
             self.format,
@@ -443,8 +649,8 @@ impl BlockQuantized {
             self.cols,
             self.block,
             data,
-            pick(&self.scale),
-            self.offset.as_ref().map(|o| pick(o)),
+            params(&self.scale),
+            self.offset.as_ref().map(params),
         )
     }
 
@@ -468,25 +674,15 @@ impl BlockQuantized {
             });
         }
         let rows = parts.iter().map(|p| p.rows).sum();
-        let owned: Option<Vec<&Arc<[u8]>>> = parts
-            .iter()
-            .map(|p| match &p.data {
-                Data::Owned(v) => Some(v),
-                Data::Deferred(_) => None,
-            })
-            .collect();
-        let data = match owned {
-            Some(vs) => Data::Owned(vs.iter().flat_map(|v| v.iter().copied()).collect()),
-            None => Data::Deferred(Arc::new(Stacked {
-                parts: parts.iter().map(|p| p.data.clone()).collect(),
-            })),
-        };
-        let scale: Arc<[f32]> = parts.iter().flat_map(|p| p.scale.iter().copied()).collect();
-        let offset: Option<Arc<[f32]>> = first.offset.as_ref().map(|_| {
-            parts
-                .iter()
-                .flat_map(|p| p.offset.iter().flat_map(|o| o.iter().copied()))
-                .collect()
+        let data = stack(parts.iter().map(|p| &p.data), |s| {
+            Data::Deferred(Arc::new(s))
+        });
+        let scale = stack(parts.iter().map(|p| &p.scale), |s| {
+            Params::Deferred(Arc::new(s))
+        });
+        let offset = first.offset.as_ref().map(|_| {
+            let offsets = parts.iter().filter_map(|p| p.offset.as_ref());
+            stack(offsets, |s| Params::Deferred(Arc::new(s)))
         });
         Self::with_data(
             first.format,
@@ -497,5 +693,32 @@ impl BlockQuantized {
             scale,
             offset,
         )
+    }
+}
+
+/// Rows `perm` (each `row_len` values) of `v`, in order.
+fn pick<T: Copy>(v: &[T], perm: &[usize], row_len: usize) -> Arc<[T]> {
+    perm.iter()
+        .flat_map(|&p| v[p * row_len..(p + 1) * row_len].iter().copied())
+        .collect()
+}
+
+/// `parts` one after another: held when every part is, else read part by part when needed.
+fn stack<'a, T: Copy + 'static, D: ?Sized + 'a>(
+    parts: impl Iterator<Item = &'a Stored<T, D>> + Clone,
+    deferred: impl FnOnce(Stacked<Stored<T, D>>) -> Stored<T, D>,
+) -> Stored<T, D> {
+    let held: Option<Vec<&Arc<[T]>>> = parts
+        .clone()
+        .map(|p| match p {
+            Stored::Owned(v) => Some(v),
+            Stored::Deferred(_) => None,
+        })
+        .collect();
+    match held {
+        Some(vs) => Stored::Owned(vs.iter().flat_map(|v| v.iter().copied()).collect()),
+        None => deferred(Stacked {
+            parts: parts.cloned().collect(),
+        }),
     }
 }

@@ -90,40 +90,42 @@ impl ConstTable {
         self.quant_names.insert(key, name.to_string());
     }
 
-    /// A blob entry of `elements` values of `dtype` packed in `payload()`, stored once per
-    /// content. `source` is the address of graph-owned data the payload encodes (alive for the
-    /// whole lowering), so repeated uses skip encoding and hashing.
+    /// A blob entry of `elements` values of `dtype` packed in `len` bytes that `fill` writes,
+    /// stored once per content. `source` is the address of graph-owned data the payload encodes
+    /// (alive for the whole lowering), so repeated uses skip encoding and hashing. The payload is
+    /// written in place in the blob (a large weight is never held twice) and removed again when
+    /// its content is already stored.
     pub fn blob_entry(
         &mut self,
         dtype: mil::DType,
         elements: usize,
         source: usize,
-        payload: impl Fn() -> Result<Vec<u8>, LowerError>,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), LowerError>,
     ) -> Result<u64, LowerError> {
         let address = (source, elements, dtype, Vec::new());
-        let mut bytes = None;
-        let key = match self.keys_by_address.get(&address) {
-            Some(k) => *k,
-            None => {
-                let p = payload()?;
-                let mut h = Sha256::new();
-                h.update(dtype.name());
-                h.update((elements as u64).to_le_bytes());
-                h.update(&p);
-                let k: [u8; 32] = h.finalize().into();
-                self.keys_by_address.insert(address, k);
-                bytes = Some(p);
-                k
-            }
-        };
-        if let Some(&offset) = self.blob_offsets.get(&key) {
-            return Ok(offset);
+        if let Some(offset) = self
+            .keys_by_address
+            .get(&address)
+            .and_then(|k| self.blob_offsets.get(k))
+        {
+            return Ok(*offset);
         }
-        let bytes = match bytes {
-            Some(b) => b,
-            None => payload()?,
-        };
-        let offset = self.blob.add(dtype, elements, &bytes)?;
+        let (offset, payload) = self.blob.add_in_place(dtype, elements, len)?;
+        if let Err(e) = fill(payload) {
+            self.blob.remove_last(offset);
+            return Err(e);
+        }
+        let mut h = Sha256::new();
+        h.update(dtype.name());
+        h.update((elements as u64).to_le_bytes());
+        h.update(payload);
+        let key: [u8; 32] = h.finalize().into();
+        self.keys_by_address.insert(address, key);
+        if let Some(&existing) = self.blob_offsets.get(&key) {
+            self.blob.remove_last(offset);
+            return Ok(existing);
+        }
         self.blob_offsets.insert(key, offset);
         Ok(offset)
     }

@@ -432,6 +432,15 @@ impl GgufFile {
         self.release_range(self.data_offset + info.offset as usize, info.n_bytes);
     }
 
+    /// [`GgufFile::release_pages`] for the pages holding bytes `range` of one tensor's data.
+    pub fn release_tensor_range(&self, info: &TensorInfo, range: std::ops::Range<usize>) {
+        let end = range.end.min(info.n_bytes);
+        if range.start < end {
+            let start = self.data_offset + info.offset as usize + range.start;
+            self.release_range(start, end - range.start);
+        }
+    }
+
     fn release_range(&self, start: usize, len: usize) {
         #[cfg(unix)]
         if let Storage::Mapped(m) = &self.storage {
@@ -446,6 +455,21 @@ impl GgufFile {
         }
         #[cfg(not(unix))]
         let _ = (start, len);
+    }
+
+    /// Forgets the metadata arrays (a vocabulary's tokens, scores, types and merges: tens of MB
+    /// for a 262k-token vocabulary), keeping the scalars and the tensors. For a file whose
+    /// tokenizer is built and whose tensors are read later.
+    pub fn drop_metadata_arrays(&mut self) {
+        self.metadata
+            .retain(|(_, v)| !matches!(v, MetaValue::Array(_)));
+        self.metadata.shrink_to_fit();
+        self.metadata_index = self
+            .metadata
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (k.clone(), i))
+            .collect();
     }
 
     pub fn version(&self) -> u32 {

@@ -36,7 +36,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use aneforge::graph::{
-    self, BlockQuantized, DeferredBytes, DeferredF32, HostArray, HostData, QuantFormat, Tensor,
+    self, BlockParams, BlockQuantized, DeferredBytes, DeferredF32, HostArray, HostData,
+    QuantFormat, Tensor,
 };
 
 use super::LlmError;
@@ -299,33 +300,45 @@ struct GgufPacked {
     rows: usize,
     /// Bytes of one converted row.
     row_bytes: usize,
+    /// Scales (and offsets) of one converted row.
+    row_params: usize,
     /// GGUF blocks per row.
     per_row: usize,
+}
+
+/// The scales (or offsets) of a [`GgufPacked`] tensor, converted from the mapped file when read.
+#[derive(Debug)]
+struct GgufParams {
+    packed: Arc<GgufPacked>,
+    offsets: bool,
 }
 
 /// Converted bytes produced per step of a long read.
 const PACK_STEP: usize = 1 << 20;
 
-impl DeferredBytes for GgufPacked {
-    fn len(&self) -> usize {
-        self.rows * self.row_bytes
-    }
-
-    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String> {
+impl GgufPacked {
+    /// Values `start..start + out.len()` of what `part` picks from the converted rows (`per_row`
+    /// values each), converted a step of rows at a time.
+    fn convert<T: Copy>(
+        &self,
+        start: usize,
+        out: &mut [T],
+        per_row: usize,
+        part: impl Fn(&Packer) -> &[T],
+    ) -> Result<(), String> {
         let end = start + out.len();
-        if end > self.len() {
+        if end > self.rows * per_row {
             return Err(format!(
-                "{}: tensor '{}': bytes {start}..{end} of {}",
+                "{}: tensor '{}': values {start}..{end} of {}",
                 self.file.path().display(),
                 self.name,
-                self.len()
+                self.rows * per_row
             ));
         }
-        let rb = self.row_bytes;
-        let step = (PACK_STEP / rb).max(1);
-        let mut r = start / rb;
-        while r * rb < end {
-            let r1 = (r + step).min(end.div_ceil(rb));
+        let step = (PACK_STEP / self.row_bytes).max(1);
+        let mut r = start / per_row;
+        while r * per_row < end {
+            let r1 = (r + step).min(end.div_ceil(per_row));
             let p = pack_blocks(
                 &self.file,
                 &self.name,
@@ -334,16 +347,50 @@ impl DeferredBytes for GgufPacked {
             )
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("tensor '{}': {} is not kept quantized", self.name, self.ty))?;
-            let (lo, hi) = ((r * rb).max(start), (r1 * rb).min(end));
-            out[lo - start..hi - start].copy_from_slice(&p.data[lo - r * rb..hi - r * rb]);
+            let values = part(&p);
+            let (lo, hi) = ((r * per_row).max(start), (r1 * per_row).min(end));
+            out[lo - start..hi - start]
+                .copy_from_slice(&values[lo - r * per_row..hi - r * per_row]);
+            // what was converted is what the reader keeps (a program's blob): the file's pages
+            // need not stay resident next to it, not even until the whole tensor is read
+            if let Some(info) = self.file.tensor(&self.name) {
+                let bytes = self.per_row * self.ty.block_bytes();
+                self.file.release_tensor_range(info, r * bytes..r1 * bytes);
+            }
             r = r1;
         }
-        // the converted bytes are what the reader keeps (a program's blob): the file's pages
-        // need not stay resident next to them
+        // a fault maps the file's pages around the one it needs (a large page-cache folio, say),
+        // so pages released a step ago may be mapped again: the whole tensor, once more
         if let Some(info) = self.file.tensor(&self.name) {
             self.file.release_tensor_pages(info);
         }
         Ok(())
+    }
+}
+
+impl DeferredBytes for GgufPacked {
+    fn len(&self) -> usize {
+        self.rows * self.row_bytes
+    }
+
+    fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String> {
+        self.convert(start, out, self.row_bytes, |p| &p.data)
+    }
+}
+
+impl DeferredF32 for GgufParams {
+    fn len(&self) -> usize {
+        self.packed.rows * self.packed.row_params
+    }
+
+    fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
+        let per_row = self.packed.row_params;
+        if self.offsets {
+            self.packed
+                .convert(start, out, per_row, |p| p.offset.as_deref().unwrap_or(&[]))
+        } else {
+            self.packed.convert(start, out, per_row, |p| &p.scale)
+        }
     }
 }
 
@@ -383,9 +430,10 @@ impl Matrix {
 
     /// The quantized form of a GGUF tensor of `shape` as a matrix of its last dimension's
     /// columns (a stack of experts `[E, rows, cols]` becomes `[E·rows, cols]`), or `None` when
-    /// its type is not kept quantized or its shape differs. The scales and offsets are held;
-    /// the integers are converted again from the mapped file when read
-    /// ([`BlockQuantized::deferred`]), so a compiled program's blob holds their only copy.
+    /// its type is not kept quantized or its shape differs. Nothing is held: the integers,
+    /// scales and offsets are converted again from the mapped file when read
+    /// ([`BlockQuantized::deferred`], [`BlockParams::Deferred`]), so a compiled program's blob
+    /// holds their only copy.
     pub fn from_gguf_blocks(
         file: &Arc<GgufFile>,
         name: &str,
@@ -397,43 +445,38 @@ impl Matrix {
             return Ok(None);
         };
         let rows: usize = lead.iter().product();
-        if info.shape() != shape || !cols.is_multiple_of(ty.block_elements()) {
+        if info.shape() != shape || rows == 0 || !cols.is_multiple_of(ty.block_elements()) {
             return Ok(None);
         }
         let per_row = cols / ty.block_elements();
-        // converted a step of rows at a time, keeping only the parameters
-        let (mut form, mut scale, mut offset) = (None, Vec::new(), None::<Vec<f32>>);
-        let step = (PACK_STEP / cols).max(1);
-        for r in (0..rows).step_by(step) {
-            let r1 = (r + step).min(rows);
-            let Some(p) = pack_blocks(file, name, ty, r * per_row..r1 * per_row)? else {
-                return Ok(None);
-            };
-            form = Some((p.format, p.block));
-            scale.extend(p.scale);
-            if let Some(o) = p.offset {
-                offset.get_or_insert_with(Vec::new).extend(o);
-            }
-        }
-        let Some((format, block)) = form else {
+        // the first row names the storage (and checks the tensor's length in the file)
+        let Some(p) = pack_blocks(file, name, ty, 0..per_row)? else {
             return Ok(None);
         };
-        let source = GgufPacked {
+        let packed = Arc::new(GgufPacked {
             file: file.clone(),
             name: name.to_string(),
             ty,
             rows,
-            row_bytes: cols * format.bits() / 8,
+            row_bytes: cols * p.format.bits() / 8,
+            row_params: cols / p.block,
             per_row,
+        });
+        let params = |offsets: bool| -> BlockParams {
+            let source: Arc<dyn DeferredF32> = Arc::new(GgufParams {
+                packed: packed.clone(),
+                offsets,
+            });
+            BlockParams::Deferred(source)
         };
         let q = BlockQuantized::deferred(
-            format,
+            p.format,
             rows,
             cols,
-            block,
-            Arc::new(source),
-            scale,
-            offset.map(Into::into),
+            p.block,
+            packed.clone(),
+            params(false),
+            p.offset.is_some().then(|| params(true)),
         )
         .map_err(|e| {
             LlmError::Invalid(format!("{}: tensor '{name}': {e}", file.path().display()))
@@ -633,7 +676,7 @@ fn gcd(a: usize, b: usize) -> usize {
 fn common_form(parts: &[&BlockQuantized]) -> Option<(QuantFormat, usize, bool)> {
     let first = parts.first()?.format();
     let block = parts.iter().fold(0, |g, q| gcd(g, q.block()));
-    let offsets = parts.iter().any(|q| q.offset().is_some());
+    let offsets = parts.iter().any(|q| q.has_offset());
     let has = |f: &[QuantFormat]| parts.iter().any(|q| f.contains(&q.format()));
     let format = if parts.iter().all(|q| q.format() == first) {
         first
@@ -656,12 +699,13 @@ fn widened(
     block: usize,
     offsets: bool,
 ) -> Result<BlockQuantized, LlmError> {
-    if q.format() == format && q.block() == block && q.offset().is_some() == offsets {
+    if q.format() == format && q.block() == block && q.has_offset() == offsets {
         return Ok(q.clone());
     }
     let (rows, cols, nb) = (q.rows(), q.cols(), q.blocks_per_row());
     let mut p = Packer::new(format, block, rows * cols, offsets);
     let mut ints = vec![0i32; block];
+    let (scale, offset) = (q.scale()?, q.offset()?);
     let mut row = vec![0u8; q.row_bytes()];
     for r in 0..rows {
         q.read_rows(r, &mut row)?;
@@ -670,8 +714,8 @@ fn widened(
                 *v = q.q_in(&row, c0 + i);
             }
             let b = r * nb + c0 / q.block();
-            let offset = q.offset().map_or(0.0, |o| o[b]);
-            p.push_shifted(&ints, q.scale()[b], offset);
+            let offset = offset.as_ref().map_or(0.0, |o| o[b]);
+            p.push_shifted(&ints, scale[b], offset);
         }
     }
     p.finish(rows, cols)

@@ -194,9 +194,13 @@ impl Llm {
 
     /// A GGUF file: config from metadata, the vocabulary as tokenizer, `tokenizer.chat_template`.
     pub fn from_gguf(path: &Path, opts: LoadOptions) -> Result<Llm, LlmError> {
-        let file = Arc::new(GgufFile::open(path)?);
+        let mut file = GgufFile::open(path)?;
         let config = LlmConfig::from_gguf(&file)?;
         let gt = GgufTokenizer::from_gguf(&file)?;
+        // the weights (which keep the file to read their data when a program is compiled) need
+        // none of the vocabulary's arrays
+        file.drop_metadata_arrays();
+        let file = Arc::new(file);
         let chat_template = gt.chat_template.clone();
         let bos = gt.bos.clone();
         let mut eos: Vec<(u32, String)> = gt.eos.clone().into_iter().collect();

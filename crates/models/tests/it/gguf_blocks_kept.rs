@@ -54,12 +54,13 @@ fn kept_blocks_reconstruct_gguf_py_values() {
         let got = q.dequantize().unwrap();
         assert_eq!(got.len(), want.data().len(), "{name}");
         let (cols, nb) = (q.cols(), q.blocks_per_row());
+        let (scale, offset) = (q.scale().unwrap(), q.offset().unwrap());
         let mut worst = 0.0f64;
         for (i, (&g, &w)) in got.iter().zip(want.data()).enumerate() {
             let (r, c) = (i / cols, i % cols);
             let b = r * nb + c / q.block();
-            let s = f64::from(q.scale()[b]);
-            match q.offset() {
+            let s = f64::from(scale[b]);
+            match &offset {
                 None => assert_eq!(
                     g.to_bits(),
                     w.to_bits(),
@@ -83,7 +84,7 @@ fn kept_blocks_reconstruct_gguf_py_values() {
             "{name}: {:?}, blocks of {}, offsets {}, worst |error| / (|s·q| + |s·o|) = {worst:e}",
             q.format(),
             q.block(),
-            q.offset().is_some()
+            q.has_offset()
         );
     }
 }
@@ -109,12 +110,13 @@ fn storage_is_the_narrowest_exact_form() {
     for (ty, format, block, offset) in forms {
         let q = kept(&file, &format!("q.{ty}"));
         assert_eq!(
-            (q.format(), q.block(), q.offset().is_some()),
+            (q.format(), q.block(), q.has_offset()),
             (format, block, offset),
             "{ty}"
         );
-        // the integers are converted from the file when a program is compiled, not held
-        assert!(q.is_deferred(), "{ty}");
+        // the integers, scales and offsets are converted from the file when a program is
+        // compiled, not held
+        assert!(q.is_deferred() && q.params_deferred(), "{ty}");
     }
 }
 
@@ -142,7 +144,7 @@ fn concatenating_different_block_types_keeps_every_value() {
         panic!("mixed block types concatenated densely");
     };
     assert_eq!(
-        (q.format(), q.block(), q.offset().is_some()),
+        (q.format(), q.block(), q.has_offset()),
         (QuantFormat::I8, 16, true)
     );
     let want: Vec<u32> = parts.iter().flat_map(values).map(f32::to_bits).collect();

@@ -18,7 +18,9 @@ use crate::graph::{
 use aneforge_mil as mil;
 use mil::{Argument, Literal, Operation, TensorType};
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+
+/// Scales or offsets encoded per step of a blob entry.
+const PARAMS_CHUNK: usize = 1 << 14;
 
 pub(crate) struct Emitter<'t> {
     target: &'t Target,
@@ -221,12 +223,8 @@ impl<'t> Emitter<'t> {
     /// `constexpr_blockwise_shift_scale(data, scale, offset)` over blob entries: the quantized
     /// integers as stored, scales and offsets in the program's float type.
     fn block_quantized(&mut self, node: &Tensor, q: &BlockQuantized) -> Result<(), LowerError> {
-        let key = [
-            q.data_key(),
-            Arc::as_ptr(q.scale()) as *const f32 as usize,
-            q.offset()
-                .map_or(0, |o| Arc::as_ptr(o) as *const f32 as usize),
-        ];
+        let [scale_key, offset_key] = q.params_keys();
+        let key = [q.data_key(), scale_key, offset_key];
         if let Some(name) = self.consts.quant_name(&key) {
             self.names.insert(node.id(), name.to_string());
             return Ok(());
@@ -239,17 +237,32 @@ impl<'t> Emitter<'t> {
         };
         let shape = [q.rows(), q.cols()];
         let pshape = [q.rows(), q.blocks_per_row()];
-        let data = self
-            .consts
-            .blob_entry(data_dtype, q.rows() * q.cols(), q.data_key(), || {
-                q.data().map_err(LowerError::ConstantData)
-            })?;
+        // deferred integers, scales and offsets are read here, once per program, straight into
+        // the blob
+        let data = self.consts.blob_entry(
+            data_dtype,
+            q.rows() * q.cols(),
+            q.data_key(),
+            q.rows() * q.row_bytes(),
+            |out| q.read_rows(0, out).map_err(LowerError::ConstantData),
+        )?;
         let float = self.float;
-        let floats = |v: &[f32]| -> Vec<u8> {
-            match float {
-                mil::DType::Fp16 => v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect(),
-                _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        let width = if float == mil::DType::Fp16 { 2 } else { 4 };
+        // the parameters read a chunk at a time and encoded in the program's float type
+        let encode = |offsets: bool, out: &mut [u8]| -> Result<(), LowerError> {
+            let mut values = vec![0.0f32; PARAMS_CHUNK];
+            for (i, bytes) in out.chunks_mut(PARAMS_CHUNK * width).enumerate() {
+                let v = &mut values[..bytes.len() / width];
+                q.read_params(offsets, i * PARAMS_CHUNK, v)
+                    .map_err(LowerError::ConstantData)?;
+                for (b, &x) in bytes.chunks_exact_mut(width).zip(v.iter()) {
+                    match float {
+                        mil::DType::Fp16 => b.copy_from_slice(&to_f16(x).to_le_bytes()),
+                        _ => b.copy_from_slice(&x.to_le_bytes()),
+                    }
+                }
             }
+            Ok(())
         };
         let blob = |ty: TensorType, offset: u64| {
             Argument::Literal(Literal::Blob {
@@ -258,13 +271,22 @@ impl<'t> Emitter<'t> {
                 offset,
             })
         };
-        let mut entry = |v: &Arc<[f32]>| {
-            let source = Arc::as_ptr(v) as *const f32 as usize;
-            self.consts
-                .blob_entry(float, v.len(), source, || Ok(floats(v)))
+        let blocks = q.rows() * q.blocks_per_row();
+        let scale = self
+            .consts
+            .blob_entry(float, blocks, scale_key, blocks * width, |out| {
+                encode(false, out)
+            })?;
+        let offset = if q.has_offset() {
+            Some(
+                self.consts
+                    .blob_entry(float, blocks, offset_key, blocks * width, |out| {
+                        encode(true, out)
+                    })?,
+            )
+        } else {
+            None
         };
-        let scale = entry(q.scale())?;
-        let offset = q.offset().map(&mut entry).transpose()?;
         let mut args = vec![
             ("data", blob(TensorType::new(data_dtype, &shape), data)),
             ("scale", blob(TensorType::new(float, &pshape), scale)),
