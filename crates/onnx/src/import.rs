@@ -143,12 +143,16 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Impor
         values.insert(t.name().to_string(), Value::Const(c));
     }
     for (name, c) in &options.constant_inputs {
-        if !graph.input.iter().any(|i| i.name() == name) {
+        let Some(declared) = graph.input.iter().find(|i| i.name() == name) else {
             return Err(OnnxError::Input {
                 name: name.clone(),
                 message: "is no graph input".into(),
             });
-        }
+        };
+        check_constant_input(declared, c).map_err(|message| OnnxError::Input {
+            name: name.clone(),
+            message,
+        })?;
         values.insert(name.clone(), Value::Const(c.clone()));
     }
     let inputs = bind_inputs(graph, options, &values)?;
@@ -362,6 +366,59 @@ enum Dim {
     Fixed(usize),
     Param(String),
     Unknown,
+}
+
+/// A value bound to a graph input must have the input's declared rank, its fixed dimensions
+/// and a value of its kind (floating point, integer or boolean).
+fn check_constant_input(i: &crate::proto::ValueInfoProto, c: &crate::Const) -> Result<(), String> {
+    use crate::proto::tensor_proto::DataType as T;
+    if let Some(dims) = declared_dims(i) {
+        let fits = dims.len() == c.shape.len()
+            && dims
+                .iter()
+                .zip(&c.shape)
+                .all(|(d, &n)| !matches!(d, Dim::Fixed(f) if *f != n));
+        if !fits {
+            let shown: Vec<String> = dims
+                .iter()
+                .map(|d| match d {
+                    Dim::Fixed(n) => n.to_string(),
+                    Dim::Param(p) => p.clone(),
+                    Dim::Unknown => "?".into(),
+                })
+                .collect();
+            return Err(format!(
+                "the model declares shape [{}], the value given has shape {:?}",
+                shown.join(", "),
+                c.shape
+            ));
+        }
+    }
+    let Some(type_proto::Value::TensorType(t)) = i.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        return Ok(());
+    };
+    let declared = t.elem_type();
+    let kind = |e: i32| match T::try_from(e) {
+        Ok(T::Bool) => Some("boolean"),
+        Ok(T::Float | T::Float16 | T::Double | T::Bfloat16) => Some("floating-point"),
+        Ok(
+            T::Int8 | T::Int16 | T::Int32 | T::Int64 | T::Uint8 | T::Uint16 | T::Uint32 | T::Uint64,
+        ) => Some("integer"),
+        _ => None,
+    };
+    let given = match c.data {
+        crate::value::Data::F32(_) => "floating-point",
+        crate::value::Data::Int(_) => "integer",
+        crate::value::Data::Bool(_) => "boolean",
+    };
+    match kind(declared) {
+        Some(k) if k != given => Err(format!(
+            "the model declares a {k} input ({}), the value given is {given}",
+            T::try_from(declared).map_or("?", |t| t.as_str_name())
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn declared_dims(i: &crate::proto::ValueInfoProto) -> Option<Vec<Dim>> {

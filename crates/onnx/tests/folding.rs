@@ -161,3 +161,43 @@ fn if_with_a_known_condition_imports_its_branch_and_a_fed_one_is_an_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_constant_bound_to_an_input_must_match_its_declared_shape_and_kind() {
+    let bad = [
+        // a boolean scalar declared, a boolean vector given
+        (
+            TensorProto {
+                name: Some("cond".into()),
+                data_type: Some(DataType::Bool as i32),
+                dims: vec![2],
+                int32_data: vec![1, 0],
+                ..TensorProto::default()
+            },
+            "declares shape []",
+        ),
+        // a boolean declared, a float given
+        (
+            TensorProto {
+                name: Some("cond".into()),
+                data_type: Some(DataType::Float as i32),
+                float_data: vec![1.0],
+                ..TensorProto::default()
+            },
+            "declares a boolean input (BOOL), the value given is floating-point",
+        ),
+    ];
+    for (t, want) in bad {
+        let options = ImportOptions {
+            input_shapes: vec![("batch".into(), vec![2])],
+            constant_inputs: vec![(
+                "cond".into(),
+                aneforge_onnx::const_from_proto(&t).expect("cond"),
+            )],
+            ..ImportOptions::default()
+        };
+        let err = import_model(&if_model(), &options).expect_err("mismatched constant");
+        let text = err.to_string();
+        assert!(text.contains("cond") && text.contains(want), "{text}");
+    }
+}
