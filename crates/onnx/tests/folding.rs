@@ -131,6 +131,18 @@ fn if_model() -> ModelProto {
     m
 }
 
+/// `if_model`'s options with its graph input `cond` bound to `t`.
+fn binding_cond(t: &TensorProto) -> ImportOptions {
+    ImportOptions {
+        input_shapes: vec![("batch".into(), vec![2])],
+        constant_inputs: vec![(
+            "cond".into(),
+            aneforge_onnx::const_from_proto(t).expect("cond"),
+        )],
+        ..ImportOptions::default()
+    }
+}
+
 #[test]
 fn if_with_a_known_condition_imports_its_branch_and_a_fed_one_is_an_error() {
     for (cond, op) in [(true, "relu"), (false, "neg")] {
@@ -140,15 +152,7 @@ fn if_with_a_known_condition_imports_its_branch_and_a_fed_one_is_an_error() {
             int32_data: vec![i32::from(cond)],
             ..TensorProto::default()
         };
-        let options = ImportOptions {
-            input_shapes: vec![("batch".into(), vec![2])],
-            constant_inputs: vec![(
-                "cond".into(),
-                aneforge_onnx::const_from_proto(&t).expect("cond"),
-            )],
-            ..ImportOptions::default()
-        };
-        let imported = import_model(&if_model(), &options).expect("import");
+        let imported = import_model(&if_model(), &binding_cond(&t)).expect("import");
         assert_eq!(imported.outputs[0].tensor.op().name(), op);
     }
     let options = ImportOptions {
@@ -188,15 +192,7 @@ fn a_constant_bound_to_an_input_must_match_its_declared_shape_and_kind() {
         ),
     ];
     for (t, want) in bad {
-        let options = ImportOptions {
-            input_shapes: vec![("batch".into(), vec![2])],
-            constant_inputs: vec![(
-                "cond".into(),
-                aneforge_onnx::const_from_proto(&t).expect("cond"),
-            )],
-            ..ImportOptions::default()
-        };
-        let err = import_model(&if_model(), &options).expect_err("mismatched constant");
+        let err = import_model(&if_model(), &binding_cond(&t)).expect_err("mismatched constant");
         let text = err.to_string();
         assert!(text.contains("cond") && text.contains(want), "{text}");
     }

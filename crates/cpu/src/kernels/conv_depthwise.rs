@@ -54,6 +54,8 @@ pub unsafe fn run(
         pad.fill(0.0);
         for p in t * per..((t + 1) * per).min(planes) {
             let c = p % g.cout;
+            // SAFETY: plane p of x and of out, and channel c's taps, are in bounds (see `run`);
+            // tasks take disjoint output planes.
             let (src, wc, dst) = unsafe {
                 (
                     std::slice::from_raw_parts(xp.get().add(p * pin), pin),
