@@ -386,26 +386,6 @@ impl OpCx<'_, '_> {
     }
 }
 
-fn pool_for(threads: usize) -> Result<Option<Arc<rayon::ThreadPool>>> {
-    if threads <= 1 {
-        return Ok(None);
-    }
-    static SHARED: std::sync::Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> =
-        std::sync::Mutex::new(Vec::new());
-    let mut pools = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = pools.iter().find(|(n, _)| *n == threads) {
-        return Ok(Some(p.clone()));
-    }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("aneforge-cpu-{i}"))
-        .build()
-        .map_err(|e| CpuError::Program(format!("cannot start {threads} worker threads: {e}")))?;
-    let pool = Arc::new(pool);
-    pools.push((threads, pool.clone()));
-    Ok(Some(pool))
-}
-
 /// Validates and plans one function of a program.
 pub fn compile(
     program: &Program,
@@ -684,7 +664,11 @@ fn finish(
         .unwrap_or(0);
     check_memory(&b, &output_vids, arena.top, scratch_floats, threads)?;
     let parallel = threads > 1 && b.nodes.iter().any(|n| n.kernel.wants_threads(&b.values));
-    let pool = if parallel { pool_for(threads)? } else { None };
+    if parallel {
+        crate::team::prepare(threads).map_err(|e| {
+            CpuError::Program(format!("cannot start {threads} worker threads: {e}"))
+        })?;
+    }
     Ok(Arc::new(Plan {
         values: b.values,
         locs,
@@ -698,7 +682,6 @@ fn finish(
         arena_bytes: arena.top,
         scratch_floats,
         threads,
-        pool,
         parallel,
     }))
 }

@@ -332,7 +332,15 @@ impl Instance {
         self.executed = true;
         let plan = self.plan.clone();
         let threads = if plan.parallel { plan.threads } else { 1 };
+        let lease = if threads > 1 {
+            Some(crate::team::acquire(threads).map_err(|e| {
+                CpuError::Execute(format!("cannot start {threads} worker threads: {e}"))
+            })?)
+        } else {
+            None
+        };
         let cx = Cx {
+            team: lease.as_deref(),
             plan: &plan,
             ptrs: &self.ptrs,
             scratch: SendPtr(self.scratch.as_mut_ptr()),
@@ -369,10 +377,7 @@ impl Instance {
             }
             Ok(())
         };
-        match (&plan.pool, plan.parallel) {
-            (Some(pool), true) => pool.install(run)?,
-            _ => run()?,
-        }
+        run()?;
         // outputs not written in place: copy from where the value lives
         let nin = plan.inputs.len();
         for (j, &v) in plan.output_vids.iter().enumerate() {

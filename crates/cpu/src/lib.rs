@@ -19,6 +19,7 @@ mod port;
 mod shared_weights;
 #[doc(hidden)]
 pub mod simd;
+mod team;
 mod tensor;
 
 pub use codec::Carried;

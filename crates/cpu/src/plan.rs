@@ -97,7 +97,6 @@ pub struct Plan {
     pub(crate) arena_bytes: usize,
     pub(crate) scratch_floats: usize,
     pub(crate) threads: usize,
-    pub(crate) pool: Option<Arc<rayon::ThreadPool>>,
     pub(crate) parallel: bool,
 }
 

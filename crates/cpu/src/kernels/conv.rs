@@ -5,6 +5,7 @@
 
 use super::ew::{broadcast_strides, BinOp, Chain, Instr, UnOp};
 use super::matmul::to_f32;
+use super::sgemm::{sgemm, Strides};
 use super::Cx;
 use super::{conv_depthwise, conv_direct, conv_winograd};
 use crate::plan::Vid;
@@ -290,11 +291,7 @@ impl Conv {
                 }
             }
         };
-        let par = if self.flops() >= 1 << 21 && cx.threads > 1 {
-            gemm::Parallelism::Rayon(cx.threads)
-        } else {
-            gemm::Parallelism::None
-        };
+        let split = self.flops() >= 1 << 21;
         let (cig, cog) = (g.cin / g.groups, g.cout / g.groups);
         let (pin, pout) = (g.h * g.w, g.oh * g.ow);
         let kk = g.kh * g.kw;
@@ -320,26 +317,16 @@ impl Conv {
                     if self.transpose {
                         // col[cog*kk, pin] = W_gᵀ · x_g
                         let wg = weight.add(gi * cig * cog * kk);
-                        gemm::gemm(
-                            cog * kk,
-                            pin,
-                            cig,
+                        sgemm(
+                            cx,
+                            split,
+                            (cog * kk, pin, cig),
                             col.as_mut_ptr(),
-                            1,
-                            pin as isize,
-                            false,
+                            Strides(1, pin as isize),
                             wg,
-                            (cog * kk) as isize,
-                            1,
+                            Strides((cog * kk) as isize, 1),
                             xg,
-                            1,
-                            pin as isize,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            par,
+                            Strides(1, pin as isize),
                         );
                         col2im(col, og, g, cog);
                     } else {
@@ -350,26 +337,16 @@ impl Conv {
                             col.as_ptr()
                         };
                         let wg = weight.add(gi * cog * cig * kk);
-                        gemm::gemm(
-                            cog,
-                            pout,
-                            cig * kk,
+                        sgemm(
+                            cx,
+                            split,
+                            (cog, pout, cig * kk),
                             og,
-                            1,
-                            pout as isize,
-                            false,
+                            Strides(1, pout as isize),
                             wg,
-                            1,
-                            (cig * kk) as isize,
+                            Strides(1, (cig * kk) as isize),
                             rhs,
-                            1,
-                            pout as isize,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            par,
+                            Strides(1, pout as isize),
                         );
                     }
                 }

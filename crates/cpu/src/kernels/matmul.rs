@@ -2,6 +2,7 @@
 //! prepared weights, and an elementwise epilogue (bias, activation, residual, f16 rounding).
 
 use super::ew::Chain;
+use super::sgemm::{sgemm, Strides};
 use super::Cx;
 use crate::plan::{Value, Vid};
 use crate::tensor::{Elem, SendPtr};
@@ -248,7 +249,7 @@ impl Matmul {
             });
         } else {
             let per_batch_par = big && nb >= cx.threads && m * n * k < 1 << 21;
-            let run_one = |bi: usize, par: gemm::Parallelism| {
+            let run_one = |bi: usize, split: bool| {
                 let a_off = batch_offsets(&self.batch, &self.a_batch_strides, bi);
                 let b_off = if b_bs.is_empty() {
                     0
@@ -257,39 +258,24 @@ impl Matmul {
                 };
                 // SAFETY: strides/offsets describe in-bounds matrices (validated at compile time).
                 unsafe {
-                    gemm::gemm(
-                        m,
-                        n,
-                        k,
+                    sgemm(
+                        cx,
+                        split,
+                        (m, n, k),
                         o_p.get().add(bi * m * n),
-                        1,
-                        n as isize,
-                        false,
+                        Strides(1, n as isize),
                         a_p.get().add(a_off),
-                        self.a_cs as isize,
-                        self.a_rs as isize,
+                        Strides(self.a_cs as isize, self.a_rs as isize),
                         b_p.get().add(b_off),
-                        b_cs as isize,
-                        b_rs as isize,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
-                        par,
+                        Strides(b_cs as isize, b_rs as isize),
                     )
                 }
             };
             if per_batch_par {
-                cx.par_for(nb, &|bi| run_one(bi, gemm::Parallelism::None));
+                cx.par_for(nb, &|bi| run_one(bi, false));
             } else {
-                let par = if big {
-                    gemm::Parallelism::Rayon(cx.threads)
-                } else {
-                    gemm::Parallelism::None
-                };
                 for bi in 0..nb {
-                    run_one(bi, par);
+                    run_one(bi, big);
                 }
             }
         }

@@ -16,12 +16,12 @@ pub mod quant;
 pub mod quant_blocks;
 pub mod quant_int8;
 pub mod rows;
+pub mod sgemm;
 pub mod spatial;
 pub mod window;
 
 use crate::plan::{Plan, Value, Vid};
 use crate::tensor::SendPtr;
-use rayon::prelude::*;
 
 /// Per-execute view of the instance's buffers.
 pub struct Cx<'a> {
@@ -30,6 +30,8 @@ pub struct Cx<'a> {
     pub scratch: SendPtr<f32>,
     pub scratch_len: usize,
     pub threads: usize,
+    /// The run's workers; `None` runs every loop on the calling thread.
+    pub team: Option<&'a crate::team::Team>,
 }
 
 impl Cx<'_> {
@@ -59,12 +61,11 @@ impl Cx<'_> {
         unsafe { std::slice::from_raw_parts_mut(self.scratch.get().add(off), n) }
     }
 
-    /// Runs `f(0..n)` on the pool when threads > 1, inline otherwise.
+    /// Runs `f(0..n)` on the run's team when it has one, inline otherwise.
     pub fn par_for(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        if self.threads > 1 && n > 1 {
-            (0..n).into_par_iter().for_each(f);
-        } else {
-            (0..n).for_each(f);
+        match self.team {
+            Some(t) if self.threads > 1 => t.run(n, f),
+            _ => (0..n).for_each(f),
         }
     }
 }
