@@ -3,7 +3,7 @@
 
 use super::Cx;
 use crate::plan::Vid;
-use crate::tensor::Elem;
+use crate::tensor::{Elem, SendPtr};
 
 #[derive(Debug)]
 pub enum GatherKind {
@@ -42,6 +42,33 @@ pub struct Gather {
     pub kind: GatherKind,
 }
 
+/// Copies rows `ids` (of `row` bytes each) of `src` to consecutive rows of `dst`; rows of one
+/// element are moved as integers instead of one `memcpy` call each.
+///
+/// # Safety
+/// Every id's row lies inside `src`; `dst` holds `ids.len()` rows.
+unsafe fn gather_row(src: *const u8, dst: *mut u8, ids: &[usize], row: usize) {
+    macro_rules! typed {
+        ($t:ty) => {
+            for (t, &j) in ids.iter().enumerate() {
+                let v = (src as *const $t).add(j).read_unaligned();
+                (dst as *mut $t).add(t).write_unaligned(v);
+            }
+        };
+    }
+    match row {
+        4 => typed!(u32),
+        2 => typed!(u16),
+        1 => typed!(u8),
+        8 => typed!(u64),
+        _ => {
+            for (t, &j) in ids.iter().enumerate() {
+                std::ptr::copy_nonoverlapping(src.add(j * row), dst.add(t * row), row);
+            }
+        }
+    }
+}
+
 pub(crate) unsafe fn index_at(p: *const u8, elem: Elem, i: usize) -> i64 {
     match elem {
         Elem::I32 => *(p as *const i32).add(i) as i64,
@@ -78,17 +105,35 @@ impl Gather {
                     ni,
                 } => {
                     let x = cx.ptr(self.x.unwrap_or(self.out)) as *const u8;
-                    let per_batch = outer / batches.max(1);
-                    for o in 0..outer {
-                        let b = o / per_batch.max(1);
-                        for t in 0..ni {
-                            let j = wrap(index_at(ip, self.idx_elem, b * ni + t), d)?;
-                            std::ptr::copy_nonoverlapping(
-                                x.add(((o * d + j) * post) * es),
-                                out.add(((o * ni + t) * post) * es),
-                                post * es,
-                            );
+                    let per_batch = (outer / batches.max(1)).max(1);
+                    // each batch's indices are checked once, not once per outer row
+                    let mut idx = Vec::with_capacity(outer.div_ceil(per_batch) * ni);
+                    for q in 0..outer.div_ceil(per_batch) * ni {
+                        idx.push(wrap(index_at(ip, self.idx_elem, q), d)?);
+                    }
+                    let row = post * es;
+                    let (xp, op) = (SendPtr(x as *mut u8), SendPtr(out));
+                    let rows = |o0: usize, o1: usize| {
+                        for o in o0..o1 {
+                            let ids = &idx[o / per_batch * ni..][..ni];
+                            // `ids` are checked against `d`; rows lie inside x and out.
+                            let src = xp.get().add(o * d * row) as *const u8;
+                            let dst = op.get().add(o * ni * row);
+                            gather_row(src, dst, ids, row);
                         }
+                    };
+                    let tasks = if outer * ni * row >= 1 << 16 {
+                        (cx.threads * 4).min(outer)
+                    } else {
+                        1
+                    };
+                    if tasks > 1 {
+                        let per = outer.div_ceil(tasks);
+                        cx.par_for(outer.div_ceil(per), &|t| {
+                            rows(t * per, ((t + 1) * per).min(outer))
+                        });
+                    } else {
+                        rows(0, outer);
                     }
                 }
                 GatherKind::AlongAxis {

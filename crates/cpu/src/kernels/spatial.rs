@@ -51,7 +51,24 @@ pub struct Spatial {
 
 impl Spatial {
     pub fn scratch_floats(&self, threads: usize) -> usize {
-        self.tasks(threads) * (self.h * self.w + self.oh * self.ow)
+        self.tasks(threads) * self.per_task()
+    }
+
+    /// Scratch floats of one task: the input plane, the output plane and, for max pooling, the
+    /// padded plane and one row of column maxima.
+    fn per_task(&self) -> usize {
+        self.h * self.w + self.oh * self.ow + self.padded().map_or(0, |(ph, pw)| ph * pw + pw)
+    }
+
+    /// Max pooling's input plane bordered with -inf: every window of every output lies inside.
+    fn padded(&self) -> Option<(usize, usize)> {
+        match self.kind {
+            SpatialKind::MaxPool { kh, kw, sh, sw, .. } => Some((
+                (self.oh.max(1) - 1) * sh + kh,
+                (self.ow.max(1) - 1) * sw + kw,
+            )),
+            _ => None,
+        }
     }
 
     fn tasks(&self, threads: usize) -> usize {
@@ -68,7 +85,7 @@ impl Spatial {
 
     pub fn run(&self, cx: &Cx) {
         let tasks = self.tasks(cx.threads);
-        let per_task = self.h * self.w + self.oh * self.ow;
+        let per_task = self.per_task();
         let scratch = SendPtr(cx.scratch(tasks * per_task).as_mut_ptr());
         let xp = SendPtr(cx.ptr(self.x));
         let op = SendPtr(cx.ptr(self.out));
@@ -78,14 +95,15 @@ impl Spatial {
             let buf = unsafe {
                 std::slice::from_raw_parts_mut(scratch.get().add(t * per_task), per_task)
             };
-            let (inp, outp) = buf.split_at_mut(self.h * self.w);
+            let (inp, rest) = buf.split_at_mut(self.h * self.w);
+            let (outp, pad) = rest.split_at_mut(self.oh * self.ow);
             for p in t * per..((t + 1) * per).min(self.planes) {
                 unsafe {
                     for (c, chunk) in inp.chunks_mut(256).enumerate() {
                         load_block(xp.get(), self.elem, p * self.h * self.w + c * 256, 1, chunk);
                     }
                 }
-                self.plane(inp, outp);
+                self.plane(inp, outp, pad);
                 unsafe {
                     for (c, chunk) in outp.chunks(256).enumerate() {
                         store_block(op.get(), self.elem, p * self.oh * self.ow + c * 256, chunk);
@@ -95,8 +113,44 @@ impl Spatial {
         });
     }
 
-    fn plane(&self, x: &[f32], y: &mut [f32]) {
+    fn plane(&self, x: &[f32], y: &mut [f32], pad: &mut [f32]) {
         let (h, w, oh, ow) = (self.h as isize, self.w as isize, self.oh, self.ow);
+        if let (
+            SpatialKind::MaxPool {
+                kh,
+                kw,
+                sh,
+                sw,
+                pt,
+                pl,
+            },
+            Some((ph, pw)),
+        ) = (&self.kind, self.padded())
+        {
+            let (plane, rmax) = pad.split_at_mut(ph * pw);
+            plane.fill(f32::NEG_INFINITY);
+            for iy in 0..self.h.min(ph.saturating_sub(*pt)) {
+                let n = self.w.min(pw.saturating_sub(*pl));
+                let row = &mut plane[(iy + pt) * pw + pl..][..n];
+                row.copy_from_slice(&x[iy * self.w..][..n]);
+            }
+            for oy in 0..oh {
+                // maxima over the window's rows, then over each window's columns
+                rmax.copy_from_slice(&plane[oy * sh * pw..][..pw]);
+                for i in 1..*kh {
+                    let r = &plane[(oy * sh + i) * pw..][..pw];
+                    for (m, &v) in rmax.iter_mut().zip(r) {
+                        *m = m.max(v);
+                    }
+                }
+                for (ox, o) in y[oy * ow..][..ow].iter_mut().enumerate() {
+                    *o = rmax[ox * sw..][..*kw]
+                        .iter()
+                        .fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                }
+            }
+            return;
+        }
         match &self.kind {
             SpatialKind::MaxPool {
                 kh,
