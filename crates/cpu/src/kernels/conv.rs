@@ -5,6 +5,7 @@
 
 use super::ew::{broadcast_strides, BinOp, Chain, Instr, UnOp};
 use super::matmul::to_f32;
+use super::packed::PackedB;
 use super::sgemm::{sgemm, Strides};
 use super::Cx;
 use super::{conv_depthwise, conv_direct, conv_winograd};
@@ -40,6 +41,9 @@ pub enum ConvWeight {
     Direct(Vec<f32>),
     /// A constant weight transformed and packed for `conv_winograd`.
     Winograd(Vec<f32>),
+    /// A 1×1 conv's constant weight as the right-hand side `[cin, cout]` of `packed::gemm`, for
+    /// convs over few pixels (see [`PACKED_MAX_PIXELS`]).
+    Packed(PackedB),
     Runtime {
         value: Vid,
         elem: Elem,
@@ -47,11 +51,27 @@ pub enum ConvWeight {
     },
 }
 
+/// 1×1 convs over at most this many output pixels per image multiply by a weight packed at
+/// compile time, the pixels as rows: over few pixels the gemm crate's packing of the weight on
+/// every call costs more than the product (PP-OCR det's 384-channel convs on 2 × 5 pixels ran at
+/// 15 GFLOP/s).
+const PACKED_MAX_PIXELS: usize = 64;
+
+fn packed_applies(g: &Geometry, transpose: bool) -> bool {
+    !transpose
+        && g.groups == 1
+        && (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl) == (1, 1, 1, 1, 0, 0)
+        && (g.oh, g.ow) == (g.h, g.w)
+        && g.oh * g.ow <= PACKED_MAX_PIXELS
+}
+
 impl ConvWeight {
     /// A constant weight in the MIL layout, packed for `conv_direct` when that kernel serves
     /// this conv on this CPU.
     pub fn constant(w: Vec<f32>, g: &Geometry, transpose: bool) -> ConvWeight {
-        if conv_winograd::applies(g, transpose) {
+        if packed_applies(g, transpose) {
+            ConvWeight::Packed(PackedB::pack(g.cin, g.cout, |t, j| w[j * g.cin + t]))
+        } else if conv_winograd::applies(g, transpose) {
             ConvWeight::Winograd(conv_winograd::pack(&w, g))
         } else if conv_direct::applies(g, transpose) {
             ConvWeight::Direct(conv_direct::pack(&w, g))
@@ -63,6 +83,7 @@ impl ConvWeight {
     pub fn owned_len(&self) -> usize {
         match self {
             ConvWeight::Const(w) | ConvWeight::Direct(w) | ConvWeight::Winograd(w) => w.len(),
+            ConvWeight::Packed(p) => p.bytes() / 4,
             ConvWeight::Runtime { .. } => 0,
         }
     }
@@ -104,6 +125,7 @@ impl Conv {
         match self.weight {
             ConvWeight::Direct(_) => "direct",
             ConvWeight::Winograd(_) => "winograd",
+            ConvWeight::Packed(_) => "packed",
             _ => "",
         }
     }
@@ -189,7 +211,9 @@ impl Conv {
 
     fn col_len(&self, threads: usize) -> usize {
         let g = &self.g;
-        if self.depthwise() && !self.direct() {
+        if let ConvWeight::Packed(_) = self.weight {
+            g.oh * g.ow * g.cout
+        } else if self.depthwise() && !self.direct() {
             conv_depthwise::scratch_floats(g, threads)
         } else if self.transpose {
             (g.cout / g.groups) * g.kh * g.kw * g.h * g.w
@@ -277,8 +301,38 @@ impl Conv {
             }
             return;
         }
+        if let ConvWeight::Packed(p) = &self.weight {
+            let (pix, cout) = (g.oh * g.ow, g.cout);
+            for b in 0..g.n {
+                // SAFETY: image b holds cin planes of pix floats, read as the rows of a
+                // [pix, cin] matrix; col holds pix × cout floats; raw n × cout × pix.
+                unsafe {
+                    super::packed::gemm(
+                        x.add(b * g.cin * pix),
+                        1,
+                        pix,
+                        pix,
+                        p,
+                        col.as_mut_ptr(),
+                        cout,
+                        cx,
+                    );
+                    let ob = std::slice::from_raw_parts_mut(out.add(b * cout * pix), cout * pix);
+                    for (px, row) in col.chunks_exact(cout).enumerate() {
+                        for (co, &v) in row.iter().enumerate() {
+                            ob[co * pix + px] = v;
+                        }
+                    }
+                }
+            }
+            if let Some(e) = &self.epilogue {
+                e.run(cx);
+            }
+            return;
+        }
         let weight: *const f32 = match &self.weight {
             ConvWeight::Const(w) => w.as_ptr(),
+            ConvWeight::Packed(_) => unreachable!("handled above"),
             ConvWeight::Direct(_) | ConvWeight::Winograd(_) => unreachable!("handled above"),
             ConvWeight::Runtime { value, elem, len } => {
                 if *elem == Elem::F32 {

@@ -212,3 +212,79 @@ fn direct_and_winograd_convs_match_naive_f64_over_every_tile_edge() {
         check(c, DType::Fp16, &mut rng);
     }
 }
+
+/// 1×1 convs over at most 64 pixels per image take the packed-weight GEMM with the pixels as
+/// rows; more pixels keep the gemm crate. Both against a naive f64 product, at 1 and 2 threads,
+/// with a batch of 2, channel counts off the panel width, bias and relu.
+#[test]
+fn pointwise_convs_over_few_pixels_run_on_packed_weights_and_match_naive_f64() {
+    let mut rng = Rng(91);
+    // (n, cin, h, w, cout, packed)
+    let cases = [
+        (2, 37, 2, 5, 45, true),
+        (1, 256, 8, 8, 96, true),
+        (1, 19, 1, 1, 33, true),
+        (2, 24, 9, 8, 40, false),
+    ];
+    let d = DType::Fp32;
+    for (n, cin, h, w, cout, packed) in cases {
+        let pix = h * w;
+        let xs = [n, cin, h, w];
+        let xv = rng.vec(numel(&xs), -1.0, 1.0);
+        let wv = rng.vec(cout * cin, -0.5, 0.5);
+        let bv = rng.vec(cout, -0.5, 0.5);
+        let mut want = vec![0.0f64; n * cout * pix];
+        for b in 0..n {
+            for co in 0..cout {
+                for px in 0..pix {
+                    let mut acc = bv[co];
+                    for ci in 0..cin {
+                        acc += xv[(b * cin + ci) * pix + px] * wv[co * cin + ci];
+                    }
+                    want[(b * cout + co) * pix + px] = acc.max(0.0);
+                }
+            }
+        }
+        for threads in [1, 2] {
+            let mut p = Prog::new();
+            let x = p.input("x", d, &xs);
+            let wc = p.konst(d, &[cout, cin, 1, 1], &wv);
+            let bc = p.konst(d, &[cout], &bv);
+            let os = [n, cout, h, w];
+            let y = p.op(
+                "conv",
+                &[
+                    ("x", v(&x)),
+                    ("weight", v(&wc)),
+                    ("bias", v(&bc)),
+                    ("strides", A::Is(vec![1, 1])),
+                    ("pad_type", A::S("valid")),
+                    ("dilations", A::Is(vec![1, 1])),
+                    ("groups", A::I(1)),
+                ],
+                d,
+                &os,
+            );
+            let y = p.op("relu", &[("x", v(&y))], d, &os);
+            p.output(&y);
+            let what = format!("1x1 conv {xs:?} -> {os:?}, {threads} threads");
+            let options = CompileOptions {
+                threads: Some(threads),
+                ..Default::default()
+            };
+            let plan = compile(&p.build(), "main", &BlobStore::new(), &options)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let schedule = plan.schedule().join("\n");
+            assert_eq!(
+                schedule.contains("conv-packed"),
+                packed,
+                "{what}: schedule:\n{schedule}"
+            );
+            let mut inst = plan.instantiate();
+            set(&mut inst, "x", d, &xv);
+            inst.execute().unwrap();
+            let got = to_f64(&inst.read_output(&y).unwrap());
+            assert_close(&what, d, &got, &want, 1.0);
+        }
+    }
+}
