@@ -74,12 +74,37 @@ fn smollm2_logits_are_as_close_to_transformers_as_llamacpps() {
     let hf_bytes = real_model_fixture("smollm2");
     let hf = SafeTensors::deserialize(&hf_bytes).unwrap();
     let llm = Arc::new(Llm::from_resolved(&model, LoadOptions::new(WeightFormat::Stored)).unwrap());
+    let tallies = compare(llm, &hf, &cpp);
+    for (mode, tally) in &tallies {
+        eprintln!(
+            "{mode}: further from transformers than llama.cpp on {} measures",
+            tally.further
+        );
+        assert!(
+            tally.failed.is_empty(),
+            "{mode}: beyond {} times llama.cpp's deviation: {:#?}",
+            tally.allowance,
+            tally.failed
+        );
+    }
+    // The rule for the default: 8-bit activations become it only where they are no further from
+    // transformers than llama.cpp on every measure.
+    let int8_further = tallies[1].1.further;
+    assert_eq!(
+        RunnerOptions::default().quantize_activations,
+        int8_further == 0,
+        "8-bit activations are further from transformers than llama.cpp on {int8_further} measures"
+    );
+}
 
-    let chat_ids = ints(&hf, "chat_ids");
-    let columns = ints(&hf, "columns");
+/// Every measure of the test above, for exact and then 8-bit activations, from smollm2.py's
+/// fixture `hf` and smollm2_llamacpp.py's `cpp` of the GGUF `llm` was loaded from.
+fn compare(llm: Arc<Llm>, hf: &SafeTensors, cpp: &SafeTensors) -> Vec<(&'static str, Tally)> {
+    let chat_ids = ints(hf, "chat_ids");
+    let columns = ints(hf, "columns");
     let width = columns.len();
-    let want = floats(&hf, "chat_logits_cols");
-    let stepped = floats(&cpp, "chat_logits_cols_one_by_one");
+    let want = floats(hf, "chat_logits_cols");
+    let stepped = floats(cpp, "chat_logits_cols_one_by_one");
     let want_last = &want[want.len() - width..];
     let mut tallies = Vec::new();
     for quantize_activations in [false, true] {
@@ -116,13 +141,13 @@ fn smollm2_logits_are_as_close_to_transformers_as_llamacpps() {
         tally.record(
             &format!("{mode}, chat prompt prompt-wide, last position"),
             relative_error(&picked, want_last),
-            relative_error(&floats(&cpp, "chat_logits_last_cols"), want_last),
+            relative_error(&floats(cpp, "chat_logits_last_cols"), want_last),
         );
 
         for k in 0..PROMPTS {
-            let ids = ints(&hf, &format!("prompt{k}_ids"));
-            let columns = ints(&hf, &format!("columns{k}"));
-            let want = floats(&hf, &format!("prompt{k}_logits_cols"));
+            let ids = ints(hf, &format!("prompt{k}_ids"));
+            let columns = ints(hf, &format!("columns{k}"));
+            let want = floats(hf, &format!("prompt{k}_logits_cols"));
             for one_by_one in [false, true] {
                 r.reset();
                 let (last, name, how) = if one_by_one {
@@ -143,30 +168,11 @@ fn smollm2_logits_are_as_close_to_transformers_as_llamacpps() {
                 tally.record(
                     &format!("{mode}, prompt {k} {how}"),
                     relative_error(&picked, &want),
-                    relative_error(&floats(&cpp, &name), &want),
+                    relative_error(&floats(cpp, &name), &want),
                 );
             }
         }
         tallies.push((mode, tally));
     }
-    for (mode, tally) in &tallies {
-        eprintln!(
-            "{mode}: further from transformers than llama.cpp on {} measures",
-            tally.further
-        );
-        assert!(
-            tally.failed.is_empty(),
-            "{mode}: beyond {} times llama.cpp's deviation: {:#?}",
-            tally.allowance,
-            tally.failed
-        );
-    }
-    // The rule for the default: 8-bit activations become it only where they are no further from
-    // transformers than llama.cpp on every measure.
-    let int8_further = tallies[1].1.further;
-    assert_eq!(
-        RunnerOptions::default().quantize_activations,
-        int8_further == 0,
-        "8-bit activations are further from transformers than llama.cpp on {int8_further} measures"
-    );
+    tallies
 }
