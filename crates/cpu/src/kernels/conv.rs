@@ -51,30 +51,29 @@ pub enum ConvWeight {
     },
 }
 
-/// 1×1 convs over at most this many output pixels per image multiply by a weight packed at
-/// compile time, the pixels as rows: over few pixels the gemm crate's packing of the weight on
-/// every call costs more than the product (PP-OCR det's 384-channel convs on 2 × 5 pixels ran at
-/// 15 GFLOP/s).
+/// Ungrouped convs over at most this many output pixels per image that neither register-tiled
+/// 3×3 kernel serves multiply by a weight packed at compile time, the pixels as rows (1×1 convs
+/// read the input in place, others their im2col rows): over few pixels the gemm crate's packing
+/// of the weight on every call costs more than the product (PP-OCR det's 384-channel 1×1 convs
+/// on 2 × 5 pixels ran at 15 GFLOP/s). `conv_direct` stays ahead of this on 3×3 convs down to
+/// 2 × 2 pixels (ResNet-18's last stage).
 const PACKED_MAX_PIXELS: usize = 64;
 
 fn packed_applies(g: &Geometry, transpose: bool) -> bool {
-    !transpose
-        && g.groups == 1
-        && (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl) == (1, 1, 1, 1, 0, 0)
-        && (g.oh, g.ow) == (g.h, g.w)
-        && g.oh * g.ow <= PACKED_MAX_PIXELS
+    !transpose && g.groups == 1 && g.oh * g.ow <= PACKED_MAX_PIXELS
 }
 
 impl ConvWeight {
-    /// A constant weight in the MIL layout, packed for `conv_direct` when that kernel serves
-    /// this conv on this CPU.
+    /// A constant weight in the MIL layout, packed for the kernel that serves this conv on this
+    /// CPU: `conv_winograd`, `conv_direct` or, over few pixels, `packed::gemm`.
     pub fn constant(w: Vec<f32>, g: &Geometry, transpose: bool) -> ConvWeight {
-        if packed_applies(g, transpose) {
-            ConvWeight::Packed(PackedB::pack(g.cin, g.cout, |t, j| w[j * g.cin + t]))
-        } else if conv_winograd::applies(g, transpose) {
+        if conv_winograd::applies(g, transpose) {
             ConvWeight::Winograd(conv_winograd::pack(&w, g))
         } else if conv_direct::applies(g, transpose) {
             ConvWeight::Direct(conv_direct::pack(&w, g))
+        } else if packed_applies(g, transpose) {
+            let k = g.cin * g.kh * g.kw;
+            ConvWeight::Packed(PackedB::pack(k, g.cout, |t, j| w[j * k + t]))
         } else {
             ConvWeight::Const(w)
         }
@@ -212,7 +211,12 @@ impl Conv {
     fn col_len(&self, threads: usize) -> usize {
         let g = &self.g;
         if let ConvWeight::Packed(_) = self.weight {
-            g.oh * g.ow * g.cout
+            let cols = if self.pointwise() {
+                0
+            } else {
+                g.cin * g.kh * g.kw
+            };
+            g.oh * g.ow * (g.cout + cols)
         } else if self.depthwise() && !self.direct() {
             conv_depthwise::scratch_floats(g, threads)
         } else if self.transpose {
@@ -303,22 +307,22 @@ impl Conv {
         }
         if let ConvWeight::Packed(p) = &self.weight {
             let (pix, cout) = (g.oh * g.ow, g.cout);
+            let (c, rows) = col.split_at_mut(pix * cout);
             for b in 0..g.n {
-                // SAFETY: image b holds cin planes of pix floats, read as the rows of a
-                // [pix, cin] matrix; col holds pix × cout floats; raw n × cout × pix.
+                // SAFETY: image b holds cin planes of h × w floats; the A operand is its pixels
+                // (or its im2col rows' columns) as the rows of a [pix, cin·kh·kw] matrix; c holds
+                // pix × cout floats; raw n × cout × pix.
                 unsafe {
-                    super::packed::gemm(
-                        x.add(b * g.cin * pix),
-                        1,
-                        pix,
-                        pix,
-                        p,
-                        col.as_mut_ptr(),
-                        cout,
-                        cx,
-                    );
+                    let xb = x.add(b * g.cin * g.h * g.w);
+                    let a = if self.pointwise() {
+                        xb
+                    } else {
+                        im2col(xb, rows, g, g.cin, cx);
+                        rows.as_ptr()
+                    };
+                    super::packed::gemm(a, 1, pix, pix, p, c.as_mut_ptr(), cout, cx);
                     let ob = std::slice::from_raw_parts_mut(out.add(b * cout * pix), cout * pix);
-                    for (px, row) in col.chunks_exact(cout).enumerate() {
+                    for (px, row) in c.chunks_exact(cout).enumerate() {
                         for (co, &v) in row.iter().enumerate() {
                             ob[co * pix + px] = v;
                         }

@@ -213,51 +213,64 @@ fn direct_and_winograd_convs_match_naive_f64_over_every_tile_edge() {
     }
 }
 
-/// 1×1 convs over at most 64 pixels per image take the packed-weight GEMM with the pixels as
-/// rows; more pixels keep the gemm crate. Both against a naive f64 product, at 1 and 2 threads,
-/// with a batch of 2, channel counts off the panel width, bias and relu.
+/// Ungrouped convs over at most 64 pixels per image that the 3×3 kernels do not serve take the
+/// packed-weight GEMM with the pixels as rows (1×1 convs reading the input in place, others their
+/// im2col rows); more pixels keep the gemm crate. Both against a naive f64 conv, at 1 and 2
+/// threads, with a batch of 2, channel counts off the panel width, bias and relu.
 #[test]
-fn pointwise_convs_over_few_pixels_run_on_packed_weights_and_match_naive_f64() {
+fn convs_over_few_pixels_run_on_packed_weights_and_match_naive_f64() {
     let mut rng = Rng(91);
-    // (n, cin, h, w, cout, packed)
+    // (n, cin, h, w, cout, kernel, stride, packed)
     let cases = [
-        (2, 37, 2, 5, 45, true),
-        (1, 256, 8, 8, 96, true),
-        (1, 19, 1, 1, 33, true),
-        (2, 24, 9, 8, 40, false),
+        (2, 37, 2, 5, 45, [1, 1], [1, 1], true),
+        (1, 256, 8, 8, 96, [1, 1], [1, 1], true),
+        (1, 19, 1, 1, 33, [1, 1], [1, 1], true),
+        (2, 24, 9, 8, 40, [1, 1], [1, 1], false),
+        // windows the 3×3 kernels do not take: 2×2 stride 2 (7×7 = 49 pixels), 1×3 over 3×20
+        (2, 21, 14, 14, 35, [2, 2], [2, 2], true),
+        (1, 40, 3, 22, 24, [1, 3], [1, 1], true),
+        (1, 16, 10, 12, 20, [1, 3], [1, 1], false),
     ];
     let d = DType::Fp32;
-    for (n, cin, h, w, cout, packed) in cases {
-        let pix = h * w;
+    for (n, cin, h, w, cout, [kh, kw], [sh, sw], packed) in cases {
+        let (oh, ow) = ((h - kh) / sh + 1, (w - kw) / sw + 1);
+        let pix = oh * ow;
         let xs = [n, cin, h, w];
         let xv = rng.vec(numel(&xs), -1.0, 1.0);
-        let wv = rng.vec(cout * cin, -0.5, 0.5);
+        let wv = rng.vec(cout * cin * kh * kw, -0.5, 0.5);
         let bv = rng.vec(cout, -0.5, 0.5);
         let mut want = vec![0.0f64; n * cout * pix];
         for b in 0..n {
             for co in 0..cout {
-                for px in 0..pix {
-                    let mut acc = bv[co];
-                    for ci in 0..cin {
-                        acc += xv[(b * cin + ci) * pix + px] * wv[co * cin + ci];
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut acc = bv[co];
+                        for ci in 0..cin {
+                            for i in 0..kh {
+                                for j in 0..kw {
+                                    let xi = ((b * cin + ci) * h + oy * sh + i) * w + ox * sw + j;
+                                    acc += xv[xi] * wv[((co * cin + ci) * kh + i) * kw + j];
+                                }
+                            }
+                        }
+                        want[(b * cout + co) * pix + oy * ow + ox] = acc.max(0.0);
                     }
-                    want[(b * cout + co) * pix + px] = acc.max(0.0);
                 }
             }
         }
         for threads in [1, 2] {
             let mut p = Prog::new();
             let x = p.input("x", d, &xs);
-            let wc = p.konst(d, &[cout, cin, 1, 1], &wv);
+            let wc = p.konst(d, &[cout, cin, kh, kw], &wv);
             let bc = p.konst(d, &[cout], &bv);
-            let os = [n, cout, h, w];
+            let os = [n, cout, oh, ow];
             let y = p.op(
                 "conv",
                 &[
                     ("x", v(&x)),
                     ("weight", v(&wc)),
                     ("bias", v(&bc)),
-                    ("strides", A::Is(vec![1, 1])),
+                    ("strides", A::Is(vec![sh as i64, sw as i64])),
                     ("pad_type", A::S("valid")),
                     ("dilations", A::Is(vec![1, 1])),
                     ("groups", A::I(1)),
@@ -267,7 +280,7 @@ fn pointwise_convs_over_few_pixels_run_on_packed_weights_and_match_naive_f64() {
             );
             let y = p.op("relu", &[("x", v(&y))], d, &os);
             p.output(&y);
-            let what = format!("1x1 conv {xs:?} -> {os:?}, {threads} threads");
+            let what = format!("{kh}x{kw} conv stride {sh} {xs:?} -> {os:?}, {threads} threads");
             let options = CompileOptions {
                 threads: Some(threads),
                 ..Default::default()
