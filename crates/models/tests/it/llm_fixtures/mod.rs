@@ -65,11 +65,29 @@ pub fn small_runner(llm: Arc<Llm>, target: Target, engine: Engine, chunk: usize)
 
 /// `tools/fixtures/llm/out/<model>/expected.safetensors`, the fixture of a real model.
 pub fn real_model_fixture(model: &str) -> Vec<u8> {
+    real_model_file(model, "expected.safetensors")
+}
+
+/// `tools/fixtures/llm/out/<model>/<file>`.
+pub fn real_model_file(model: &str, file: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tools/fixtures/llm/out")
         .join(model)
-        .join("expected.safetensors");
+        .join(file);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The CPU runner the llama.cpp comparisons use: contexts of 64 to 128 positions, prefill chunks
+/// of `chunk` tokens, activations exact or 8-bit.
+pub fn llamacpp_runner(llm: Arc<Llm>, quantize_activations: bool, chunk: usize) -> Runner {
+    let opts = RunnerOptions {
+        max_context: 128,
+        min_context: 64,
+        prefill_chunks: vec![chunk],
+        quantize_activations,
+        ..RunnerOptions::default()
+    };
+    Runner::new(llm, opts).unwrap()
 }
 
 /// max |got − want| / max |want|.
