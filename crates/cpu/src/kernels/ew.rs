@@ -29,6 +29,9 @@ pub enum UnOp {
     Abs,
     Sign,
     Square,
+    /// `x^3` or `x^4` as products (MIL `pow` by a constant 3 or 4, as GELU's tanh form uses).
+    Cube,
+    Fourth,
     Sin,
     Cos,
     Erf,
@@ -522,6 +525,8 @@ crate::simd_dispatch! {
             UnOp::Abs => map!(|v: f32| v.abs()),
             UnOp::Sign => map!(|v: f32| if v > 0.0 { 1.0 } else if v < 0.0 { -1.0 } else { v }),
             UnOp::Square => map!(|v: f32| v * v),
+            UnOp::Cube => map!(|v: f32| v * v * v),
+            UnOp::Fourth => map!(|v: f32| (v * v) * (v * v)),
             UnOp::Sin => map!(|v: f32| v.sin()),
             UnOp::Cos => map!(|v: f32| v.cos()),
             UnOp::Erf => map!(math::erf),

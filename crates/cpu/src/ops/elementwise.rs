@@ -80,6 +80,27 @@ fn binary_op(t: &str) -> Option<BinOp> {
     })
 }
 
+/// `pow(x, c)` of floats by a constant c of 2, 3 or 4 that leaves x's shape as it is: products
+/// instead of a `powf` call per element (GELU's tanh form computes `pow(x, 3)` over every
+/// activation of a transformer's feed-forward layers).
+fn small_power(cx: &OpCx, b: BinOp, x: Vid, y: Vid, shape: &[usize]) -> Option<UnOp> {
+    if b != BinOp::Pow || cx.shape(x) != shape || !matches!(cx.dtype(x), DType::Fp16 | DType::Fp32)
+    {
+        return None;
+    }
+    let c = cx.known(y)?.f32s()?;
+    let first = *c.first()?;
+    if c.iter().any(|&v| v != first) {
+        return None;
+    }
+    match first {
+        2.0 => Some(UnOp::Square),
+        3.0 => Some(UnOp::Cube),
+        4.0 => Some(UnOp::Fourth),
+        _ => None,
+    }
+}
+
 /// Emits a one-op elementwise kernel over `ins` (broadcast to `shape`) producing output 0.
 fn emit(cx: &mut OpCx, ins: &[Vid], shape: Vec<usize>, out_dtype: DType, op: IntOp) -> Result<()> {
     if shape.len() > 8 {
@@ -171,6 +192,9 @@ pub(crate) fn build(cx: &mut OpCx, t: &str) -> Result<()> {
             ))
         })?;
         let out_d = if b.is_compare() { DType::Bool } else { dx };
+        if let Some(u) = small_power(cx, b, x, y, &shape) {
+            return emit(cx, &[x], shape, out_d, IntOp::Un(u));
+        }
         return emit(cx, &[x, y], shape, out_d, IntOp::Bin(b));
     }
     match t {

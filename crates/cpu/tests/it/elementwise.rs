@@ -373,3 +373,48 @@ fn select_logical_and_int_ops() {
     assert_eq!(out[&n], vec![0.0, 1.0, 0.0]);
     assert_eq!(out[&x], vec![1.0, 1.0, 1.0]);
 }
+
+/// `pow` by a constant 2, 3 or 4 runs as products (negative bases included, as in GELU's tanh
+/// form); other constants and mixed exponents keep `powf`. Against f64 powers, fp32 and fp16.
+#[test]
+fn pow_by_small_constant_exponents_matches_f64() {
+    let mut rng = Rng(12);
+    let shape = [3, 37];
+    // one exponent for all (shape [1]) or one per row (shape [3, 1])
+    let cases: [&[f64]; 6] = [
+        &[2.0],
+        &[3.0],
+        &[4.0],
+        &[3.0, 3.0, 3.0],
+        &[2.5],
+        &[3.0, 2.0, 3.0],
+    ];
+    for &d in &[DType::Fp32, DType::Fp16] {
+        for exps in cases {
+            let mut p = Prog::new();
+            let a = p.input("a", d, &shape);
+            let es: &[usize] = if exps.len() == 1 { &[1] } else { &[3, 1] };
+            let e = p.konst(d, es, exps);
+            let fractional = exps.iter().any(|c| c.fract() != 0.0);
+            let x = if fractional {
+                p.op("abs", &[("x", v(&a))], d, &shape)
+            } else {
+                a.clone()
+            };
+            let y = p.op("pow", &[("x", v(&x)), ("y", v(&e))], d, &shape);
+            p.output(&y);
+            let av = quantize(d, &rng.vec(numel(&shape), -3.0, 3.0));
+            let got = &run(&p, &[("a", d, av.clone())])[&y];
+            let want: Vec<f64> = av
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    let c = exps[if exps.len() == 1 { 0 } else { i / shape[1] }];
+                    let base = if fractional { x.abs() } else { x };
+                    quantize(d, &[base.powf(c)])[0]
+                })
+                .collect();
+            assert_close(&format!("pow {d} by {exps:?}"), d, got, &want, 1e-2);
+        }
+    }
+}
