@@ -1,6 +1,7 @@
-//! Answering a question from the index: the chunks nearest to the question's embedding and the
-//! chunks that best match its words (BM25) are fused by reciprocal rank (Cormack, Clarke and
-//! Buettcher, SIGIR 2009, with their constant 60), or the word search's ranking is taken alone;
+//! Answering a question from the index: the chunks whose units are nearest to the question's
+//! embedding and the chunks whose units best match its words (BM25) are fused by reciprocal rank
+//! (Cormack, Clarke and Buettcher, SIGIR 2009, with their constant 60), or the word search's
+//! ranking is taken alone;
 //! the candidates are reranked when a reranker is given (a cross-encoder, or a second embedding
 //! model scoring by cosine), and the LLM answers from the best few as numbered passages; the
 //! answer is followed by the passages' sources.
