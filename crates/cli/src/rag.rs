@@ -89,9 +89,9 @@ pub struct AskArgs {
     /// Chunks taken from each search (embedding and words) before they are fused and reranked.
     #[arg(long, default_value_t = 20)]
     pub candidates: usize,
-    /// Where the candidates come from: both searches fused by reciprocal rank, or the word
-    /// search (BM25) alone, usually with --rescore-model or --rerank-model to reorder them.
-    #[arg(long = "candidate-pool", value_enum, default_value_t = Pool::Fused)]
+    /// Where the candidates come from: the word search (BM25) alone, or both searches (embedding
+    /// and words) fused by reciprocal rank; --rescore-model or --rerank-model reorders them.
+    #[arg(long = "candidate-pool", value_enum, default_value_t = Pool::Bm25)]
     pub pool: Pool,
     /// Most tokens of the answer.
     #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]

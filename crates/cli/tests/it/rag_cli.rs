@@ -126,7 +126,11 @@ fn sigkill_during_indexing_then_a_rerun_leaves_a_complete_index() {
             "no file was indexed within 5 minutes"
         );
         if let Some(status) = child.try_wait().unwrap() {
-            panic!("the indexer ended ({status}) before it could be killed");
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "the indexer ended ({status}) before it could be killed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let files = Store::open_existing(&db)
             .ok()
