@@ -487,6 +487,9 @@ impl Store {
         }
         let bytes: Vec<u8> = query.iter().flat_map(|x| x.to_le_bytes()).collect();
         let units = self.count("SELECT COUNT(*) FROM units")?;
+        if units == 0 {
+            return Ok(Vec::new());
+        }
         let mut stmt = self
             .conn
             .prepare(
@@ -762,6 +765,12 @@ mod tests {
         assert_eq!(ids.len(), chunks.len());
         assert!(hits.windows(2).all(|w| w[0].distance <= w[1].distance));
         assert!(store.search_words("", 3).unwrap().is_empty());
+        store.remove_file("a.txt").unwrap();
+        assert!(store.search(&unit_vector(1.0, 0.0), 3).unwrap().is_empty());
+        assert!(store
+            .search_words("What is the sea?", 3)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
