@@ -31,12 +31,15 @@ def main():
     ap.add_argument("--retrieve-only", action="store_true",
                     help="cite the retrieved chunks without running the LLM")
     ap.add_argument("--questions", default=str(ROOT / "tools/fixtures/rag/out/questions.json"))
-    ap.add_argument("--candidate-pool", choices=("fused", "bm25"), default="fused")
+    ap.add_argument("--candidate-pool", choices=("fused", "bm25"),
+                    help="rag ask's --candidate-pool (its default when not given)")
     ap.add_argument("--candidates", type=int, default=20)
     ap.add_argument("--rescore-model")
     args = ap.parse_args()
     questions = json.loads(pathlib.Path(args.questions).read_text())
-    retrieval = ["--candidate-pool", args.candidate_pool, "--candidates", str(args.candidates)]
+    retrieval = ["--candidates", str(args.candidates)]
+    if args.candidate_pool:
+        retrieval += ["--candidate-pool", args.candidate_pool]
     if args.rescore_model:
         retrieval += ["--rescore-model", args.rescore_model]
     tmp = tempfile.TemporaryDirectory()
@@ -73,6 +76,8 @@ def main():
     print(f"\ntop-1: {top1}/{len(questions)}; any of the {args.k} cited: {anyk}/{len(questions)}")
     if anyk < 8:
         raise SystemExit("FAIL: fewer than 8 of 10 answers cite their passage")
+    if args.db is None:
+        tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -47,6 +47,10 @@ pub struct IndexArgs {
     /// Bytes of lines consecutive chunks share.
     #[arg(long, default_value_t = 200)]
     pub overlap_chars: usize,
+    /// The longest unit in bytes: each chunk is cut into units of a few lines, which the searches
+    /// match (embedding and words); the chunk holding the best units is cited.
+    #[arg(long, default_value_t = 300)]
+    pub unit_chars: usize,
     #[command(flatten)]
     pub engine: crate::engine_args::EngineArgs,
 }
@@ -85,9 +89,9 @@ pub struct AskArgs {
     /// Chunks taken from each search (embedding and words) before they are fused and reranked.
     #[arg(long, default_value_t = 20)]
     pub candidates: usize,
-    /// Where the candidates come from: both searches fused by reciprocal rank, or the word
-    /// search (BM25) alone, usually with --rescore-model or --rerank-model to reorder them.
-    #[arg(long = "candidate-pool", value_enum, default_value_t = Pool::Fused)]
+    /// Where the candidates come from: the word search (BM25) alone, or both searches (embedding
+    /// and words) fused by reciprocal rank; --rescore-model or --rerank-model reorders them.
+    #[arg(long = "candidate-pool", value_enum, default_value_t = Pool::Bm25)]
     pub pool: Pool,
     /// Most tokens of the answer.
     #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]
@@ -128,6 +132,7 @@ fn index_cmd(args: IndexArgs) -> anyhow::Result<()> {
     let opts = ChunkOptions {
         max_chars: args.chunk_chars,
         overlap_chars: args.overlap_chars,
+        unit_chars: args.unit_chars,
     };
     let report = index(&args.docs, &mut store, &encoder, &opts, &mut |key, n| {
         eprintln!("indexed {key}: {n} chunks");

@@ -1,6 +1,6 @@
 //! `aneforge rag index` as a process: killed with SIGKILL in the middle of indexing, a second run
-//! completes the index, and the index then holds exactly the chunker's chunks of every file once,
-//! each with its vector; a change and a removal are re-indexed incrementally. Uses the real
+//! completes the index, and the index then holds exactly the chunker's chunks and units of every
+//! file once, each unit with its vector; a change and a removal are re-indexed incrementally. Uses the real
 //! MiniLM (skipped when absent: scripts/fetch-models.sh minilm).
 
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ use aneforge_models::require_model;
 use aneforge_serve::rag::ask::Reranker;
 use aneforge_serve::rag::chunk::{chunk, ChunkOptions};
 use aneforge_serve::rag::index::sha256_hex;
-use aneforge_serve::rag::store::{Store, StoredChunk};
+use aneforge_serve::rag::store::{Store, StoredChunk, StoredUnit};
 
 const MINILM: &str = "sentence-transformers/all-MiniLM-L6-v2";
 const FILES: usize = 16;
@@ -51,11 +51,13 @@ fn run_index(docs: &Path, db: &Path) -> String {
     stderr
 }
 
-/// The index holds each document's chunks exactly once, as the chunker cuts them, each with a
-/// vector that finds its own chunk first, and each file at its content's hash.
+/// The index holds each document's chunks and their units exactly once, as the chunker cuts them,
+/// each unit with a vector that finds a chunk holding it first, and each file at its content's
+/// hash.
 fn assert_complete(docs: &Path, db: &Path) {
     let store = Store::open_existing(db).unwrap();
     let mut want = Vec::new();
+    let mut want_units = Vec::new();
     let mut names: Vec<_> = std::fs::read_dir(docs)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -66,6 +68,13 @@ fn assert_complete(docs: &Path, db: &Path) {
         let text = std::fs::read_to_string(docs.join(name)).unwrap();
         files.push((name.clone(), sha256_hex(text.as_bytes())));
         for c in chunk(&text, &ChunkOptions::default()) {
+            want_units.extend(c.units.iter().map(|u| StoredUnit {
+                path: name.clone(),
+                seq: c.seq,
+                start_line: u.start_line,
+                end_line: u.end_line,
+                text: u.text.clone(),
+            }));
             want.push(StoredChunk {
                 path: name.clone(),
                 seq: c.seq,
@@ -79,14 +88,24 @@ fn assert_complete(docs: &Path, db: &Path) {
     let got = store.chunks().unwrap();
     assert_eq!(got.len(), want.len());
     assert_eq!(got, want);
+    let units = store.units().unwrap();
+    assert!(units.len() > got.len());
+    assert_eq!(units, want_units);
     let counts = store.counts().unwrap();
-    assert_eq!(counts.vectors, counts.chunks);
-    assert_eq!(counts.words, counts.chunks);
+    assert_eq!(counts.units, units.len());
+    assert_eq!(counts.vectors, counts.units);
+    assert_eq!(counts.words, counts.units);
     let encoder = SentenceEncoder::load(MINILM, EncoderOptions::default()).unwrap();
-    for c in got.iter().step_by(7) {
-        let q = encoder.encode(&[c.text.as_str()]).unwrap();
+    for u in units.iter().step_by(13) {
+        let q = encoder.encode(&[u.text.as_str()]).unwrap();
+        // a unit in the overlap of two chunks is in both: the first holding it is found
         let hit = &store.search(q.row(0).unwrap(), 1).unwrap()[0];
-        assert_eq!((&hit.path, hit.seq), (&c.path, c.seq));
+        assert_eq!(hit.path, u.path);
+        assert!(
+            hit.start_line <= u.start_line && u.end_line <= hit.end_line,
+            "{hit:?} does not hold {u:?}"
+        );
+        assert!(hit.distance < 1e-4, "{}", hit.distance);
     }
 }
 
@@ -107,7 +126,11 @@ fn sigkill_during_indexing_then_a_rerun_leaves_a_complete_index() {
             "no file was indexed within 5 minutes"
         );
         if let Some(status) = child.try_wait().unwrap() {
-            panic!("the indexer ended ({status}) before it could be killed");
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "the indexer ended ({status}) before it could be killed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let files = Store::open_existing(&db)
             .ok()
@@ -125,8 +148,8 @@ fn sigkill_during_indexing_then_a_rerun_leaves_a_complete_index() {
         after_kill.files >= committed && after_kill.files < FILES,
         "{after_kill:?}"
     );
-    assert_eq!(after_kill.vectors, after_kill.chunks);
-    assert_eq!(after_kill.words, after_kill.chunks);
+    assert_eq!(after_kill.vectors, after_kill.units);
+    assert_eq!(after_kill.words, after_kill.units);
 
     let report = run_index(&docs, &db);
     assert!(
@@ -186,6 +209,7 @@ fn an_index_cut_in_other_chunks_is_refused() {
     let first = ChunkOptions {
         max_chars: 300,
         overlap_chars: 60,
+        unit_chars: 100,
     };
     store.check_chunking(&first).unwrap();
     drop(store);
@@ -194,6 +218,7 @@ fn an_index_cut_in_other_chunks_is_refused() {
     let other = ChunkOptions {
         max_chars: 800,
         overlap_chars: 200,
+        unit_chars: 300,
     };
     let err = match store.check_chunking(&other) {
         Ok(()) => panic!("accepted chunks of another size"),

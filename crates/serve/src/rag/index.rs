@@ -1,5 +1,5 @@
 //! Indexing a documents directory (or one file): each text file whose SHA-256 differs from the
-//! index's record is chunked, embedded and replaced in the store; files gone from the directory
+//! index's record is chunked, its chunks' units embedded, and replaced in the store; files gone from the directory
 //! are removed. Files are committed one at a time, so an interrupted run keeps its finished files
 //! and the next run picks up the rest.
 
@@ -117,14 +117,17 @@ pub fn index(
             )
         })?;
         let chunks = chunk(text, opts);
-        let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
+        let texts: Vec<&str> = chunks
+            .iter()
+            .flat_map(|c| c.units.iter().map(|u| u.text.as_str()))
+            .collect();
         let embeddings = if texts.is_empty() {
             None
         } else {
             Some(
                 encoder
                     .encode_with(&texts, &EncodeOptions::default(), &mut |_| {})
-                    .with_context(|| format!("embedding the chunks of {}", path.display()))?,
+                    .with_context(|| format!("embedding the units of {}", path.display()))?,
             )
         };
         let rows: Vec<&[f32]> = embeddings.iter().flat_map(|e| e.iter()).collect();
