@@ -67,7 +67,8 @@ pub struct Hit {
     pub distance: f32,
 }
 
-/// A chunk as stored: its source and text.
+/// A chunk as stored: its source and text; for a unit ([`StoredUnit`]), its chunk's path and
+/// position with the unit's own lines and the text it is searched by.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredChunk {
     pub path: String,
@@ -88,15 +89,8 @@ pub struct Counts {
     pub words: usize,
 }
 
-/// A unit as stored: its chunk (path and position) and the text it is searched by.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoredUnit {
-    pub path: String,
-    pub seq: usize,
-    pub start_line: usize,
-    pub end_line: usize,
-    pub text: String,
-}
+/// A unit as stored: its chunk (path and position), its lines and the text it is searched by.
+pub type StoredUnit = StoredChunk;
 
 /// The layout of the tables, recorded in `meta` as `format`; an index without it searched whole
 /// chunks (`chunk_vectors`, `chunk_words`).
@@ -610,37 +604,24 @@ impl Store {
 
     /// Every chunk, in path and position order.
     pub fn chunks(&self) -> Result<Vec<StoredChunk>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT path, seq, start_line, end_line, text FROM chunks ORDER BY path, seq")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(StoredChunk {
-                    path: r.get(0)?,
-                    seq: r.get::<_, i64>(1)? as usize,
-                    start_line: r.get::<_, i64>(2)? as usize,
-                    end_line: r.get::<_, i64>(3)? as usize,
-                    text: r.get(4)?,
-                })
-            })
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>());
-        rows.map_err(|e| self.err(e))
+        self.stored("SELECT path, seq, start_line, end_line, text FROM chunks ORDER BY path, seq")
     }
 
     /// Every unit with its chunk's path and position, in path, position and unit order.
     pub fn units(&self) -> Result<Vec<StoredUnit>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT c.path, c.seq, u.start_line, u.end_line, u.text
-                 FROM units AS u JOIN chunks AS c ON c.id = u.chunk_id
-                 ORDER BY c.path, c.seq, u.id",
-            )
-            .map_err(|e| self.err(e))?;
+        self.stored(
+            "SELECT c.path, c.seq, u.start_line, u.end_line, u.text
+             FROM units AS u JOIN chunks AS c ON c.id = u.chunk_id
+             ORDER BY c.path, c.seq, u.id",
+        )
+    }
+
+    /// The rows of `sql`, which selects path, seq, start line, end line and text.
+    fn stored(&self, sql: &str) -> Result<Vec<StoredChunk>, StoreError> {
+        let mut stmt = self.conn.prepare(sql).map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([], |r| {
-                Ok(StoredUnit {
+                Ok(StoredChunk {
                     path: r.get(0)?,
                     seq: r.get::<_, i64>(1)? as usize,
                     start_line: r.get::<_, i64>(2)? as usize,
