@@ -13,6 +13,7 @@ use std::sync::Arc;
 use half::f16;
 
 use super::matmul::Matmul;
+use super::sgemm::Strides;
 use super::Cx;
 use crate::tensor::{Elem, SendPtr};
 
@@ -461,26 +462,16 @@ pub fn run(mm: &Matmul, q: &QuantTensor, cx: &Cx) {
                 // SAFETY: x is [m, k]; the tile is [cols, k] read as a k×cols matrix; out columns
                 // j0..j0+cols of the [m, n] output belong to this task alone.
                 unsafe {
-                    gemm::gemm(
-                        m,
-                        cols,
-                        k,
+                    super::sgemm::sgemm(
+                        cx,
+                        false,
+                        (m, cols, k),
                         out.get().add(j0),
-                        1,
-                        n as isize,
-                        false,
+                        Strides(1, n as isize),
                         x.get(),
-                        1,
-                        k as isize,
+                        Strides(1, k as isize),
                         tile_buf.as_ptr(),
-                        k as isize,
-                        1,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
+                        Strides(k as isize, 1),
                     )
                 };
             }
