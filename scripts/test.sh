@@ -66,7 +66,7 @@ trap 'rm -rf "$corpus"' EXIT
 # Every program the graph op suite and state tests compile (CPU and ANE targets), every ANE rewrite
 # and compression format, through coremltools.
 ANEFORGE_DUMP_CORPUS="$corpus/op-suite" cargo test --quiet --workspace --test op_suite --test state \
-    --test legalize_cpu --test targets_compress --test w8a8
+    --test legalize_cpu --test targets_compress --test w8a8 --test quantized_constants
 "$venv/bin/python" tools/coreml_check.py "$corpus/op-suite"
 
 # The Python package (crates/python): maturin builds it in the dev profile into the same venv,

@@ -4,20 +4,20 @@
 # thread count of THREADS, a PROMPT-token prompt (Shakespeare, the same text for every system) and
 # DECODE greedy tokens with EOS ignored, best of REPEAT timed runs after a warm-up run (the first
 # run, timed separately with the load). Weight formats: SmolLM2-135M-Instruct's Q4_1 GGUF from
-# scripts/fetch-models.sh, a Q8_0 GGUF that llama.cpp's quantizer makes from it (requantized, so
-# both systems read identical Q8_0 blocks), and Gemma 3 270M's Q4_K_M GGUF (Q4_K, Q6_K, Q5_0 and
+# scripts/fetch-models.sh, Q8_0 and F16 GGUFs that llama.cpp's quantizer makes from it
+# (requantized, so both systems read identical blocks), and Gemma 3 270M's Q4_K_M GGUF (Q4_K, Q6_K, Q5_0 and
 # Q8_0 blocks; scripts/fetch-models.sh gemma3-270m). Each system runs in its own process; wall and
 # CPU seconds, peak RSS, load and first-run seconds and the load average are printed, then a table
 # with the ratios. The figures in docs/performance.md come from this script.
 # Usage: tools/bench/llm.sh
-# Environment: THREADS ("1 2"), PROMPT (128), DECODE (128), REPEAT (3), FORMATS ("q4_1 q8_0
+# Environment: THREADS ("1 2"), PROMPT (128), DECODE (128), REPEAT (3), FORMATS ("q4_1 q8_0 f16
 #   gemma3_q4_k_m"),
 #   ACTIVATIONS (int8: llama.cpp's scheme; f32), LLAMACPP_PYTHON (a Python with llama-cpp-python)
 #   and REF_PYTHON (one with transformers), both defaulting to $PYTHON, else python3 on the PATH.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 THREADS="${THREADS:-1 2}" PROMPT="${PROMPT:-128}" DECODE="${DECODE:-128}" REPEAT="${REPEAT:-3}"
-FORMATS="${FORMATS:-q4_1 q8_0 gemma3_q4_k_m}"
+FORMATS="${FORMATS:-q4_1 q8_0 f16 gemma3_q4_k_m}"
 PYTHON="${PYTHON:-python3}"
 LLAMACPP_PYTHON="${LLAMACPP_PYTHON:-$PYTHON}"
 export LLAMACPP_PYTHON REF_PYTHON="${REF_PYTHON:-$PYTHON}"
@@ -43,20 +43,20 @@ for format in $FORMATS; do
             gguf="$(find "$HUB/models--hugginllam--gemma-3-270m-Q4_K_M-GGUF/snapshots" -name 'gemma-3-270m-q4_k_m.gguf' 2>/dev/null | head -n1)"
             [[ -n "$gguf" ]] || { echo "Gemma 3 270M GGUF not found under $HUB; run scripts/fetch-models.sh gemma3-270m" >&2; exit 1; }
             ;;
-        q8_0)
-            gguf="$work/SmolLM2-135M-Instruct.Q8_0.gguf"
-            "$LLAMACPP_PYTHON" - "$Q4_1" "$gguf" >/dev/null 2>&1 <<'PYEOF'
+        q8_0 | f16)
+            gguf="$work/SmolLM2-135M-Instruct.${format^^}.gguf"
+            "$LLAMACPP_PYTHON" - "$Q4_1" "$gguf" "$format" >/dev/null 2>&1 <<'PYEOF'
 import sys
 
 import llama_cpp
 
 p = llama_cpp.llama_model_quantize_default_params()
-p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0
+p.ftype = {"q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0, "f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16}[sys.argv[3]]
 p.allow_requantize = True
 sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))
 PYEOF
             ;;
-        *) echo "unknown format $format (q4_1, q8_0, gemma3_q4_k_m)" >&2; exit 1 ;;
+        *) echo "unknown format $format (q4_1, q8_0, f16, gemma3_q4_k_m)" >&2; exit 1 ;;
     esac
     for threads in $THREADS; do
         tag="{\"format\": \"$format\", \"run_threads\": $threads, "

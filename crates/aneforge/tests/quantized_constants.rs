@@ -1,6 +1,8 @@
 //! Block-quantized constants: lowered to `constexpr_blockwise_shift_scale` over blob entries,
 //! computed on by the CPU engine, and equal to the dequantized values by definition.
 
+mod common;
+
 use aneforge::engine::HostSlice;
 use aneforge::graph::{
     constant, input, BlockParams, BlockQuantized, DType, DeferredBytes, DeferredF32, HostArray,
@@ -309,5 +311,85 @@ fn functions_share_quantized_blob_entries_and_ane_scales_are_fp16() {
             .contains("scale = tensor<fp16, [12, 2]>(BLOBFILE"),
         "{}",
         m.mil_text()
+    );
+}
+
+/// Deferred values that declare themselves fp16 (a model's F16 tensors).
+#[derive(Debug)]
+struct Halves {
+    values: Arc<[f32]>,
+    half: bool,
+}
+
+impl DeferredF32 for Halves {
+    fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
+        out.copy_from_slice(&self.values[start..start + out.len()]);
+        Ok(())
+    }
+
+    fn exactly_f16(&self) -> bool {
+        self.half
+    }
+}
+
+#[test]
+fn fp16_matrices_stay_fp16_in_fp32_programs() {
+    let values: Arc<[f32]> = (0..ROWS * COLS)
+        .map(|i| half::f16::from_f32(((i * 29 % 41) as f32 - 20.0) / 23.0).to_f32())
+        .collect();
+    let program = |half: bool, target: Target| {
+        let source = Arc::new(Halves {
+            values: values.clone(),
+            half,
+        });
+        let w = constant(HostArray::from_deferred(&[ROWS, COLS], source).unwrap());
+        let x = input("x", &[3, COLS], DType::F32).unwrap();
+        let ids = input("ids", &[2], DType::I32).unwrap();
+        let y = x.linear(&w, None).unwrap();
+        let rows = w.gather(&ids, 0).unwrap();
+        let options = CompileOptions {
+            target,
+            ..CompileOptions::default()
+        };
+        compile_named(&[("y", &y), ("rows", &rows)], &options).unwrap()
+    };
+    let mut m = program(true, Target::Cpu);
+    common::dump_corpus(&m, "fp16_matrix_cpu");
+    let text = m.mil_text().to_string();
+    assert_eq!(text.matches("constexpr_cast(").count(), 1, "{text}");
+    assert!(text.contains("tensor<fp16, [12, 64]>(BLOBFILE"), "{text}");
+    let f32_bytes = program(false, Target::Cpu).weights().len();
+    assert!(
+        m.weights().len() + ROWS * COLS * 2 <= f32_bytes,
+        "{} vs {f32_bytes}",
+        m.weights().len()
+    );
+    let xv: Vec<f32> = (0..3 * COLS)
+        .map(|i| ((i * 37 % 19) as f32 - 9.0) / 9.0)
+        .collect();
+    let out = m
+        .run_f32(&[
+            ("x", HostSlice::F32(&xv)),
+            ("ids", HostSlice::I32(&[11, 2])),
+        ])
+        .unwrap();
+    for (g, r) in out[0].iter().zip(reference_linear(&xv, &values, 3)) {
+        assert!(
+            (f64::from(*g) - r).abs() <= 1e-5 * r.abs().max(1.0),
+            "{g} vs {r}"
+        );
+    }
+    assert_eq!(out[1][..COLS], values[11 * COLS..12 * COLS]);
+    assert_eq!(out[1][COLS..], values[2 * COLS..3 * COLS]);
+    // fp16 programs hold every float constant as fp16 already
+    let ane = program(true, Target::Ane(AneArch::default()));
+    assert!(
+        !ane.mil_text().contains("constexpr_cast"),
+        "{}",
+        ane.mil_text()
     );
 }

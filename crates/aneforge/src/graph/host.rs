@@ -16,6 +16,12 @@ pub trait DeferredF32: Send + Sync + std::fmt::Debug {
 
     /// Values `start..start + out.len()` into `out`; the error names where the values live.
     fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String>;
+
+    /// Every value is an fp16 value (the source stores fp16), so an fp32 program may keep the
+    /// constant as fp16 without rounding anything.
+    fn exactly_f16(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -7,6 +7,9 @@
 //! against weights unpacked in registers, `Σ_b scale_b·(x_b·q_b) − Σ_b scale_b·offset_b·Σx_b` —
 //! and as tiles dequantized into scratch followed by a GEMM for many rows (prefill). Embedding
 //! lookups dequantize only the rows they pick.
+//!
+//! fp16 matrices (`constexpr_cast` of an fp16 blob entry to fp32) take the same paths as a 16-bit
+//! "format" whose value is the f16 itself: one block per row, scale 1, no offset.
 
 use std::sync::Arc;
 
@@ -23,6 +26,8 @@ pub enum QFormat {
     I4,
     U8,
     I8,
+    /// IEEE half-precision values (see [`QuantTensor::half`]).
+    F16,
 }
 
 impl QFormat {
@@ -30,6 +35,7 @@ impl QFormat {
         match self {
             QFormat::U4 | QFormat::I4 => 4,
             QFormat::U8 | QFormat::I8 => 8,
+            QFormat::F16 => 16,
         }
     }
 }
@@ -142,6 +148,9 @@ impl QuantTensor {
         if data_end.is_none_or(|e| e > len) {
             return Err("the quantized data lies outside its storage".into());
         }
+        if format == QFormat::F16 && !(t.base() + data).is_multiple_of(2) {
+            return Err("fp16 data is not 2-byte aligned in its storage".into());
+        }
         let n = t.blocks_per_row() * rows;
         for p in std::iter::once(&t.scale).chain(t.offset.as_ref()) {
             let ok = match p {
@@ -163,6 +172,26 @@ impl QuantTensor {
             }
         }
         Ok(t)
+    }
+
+    /// An fp16 `[rows, cols]` matrix at byte `data` of `bytes`, computed on as f32 values.
+    pub fn half(
+        bytes: Storage,
+        data: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<QuantTensor, String> {
+        let ones: Arc<[f32]> = vec![1.0; rows].into();
+        QuantTensor::new(
+            bytes,
+            data,
+            QFormat::F16,
+            rows,
+            cols,
+            cols,
+            Params::Owned(ones),
+            None,
+        )
     }
 
     /// Replaces f32 scales and offsets in the blob whose every value is exactly an f16 (GGUF's
@@ -275,6 +304,7 @@ impl QuantTensor {
             QFormat::I4 => ((((row[c / 2] >> (4 * (c % 2))) & 15) << 4) as i8 >> 4) as f32,
             QFormat::U8 => row[c] as f32,
             QFormat::I8 => row[c] as i8 as f32,
+            QFormat::F16 => f16::from_le_bytes([row[2 * c], row[2 * c + 1]]).to_f32(),
         }
     }
 
@@ -284,6 +314,17 @@ impl QuantTensor {
         let scale = self.params(&self.scale, r);
         let offset = self.offset.as_ref().map(|p| self.params(p, r));
         let bs = self.block;
+        if self.format == QFormat::F16 {
+            let halves: &[f16] = bytemuck::cast_slice(row);
+            half::slice::HalfFloatSliceExt::convert_to_f32_slice(halves, &mut out[..self.cols]);
+            for (b, block) in out[..self.cols].chunks_exact_mut(bs).enumerate() {
+                let s = scale.get(b);
+                if s != 1.0 {
+                    block.iter_mut().for_each(|v| *v *= s);
+                }
+            }
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if self.format == QFormat::U4 && bs.is_multiple_of(32) && avx512() {
             // SAFETY: AVX-512 was detected; the row holds cols/2 bytes and out cols floats.
@@ -579,6 +620,23 @@ unsafe fn gemv_row_avx512(
                 }
             }
         }
+        QFormat::F16 if bs % 16 == 0 => {
+            let hp = rp as *const __m256i;
+            for b in 0..nb {
+                let mut part = [_mm512_setzero_ps(); GEMV_MAX_ROWS];
+                for c in (b * bs..(b + 1) * bs).step_by(16) {
+                    let w = _mm512_cvtph_ps(_mm256_loadu_si256(hp.add(c / 16)));
+                    for i in 0..m {
+                        let x = _mm512_loadu_ps(p.add(i * stride + c));
+                        part[i] = _mm512_fmadd_ps(w, x, part[i]);
+                    }
+                }
+                let s = _mm512_set1_ps(scale.get(b));
+                for i in 0..m {
+                    sums[i] = _mm512_fmadd_ps(part[i], s, sums[i]);
+                }
+            }
+        }
         QFormat::U8 | QFormat::I8 if bs % 16 == 0 => {
             let signed = q.format == QFormat::I8;
             for b in 0..nb {
@@ -727,6 +785,9 @@ unsafe fn gemv1_avx512(
     use std::arch::x86_64::*;
     let (bs, nb) = (q.block, q.blocks_per_row());
     let rp = row.as_ptr();
+    if q.format == QFormat::F16 {
+        return (bs % 64 == 0).then(|| half_dot1(rp as *const u16, scale, x, bs, nb));
+    }
     let four = match q.format {
         QFormat::U4 | QFormat::I4 if q.interleaved() => true,
         QFormat::U8 | QFormat::I8 if bs % 32 == 0 => false,
@@ -784,6 +845,33 @@ unsafe fn gemv1_avx512(
     }
     let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     Some(_mm512_reduce_add_ps(sum) - _mm512_reduce_add_ps(correction) - tail_correction)
+}
+
+/// `Σ_b scale_b·Σ_{c∈b} w_c·x_c` of one fp16 row (blocks of 64k columns) against one activation
+/// row, on four accumulators so that consecutive FMAs do not wait on each other.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c,fma")]
+unsafe fn half_dot1(
+    row: *const u16,
+    scale: &ParamSlice<'_>,
+    x: *const f32,
+    bs: usize,
+    nb: usize,
+) -> f32 {
+    use std::arch::x86_64::*;
+    let w = |c: usize| _mm512_cvtph_ps(_mm256_loadu_si256(row.add(c) as *const __m256i));
+    let mut total = _mm512_setzero_ps();
+    for b in 0..nb {
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for c in (b * bs..(b + 1) * bs).step_by(64) {
+            for (t, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(w(c + 16 * t), _mm512_loadu_ps(x.add(c + 16 * t)), *a);
+            }
+        }
+        let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+        total = _mm512_fmadd_ps(sum, _mm512_set1_ps(scale.get(b)), total);
+    }
+    _mm512_reduce_add_ps(total)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -33,6 +33,7 @@ const PREFETCH: usize = 4096;
 /// Whether [`gemv_row`] runs for `q` on this machine.
 pub fn applies(q: &QuantTensor) -> bool {
     q.quantize_activations
+        && q.format.bits() <= 8
         && (q.block.is_multiple_of(CHUNK) || (q.block == HALF && q.cols.is_multiple_of(CHUNK)))
         && vnni()
 }
@@ -255,6 +256,7 @@ fn bias(format: QFormat) -> (i32, u8) {
         QFormat::U4 | QFormat::U8 => (0, 0),
         QFormat::I4 => (8, 8),
         QFormat::I8 => (128, 0x80),
+        QFormat::F16 => unreachable!("applies() is false for fp16 data"),
     }
 }
 

@@ -25,11 +25,10 @@ pub(crate) fn build(cx: &mut OpCx) -> Result<()> {
             cx.known_output(0, k)?;
             Ok(())
         }
-        "constexpr_blockwise_shift_scale" => quant::constexpr(cx, &t),
-        "constexpr_affine_dequantize"
-        | "constexpr_lut_to_dense"
-        | "constexpr_sparse_to_dense"
-        | "constexpr_cast" => constexpr::build(cx, &t),
+        "constexpr_blockwise_shift_scale" | "constexpr_cast" => quant::constexpr(cx, &t),
+        "constexpr_affine_dequantize" | "constexpr_lut_to_dense" | "constexpr_sparse_to_dense" => {
+            constexpr::build(cx, &t)
+        }
         "gather" if quant::gather(cx)? => Ok(()),
         "gather" | "gather_along_axis" | "one_hot" => gather::build(cx, &t),
         "conv" => conv::conv(cx, false),

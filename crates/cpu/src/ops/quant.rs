@@ -1,7 +1,8 @@
 //! `constexpr_blockwise_shift_scale` kept quantized: a rank-2 constant with 4- or 8-bit data,
 //! blocks along the last axis and float scales/offsets becomes a [`QuantTensor`] over the weights
 //! blob (no copy). `linear` and `gather` compute on it directly; any other consumer sees the
-//! dequantized values. Other forms fall back to the decompressing implementation.
+//! dequantized values. `constexpr_cast` of an fp16 matrix to fp32 is kept the same way, as fp16.
+//! Other forms fall back to the decompressing implementation.
 
 use std::sync::Arc;
 
@@ -123,8 +124,36 @@ fn try_quantized(cx: &mut OpCx) -> Result<bool> {
     Ok(true)
 }
 
+/// `constexpr_cast(source_val = fp16 [rows, cols] blob entry, output_dtype = "fp32")` kept as
+/// fp16 in the blob ([`QuantTensor::half`]); `false` for any other form.
+fn try_half(cx: &mut OpCx) -> Result<bool> {
+    let Some((bytes, data_off, DType::Fp16, shape)) = blob_arg(cx, "source_val") else {
+        return Ok(false);
+    };
+    let [rows, cols] = shape[..] else {
+        return Ok(false);
+    };
+    if cx.string("output_dtype", None)? != "fp32" {
+        return Ok(false);
+    }
+    let q = QuantTensor::half(bytes, data_off, rows, cols).map_err(|e| cx.err(e))?;
+    cx.known_output(
+        0,
+        Known {
+            dtype: DType::Fp32,
+            shape: vec![rows, cols],
+            data: Data::Quant(Arc::new(q)),
+        },
+    )?;
+    Ok(true)
+}
+
 pub(crate) fn constexpr(cx: &mut OpCx, t: &str) -> Result<()> {
-    if try_quantized(cx)? {
+    let kept = match t {
+        "constexpr_cast" => try_half(cx)?,
+        _ => try_quantized(cx)?,
+    };
+    if kept {
         return Ok(());
     }
     super::constexpr::build(cx, t)

@@ -8,6 +8,7 @@ mod conv_attention;
 mod conv_direct;
 mod elementwise;
 mod fusion_state;
+mod half_weights;
 mod layout;
 mod linalg;
 mod mil_text;

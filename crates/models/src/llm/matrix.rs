@@ -90,6 +90,10 @@ impl DeferredF32 for DeferredRows {
         }
         Ok(())
     }
+
+    fn exactly_f16(&self) -> bool {
+        self.parts.iter().all(|p| p.exactly_f16())
+    }
 }
 
 /// Blocks appended in row-major order in MIL's storage of `format`.

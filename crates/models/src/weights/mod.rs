@@ -171,6 +171,8 @@ pub struct DeferredTensor {
     source: Arc<dyn TensorSource>,
     name: String,
     len: usize,
+    /// Stored as fp16 (`F16`).
+    half: bool,
 }
 
 impl DeferredTensor {
@@ -186,6 +188,7 @@ impl DeferredTensor {
             source: source.clone(),
             name: name.to_string(),
             len: meta.shape.iter().product(),
+            half: meta.dtype == "F16",
         })
     }
 }
@@ -205,6 +208,10 @@ impl aneforge::graph::DeferredF32 for DeferredTensor {
         self.source
             .read_f32_range(&self.name, start, out)
             .map_err(|e| e.to_string())
+    }
+
+    fn exactly_f16(&self) -> bool {
+        self.half
     }
 }
 

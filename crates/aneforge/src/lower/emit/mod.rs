@@ -199,8 +199,17 @@ impl<'t> Emitter<'t> {
     }
 
     fn constant(&mut self, node: &Tensor, value: &HostArray) -> Result<(), LowerError> {
-        if let HostData::BlockQuantized(q) = value.data() {
-            return self.block_quantized(node, q);
+        match value.data() {
+            HostData::BlockQuantized(q) => return self.block_quantized(node, q),
+            HostData::Deferred(d)
+                if self.float == mil::DType::Fp32
+                    && d.exactly_f16()
+                    && value.shape().len() == 2
+                    && value.len() > super::consts::INLINE_MAX_ELEMENTS =>
+            {
+                return self.half_matrix(node, value.shape(), d.as_ref());
+            }
+            _ => {}
         }
         let (key, literal) = match self.consts.intern(value)? {
             Interned::Existing(name) => {
@@ -217,6 +226,54 @@ impl<'t> Emitter<'t> {
             .with_attribute("name", Literal::string(&name))
             .with_attribute("val", literal);
         self.ops.push(op);
+        Ok(())
+    }
+
+    /// An fp32 program's matrix whose values are all fp16: `constexpr_cast` of an fp16 blob
+    /// entry, half the bytes of the f32 entry and the same values.
+    fn half_matrix(
+        &mut self,
+        node: &Tensor,
+        shape: &[usize],
+        d: &dyn crate::graph::DeferredF32,
+    ) -> Result<(), LowerError> {
+        let len = d.len();
+        let source = d as *const dyn crate::graph::DeferredF32 as *const u8 as usize;
+        // keyed like a block-quantized constant by addresses; no quantized key has 0 scales
+        let key = [source, len, 0];
+        if let Some(name) = self.consts.quant_name(&key) {
+            self.names.insert(node.id(), name.to_string());
+            return Ok(());
+        }
+        let offset = self
+            .consts
+            .blob_entry(mil::DType::Fp16, len, source, 2 * len, |out| {
+                let mut values = vec![0.0f32; PARAMS_CHUNK];
+                for (i, bytes) in out.chunks_mut(PARAMS_CHUNK * 2).enumerate() {
+                    let v = &mut values[..bytes.len() / 2];
+                    d.read(i * PARAMS_CHUNK, v).map_err(|e| {
+                        LowerError::ConstantData(crate::graph::GraphError::ConstantData(e))
+                    })?;
+                    for (b, &x) in bytes.chunks_exact_mut(2).zip(v.iter()) {
+                        b.copy_from_slice(&half::f16::from_f32(x).to_le_bytes());
+                    }
+                }
+                Ok(())
+            })?;
+        let source_val = Argument::Literal(Literal::Blob {
+            ty: TensorType::new(mil::DType::Fp16, shape),
+            path: BLOB_PATH.to_string(),
+            offset,
+        });
+        let name = self.fresh("half");
+        self.consts.remember_quant(key, &name);
+        self.names.insert(node.id(), name.clone());
+        self.push_value(
+            &name,
+            TensorType::new(mil::DType::Fp32, shape),
+            "constexpr_cast",
+            vec![("source_val", source_val), ("output_dtype", string("fp32"))],
+        );
         Ok(())
     }
 
