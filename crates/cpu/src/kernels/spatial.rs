@@ -115,42 +115,6 @@ impl Spatial {
 
     fn plane(&self, x: &[f32], y: &mut [f32], pad: &mut [f32]) {
         let (h, w, oh, ow) = (self.h as isize, self.w as isize, self.oh, self.ow);
-        if let (
-            SpatialKind::MaxPool {
-                kh,
-                kw,
-                sh,
-                sw,
-                pt,
-                pl,
-            },
-            Some((ph, pw)),
-        ) = (&self.kind, self.padded())
-        {
-            let (plane, rmax) = pad.split_at_mut(ph * pw);
-            plane.fill(f32::NEG_INFINITY);
-            for iy in 0..self.h.min(ph.saturating_sub(*pt)) {
-                let n = self.w.min(pw.saturating_sub(*pl));
-                let row = &mut plane[(iy + pt) * pw + pl..][..n];
-                row.copy_from_slice(&x[iy * self.w..][..n]);
-            }
-            for oy in 0..oh {
-                // maxima over the window's rows, then over each window's columns
-                rmax.copy_from_slice(&plane[oy * sh * pw..][..pw]);
-                for i in 1..*kh {
-                    let r = &plane[(oy * sh + i) * pw..][..pw];
-                    for (m, &v) in rmax.iter_mut().zip(r) {
-                        *m = m.max(v);
-                    }
-                }
-                for (ox, o) in y[oy * ow..][..ow].iter_mut().enumerate() {
-                    *o = rmax[ox * sw..][..*kw]
-                        .iter()
-                        .fold(f32::NEG_INFINITY, |a, &v| a.max(v));
-                }
-            }
-            return;
-        }
         match &self.kind {
             SpatialKind::MaxPool {
                 kh,
@@ -159,33 +123,48 @@ impl Spatial {
                 sw,
                 pt,
                 pl,
+            } => {
+                let (ph, pw) = self.padded().unwrap_or((0, 0));
+                let (plane, rmax) = pad.split_at_mut(ph * pw);
+                plane.fill(f32::NEG_INFINITY);
+                for iy in 0..self.h.min(ph.saturating_sub(*pt)) {
+                    let n = self.w.min(pw.saturating_sub(*pl));
+                    let row = &mut plane[(iy + pt) * pw + pl..][..n];
+                    row.copy_from_slice(&x[iy * self.w..][..n]);
+                }
+                for oy in 0..oh {
+                    // maxima over the window's rows, then over each window's columns
+                    rmax.copy_from_slice(&plane[oy * sh * pw..][..pw]);
+                    for i in 1..*kh {
+                        let r = &plane[(oy * sh + i) * pw..][..pw];
+                        for (m, &v) in rmax.iter_mut().zip(r) {
+                            *m = m.max(v);
+                        }
+                    }
+                    for (ox, o) in y[oy * ow..][..ow].iter_mut().enumerate() {
+                        *o = rmax[ox * sw..][..*kw]
+                            .iter()
+                            .fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                    }
+                }
             }
-            | SpatialKind::AvgPool {
+            SpatialKind::AvgPool {
                 kh,
                 kw,
                 sh,
                 sw,
                 pt,
                 pl,
-                ..
+                pb,
+                pr,
+                exclude_pad,
             } => {
-                let (pb, pr) = match self.kind {
-                    SpatialKind::AvgPool { pb, pr, .. } => (pb as isize, pr as isize),
-                    _ => (0, 0),
-                };
-                let is_max = matches!(self.kind, SpatialKind::MaxPool { .. });
-                let exclude = matches!(
-                    self.kind,
-                    SpatialKind::AvgPool {
-                        exclude_pad: true,
-                        ..
-                    }
-                );
+                let (pb, pr) = (*pb as isize, *pr as isize);
                 for oy in 0..oh {
                     for ox in 0..ow {
                         let y0 = (oy * sh) as isize - *pt as isize;
                         let x0 = (ox * sw) as isize - *pl as isize;
-                        let mut acc = if is_max { f32::NEG_INFINITY } else { 0.0 };
+                        let mut acc = 0.0;
                         let mut count = 0usize;
                         for i in 0..*kh as isize {
                             for j in 0..*kw as isize {
@@ -193,18 +172,11 @@ impl Spatial {
                                 if iy < 0 || iy >= h || ix < 0 || ix >= w {
                                     continue;
                                 }
-                                let v = x[(iy * w + ix) as usize];
-                                if is_max {
-                                    acc = acc.max(v);
-                                } else {
-                                    acc += v;
-                                }
+                                acc += x[(iy * w + ix) as usize];
                                 count += 1;
                             }
                         }
-                        y[oy * ow + ox] = if is_max {
-                            acc
-                        } else if exclude {
+                        y[oy * ow + ox] = if *exclude_pad {
                             acc / count.max(1) as f32
                         } else {
                             let ry = (y0 + *kh as isize).min(h + pb) - y0;
