@@ -165,6 +165,56 @@ impl TensorSource for GgufFile {
     fn read_i64(&self, name: &str) -> Result<HostArray<i64>, WeightError> {
         self.read_ints(name).map_err(|e| self.weight_error(name, e))
     }
+
+    fn reads_ranges(&self) -> bool {
+        true
+    }
+
+    /// F32, F16 and BF16 tensors convert straight from the mapping, whose pages for the range
+    /// are then dropped from this process (as for safetensors); block types dequantize whole.
+    fn read_f32_range(&self, name: &str, start: usize, out: &mut [f32]) -> Result<(), WeightError> {
+        let info = self
+            .require_tensor(name)
+            .map_err(|e| self.weight_error(name, e))?;
+        let end = start.saturating_add(out.len());
+        let outside = || {
+            self.weight_error(
+                name,
+                GgufError::Tensor {
+                    path: self.path().to_path_buf(),
+                    name: name.to_string(),
+                    reason: format!(
+                        "elements {start}..{end} lie outside its shape {:?}",
+                        info.shape()
+                    ),
+                },
+            )
+        };
+        let width = match info.ggml_type {
+            GgmlType::F32 => 4,
+            GgmlType::F16 | GgmlType::BF16 => 2,
+            _ => {
+                let all = self.read_f32(name)?;
+                let (_, data) = all.into_parts();
+                out.copy_from_slice(data.get(start..end).ok_or_else(outside)?);
+                return Ok(());
+            }
+        };
+        let range = start.saturating_mul(width)..end.saturating_mul(width);
+        let part = self
+            .tensor_bytes(info)
+            .get(range.clone())
+            .ok_or_else(outside)?;
+        for (o, c) in out.iter_mut().zip(part.chunks_exact(width)) {
+            *o = match info.ggml_type {
+                GgmlType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                GgmlType::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
+                _ => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+            };
+        }
+        self.release_tensor_range(info, range);
+        Ok(())
+    }
 }
 
 impl GgufFile {

@@ -221,6 +221,33 @@ fn sparse_expert_decode_matches_transformers() {
     }
 }
 
+/// F16 copies of the Mixtral and OLMoE GGUF files (tools/fixtures/llm/f16_gguf.py; their
+/// checkpoints are F16, so the copies hold the same values): the matrices stay fp16 in the CPU
+/// program (`constexpr_cast`) and the outputs are transformers' as before.
+#[test]
+fn f16_gguf_files_match_transformers() {
+    for family in ["mixtral", "olmoe"] {
+        let path = fixture_dir().join(format!("{family}_f16.gguf"));
+        let llm = Arc::new(
+            Llm::load(path.to_str().unwrap(), LoadOptions::default())
+                .unwrap_or_else(|e| panic!("{family}: {e}")),
+        );
+        let want = expected(family);
+        let mut runner = Runner::new(llm.clone(), options()).unwrap();
+        let got = runner.feed_all(&want.prompt_ids).unwrap();
+        let err = relative_error(&got, &want.prompt_logits);
+        assert!(err < 1e-4, "{family}: prompt logits relative error {err:e}");
+        let text = runner.artifact(0).unwrap().mil_text();
+        assert!(
+            text.contains("constexpr_cast("),
+            "{family}: no fp16 matrix kept"
+        );
+        runner.reset();
+        let g = generate(&mut runner, &want.prompt_ids, &greedy(64), &mut |_| true).unwrap();
+        assert_eq!(g.tokens, want.greedy_ids, "{family}");
+    }
+}
+
 #[test]
 fn gguf_files_match_transformers() {
     for family in GGUF_FAMILIES {

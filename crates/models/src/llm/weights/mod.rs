@@ -128,26 +128,25 @@ impl WeightFile {
 
     /// A tensor of `shape` as a matrix of its last dimension's columns (`[rows, cols]`, or a
     /// stack `[E, rows, cols]` as `[E·rows, cols]`), kept block-quantized when the file stores
-    /// it so and `quantized`. Safetensors matrices are deferred: read when a program is compiled.
+    /// it so and `quantized`. Float matrices are deferred: read when a program is compiled.
     fn matrix(&self, name: &str, shape: &[usize], quantized: bool) -> Result<Matrix, LlmError> {
         let cols = shape.last().copied().unwrap_or(1);
         let rows = shape.iter().product::<usize>() / cols.max(1);
-        match (self, quantized) {
-            (WeightFile::Gguf(f), true) => {
-                if let Some(m) = Matrix::from_gguf_blocks(f, name, shape)? {
-                    return Ok(m);
-                }
+        if let (WeightFile::Gguf(f), true) = (self, quantized) {
+            if let Some(m) = Matrix::from_gguf_blocks(f, name, shape)? {
+                return Ok(m);
             }
-            (WeightFile::Hf(vb), _) => {
-                self.check(name, shape)?;
-                if let Some(d) = DeferredTensor::new(vb.source(), name) {
-                    return Ok(Matrix::Dense(HostArray::from_deferred(
-                        &[rows, cols],
-                        Arc::new(d),
-                    )?));
-                }
-            }
-            (WeightFile::Gguf(_), false) => {}
+        }
+        self.check(name, shape)?;
+        let source: Arc<dyn TensorSource> = match self {
+            WeightFile::Hf(vb) => vb.source().clone(),
+            WeightFile::Gguf(f) => f.clone(),
+        };
+        if let Some(d) = DeferredTensor::new(&source, name) {
+            return Ok(Matrix::Dense(HostArray::from_deferred(
+                &[rows, cols],
+                Arc::new(d),
+            )?));
         }
         let a = self.dense(name, shape)?;
         Ok(Matrix::Dense(HostArray::new(
