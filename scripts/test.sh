@@ -39,6 +39,33 @@ ANEFORGE_SUITE_ENGINE=ane ANEFORGE_E5RT_LIB="$sim" cargo test --workspace --test
 # The macOS-only code paths (the real-framework test group) must at least type-check for Apple
 # Silicon, warnings denied (x86-only kernels must not leave dead code there). The target's
 # standard library is fetched once with rustup; without it, say so and skip.
+# The CPU engine's kernel and op suites again under each narrower kernel schedule this CPU can be
+# held to (ANEFORGE_CPU_KERNELS, crates/cpu/src/simd.rs): the AVX2 and portable code paths run on
+# an AVX-512 machine too. A schedule the CPU lacks falls back to the widest it has.
+for schedule in avx2 portable; do
+    step "CPU engine suites, $schedule kernels"
+    ANEFORGE_CPU_KERNELS=$schedule cargo test --quiet -p aneforge-cpu
+    ANEFORGE_CPU_KERNELS=$schedule cargo test --quiet --workspace --test op_suite
+done
+
+# The CPU engine on aarch64 (the kernels Apple Silicon runs): cross-built with Debian's
+# gcc-aarch64-linux-gnu and its suite run under qemu-aarch64 (qemu-user). QEMU proves correctness,
+# not speed. Without those tools this step is skipped, unless ANEFORGE_REQUIRE_CROSS is set (CI).
+step "aarch64 CPU engine under QEMU"
+arm=aarch64-unknown-linux-gnu
+if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null \
+    && { rustup target list --installed 2>/dev/null | grep -qx "$arm" \
+        || rustup target add "$arm" >/dev/null 2>&1; }; then
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+        CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+        cargo test --quiet --target "$arm" -p aneforge-cpu
+elif [ -n "${ANEFORGE_REQUIRE_CROSS:-}" ]; then
+    echo "the aarch64 step needs aarch64-linux-gnu-gcc, qemu-aarch64 and rustup's $arm target" >&2
+    exit 1
+else
+    echo "SKIPPED: aarch64 CPU engine suite (no aarch64-linux-gnu-gcc / qemu-aarch64 here)"
+fi
+
 step "aarch64-apple-darwin check"
 apple=aarch64-apple-darwin
 if rustup target list --installed 2>/dev/null | grep -qx "$apple" \

@@ -8,6 +8,7 @@ fn main() {
     let threads_max = std::thread::available_parallelism().map_or(1, |n| n.get());
     let thread_counts: Vec<usize> = if threads_max > 1 { vec![1, 2] } else { vec![1] };
     let all = what == "all";
+    println!("# cpu engine: {}", aneforge_cpu::simd::describe());
     if all || what == "overhead" {
         println!("{}", bench::overhead(50));
     }

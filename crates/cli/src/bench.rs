@@ -58,6 +58,7 @@ pub struct BenchEmbedArgs {
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
+    eprintln!("cpu engine: {}", aneforge_cpu::simd::describe());
     match command {
         BenchCommand::Embed(args) => embed(args),
         BenchCommand::Vision(args) => crate::bench_vision::run(args),

@@ -73,6 +73,7 @@ pub fn targets(format: Format) -> anyhow::Result<()> {
     let aliases: Vec<String> = ALIASES.iter().map(|(a, h)| format!("{a}={h}")).collect();
     println!("aliases: {}", aliases.join(" "));
     report_host(&detected, true);
+    println!("cpu engine: {}", aneforge_cpu::simd::describe());
     Ok(())
 }
 

@@ -56,7 +56,7 @@ pub fn gemm_rows(
 
 #[cfg(target_arch = "x86_64")]
 fn avx512() -> bool {
-    std::is_x86_feature_detected!("avx512f")
+    crate::simd::has_avx512()
 }
 
 #[cfg(target_arch = "x86_64")]

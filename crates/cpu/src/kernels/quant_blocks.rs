@@ -354,10 +354,7 @@ impl QuantTensor {
 
 #[cfg(target_arch = "x86_64")]
 fn avx512() -> bool {
-    std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512bw")
-        && std::is_x86_feature_detected!("f16c")
-        && std::is_x86_feature_detected!("fma")
+    crate::simd::has_avx512()
 }
 
 /// Largest activation-row count run as GEMV; more rows run as dequantized tiles + GEMM.
@@ -538,31 +535,122 @@ fn gemv_row(
         unsafe { gemv_row_avx512(q, row, &scale, offset.as_ref(), prep, stride, m, acc) };
         return;
     }
-    let (k, bs) = (q.cols, q.block);
-    let four = q.interleaved();
-    for i in 0..m {
-        let x = &prep[i * stride..i * stride + k];
-        let sums = &prep[i * stride + k..(i + 1) * stride];
-        let mut total = 0.0f32;
-        for b in 0..q.blocks_per_row() {
-            let mut dot = 0.0f32;
-            for c in b * bs..(b + 1) * bs {
-                // prepared 4-bit rows: chunk of 32 as 16 even then 16 odd columns
-                let xc = if four {
-                    let (chunk, w) = (c / 32, c % 32);
-                    x[chunk * 32 + if w % 2 == 0 { w / 2 } else { 16 + w / 2 }]
-                } else {
-                    x[c]
-                };
-                dot += q.q(row, c) * xc;
-            }
-            let s = scale.get(b);
-            total += s * dot;
-            if let Some(o) = &offset {
-                total -= s * o.get(b) * sums[b];
+    gemv_row_portable(q, row, &scale, offset.as_ref(), prep, stride, m, acc);
+}
+
+/// Columns decoded to f32 at a time by the portable GEMV: one 32-column chunk, the unit the
+/// 4-bit activation preparation interleaves.
+const PIECE: usize = 32;
+
+/// Columns `c0..c0 + w.len()` of a row as their quantized values (before scale and offset), in
+/// the order the activations were prepared: a whole 4-bit chunk as its 16 low then 16 high
+/// nibbles.
+#[inline(always)]
+fn decode_piece(q: &QuantTensor, row: &[u8], c0: usize, w: &mut [f32]) {
+    let len = w.len();
+    match q.format {
+        QFormat::U4 | QFormat::I4 if q.interleaved() => {
+            // a two's-complement nibble n is (n ^ 8) - 8
+            let flip = if q.format == QFormat::I4 { 8u8 } else { 0 };
+            let bias = f32::from(flip);
+            let bytes = &row[c0 / 2..c0 / 2 + 16];
+            let (lo, hi) = w.split_at_mut(16);
+            for ((l, h), &b) in lo.iter_mut().zip(hi.iter_mut()).zip(bytes) {
+                *l = f32::from((b & 15) ^ flip) - bias;
+                *h = f32::from((b >> 4) ^ flip) - bias;
             }
         }
-        acc[i] = total;
+        QFormat::U4 | QFormat::I4 if c0.is_multiple_of(2) && len.is_multiple_of(2) => {
+            let flip = if q.format == QFormat::I4 { 8u8 } else { 0 };
+            let bias = f32::from(flip);
+            for (pair, &b) in w.chunks_exact_mut(2).zip(&row[c0 / 2..(c0 + len) / 2]) {
+                pair[0] = f32::from((b & 15) ^ flip) - bias;
+                pair[1] = f32::from((b >> 4) ^ flip) - bias;
+            }
+        }
+        QFormat::U8 => {
+            for (v, &b) in w.iter_mut().zip(&row[c0..c0 + len]) {
+                *v = f32::from(b);
+            }
+        }
+        QFormat::I8 => {
+            for (v, &b) in w.iter_mut().zip(&row[c0..c0 + len]) {
+                *v = f32::from(b as i8);
+            }
+        }
+        QFormat::F16 => {
+            let halves: &[f16] = bytemuck::cast_slice(&row[2 * c0..2 * (c0 + len)]);
+            half::slice::HalfFloatSliceExt::convert_to_f32_slice(halves, w);
+        }
+        _ => {
+            for (t, v) in w.iter_mut().enumerate() {
+                *v = q.q(row, c0 + t);
+            }
+        }
+    }
+}
+
+/// `lanes[l] += Σ_t w[8t + l]·x[8t + l]` (the tail into lane 0): eight independent sums the
+/// compiler keeps in vector registers.
+#[inline(always)]
+fn dot_lanes(w: &[f32], x: &[f32], lanes: &mut [f32; 8]) {
+    let (mut wc, mut xc) = (w.chunks_exact(8), x.chunks_exact(8));
+    for (a, b) in (&mut wc).zip(&mut xc) {
+        for l in 0..8 {
+            lanes[l] += a[l] * b[l];
+        }
+    }
+    for (a, b) in wc.remainder().iter().zip(xc.remainder()) {
+        lanes[0] += a * b;
+    }
+}
+
+crate::simd_dispatch! {
+    /// The GEMV of one weight row for CPUs without the AVX-512 kernel (AVX2, aarch64, or a
+    /// forced portable schedule): each 32-column piece decoded to f32 once, then dotted with
+    /// every activation row in eight-lane sums the compiler vectorises.
+    fn gemv_row_portable(
+        q: &QuantTensor,
+        row: &[u8],
+        scale: &ParamSlice<'_>,
+        offset: Option<&ParamSlice<'_>>,
+        prep: &[f32],
+        stride: usize,
+        m: usize,
+        acc: &mut [f32; GEMV_MAX_ROWS],
+    ) {
+        let (k, bs, nb) = (q.cols, q.block, q.blocks_per_row());
+        let mut w = [0.0f32; PIECE];
+        let mut total = [[0.0f32; 8]; GEMV_MAX_ROWS];
+        let mut mins = [0.0f32; GEMV_MAX_ROWS];
+        for b in 0..nb {
+            let mut part = [[0.0f32; 8]; GEMV_MAX_ROWS];
+            let mut c0 = b * bs;
+            while c0 < (b + 1) * bs {
+                let len = PIECE.min((b + 1) * bs - c0);
+                let w = &mut w[..len];
+                decode_piece(q, row, c0, w);
+                for (i, lanes) in part[..m].iter_mut().enumerate() {
+                    dot_lanes(w, &prep[i * stride + c0..i * stride + c0 + len], lanes);
+                }
+                c0 += len;
+            }
+            let s = scale.get(b);
+            for (t, p) in total[..m].iter_mut().zip(&part) {
+                for l in 0..8 {
+                    t[l] += s * p[l];
+                }
+            }
+            if let Some(o) = offset {
+                let so = s * o.get(b);
+                for (i, v) in mins[..m].iter_mut().enumerate() {
+                    *v += so * prep[i * stride + k + b];
+                }
+            }
+        }
+        for i in 0..m {
+            acc[i] = total[i].iter().sum::<f32>() - mins[i];
+        }
     }
 }
 
@@ -658,23 +746,7 @@ unsafe fn gemv_row_avx512(
         }
         _ => {
             // unusual geometry: the portable path
-            for i in 0..m {
-                let x = &prep[i * stride..i * stride + k];
-                let xs = &prep[i * stride + k..(i + 1) * stride];
-                let mut total = 0.0f32;
-                for b in 0..nb {
-                    let mut dot = 0.0f32;
-                    for c in b * bs..(b + 1) * bs {
-                        dot += q.q(row, c) * x[c];
-                    }
-                    let s = scale.get(b);
-                    total += s * dot;
-                    if let Some(o) = offset {
-                        total -= s * o.get(b) * xs[b];
-                    }
-                }
-                acc[i] = total;
-            }
+            gemv_row_portable(q, row, scale, offset, prep, stride, m, acc);
             return;
         }
     }

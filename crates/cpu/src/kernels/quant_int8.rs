@@ -39,17 +39,7 @@ pub fn applies(q: &QuantTensor) -> bool {
 }
 
 fn vnni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512vnni")
-            && std::is_x86_feature_detected!("f16c")
-            && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    crate::simd::has_avx512_vnni()
 }
 
 /// Floats of one prepared activation row: the quantized bytes, per chunk pair the two scales

@@ -414,12 +414,7 @@ fn quantize_activations(x: &[f64]) -> (Vec<i64>, Vec<f64>) {
 }
 
 fn vnni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512bw")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    aneforge_cpu::simd::has_avx512_vnni()
 }
 
 /// `quantize_activations`: the product against an f64 evaluation of the same scheme — activations
