@@ -49,16 +49,19 @@ for schedule in avx2 portable; do
 done
 
 # The CPU engine on aarch64 (the kernels Apple Silicon runs): cross-built with Debian's
-# gcc-aarch64-linux-gnu and its suite run under qemu-aarch64 (qemu-user). QEMU proves correctness,
+# gcc-aarch64-linux-gnu and its suite run under qemu-aarch64 (qemu-user), with the NEON kernels
+# and with the portable schedule. QEMU proves correctness,
 # not speed. Without those tools this step is skipped, unless ANEFORGE_REQUIRE_CROSS is set (CI).
 step "aarch64 CPU engine under QEMU"
 arm=aarch64-unknown-linux-gnu
 if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null \
     && { rustup target list --installed 2>/dev/null | grep -qx "$arm" \
         || rustup target add "$arm" >/dev/null 2>&1; }; then
-    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
-        CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
-        cargo test --quiet --target "$arm" -p aneforge-cpu
+    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+    for schedule in neon portable; do
+        ANEFORGE_CPU_KERNELS=$schedule cargo test --quiet --target "$arm" -p aneforge-cpu
+    done
 elif [ -n "${ANEFORGE_REQUIRE_CROSS:-}" ]; then
     echo "the aarch64 step needs aarch64-linux-gnu-gcc, qemu-aarch64 and rustup's $arm target" >&2
     exit 1

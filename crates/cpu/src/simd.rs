@@ -1,26 +1,29 @@
 //! The CPU engine's kernel schedule, chosen once per process: the widest instruction set both the
 //! CPU and `ANEFORGE_CPU_KERNELS` allow. Every kernel with hand-written SIMD asks here, so forcing
 //! a narrower schedule (`portable`, `avx2`) runs the same suites through the other code paths on
-//! an AVX-512 machine. The `gemm` crate behind large f32 products does its own detection.
+//! an AVX-512 machine (and `portable` on aarch64 turns the NEON kernels off). The `gemm` crate behind large f32 products does its own detection.
 //!
 //! `simd_dispatch!` compiles a body three times on x86-64 — baseline, AVX2+FMA+F16C, and AVX-512
 //! (F/BW/VL) — and calls the copy the schedule allows.
 
 use std::sync::OnceLock;
 
-/// Environment variable capping the schedule: `portable`, `avx2`, `avx512` or `native` (unset).
+/// Environment variable choosing a narrower schedule: `portable`, `avx2`, `avx512`, `neon` or
+/// `native` (unset).
 pub const KERNELS_ENV: &str = "ANEFORGE_CPU_KERNELS";
 
-/// Instruction-set classes, narrowest first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// Instruction-set classes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
     /// Plain Rust the compiler vectorises for the build's baseline (SSE2 on x86-64, NEON on
-    /// aarch64).
+    /// aarch64), no hand-written kernels.
     Portable,
     /// AVX2 + FMA + F16C.
     Avx2,
     /// AVX-512 F/BW/VL with AVX2 + FMA + F16C (VNNI reported separately).
     Avx512,
+    /// aarch64's Advanced SIMD (always present there), with hand-written kernels where they exist.
+    Neon,
 }
 
 impl Schedule {
@@ -29,7 +32,15 @@ impl Schedule {
             Schedule::Portable => "portable",
             Schedule::Avx2 => "avx2",
             Schedule::Avx512 => "avx512",
+            Schedule::Neon => "neon",
         }
+    }
+
+    /// Whether a CPU whose widest schedule is `best` can run this one.
+    fn runs_on(self, best: Schedule) -> bool {
+        self == best
+            || self == Schedule::Portable
+            || (self == Schedule::Avx2 && best == Schedule::Avx512)
     }
 
     fn parse(s: &str) -> Option<Option<Schedule>> {
@@ -38,6 +49,7 @@ impl Schedule {
             "portable" | "generic" => Some(Some(Schedule::Portable)),
             "avx2" => Some(Some(Schedule::Avx2)),
             "avx512" => Some(Some(Schedule::Avx512)),
+            "neon" => Some(Some(Schedule::Neon)),
             _ => None,
         }
     }
@@ -69,7 +81,11 @@ fn detected() -> (Schedule, bool) {
         };
         (schedule, vnni)
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        (Schedule::Neon, false)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         (Schedule::Portable, false)
     }
@@ -82,11 +98,13 @@ fn chosen() -> &'static Chosen {
         let asked = std::env::var(KERNELS_ENV).unwrap_or_default();
         let (schedule, note) = match Schedule::parse(&asked) {
             Some(None) => (best, None),
-            Some(Some(cap)) if cap <= best => (cap, Some(format!("{KERNELS_ENV}={asked}"))),
+            Some(Some(cap)) if cap.runs_on(best) => {
+                (cap, Some(format!("{KERNELS_ENV}={asked}")))
+            }
             Some(Some(cap)) => (
                 best,
                 Some(format!(
-                    "{KERNELS_ENV}={asked} asks for {} but this CPU supports at most {}",
+                    "{KERNELS_ENV}={asked} asks for {} but this CPU runs {} at most",
                     cap.name(),
                     best.name()
                 )),
@@ -94,7 +112,7 @@ fn chosen() -> &'static Chosen {
             None => (
                 best,
                 Some(format!(
-                    "{KERNELS_ENV}={asked} is not one of portable, avx2, avx512, native; ignored"
+                    "{KERNELS_ENV}={asked} is not one of portable, avx2, avx512, neon, native; ignored"
                 )),
             ),
         };
@@ -120,12 +138,18 @@ pub fn schedule() -> Schedule {
 
 #[inline]
 pub fn has_avx2_fma() -> bool {
-    schedule() >= Schedule::Avx2
+    matches!(schedule(), Schedule::Avx2 | Schedule::Avx512)
 }
 
 #[inline]
 pub fn has_avx512() -> bool {
-    schedule() >= Schedule::Avx512
+    schedule() == Schedule::Avx512
+}
+
+/// The hand-written aarch64 kernels (off under a forced `portable` schedule).
+#[inline]
+pub fn has_neon() -> bool {
+    schedule() == Schedule::Neon
 }
 
 /// AVX-512 VNNI (the int8-activation GEMV), only under the AVX-512 schedule.
@@ -226,8 +250,13 @@ mod tests {
         assert_eq!(Schedule::parse(" AVX2 "), Some(Some(Schedule::Avx2)));
         assert_eq!(Schedule::parse("portable"), Some(Some(Schedule::Portable)));
         assert_eq!(Schedule::parse("avx512"), Some(Some(Schedule::Avx512)));
+        assert_eq!(Schedule::parse("neon"), Some(Some(Schedule::Neon)));
         assert_eq!(Schedule::parse("sse9"), None);
-        assert!(Schedule::Portable < Schedule::Avx2 && Schedule::Avx2 < Schedule::Avx512);
+        assert!(Schedule::Avx2.runs_on(Schedule::Avx512));
+        assert!(Schedule::Portable.runs_on(Schedule::Neon));
+        assert!(!Schedule::Avx512.runs_on(Schedule::Avx2));
+        assert!(!Schedule::Neon.runs_on(Schedule::Avx512));
+        assert!(!Schedule::Avx2.runs_on(Schedule::Neon));
     }
 
     /// The schedule in force is the one asked for when the CPU has it (scripts/test.sh runs the
@@ -235,12 +264,12 @@ mod tests {
     #[test]
     fn the_asked_schedule_is_in_force() {
         let (best, vnni) = detected();
-        assert!(schedule() <= best);
+        assert!(schedule().runs_on(best));
         match std::env::var(KERNELS_ENV)
             .ok()
             .and_then(|v| Schedule::parse(&v))
         {
-            Some(Some(asked)) if asked <= best => assert_eq!(schedule(), asked),
+            Some(Some(asked)) if asked.runs_on(best) => assert_eq!(schedule(), asked),
             _ => assert_eq!(schedule(), best),
         }
         assert_eq!(has_avx512_vnni(), vnni && schedule() == Schedule::Avx512);

@@ -6,9 +6,9 @@
 //! rows (re-packing the whole weight every call) is paid once.
 //!
 //! Panel width and tile height follow the vector unit: AVX-512 keeps an 8 × 32 tile in sixteen
-//! zmm registers, AVX2+FMA a 6 × 16 tile in twelve ymm registers, and other CPUs run a 4 × 16
-//! tile in plain Rust that the compiler vectorises. The panel width is fixed when packing (on
-//! the machine that runs the program).
+//! zmm registers, AVX2+FMA a 6 × 16 tile in twelve ymm registers, aarch64 NEON a 6 × 16 tile in
+//! 24 q registers, and other CPUs run a 4 × 16 tile in plain Rust that the compiler vectorises.
+//! The panel width is fixed when packing (on the machine that runs the program).
 
 use super::Cx;
 use crate::tensor::SendPtr;
@@ -32,6 +32,7 @@ pub struct PackedB {
 enum Isa {
     Avx512,
     Avx2,
+    Neon,
     Portable,
 }
 
@@ -40,6 +41,8 @@ fn isa() -> Isa {
         Isa::Avx512
     } else if crate::simd::has_avx2_fma() {
         Isa::Avx2
+    } else if crate::simd::has_neon() {
+        Isa::Neon
     } else {
         Isa::Portable
     }
@@ -152,7 +155,7 @@ unsafe fn block(
     let nr = b.nr;
     let mr = match isa {
         Isa::Avx512 => 8,
-        Isa::Avx2 => 6,
+        Isa::Avx2 | Isa::Neon => 6,
         Isa::Portable => 4,
     };
     let panels = b.panels();
@@ -185,6 +188,8 @@ unsafe fn block(
                         Isa::Avx512 => x86::tile512(rows, &t),
                         #[cfg(target_arch = "x86_64")]
                         Isa::Avx2 => x86::tile256(rows, &t),
+                        #[cfg(target_arch = "aarch64")]
+                        Isa::Neon => arm::tile128(rows, &t),
                         _ => portable(rows, &t),
                     }
                 }
@@ -234,6 +239,69 @@ fn portable_tile<const R: usize>(t: &Tile) {
         let out = unsafe { std::slice::from_raw_parts_mut(t.c.add(i * t.ldc), t.cols) };
         for (o, &s) in out.iter_mut().zip(row) {
             *o = if t.accumulate { *o + s } else { s };
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use super::Tile;
+    use std::arch::aarch64::*;
+
+    pub(super) unsafe fn tile128(rows: usize, t: &Tile) {
+        match rows {
+            1 => t128::<1>(t),
+            2 => t128::<2>(t),
+            3 => t128::<3>(t),
+            4 => t128::<4>(t),
+            5 => t128::<5>(t),
+            _ => t128::<6>(t),
+        }
+    }
+
+    /// A `R × 16` tile in `4R` q-registers (24 of the 32 at R = 6), the panel row in four more.
+    #[inline(always)]
+    unsafe fn t128<const R: usize>(t: &Tile) {
+        let mut acc = [[vdupq_n_f32(0.0); 4]; R];
+        let (mut ap, mut bp) = (t.a, t.b);
+        for _ in 0..t.k {
+            let b = [
+                vld1q_f32(bp),
+                vld1q_f32(bp.add(4)),
+                vld1q_f32(bp.add(8)),
+                vld1q_f32(bp.add(12)),
+            ];
+            for (i, s) in acc.iter_mut().enumerate() {
+                let av = *ap.add(i * t.a_rs);
+                for (q, &bq) in s.iter_mut().zip(&b) {
+                    *q = vfmaq_n_f32(*q, bq, av);
+                }
+            }
+            ap = ap.add(t.a_cs);
+            bp = bp.add(16);
+        }
+        for (i, s) in acc.iter().enumerate() {
+            let cp = t.c.add(i * t.ldc);
+            if t.cols == 16 {
+                for (q, &v) in s.iter().enumerate() {
+                    let o = cp.add(4 * q);
+                    let v = if t.accumulate {
+                        vaddq_f32(v, vld1q_f32(o))
+                    } else {
+                        v
+                    };
+                    vst1q_f32(o, v);
+                }
+            } else {
+                let mut row = [0f32; 16];
+                for (q, &v) in s.iter().enumerate() {
+                    vst1q_f32(row.as_mut_ptr().add(4 * q), v);
+                }
+                for (j, &v) in row.iter().enumerate().take(t.cols) {
+                    let o = cp.add(j);
+                    *o = if t.accumulate { *o + v } else { v };
+                }
+            }
         }
     }
 }
@@ -350,6 +418,9 @@ mod tests {
         }
         if crate::simd::has_avx512() {
             isas.push(Isa::Avx512);
+        }
+        if crate::simd::has_neon() {
+            isas.push(Isa::Neon);
         }
         let mut seed = 7u32;
         let mut next = move || {

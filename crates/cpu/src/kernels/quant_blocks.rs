@@ -333,13 +333,7 @@ impl QuantTensor {
             };
             return;
         }
-        for b in 0..self.blocks_per_row() {
-            let s = scale.get(b);
-            let o = offset.as_ref().map_or(0.0, |p| p.get(b));
-            for c in b * bs..(b + 1) * bs {
-                out[c] = s * (self.q(row, c) - o);
-            }
-        }
+        dequantize_blocks(self, row, &scale, offset.as_ref(), &mut out[..self.cols]);
     }
 
     /// The whole matrix as f32 (for consumers without a quantized kernel).
@@ -355,6 +349,51 @@ impl QuantTensor {
 #[cfg(target_arch = "x86_64")]
 fn avx512() -> bool {
     crate::simd::has_avx512()
+}
+
+crate::simd_dispatch! {
+    /// `out[c] = scale_b·(q[c] − offset_b)` over a row, in loops the compiler vectorises for
+    /// each schedule.
+    fn dequantize_blocks(
+        q: &QuantTensor,
+        row: &[u8],
+        scale: &ParamSlice<'_>,
+        offset: Option<&ParamSlice<'_>>,
+        out: &mut [f32],
+    ) {
+        let bs = q.block;
+        for (b, block) in out.chunks_exact_mut(bs).enumerate() {
+            let s = scale.get(b);
+            let o = offset.map_or(0.0, |p| p.get(b));
+            let c0 = b * bs;
+            match q.format {
+                QFormat::U4 | QFormat::I4 if bs.is_multiple_of(2) && c0.is_multiple_of(2) => {
+                    // a two's-complement nibble n is (n ^ 8) - 8
+                    let flip = if q.format == QFormat::I4 { 8u8 } else { 0 };
+                    let bias = f32::from(flip);
+                    for (pair, &v) in block.chunks_exact_mut(2).zip(&row[c0 / 2..(c0 + bs) / 2]) {
+                        pair[0] = s * ((f32::from((v & 15) ^ flip) - bias) - o);
+                        pair[1] = s * ((f32::from((v >> 4) ^ flip) - bias) - o);
+                    }
+                }
+                QFormat::U8 => {
+                    for (d, &v) in block.iter_mut().zip(&row[c0..c0 + bs]) {
+                        *d = s * (f32::from(v) - o);
+                    }
+                }
+                QFormat::I8 => {
+                    for (d, &v) in block.iter_mut().zip(&row[c0..c0 + bs]) {
+                        *d = s * (f32::from(v as i8) - o);
+                    }
+                }
+                _ => {
+                    for (t, d) in block.iter_mut().enumerate() {
+                        *d = s * (q.q(row, c0 + t) - o);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Largest activation-row count run as GEMV; more rows run as dequantized tiles + GEMM.
@@ -535,7 +574,149 @@ fn gemv_row(
         unsafe { gemv_row_avx512(q, row, &scale, offset.as_ref(), prep, stride, m, acc) };
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: AVX2, FMA and F16C were detected; slices are sized by the tensor's geometry.
+        if unsafe { gemv_row_avx2(q, row, &scale, offset.as_ref(), prep, stride, m, acc) } {
+            return;
+        }
+    }
     gemv_row_portable(q, row, &scale, offset.as_ref(), prep, stride, m, acc);
+}
+
+/// [`gemv_row_avx512`] in 256-bit registers for the common geometries (4-bit in whole chunks,
+/// 8-bit and fp16 in blocks of 8k); false, having done nothing, for others.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_row_avx2(
+    q: &QuantTensor,
+    row: &[u8],
+    scale: &ParamSlice<'_>,
+    offset: Option<&ParamSlice<'_>>,
+    prep: &[f32],
+    stride: usize,
+    m: usize,
+    acc: &mut [f32; GEMV_MAX_ROWS],
+) -> bool {
+    // a constant row count keeps the M sums in registers
+    let f = match m {
+        1 => rows_avx2::<1>,
+        2 => rows_avx2::<2>,
+        3 => rows_avx2::<3>,
+        4 => rows_avx2::<4>,
+        5 => rows_avx2::<5>,
+        6 => rows_avx2::<6>,
+        7 => rows_avx2::<7>,
+        _ => rows_avx2::<8>,
+    };
+    f(q, row, scale, offset, prep, stride, acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_avx2<const M: usize>(
+    q: &QuantTensor,
+    row: &[u8],
+    scale: &ParamSlice<'_>,
+    offset: Option<&ParamSlice<'_>>,
+    prep: &[f32],
+    stride: usize,
+    acc: &mut [f32; GEMV_MAX_ROWS],
+) -> bool {
+    use std::arch::x86_64::*;
+    let (k, bs, nb) = (q.cols, q.block, q.blocks_per_row());
+    assert!(M <= GEMV_MAX_ROWS && prep.len() >= (M - 1) * stride + k + nb);
+    assert!(row.len() == q.row_bytes());
+    let mut sums = [_mm256_setzero_ps(); M];
+    let p = prep.as_ptr();
+    let rp = row.as_ptr();
+    match q.format {
+        QFormat::U4 | QFormat::I4 if q.interleaved() => {
+            let signed = q.format == QFormat::I4;
+            let fifteen = _mm256_set1_epi32(15);
+            let eight = _mm256_set1_epi32(8);
+            let chunks_per_block = bs / 32;
+            for b in 0..nb {
+                let s = _mm256_set1_ps(scale.get(b));
+                for cb in 0..chunks_per_block {
+                    let c = b * chunks_per_block + cb;
+                    // bytes 8h..8h+8 of the chunk: low nibbles are prepared columns 8h.., high
+                    // nibbles 16 + 8h..
+                    for h in 0..2 {
+                        let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                            rp.add(c * 16 + 8 * h) as *const __m128i
+                        ));
+                        let mut lo = _mm256_and_si256(v, fifteen);
+                        let mut hi = _mm256_srli_epi32(v, 4);
+                        if signed {
+                            lo = _mm256_sub_epi32(_mm256_xor_si256(lo, eight), eight);
+                            hi = _mm256_sub_epi32(_mm256_xor_si256(hi, eight), eight);
+                        }
+                        let lo = _mm256_cvtepi32_ps(lo);
+                        let hi = _mm256_cvtepi32_ps(hi);
+                        for (i, sum) in sums.iter_mut().enumerate() {
+                            let x = p.add(i * stride + c * 32 + 8 * h);
+                            let t = _mm256_fmadd_ps(
+                                hi,
+                                _mm256_loadu_ps(x.add(16)),
+                                _mm256_mul_ps(lo, _mm256_loadu_ps(x)),
+                            );
+                            *sum = _mm256_fmadd_ps(t, s, *sum);
+                        }
+                    }
+                }
+            }
+        }
+        QFormat::F16 if bs % 8 == 0 => {
+            for b in 0..nb {
+                let mut part = [_mm256_setzero_ps(); M];
+                for c in (b * bs..(b + 1) * bs).step_by(8) {
+                    let w = _mm256_cvtph_ps(_mm_loadu_si128(rp.add(2 * c) as *const __m128i));
+                    for (i, pt) in part.iter_mut().enumerate() {
+                        *pt = _mm256_fmadd_ps(w, _mm256_loadu_ps(p.add(i * stride + c)), *pt);
+                    }
+                }
+                let s = _mm256_set1_ps(scale.get(b));
+                for (sum, pt) in sums.iter_mut().zip(&part) {
+                    *sum = _mm256_fmadd_ps(*pt, s, *sum);
+                }
+            }
+        }
+        QFormat::U8 | QFormat::I8 if bs % 8 == 0 => {
+            let signed = q.format == QFormat::I8;
+            for b in 0..nb {
+                let s = _mm256_set1_ps(scale.get(b));
+                for c in (b * bs..(b + 1) * bs).step_by(8) {
+                    let bytes = _mm_loadl_epi64(rp.add(c) as *const __m128i);
+                    let v = if signed {
+                        _mm256_cvtepi8_epi32(bytes)
+                    } else {
+                        _mm256_cvtepu8_epi32(bytes)
+                    };
+                    let w = _mm256_mul_ps(_mm256_cvtepi32_ps(v), s);
+                    for (i, sum) in sums.iter_mut().enumerate() {
+                        *sum = _mm256_fmadd_ps(w, _mm256_loadu_ps(p.add(i * stride + c)), *sum);
+                    }
+                }
+            }
+        }
+        _ => return false,
+    }
+    for (i, (a, sum)) in acc[..M].iter_mut().zip(&sums).enumerate() {
+        let half = _mm_add_ps(_mm256_castps256_ps128(*sum), _mm256_extractf128_ps(*sum, 1));
+        let pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
+        let one = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1));
+        let mut min = 0.0f32;
+        if let Some(o) = offset {
+            for b in 0..nb {
+                min += scale.get(b) * o.get(b) * *p.add(i * stride + k + b);
+            }
+        }
+        *a = _mm_cvtss_f32(one) - min;
+    }
+    true
 }
 
 /// Columns decoded to f32 at a time by the portable GEMV: one 32-column chunk, the unit the
@@ -607,8 +788,8 @@ fn dot_lanes(w: &[f32], x: &[f32], lanes: &mut [f32; 8]) {
 
 crate::simd_dispatch! {
     /// The GEMV of one weight row for CPUs without the AVX-512 kernel (AVX2, aarch64, or a
-    /// forced portable schedule): each 32-column piece decoded to f32 once, then dotted with
-    /// every activation row in eight-lane sums the compiler vectorises.
+    /// forced portable schedule): 32-column pieces decoded to f32, each dotted with the
+    /// activations in eight-lane sums the compiler vectorises.
     fn gemv_row_portable(
         q: &QuantTensor,
         row: &[u8],
@@ -620,36 +801,33 @@ crate::simd_dispatch! {
         acc: &mut [f32; GEMV_MAX_ROWS],
     ) {
         let (k, bs, nb) = (q.cols, q.block, q.blocks_per_row());
-        let mut w = [0.0f32; PIECE];
-        let mut total = [[0.0f32; 8]; GEMV_MAX_ROWS];
-        let mut mins = [0.0f32; GEMV_MAX_ROWS];
-        for b in 0..nb {
-            let mut part = [[0.0f32; 8]; GEMV_MAX_ROWS];
-            let mut c0 = b * bs;
-            while c0 < (b + 1) * bs {
-                let len = PIECE.min((b + 1) * bs - c0);
-                let w = &mut w[..len];
-                decode_piece(q, row, c0, w);
-                for (i, lanes) in part[..m].iter_mut().enumerate() {
-                    dot_lanes(w, &prep[i * stride + c0..i * stride + c0 + len], lanes);
+        // One activation row at a time, its sums in locals the compiler keeps in registers (an
+        // array indexed by the row would live on the stack, each piece's sums a store-to-load
+        // round trip); a row of several activations is decoded once per activation row.
+        for (i, out) in acc[..m].iter_mut().enumerate() {
+            let x = &prep[i * stride..i * stride + k];
+            let mut total = [0.0f32; 8];
+            let mut min = 0.0f32;
+            for b in 0..nb {
+                let mut part = [0.0f32; 8];
+                let mut w = [0.0f32; PIECE];
+                let mut c0 = b * bs;
+                while c0 < (b + 1) * bs {
+                    let len = PIECE.min((b + 1) * bs - c0);
+                    let w = &mut w[..len];
+                    decode_piece(q, row, c0, w);
+                    dot_lanes(w, &x[c0..c0 + len], &mut part);
+                    c0 += len;
                 }
-                c0 += len;
-            }
-            let s = scale.get(b);
-            for (t, p) in total[..m].iter_mut().zip(&part) {
+                let s = scale.get(b);
                 for l in 0..8 {
-                    t[l] += s * p[l];
+                    total[l] += s * part[l];
+                }
+                if let Some(o) = offset {
+                    min += s * o.get(b) * prep[i * stride + k + b];
                 }
             }
-            if let Some(o) = offset {
-                let so = s * o.get(b);
-                for (i, v) in mins[..m].iter_mut().enumerate() {
-                    *v += so * prep[i * stride + k + b];
-                }
-            }
-        }
-        for i in 0..m {
-            acc[i] = total[i].iter().sum::<f32>() - mins[i];
+            *out = total.iter().sum::<f32>() - min;
         }
     }
 }
