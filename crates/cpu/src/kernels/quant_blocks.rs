@@ -581,7 +581,167 @@ fn gemv_row(
             return;
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    if crate::simd::has_neon()
+        && neon::gemv_row(q, row, &scale, offset.as_ref(), prep, stride, m, acc)
+    {
+        return;
+    }
     gemv_row_portable(q, row, &scale, offset.as_ref(), prep, stride, m, acc);
+}
+
+/// The GEMV in NEON registers for 4-bit rows in whole chunks and 8-bit rows in blocks of 16k
+/// (fp16 rows take the portable path: Rust has no stable fp16 vector type).
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::{ParamSlice, QFormat, QuantTensor, GEMV_MAX_ROWS};
+    use std::arch::aarch64::*;
+
+    /// False, having done nothing, for other geometries.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemv_row(
+        q: &QuantTensor,
+        row: &[u8],
+        scale: &ParamSlice<'_>,
+        offset: Option<&ParamSlice<'_>>,
+        prep: &[f32],
+        stride: usize,
+        m: usize,
+        acc: &mut [f32; GEMV_MAX_ROWS],
+    ) -> bool {
+        // a constant row count keeps the M sums in registers
+        let f = match m {
+            1 => rows::<1>,
+            2 => rows::<2>,
+            3 => rows::<3>,
+            4 => rows::<4>,
+            5 => rows::<5>,
+            6 => rows::<6>,
+            7 => rows::<7>,
+            _ => rows::<8>,
+        };
+        f(q, row, scale, offset, prep, stride, acc)
+    }
+
+    /// Sixteen signed bytes as four vectors of f32.
+    #[inline(always)]
+    fn widen_s8(v: int8x16_t) -> [float32x4_t; 4] {
+        // SAFETY: NEON is part of the aarch64 baseline.
+        unsafe {
+            let lo = vmovl_s8(vget_low_s8(v));
+            let hi = vmovl_high_s8(v);
+            [
+                vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
+                vcvtq_f32_s32(vmovl_high_s16(lo)),
+                vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
+                vcvtq_f32_s32(vmovl_high_s16(hi)),
+            ]
+        }
+    }
+
+    /// Sixteen unsigned bytes as four vectors of f32.
+    #[inline(always)]
+    fn widen_u8(v: uint8x16_t) -> [float32x4_t; 4] {
+        // SAFETY: NEON is part of the aarch64 baseline.
+        unsafe {
+            let lo = vmovl_u8(vget_low_u8(v));
+            let hi = vmovl_high_u8(v);
+            [
+                vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))),
+                vcvtq_f32_u32(vmovl_high_u16(lo)),
+                vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))),
+                vcvtq_f32_u32(vmovl_high_u16(hi)),
+            ]
+        }
+    }
+
+    fn rows<const M: usize>(
+        q: &QuantTensor,
+        row: &[u8],
+        scale: &ParamSlice<'_>,
+        offset: Option<&ParamSlice<'_>>,
+        prep: &[f32],
+        stride: usize,
+        acc: &mut [f32; GEMV_MAX_ROWS],
+    ) -> bool {
+        let (k, bs, nb) = (q.cols, q.block, q.blocks_per_row());
+        assert!(M <= GEMV_MAX_ROWS && prep.len() >= (M - 1) * stride + k + nb);
+        assert!(row.len() == q.row_bytes());
+        let p = prep.as_ptr();
+        let rp = row.as_ptr();
+        // SAFETY: NEON is part of the aarch64 baseline; every load lies inside `row` (cols
+        // values) or inside an activation row of `prep` (k floats), as asserted above.
+        unsafe {
+            let mut sums = [vdupq_n_f32(0.0); M];
+            match q.format {
+                QFormat::U4 | QFormat::I4 if q.interleaved() => {
+                    let signed = q.format == QFormat::I4;
+                    let chunks_per_block = bs / 32;
+                    for b in 0..nb {
+                        let s = vdupq_n_f32(scale.get(b));
+                        for cb in 0..chunks_per_block {
+                            let c = b * chunks_per_block + cb;
+                            let v = vld1q_u8(rp.add(c * 16));
+                            let (lo, hi) = (vandq_u8(v, vdupq_n_u8(15)), vshrq_n_u8::<4>(v));
+                            // prepared columns 0..16 are the low nibbles, 16..32 the high ones;
+                            // a two's-complement nibble n is (n ^ 8) - 8
+                            let (lo, hi) = if signed {
+                                let eight = vdupq_n_s8(8);
+                                let signed = |n: uint8x16_t| {
+                                    vsubq_s8(vreinterpretq_s8_u8(veorq_u8(n, vdupq_n_u8(8))), eight)
+                                };
+                                (widen_s8(signed(lo)), widen_s8(signed(hi)))
+                            } else {
+                                (widen_u8(lo), widen_u8(hi))
+                            };
+                            for (i, sum) in sums.iter_mut().enumerate() {
+                                let x = p.add(i * stride + c * 32);
+                                for t in 0..4 {
+                                    let d = vfmaq_f32(
+                                        vmulq_f32(lo[t], vld1q_f32(x.add(4 * t))),
+                                        hi[t],
+                                        vld1q_f32(x.add(16 + 4 * t)),
+                                    );
+                                    *sum = vfmaq_f32(*sum, d, s);
+                                }
+                            }
+                        }
+                    }
+                }
+                QFormat::U8 | QFormat::I8 if bs % 16 == 0 => {
+                    for b in 0..nb {
+                        let s = vdupq_n_f32(scale.get(b));
+                        for c in (b * bs..(b + 1) * bs).step_by(16) {
+                            let v = vld1q_u8(rp.add(c));
+                            let w = if q.format == QFormat::I8 {
+                                widen_s8(vreinterpretq_s8_u8(v))
+                            } else {
+                                widen_u8(v)
+                            };
+                            for (i, sum) in sums.iter_mut().enumerate() {
+                                let x = p.add(i * stride + c);
+                                for (t, &wt) in w.iter().enumerate() {
+                                    *sum =
+                                        vfmaq_f32(*sum, vmulq_f32(wt, s), vld1q_f32(x.add(4 * t)));
+                                }
+                            }
+                        }
+                    }
+                }
+                _ => return false,
+            }
+            for (i, (a, sum)) in acc[..M].iter_mut().zip(&sums).enumerate() {
+                let mut min = 0.0f32;
+                if let Some(o) = offset {
+                    for b in 0..nb {
+                        min += scale.get(b) * o.get(b) * *p.add(i * stride + k + b);
+                    }
+                }
+                *a = vaddvq_f32(*sum) - min;
+            }
+        }
+        true
+    }
 }
 
 /// [`gemv_row_avx512`] in 256-bit registers for the common geometries (4-bit in whole chunks,
