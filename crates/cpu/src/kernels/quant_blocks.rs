@@ -396,6 +396,36 @@ crate::simd_dispatch! {
     }
 }
 
+/// `Σ_b scale_b·offset_b·Σx_b` for one prepared activation row's block sums (0 without offsets).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[inline]
+fn offset_term(scale: &ParamSlice<'_>, offset: Option<&ParamSlice<'_>>, sums: &[f32]) -> f32 {
+    offset.map_or(0.0, |o| {
+        sums.iter()
+            .enumerate()
+            .map(|(b, x)| scale.get(b) * o.get(b) * x)
+            .sum()
+    })
+}
+
+/// `f::<M>` for an activation-row count `m` of 1 to [`GEMV_MAX_ROWS`]: a kernel instantiated
+/// for a constant count keeps its M sums in registers.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+macro_rules! by_rows {
+    ($f:ident, $m:expr) => {
+        match $m {
+            1 => $f::<1>,
+            2 => $f::<2>,
+            3 => $f::<3>,
+            4 => $f::<4>,
+            5 => $f::<5>,
+            6 => $f::<6>,
+            7 => $f::<7>,
+            _ => $f::<8>,
+        }
+    };
+}
+
 /// Largest activation-row count run as GEMV; more rows run as dequantized tiles + GEMM.
 pub const GEMV_MAX_ROWS: usize = 8;
 /// Weight rows dequantized per GEMM tile.
@@ -594,7 +624,7 @@ fn gemv_row(
 /// (fp16 rows take the portable path: Rust has no stable fp16 vector type).
 #[cfg(target_arch = "aarch64")]
 mod neon {
-    use super::{ParamSlice, QFormat, QuantTensor, GEMV_MAX_ROWS};
+    use super::{offset_term, ParamSlice, QFormat, QuantTensor, GEMV_MAX_ROWS};
     use std::arch::aarch64::*;
 
     /// False, having done nothing, for other geometries.
@@ -609,18 +639,7 @@ mod neon {
         m: usize,
         acc: &mut [f32; GEMV_MAX_ROWS],
     ) -> bool {
-        // a constant row count keeps the M sums in registers
-        let f = match m {
-            1 => rows::<1>,
-            2 => rows::<2>,
-            3 => rows::<3>,
-            4 => rows::<4>,
-            5 => rows::<5>,
-            6 => rows::<6>,
-            7 => rows::<7>,
-            _ => rows::<8>,
-        };
-        f(q, row, scale, offset, prep, stride, acc)
+        by_rows!(rows, m)(q, row, scale, offset, prep, stride, acc)
     }
 
     /// Sixteen signed bytes as four vectors of f32.
@@ -731,13 +750,7 @@ mod neon {
                 _ => return false,
             }
             for (i, (a, sum)) in acc[..M].iter_mut().zip(&sums).enumerate() {
-                let mut min = 0.0f32;
-                if let Some(o) = offset {
-                    for b in 0..nb {
-                        min += scale.get(b) * o.get(b) * *p.add(i * stride + k + b);
-                    }
-                }
-                *a = vaddvq_f32(*sum) - min;
+                *a = vaddvq_f32(*sum) - offset_term(scale, offset, &prep[i * stride + k..][..nb]);
             }
         }
         true
@@ -759,18 +772,7 @@ unsafe fn gemv_row_avx2(
     m: usize,
     acc: &mut [f32; GEMV_MAX_ROWS],
 ) -> bool {
-    // a constant row count keeps the M sums in registers
-    let f = match m {
-        1 => rows_avx2::<1>,
-        2 => rows_avx2::<2>,
-        3 => rows_avx2::<3>,
-        4 => rows_avx2::<4>,
-        5 => rows_avx2::<5>,
-        6 => rows_avx2::<6>,
-        7 => rows_avx2::<7>,
-        _ => rows_avx2::<8>,
-    };
-    f(q, row, scale, offset, prep, stride, acc)
+    by_rows!(rows_avx2, m)(q, row, scale, offset, prep, stride, acc)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -868,13 +870,7 @@ unsafe fn rows_avx2<const M: usize>(
         let half = _mm_add_ps(_mm256_castps256_ps128(*sum), _mm256_extractf128_ps(*sum, 1));
         let pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
         let one = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1));
-        let mut min = 0.0f32;
-        if let Some(o) = offset {
-            for b in 0..nb {
-                min += scale.get(b) * o.get(b) * *p.add(i * stride + k + b);
-            }
-        }
-        *a = _mm_cvtss_f32(one) - min;
+        *a = _mm_cvtss_f32(one) - offset_term(scale, offset, &prep[i * stride + k..][..nb]);
     }
     true
 }
