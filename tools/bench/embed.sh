@@ -22,6 +22,7 @@ echo "# machine"
 lscpu | grep -E "Model name|^CPU\(s\)" || true
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo build --release -p aneforge-cli >/dev/null 2>&1
+./target/release/aneforge targets | grep '^cpu engine' || true
 cargo build --release -p aneforge-models --example embed_cpu_time >/dev/null 2>&1
 "$PY" tools/bench/embed_peers.py corpus "$work/sentences.txt" "$SENTENCES"
 "$PY" tools/bench/embed_peers.py export "$work/model.onnx" >/dev/null 2>&1

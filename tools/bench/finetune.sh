@@ -15,6 +15,7 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 echo "batch $BATCH, seq $SEQ, steps $STEPS, threads $THREADS; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo build --release -p aneforge-cli >/dev/null 2>&1
+./target/release/aneforge targets | grep '^cpu engine' || true
 # each layer's activations kept, then recomputed in the backward (--checkpointing)
 for recompute in "" --checkpointing; do
   echo "aneforge finetune ${recompute:-(activations kept)}"

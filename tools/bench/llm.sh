@@ -33,6 +33,7 @@ echo "# machine"
 lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/\(Flags:\).*\(avx512f\).*/\1 ... \2 .../' || true
 echo "load average at start: $(load)"
 cargo build --release -p aneforge-cli >/dev/null 2>&1
+./target/release/aneforge targets | grep '^cpu engine' || true
 python3 tools/bench/llm_peers.py --print-prompt >"$work/prompt.txt"
 results="$work/results.jsonl"
 

@@ -12,6 +12,7 @@ echo "# machine"
 lscpu | grep -E "Model name|^CPU\(s\)" || true
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo build --release -p aneforge-cli >/dev/null 2>&1
+./target/release/aneforge targets | grep '^cpu engine' || true
 HF_HUB_OFFLINE=1 "$PY" tools/bench/onnx_peers.py --aneforge ./target/release/aneforge \
     --threads "${THREADS:-1,2}" --runs "${RUNS:-50}"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -23,6 +23,7 @@ echo "# machine"
 lscpu | grep -E "Model name|^CPU\(s\)" || true
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo build --release -p aneforge-cli >/dev/null 2>&1
+./target/release/aneforge targets | grep '^cpu engine' || true
 "$PY" tools/bench/vision_peers.py checkpoint resnet50 "$work/resnet50.pth"
 "$PY" tools/bench/vision_peers.py checkpoint mobilenet_v2 "$work/mobilenet_v2.pth"
 "$PY" tools/bench/vision_peers.py checkpoint vit-b16 "$work/vit-b16"

@@ -24,6 +24,7 @@ echo "# machine"
 lscpu | grep -E "Model name|^CPU\(s\)" || true
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo build --release -p aneforge-cli >/dev/null 2>&1
+./target/release/aneforge targets | grep '^cpu engine' || true
 results="$work/results.jsonl"
 # aneforge: the clip list twice in one process; the second pass is timed
 ./target/release/aneforge transcribe -m "$MODEL" -q -t "$THREADS" --timings --format json \

@@ -58,7 +58,6 @@ pub struct BenchEmbedArgs {
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
-    eprintln!("cpu engine: {}", aneforge_cpu::simd::describe());
     match command {
         BenchCommand::Embed(args) => embed(args),
         BenchCommand::Vision(args) => crate::bench_vision::run(args),

@@ -520,12 +520,13 @@ fn cpuinfo_field(info: &str, key: &str) -> Option<String> {
         .map(|(_, v)| v.trim().to_string())
 }
 
-/// The CPU model and core count.
+/// The CPU model, the CPU engine's kernel schedule and the core count.
 fn machine() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo_field(&info, "model name").unwrap_or_else(|| "unknown CPU".into());
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("machine: {model}, {cpus} CPUs available")
+    format!(
+        "machine: {}, {cpus} CPUs available",
+        aneforge_cpu::simd::describe()
+    )
 }
 
 /// One core's theoretical fp32 peak in GFLOP/s and how it was derived: FLOP per cycle (FMA
