@@ -96,6 +96,46 @@ impl DeferredF32 for DeferredRows {
     }
 }
 
+/// A deferred matrix with its rows reordered: row `i` is the source's row `perm[i]`.
+#[derive(Debug)]
+struct DeferredPermutedRows {
+    source: Arc<dyn DeferredF32>,
+    perm: Vec<usize>,
+    cols: usize,
+}
+
+impl DeferredF32 for DeferredPermutedRows {
+    fn len(&self) -> usize {
+        self.perm.len() * self.cols
+    }
+
+    fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
+        if start + out.len() > self.len() {
+            return Err(format!(
+                "values {start}..{} of a {}x{} matrix",
+                start + out.len(),
+                self.perm.len(),
+                self.cols
+            ));
+        }
+        let mut at = start;
+        let mut done = 0;
+        while done < out.len() {
+            let (row, col) = (at / self.cols, at % self.cols);
+            let n = (self.cols - col).min(out.len() - done);
+            self.source
+                .read(self.perm[row] * self.cols + col, &mut out[done..done + n])?;
+            done += n;
+            at += n;
+        }
+        Ok(())
+    }
+
+    fn exactly_f16(&self) -> bool {
+        self.source.exactly_f16()
+    }
+}
+
 /// Blocks appended in row-major order in MIL's storage of `format`.
 struct Packer {
     format: QuantFormat,
@@ -632,6 +672,17 @@ impl Matrix {
         }
         match self {
             Matrix::Dense(a) => {
+                if let HostData::Deferred(d) = a.data() {
+                    let permuted = DeferredPermutedRows {
+                        source: d.clone(),
+                        perm: perm.to_vec(),
+                        cols,
+                    };
+                    return Ok(Matrix::Dense(HostArray::from_deferred(
+                        &[rows, cols],
+                        Arc::new(permuted),
+                    )?));
+                }
                 let v = values(a)?;
                 let mut out = Vec::with_capacity(rows * cols);
                 for &p in perm {
