@@ -441,6 +441,20 @@ impl GgufFile {
         }
     }
 
+    /// [`GgufFile::release_tensor_range`] for data read front to back through the mapping:
+    /// from the start of the 64 KiB window holding the range's first byte. A page fault maps the
+    /// neighbouring resident pages of its 64 KiB window too (the kernel's fault-around), so the
+    /// pages just released before the range come back with the first fault in it.
+    pub(crate) fn release_read_range(&self, info: &TensorInfo, range: std::ops::Range<usize>) {
+        const WINDOW: usize = 64 << 10;
+        let end = range.end.min(info.n_bytes);
+        if range.start < end {
+            let base = self.data_offset + info.offset as usize;
+            let start = (base + range.start) / WINDOW * WINDOW;
+            self.release_range(start, base + end - start);
+        }
+    }
+
     fn release_range(&self, start: usize, len: usize) {
         #[cfg(unix)]
         if let Storage::Mapped(m) = &self.storage {

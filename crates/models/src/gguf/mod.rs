@@ -212,7 +212,7 @@ impl TensorSource for GgufFile {
                 _ => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
             };
         }
-        self.release_tensor_range(info, range);
+        self.release_read_range(info, range);
         Ok(())
     }
 }
