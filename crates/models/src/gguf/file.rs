@@ -441,17 +441,15 @@ impl GgufFile {
         }
     }
 
-    /// [`GgufFile::release_tensor_range`] for data read front to back through the mapping:
-    /// from the start of the 64 KiB window holding the range's first byte. A page fault maps the
-    /// neighbouring resident pages of its 64 KiB window too (the kernel's fault-around), so the
-    /// pages just released before the range come back with the first fault in it.
+    /// [`GgufFile::release_tensor_range`] for data read front to back through the mapping
+    /// (see [`crate::weights::mapped::release_read`]).
     pub(crate) fn release_read_range(&self, info: &TensorInfo, range: std::ops::Range<usize>) {
-        const WINDOW: usize = 64 << 10;
-        let end = range.end.min(info.n_bytes);
-        if range.start < end {
+        if let Storage::Mapped(m) = &self.storage {
             let base = self.data_offset + info.offset as usize;
-            let start = (base + range.start) / WINDOW * WINDOW;
-            self.release_range(start, base + end - start);
+            let end = range.end.min(info.n_bytes);
+            if range.start < end {
+                crate::weights::mapped::release_read(m, base + range.start, base + end);
+            }
         }
     }
 

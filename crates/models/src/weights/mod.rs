@@ -3,6 +3,7 @@
 //! prefixing [`VarBuilder`].
 
 mod convert;
+pub(crate) mod mapped;
 mod safetensors_files;
 mod torch_pickle;
 mod varbuilder;

@@ -189,24 +189,13 @@ impl SafeTensorsFiles {
 
     /// Drops the mapped pages under `part` (a slice of tensor `name`'s bytes) from this
     /// process's resident set; a later read maps them again from the page cache.
-    #[cfg(unix)]
     fn release(&self, name: &str, part: &[u8]) {
         let Some(file) = self.index.get(name).and_then(|&i| self.files.get(i)) else {
             return;
         };
-        let base = file.mmap.as_ptr() as usize;
-        let offset = part.as_ptr() as usize - base;
-        // SAFETY: the mapping is read-only and file-backed, so discarding its pages loses
-        // nothing: the next access reads them again from the file. No reference into the range
-        // is used across the call in a way that relies on the pages staying resident.
-        let _ = unsafe {
-            file.mmap
-                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, part.len())
-        };
+        let offset = part.as_ptr() as usize - file.mmap.as_ptr() as usize;
+        super::mapped::release_read(&file.mmap, offset, offset + part.len());
     }
-
-    #[cfg(not(unix))]
-    fn release(&self, _name: &str, _part: &[u8]) {}
 
     /// A tensor's bytes as stored (little-endian), with its dtype, shape and file.
     pub fn raw(&self, name: &str) -> Result<RawTensor<'_>, WeightError> {
