@@ -1004,7 +1004,6 @@ unsafe fn gemv_row_avx512(
     use std::arch::x86_64::*;
     let (k, bs, nb) = (q.cols, q.block, q.blocks_per_row());
     let mut sums = [_mm512_setzero_ps(); GEMV_MAX_ROWS];
-    let mut mins = [0.0f32; GEMV_MAX_ROWS];
     let p = prep.as_ptr();
     let rp = row.as_ptr();
     if m == 1 {
@@ -1084,16 +1083,9 @@ unsafe fn gemv_row_avx512(
             return;
         }
     }
-    if let Some(o) = offset {
-        for b in 0..nb {
-            let so = scale.get(b) * o.get(b);
-            for i in 0..m {
-                mins[i] += so * *p.add(i * stride + k + b);
-            }
-        }
-    }
     for i in 0..m {
-        acc[i] = _mm512_reduce_add_ps(sums[i]) - mins[i];
+        acc[i] = _mm512_reduce_add_ps(sums[i])
+            - offset_term(scale, offset, &prep[i * stride + k..][..nb]);
     }
 }
 

@@ -171,7 +171,9 @@ impl TensorSource for GgufFile {
     }
 
     /// F32, F16 and BF16 tensors convert straight from the mapping, whose pages for the range
-    /// are then dropped from this process (as for safetensors); block types dequantize whole.
+    /// are then dropped from this process (as for safetensors); block types dequantize whole
+    /// (no deferred matrix reads them: [`DeferredTensor`](crate::weights::DeferredTensor) takes
+    /// float types only).
     fn read_f32_range(&self, name: &str, start: usize, out: &mut [f32]) -> Result<(), WeightError> {
         let info = self
             .require_tensor(name)
@@ -193,12 +195,7 @@ impl TensorSource for GgufFile {
         let width = match info.ggml_type {
             GgmlType::F32 => 4,
             GgmlType::F16 | GgmlType::BF16 => 2,
-            _ => {
-                let all = self.read_f32(name)?;
-                let (_, data) = all.into_parts();
-                out.copy_from_slice(data.get(start..end).ok_or_else(outside)?);
-                return Ok(());
-            }
+            _ => return crate::weights::read_range_of_whole(self, name, start, out),
         };
         let range = start.saturating_mul(width)..end.saturating_mul(width);
         let part = self

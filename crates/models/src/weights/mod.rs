@@ -147,21 +147,32 @@ pub trait TensorSource: Send + Sync {
     /// Elements `start..start + out.len()` of the tensor (row-major) converted to f32, into
     /// `out`. Sources that can read a range without the rest override this.
     fn read_f32_range(&self, name: &str, start: usize, out: &mut [f32]) -> Result<(), WeightError> {
-        let all = self.read_f32(name)?;
-        let (shape, data) = all.into_parts();
-        let range = data
-            .get(start..start.saturating_add(out.len()))
-            .ok_or_else(|| WeightError::BadTensor {
-                name: name.to_string(),
-                file: self.meta(name).map(|m| m.file).unwrap_or_default(),
-                reason: format!(
-                    "elements {start}..{} lie outside its shape {shape:?}",
-                    start.saturating_add(out.len())
-                ),
-            })?;
-        out.copy_from_slice(range);
-        Ok(())
+        read_range_of_whole(self, name, start, out)
     }
+}
+
+/// [`TensorSource::read_f32_range`] by reading the whole tensor (for tensors a source cannot
+/// convert a part of).
+pub(crate) fn read_range_of_whole<S: TensorSource + ?Sized>(
+    source: &S,
+    name: &str,
+    start: usize,
+    out: &mut [f32],
+) -> Result<(), WeightError> {
+    let all = source.read_f32(name)?;
+    let (shape, data) = all.into_parts();
+    let range = data
+        .get(start..start.saturating_add(out.len()))
+        .ok_or_else(|| WeightError::BadTensor {
+            name: name.to_string(),
+            file: source.meta(name).map(|m| m.file).unwrap_or_default(),
+            reason: format!(
+                "elements {start}..{} lie outside its shape {shape:?}",
+                start.saturating_add(out.len())
+            ),
+        })?;
+    out.copy_from_slice(range);
+    Ok(())
 }
 
 /// A floating-point tensor of a source, read when a program is compiled instead of held (see
