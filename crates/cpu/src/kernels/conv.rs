@@ -3,7 +3,8 @@
 //! conv_transpose (GEMM + col2im).
 //! Spatial rank 1 runs as 2-D with height 1.
 
-use super::ew::{broadcast_strides, BinOp, Chain, Instr, UnOp};
+use super::conv_epilogue::{Act, Bound, Fused};
+use super::ew::Chain;
 use super::matmul::to_f32;
 use super::packed::PackedB;
 use super::sgemm::{sgemm, Strides};
@@ -106,16 +107,9 @@ pub struct Conv {
     /// Added before the epilogue in conv_transpose (col2im accumulates on top of it).
     pub raw: Vid,
     pub epilogue: Option<Chain>,
-    /// The epilogue `relu?(raw + bias?)` folded into the direct kernel's stores, which then
-    /// write `target` instead of `raw`.
-    pub fused: Option<FusedEpilogue>,
-}
-
-#[derive(Debug)]
-pub struct FusedEpilogue {
-    pub bias: Option<Vid>,
-    pub relu: bool,
-    pub target: Vid,
+    /// The epilogue `act?((raw + bias?) + residual?)` applied by the kernel as it writes, to
+    /// `target` instead of `raw`.
+    pub fused: Option<Fused>,
 }
 
 impl Conv {
@@ -133,62 +127,35 @@ impl Conv {
         matches!(self.weight, ConvWeight::Direct(_) | ConvWeight::Winograd(_))
     }
 
-    /// Folds an epilogue of the form `relu?(raw + bias[c]?)` stored as f32 into the direct or
-    /// Winograd kernel. Call before the epilogue is collapsed.
-    pub fn fuse_direct_epilogue(&mut self) {
-        if !self.direct() {
-            return;
-        }
+    /// Folds an epilogue the kernel serving this conv can apply as it writes (see
+    /// `conv_epilogue`). Call before the epilogue is collapsed.
+    pub fn fuse_epilogue(&mut self) {
         let Some(e) = &self.epilogue else { return };
-        let g = &self.g;
-        let shape = vec![g.n, g.cout, g.oh, g.ow];
-        if e.shape != shape {
+        if self.transpose {
             return;
         }
-        let [(result, target, Elem::F32)] = e.stores[..] else {
+        let g = &self.g;
+        let Some(f) = Fused::recognize(e, self.raw, &[g.n, g.cout, g.oh, g.ow]) else {
             return;
         };
-        let Some(raw) = e.loads.first() else { return };
-        if raw.value != self.raw
-            || raw.elem != Elem::F32
-            || raw.strides != broadcast_strides(&shape, &shape)
-        {
+        // the register-tiled kernels take a bias and relu only
+        if self.direct() && (f.residual.is_some() || !matches!(f.act, Act::None | Act::Relu)) {
             return;
         }
-        let mut instrs = e.instrs.iter().peekable();
-        let (mut reg, mut bias, mut relu) = (0, None, false);
-        match &e.loads[1..] {
-            [] => {}
-            [b] if b.elem == Elem::F32
-                && b.strides == broadcast_strides(&[g.cout, 1, 1], &shape) =>
-            {
-                match instrs.next() {
-                    Some(&Instr::Bin(BinOp::Add, d, 0, 1) | &Instr::Bin(BinOp::Add, d, 1, 0)) => {
-                        reg = d;
-                        bias = Some(b.value);
-                    }
-                    _ => return,
-                }
-            }
-            _ => return,
-        }
-        if let Some(&&Instr::Un(UnOp::Relu, d, s)) = instrs.peek() {
-            if s == reg {
-                instrs.next();
-                reg = d;
-                relu = true;
-            }
-        }
-        if instrs.next().is_some() || result != reg {
-            return;
-        }
-        self.fused = Some(FusedEpilogue { bias, relu, target });
+        self.fused = Some(f);
         self.epilogue = None;
     }
 
     fn depthwise(&self) -> bool {
         let g = &self.g;
         !self.transpose && g.cin == g.groups && g.cout == g.groups
+    }
+
+    /// The epilogue the depthwise kernel runs on its planes as it writes them.
+    fn depthwise_epilogue(&self) -> Option<&Chain> {
+        self.epilogue
+            .as_ref()
+            .filter(|e| conv_depthwise::epilogue_per_plane(&self.g, e))
     }
 
     fn pointwise(&self) -> bool {
@@ -218,7 +185,7 @@ impl Conv {
             };
             g.oh * g.ow * (g.cout + cols)
         } else if self.depthwise() && !self.direct() {
-            conv_depthwise::scratch_floats(g, threads)
+            conv_depthwise::scratch_floats(g, threads, self.depthwise_epilogue())
         } else if self.transpose {
             (g.cout / g.groups) * g.kh * g.kw * g.h * g.w
         } else if self.pointwise() {
@@ -272,27 +239,19 @@ impl Conv {
         };
         let off = if self.x_elem == Elem::F32 { 0 } else { xlen };
         let col = cx.scratch_at(off, self.col_len(cx.threads));
-        let out = cx.ptr(self.raw) as *mut f32;
+        let fused = self.fused.as_ref().map(|f| f.bind(cx));
+        let out = fused.map_or(cx.ptr(self.raw) as *mut f32, |f| f.out);
         if let ConvWeight::Direct(w) | ConvWeight::Winograd(w) = &self.weight {
-            let (out, epilogue) = match &self.fused {
-                Some(f) => (
-                    cx.ptr(f.target) as *mut f32,
-                    conv_direct::Epilogue {
-                        bias: f.bias.map_or(std::ptr::null(), |b| cx.ptr(b) as *const f32),
-                        relu: f.relu,
-                    },
-                ),
-                None => (
-                    out,
-                    conv_direct::Epilogue {
-                        bias: std::ptr::null(),
-                        relu: false,
-                    },
-                ),
+            let f = self.fused.as_ref();
+            let epilogue = conv_direct::Epilogue {
+                bias: f
+                    .and_then(|f| f.bias)
+                    .map_or(std::ptr::null(), |b| cx.ptr(b) as *const f32),
+                relu: f.is_some_and(|f| f.act == Act::Relu),
             };
-            // SAFETY: `Direct` weights exist only where `conv_direct::applies`; x, raw and the
-            // fused target hold this geometry's input and output (f32), the bias cout f32, col
-            // the kernel's scratch.
+            // SAFETY: `Direct` weights exist only where `conv_direct::applies`; x and out hold
+            // this geometry's input and output (f32), the bias cout f32, col the kernel's
+            // scratch.
             unsafe {
                 if self.schedule() == "winograd" {
                     conv_winograd::run(x, w, out, g, epilogue, col, cx)
@@ -300,10 +259,7 @@ impl Conv {
                     conv_direct::run(x, w, out, g, epilogue, col, cx)
                 }
             };
-            if let Some(e) = &self.epilogue {
-                e.run(cx);
-            }
-            return;
+            return self.chain_after(cx);
         }
         if let ConvWeight::Packed(p) = &self.weight {
             let (pix, cout) = (g.oh * g.ow, g.cout);
@@ -311,7 +267,7 @@ impl Conv {
             for b in 0..g.n {
                 // SAFETY: image b holds cin planes of h × w floats; the A operand is its pixels
                 // (or its im2col rows' columns) as the rows of a [pix, cin·kh·kw] matrix; c holds
-                // pix × cout floats; raw n × cout × pix.
+                // pix × cout floats; out n × cout × pix.
                 unsafe {
                     let xb = x.add(b * g.cin * g.h * g.w);
                     let a = if self.pointwise() {
@@ -327,12 +283,14 @@ impl Conv {
                             ob[co * pix + px] = v;
                         }
                     }
+                    if let Some(f) = fused {
+                        for co in 0..cout {
+                            f.store(co, (b * cout + co) * pix, pix, None);
+                        }
+                    }
                 }
             }
-            if let Some(e) = &self.epilogue {
-                e.run(cx);
-            }
-            return;
+            return self.chain_after(cx);
         }
         let weight: *const f32 = match &self.weight {
             ConvWeight::Const(w) => w.as_ptr(),
@@ -349,6 +307,21 @@ impl Conv {
                 }
             }
         };
+        if self.depthwise() {
+            let inside = self.depthwise_epilogue();
+            // SAFETY: x holds n*cin planes of h*w floats, weight cout*kk, out n*cout*pout, col
+            // the depthwise scratch; the chain epilogue stores the conv's output positions.
+            unsafe { conv_depthwise::run(x, weight, out, g, fused, inside, col, cx) };
+            if inside.is_none() {
+                self.chain_after(cx);
+            }
+            return;
+        }
+        if self.pointwise() && g.groups == 1 {
+            // SAFETY: x holds n·cin·h·w floats, weight cout·cin, out n·cout·h·w.
+            unsafe { pointwise(x, weight, out, g, fused, cx) };
+            return self.chain_after(cx);
+        }
         let split = self.flops() >= 1 << 21;
         let (cig, cog) = (g.cin / g.groups, g.cout / g.groups);
         let (pin, pout) = (g.h * g.w, g.oh * g.ow);
@@ -356,15 +329,6 @@ impl Conv {
         if self.transpose {
             // SAFETY: raw holds n*cout*pout floats.
             unsafe { std::ptr::write_bytes(out, 0, g.n * g.cout * pout) };
-        }
-        if self.depthwise() {
-            // SAFETY: x holds n*cin planes of h*w floats, weight cout*kk, raw n*cout*pout, col
-            // the depthwise scratch.
-            unsafe { conv_depthwise::run(x, weight, out, g, col, cx) };
-            if let Some(e) = &self.epilogue {
-                e.run(cx);
-            }
-            return;
         }
         for b in 0..g.n {
             for gi in 0..g.groups {
@@ -406,14 +370,80 @@ impl Conv {
                             rhs,
                             Strides(1, pout as isize),
                         );
+                        if let Some(f) = fused {
+                            for co in gi * cog..(gi + 1) * cog {
+                                f.store(co, (b * g.cout + co) * pout, pout, None);
+                            }
+                        }
                     }
                 }
             }
         }
+        self.chain_after(cx)
+    }
+
+    /// The epilogue chain no kernel applied as it wrote.
+    fn chain_after(&self, cx: &Cx) {
         if let Some(e) = &self.epilogue {
             e.run(cx);
         }
     }
+}
+
+/// Output and input floats of one pointwise chunk: both stay in the L2 caches of every CPU we
+/// schedule for (512 KiB and up).
+const POINTWISE_CHUNK_FLOATS: usize = 1 << 16;
+
+/// A 1×1, stride-1, ungrouped conv as products over chunks of pixels, each task finishing its
+/// chunk with the fused epilogue while the chunk is in cache.
+///
+/// # Safety
+/// `x` holds n·cin·h·w floats, `w` cout·cin, `out` (the fused epilogue's target when given)
+/// n·cout·h·w.
+unsafe fn pointwise(
+    x: *const f32,
+    w: *const f32,
+    out: *mut f32,
+    g: &Geometry,
+    fused: Option<Bound>,
+    cx: &Cx,
+) {
+    let pix = g.h * g.w;
+    let fits = (POINTWISE_CHUNK_FLOATS / (g.cin + g.cout)).next_multiple_of(16);
+    let spread = (g.n * pix).div_ceil(2 * cx.threads).next_multiple_of(16);
+    let chunk = if cx.threads > 1 {
+        fits.min(spread)
+    } else {
+        fits
+    }
+    .clamp(64, pix.max(64));
+    let per_image = pix.div_ceil(chunk);
+    let (xp, wp, op) = (SendPtr(x as *mut f32), SendPtr(w as *mut f32), SendPtr(out));
+    cx.par_for(g.n * per_image, &|t| {
+        let (b, p0) = (t / per_image, t % per_image * chunk);
+        let len = chunk.min(pix - p0);
+        // SAFETY: the chunk's columns of image b are inside x and out; tasks write disjoint
+        // chunks.
+        unsafe {
+            let ob = op.get().add(b * g.cout * pix + p0);
+            sgemm(
+                cx,
+                false,
+                (g.cout, len, g.cin),
+                ob,
+                Strides(1, pix as isize),
+                wp.get(),
+                Strides(1, g.cin as isize),
+                xp.get().add(b * g.cin * pix + p0),
+                Strides(1, pix as isize),
+            );
+            if let Some(f) = fused {
+                for co in 0..g.cout {
+                    f.store(co, (b * g.cout + co) * pix + p0, len, None);
+                }
+            }
+        }
+    });
 }
 
 /// # Safety

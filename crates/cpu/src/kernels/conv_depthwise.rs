@@ -1,17 +1,52 @@
 //! Depthwise conv (one input and one output channel per group, as MobileNets, EfficientNets and
-//! the PP-OCR backbones use). Each plane is first copied into a zero-bordered scratch plane, so
-//! every tap reads a full output row without bounds checks; output rows are then summed 32, 16
-//! or 8 columns at a time in registers over all kh·kw taps and stored once.
+//! the PP-OCR backbones use).
+//!
+//! Each input plane is split into its stride phases: phase (a, b) holds the zero-padded plane's
+//! rows a, a + sh, … and columns b, b + sw, …, every phase `we = ⌈wp / sw⌉` columns wide. Output
+//! pixel (oy, ox) then reads tap (i, j) from phase ((i·dh) mod sh, (j·dw) mod sw) at
+//! `(oy + i·dh / sh)·we + ox + j·dw / sw`: a constant offset from `oy·we + ox`. So the output is
+//! computed as one flat run of `oh·we` positions (the `we - ow` positions past each row's end
+//! are computed and dropped), in full vectors whatever the plane's width and stride: a 7 × 7
+//! plane is 64 lanes, not seven rows of seven. The kept columns are written out through the
+//! fused epilogue, or copied out, with any other epilogue chain run on each batch of planes
+//! while they are still in cache.
 
 use super::conv::Geometry;
+use super::conv_epilogue::{Act, Bound};
+use super::ew::Chain;
 use super::Cx;
 use crate::tensor::SendPtr;
 
-/// The zero-bordered plane: every row and column a tap can reach.
-fn padded(g: &Geometry) -> (usize, usize) {
+/// Output positions summed in registers at a time (four 16-lane vectors on AVX-512); the tail
+/// runs in chunks of `TAIL`.
+const CHUNK: usize = 64;
+const TAIL: usize = 16;
+
+/// Output elements per epilogue call: planes are batched until they reach this size, so the
+/// epilogue reads them from L1/L2.
+const EPILOGUE_BATCH: usize = 4096;
+
+/// The phase layout of one plane.
+struct Layout {
+    /// Row pitch of every phase.
+    we: usize,
+    /// Floats per phase plane: every position a chunk can read.
+    phase_len: usize,
+    /// Output positions computed per plane (`oh·we` rounded up to `TAIL`).
+    flat: usize,
+}
+
+fn layout(g: &Geometry) -> Layout {
     let hp = ((g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1).max(g.pt + g.h);
     let wp = ((g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1).max(g.pl + g.w);
-    (hp, wp)
+    let (hq, we) = (hp.div_ceil(g.sh), wp.div_ceil(g.sw));
+    let flat = (g.oh * we).next_multiple_of(TAIL);
+    let reach = ((g.kh - 1) * g.dh / g.sh) * we + (g.kw - 1) * g.dw / g.sw;
+    Layout {
+        we,
+        phase_len: (flat + reach).max(hq * we),
+        flat,
+    }
 }
 
 fn tasks(g: &Geometry, threads: usize) -> usize {
@@ -23,36 +58,68 @@ fn tasks(g: &Geometry, threads: usize) -> usize {
     }
 }
 
-/// Scratch floats `run` needs: one padded plane per task.
-pub fn scratch_floats(g: &Geometry, threads: usize) -> usize {
-    let (hp, wp) = padded(g);
-    tasks(g, threads) * hp * wp
+/// Floats one task needs: its phase planes and the flat output.
+fn task_floats(g: &Geometry, epilogue: Option<&Chain>) -> usize {
+    let l = layout(g);
+    g.sh * g.sw * l.phase_len + l.flat + epilogue.map_or(0, Chain::block_floats)
 }
 
+/// Scratch floats `run` needs.
+pub fn scratch_floats(g: &Geometry, threads: usize, epilogue: Option<&Chain>) -> usize {
+    tasks(g, threads) * task_floats(g, epilogue)
+}
+
+/// Whether `epilogue` can run plane batch by plane batch: it stores exactly the conv's output
+/// positions.
+pub fn epilogue_per_plane(g: &Geometry, epilogue: &Chain) -> bool {
+    epilogue.len() == g.n * g.cout * g.oh * g.ow
+}
+
+/// Writes the conv of `x` by `w` to `out`, through `fused` when given; then (when given) runs
+/// `epilogue` over the output.
+///
 /// # Safety
-/// `x` holds n·cout planes of h·w floats, `w` cout·kh·kw floats, `out` n·cout planes of oh·ow,
-/// `scratch` at least `scratch_floats(g, cx.threads)` floats.
+/// `x` holds n·cout planes of h·w floats, `w` cout·kh·kw floats, `out` (`fused`'s target when
+/// given) n·cout planes of oh·ow, `scratch` at least `scratch_floats(g, cx.threads, epilogue)`
+/// floats; `epilogue`, when given, satisfies [`epilogue_per_plane`] and reads `out` only at the
+/// positions it stores.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn run(
     x: *const f32,
     w: *const f32,
     out: *mut f32,
     g: &Geometry,
+    fused: Option<Bound>,
+    epilogue: Option<&Chain>,
     scratch: &mut [f32],
     cx: &Cx,
 ) {
     let planes = g.n * g.cout;
     let (pin, pout, kk) = (g.h * g.w, g.oh * g.ow, g.kh * g.kw);
-    let (hp, wp) = padded(g);
+    let l = layout(g);
     let tasks = tasks(g, cx.threads);
-    assert!(scratch.len() >= tasks * hp * wp, "depthwise scratch");
+    let per_task = task_floats(g, epilogue);
+    assert!(scratch.len() >= tasks * per_task, "depthwise scratch");
+    // Per tap: its phase plane's start and its offset inside it.
+    let taps: Vec<usize> = (0..kk)
+        .map(|t| {
+            let (i, j) = (t / g.kw * g.dh, t % g.kw * g.dw);
+            ((i % g.sh) * g.sw + j % g.sw) * l.phase_len + (i / g.sh) * l.we + j / g.sw
+        })
+        .collect();
     let (xp, wtp, op) = (SendPtr(x as *mut f32), SendPtr(w as *mut f32), SendPtr(out));
     let sp = SendPtr(scratch.as_mut_ptr());
     let per = planes.div_ceil(tasks);
     cx.par_for(tasks, &|t| {
-        // SAFETY: task t owns its padded plane and the output planes it is given.
-        let pad = unsafe { std::slice::from_raw_parts_mut(sp.get().add(t * hp * wp), hp * wp) };
-        pad.fill(0.0);
-        for p in t * per..((t + 1) * per).min(planes) {
+        // SAFETY: task t owns its scratch region and the output planes it is given.
+        let mine = unsafe { std::slice::from_raw_parts_mut(sp.get().add(t * per_task), per_task) };
+        let (phases, rest) = mine.split_at_mut(g.sh * g.sw * l.phase_len);
+        let (flat, regs) = rest.split_at_mut(l.flat);
+        // positions no phase row reaches stay zero across planes
+        phases.fill(0.0);
+        let (first, end) = (t * per, ((t + 1) * per).min(planes));
+        let mut pending = first;
+        for p in first..end {
             let c = p % g.cout;
             // SAFETY: plane p of x and of out, and channel c's taps, are in bounds (see `run`);
             // tasks take disjoint output planes.
@@ -63,68 +130,178 @@ pub unsafe fn run(
                     std::slice::from_raw_parts_mut(op.get().add(p * pout), pout),
                 )
             };
-            for (y, row) in src.chunks_exact(g.w).enumerate() {
-                let at = (g.pt + y) * wp + g.pl;
-                pad[at..at + g.w].copy_from_slice(row);
+            split_phases(src, g, &l, phases);
+            // without a residual, the bias and activation are applied in registers
+            let in_regs = fused.filter(|f| !f.has_residual());
+            // SAFETY: c < cout.
+            let (bias, act) =
+                in_regs.map_or((None, Act::None), |f| (unsafe { f.bias_of(c) }, f.act()));
+            sum_taps(phases, &taps, wc, bias, act, flat);
+            match fused {
+                Some(f) if in_regs.is_none() => {
+                    for (oy, kept) in flat.chunks(l.we).take(g.oh).enumerate() {
+                        // SAFETY: the row's output positions are this task's.
+                        unsafe { f.store(c, p * pout + oy * g.ow, g.ow, Some(&kept[..g.ow])) }
+                    }
+                }
+                _ => keep_columns(flat, l.we, dst, g.ow),
             }
-            plane(pad, wp, wc, g, dst);
+            if let Some(e) = epilogue {
+                if (p + 1 - pending) * pout >= EPILOGUE_BATCH || p + 1 == end {
+                    e.run_part(cx, pending * pout, (p + 1) * pout, regs);
+                    pending = p + 1;
+                }
+            }
         }
     });
 }
 
 crate::simd_dispatch! {
-    fn plane(pad: &[f32], wp: usize, wc: &[f32], g: &Geometry, dst: &mut [f32]) {
-        for oy in 0..g.oh {
-            let rows = &pad[oy * g.sh * wp..];
-            let drow = &mut dst[oy * g.ow..(oy + 1) * g.ow];
-            let mut ox = 0;
-            while ox < g.ow {
-                let left = g.ow - ox;
-                let out = &mut drow[ox..];
-                // fixed widths keep the sums in registers
-                ox += if left >= 32 {
-                    span::<32>(rows, wp, wc, g, ox, out)
-                } else if left >= 16 {
-                    span::<16>(rows, wp, wc, g, ox, out)
-                } else if left >= 8 {
-                    span::<8>(rows, wp, wc, g, ox, out)
-                } else {
-                    span::<1>(rows, wp, wc, g, ox, out)
-                };
+    /// Scatters one input plane into its stride phases (see the module comment). Only the
+    /// input's own positions are written, the same ones for every plane: the padding is zeroed
+    /// once.
+    fn split_phases(src: &[f32], g: &Geometry, l: &Layout, phases: &mut [f32]) {
+        for (y, srow) in src.chunks_exact(g.w).enumerate() {
+            let pr = y + g.pt;
+            let row = (pr % g.sh) * g.sw * l.phase_len + (pr / g.sh) * l.we;
+            match g.sw {
+                1 => copy_short(&mut phases[row + g.pl..][..g.w], srow),
+                2 => {
+                    // even input columns go to one phase, odd ones to the other
+                    let (q, odd) = (g.pl / 2, g.pl % 2);
+                    let (ea, oa) = if odd == 0 {
+                        (row + q, row + l.phase_len + q)
+                    } else {
+                        (row + l.phase_len + q, row + q + 1)
+                    };
+                    let (lo, hi) = if ea < oa {
+                        let (lo, hi) = phases.split_at_mut(oa);
+                        (&mut lo[ea..], hi)
+                    } else {
+                        let (lo, hi) = phases.split_at_mut(ea);
+                        (hi, &mut lo[oa..])
+                    };
+                    let pairs = srow.chunks_exact(2);
+                    let tail = pairs.remainder();
+                    for ((e, o), pair) in lo.iter_mut().zip(hi.iter_mut()).zip(pairs) {
+                        *e = pair[0];
+                        *o = pair[1];
+                    }
+                    if let [last] = tail {
+                        lo[g.w / 2] = *last;
+                    }
+                }
+                _ => {
+                    for (x, &v) in srow.iter().enumerate() {
+                        let pc = x + g.pl;
+                        phases[row + (pc % g.sw) * l.phase_len + pc / g.sw] = v;
+                    }
+                }
             }
         }
     }
 }
 
-/// Output columns `ox..ox + W` of one row (`rows` starts at the row's first input row) into
-/// `out[..W]`; returns W.
-#[inline(always)]
-fn span<const W: usize>(
-    rows: &[f32],
-    wp: usize,
-    wc: &[f32],
-    g: &Geometry,
-    ox: usize,
-    out: &mut [f32],
-) -> usize {
-    let mut acc = [0f32; W];
-    for ki in 0..g.kh {
-        let row = &rows[ki * g.dh * wp..];
-        for kj in 0..g.kw {
-            let wv = wc[ki * g.kw + kj];
-            let s0 = ox * g.sw + kj * g.dw;
-            if g.sw == 1 {
-                let s: &[f32; W] = row[s0..s0 + W].try_into().unwrap_or(&[0.0; W]);
-                for (a, v) in acc.iter_mut().zip(s) {
-                    *a += wv * v;
-                }
-            } else {
-                for (i, a) in acc.iter_mut().enumerate() {
-                    *a += wv * row[s0 + i * g.sw];
-                }
+crate::simd_dispatch! {
+    fn sum_taps(
+        phases: &[f32],
+        taps: &[usize],
+        wc: &[f32],
+        bias: Option<f32>,
+        act: Act,
+        flat: &mut [f32],
+    ) {
+        let b = bias.unwrap_or(0.0);
+        match (bias.is_some(), act) {
+            (false, Act::None) => run_taps(phases, taps, wc, flat, |v| v),
+            (false, Act::Relu) => run_taps(phases, taps, wc, flat, |v| Act::Relu.apply(v)),
+            (false, Act::Relu6) => run_taps(phases, taps, wc, flat, |v| Act::Relu6.apply(v)),
+            (false, Act::Clip(lo, hi)) => {
+                run_taps(phases, taps, wc, flat, |v| Act::Clip(lo, hi).apply(v))
+            }
+            (true, Act::None) => run_taps(phases, taps, wc, flat, |v| v + b),
+            (true, Act::Relu) => run_taps(phases, taps, wc, flat, |v| Act::Relu.apply(v + b)),
+            (true, Act::Relu6) => run_taps(phases, taps, wc, flat, |v| Act::Relu6.apply(v + b)),
+            (true, Act::Clip(lo, hi)) => {
+                run_taps(phases, taps, wc, flat, |v| Act::Clip(lo, hi).apply(v + b))
             }
         }
     }
-    out[..W].copy_from_slice(&acc);
-    W
+}
+
+#[inline(always)]
+fn run_taps(
+    phases: &[f32],
+    taps: &[usize],
+    wc: &[f32],
+    flat: &mut [f32],
+    fin: impl Fn(f32) -> f32,
+) {
+    let mut f = 0;
+    while f + CHUNK <= flat.len() {
+        chunk::<CHUNK>(phases, taps, wc, f, &mut flat[f..f + CHUNK], &fin);
+        f += CHUNK;
+    }
+    while f < flat.len() {
+        chunk::<TAIL>(phases, taps, wc, f, &mut flat[f..f + TAIL], &fin);
+        f += TAIL;
+    }
+}
+
+/// Output positions `f..f + W` of the flat run, summed over every tap in registers, then
+/// finished by `fin` (the bias and activation, in the chain's order).
+#[inline(always)]
+fn chunk<const W: usize>(
+    phases: &[f32],
+    taps: &[usize],
+    wc: &[f32],
+    f: usize,
+    out: &mut [f32],
+    fin: impl Fn(f32) -> f32,
+) {
+    let mut acc = [0f32; W];
+    for (&at, &wv) in taps.iter().zip(wc) {
+        let s: &[f32; W] = phases[at + f..at + f + W].try_into().expect("chunk width");
+        for (a, v) in acc.iter_mut().zip(s) {
+            *a += wv * v;
+        }
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = fin(a);
+    }
+}
+
+crate::simd_dispatch! {
+    /// Copies the first `ow` of every `we` positions of `flat` to the rows of `dst`.
+    fn keep_columns(flat: &[f32], we: usize, dst: &mut [f32], ow: usize) {
+        for (row, kept) in dst.chunks_exact_mut(ow).zip(flat.chunks(we)) {
+            copy_short(row, &kept[..ow]);
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)` for the short rows of small planes, in fixed-size moves instead
+/// of a call to `memcpy` per row.
+#[inline(always)]
+fn copy_short(dst: &mut [f32], src: &[f32]) {
+    let n = dst.len();
+    let src = &src[..n];
+    let mut i = 0;
+    while i + 16 <= n {
+        dst[i..i + 16].copy_from_slice(&src[i..i + 16]);
+        i += 16;
+    }
+    if n >= 16 {
+        dst[n - 16..].copy_from_slice(&src[n - 16..]);
+    } else if n >= 8 {
+        dst[..8].copy_from_slice(&src[..8]);
+        dst[n - 8..].copy_from_slice(&src[n - 8..]);
+    } else if n >= 4 {
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..].copy_from_slice(&src[n - 4..]);
+    } else {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s;
+        }
+    }
 }

@@ -253,7 +253,25 @@ impl Chain {
     }
 
     pub fn scratch_floats(&self, threads: usize) -> usize {
-        self.tasks(threads) * self.nregs * BLOCK
+        self.tasks(threads) * self.block_floats()
+    }
+
+    /// Scratch floats one call of [`Chain::run_part`] needs.
+    pub fn block_floats(&self) -> usize {
+        self.nregs * BLOCK
+    }
+
+    /// Runs the chain over output positions `start..end` only, on the calling thread: a kernel
+    /// applies its epilogue to the part it has just written, while it is in cache. `regs` holds
+    /// at least [`Chain::block_floats`] floats.
+    pub fn run_part(&self, cx: &Cx, start: usize, end: usize, regs: &mut [f32]) {
+        assert!(
+            end <= self.len() && regs.len() >= self.block_floats(),
+            "chain part"
+        );
+        if start < end {
+            self.run_range(cx, start, end, regs);
+        }
     }
 
     pub fn run(&self, cx: &Cx) {

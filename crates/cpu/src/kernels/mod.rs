@@ -4,6 +4,7 @@ pub mod attention;
 pub mod conv;
 pub mod conv_depthwise;
 pub mod conv_direct;
+pub mod conv_epilogue;
 pub mod conv_winograd;
 pub mod ew;
 pub mod gather;
@@ -128,9 +129,9 @@ impl Kernel {
                 } else {
                     format!("conv-{}", c.schedule())
                 },
-                if c.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1)
-                    || c.fused.as_ref().is_some_and(|f| f.relu)
-                {
+                if c.fused.is_some() {
+                    "+fused"
+                } else if c.epilogue.as_ref().is_some_and(|e| e.instrs.len() > 1) {
                     "+epilogue"
                 } else {
                     ""
@@ -206,7 +207,7 @@ impl Kernel {
                 }
             }
             Kernel::Conv(c) => {
-                c.fuse_direct_epilogue();
+                c.fuse_epilogue();
                 if let Some(e) = &mut c.epilogue {
                     e.collapse();
                 }

@@ -4,7 +4,7 @@ use aneforge_mil::DType;
 use common::*;
 
 #[allow(clippy::too_many_arguments)]
-fn conv_ref(
+pub(crate) fn conv_ref(
     x: &[f64],
     xs: [usize; 4],
     w: &[f64],

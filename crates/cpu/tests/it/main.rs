@@ -6,6 +6,7 @@ mod common;
 mod constexpr_einsum;
 mod conv_attention;
 mod conv_direct;
+mod conv_epilogue;
 mod elementwise;
 mod fusion_state;
 mod half_weights;
