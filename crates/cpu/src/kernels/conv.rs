@@ -390,9 +390,22 @@ impl Conv {
     }
 }
 
-/// Output and input floats of one pointwise chunk: both stay in the L2 caches of every CPU we
-/// schedule for (512 KiB and up).
-const POINTWISE_CHUNK_FLOATS: usize = 1 << 16;
+/// Output floats of one pointwise chunk: it stays in the L2 caches of every CPU we schedule for
+/// (512 KiB and up) until its epilogue has run.
+const POINTWISE_CHUNK_FLOATS: usize = 1 << 17;
+
+/// Pixels per pointwise chunk: a multiple of the gemm crate's 64-row register tile, and at least
+/// 256 so the weight packed per chunk stays small beside the chunk's product; smaller when that
+/// leaves a thread without two chunks.
+fn pointwise_chunk(g: &Geometry, threads: usize) -> usize {
+    let fits = (POINTWISE_CHUNK_FLOATS / g.cout / 64 * 64).max(256);
+    let spread = (g.n * g.h * g.w).div_ceil(2 * threads).next_multiple_of(64);
+    if threads > 1 {
+        fits.min(spread)
+    } else {
+        fits
+    }
+}
 
 /// A 1×1, stride-1, ungrouped conv as products over chunks of pixels, each task finishing its
 /// chunk with the fused epilogue while the chunk is in cache.
@@ -409,14 +422,7 @@ unsafe fn pointwise(
     cx: &Cx,
 ) {
     let pix = g.h * g.w;
-    let fits = (POINTWISE_CHUNK_FLOATS / (g.cin + g.cout)).next_multiple_of(16);
-    let spread = (g.n * pix).div_ceil(2 * cx.threads).next_multiple_of(16);
-    let chunk = if cx.threads > 1 {
-        fits.min(spread)
-    } else {
-        fits
-    }
-    .clamp(64, pix.max(64));
+    let chunk = pointwise_chunk(g, cx.threads);
     let per_image = pix.div_ceil(chunk);
     let (xp, wp, op) = (SendPtr(x as *mut f32), SendPtr(w as *mut f32), SendPtr(out));
     cx.par_for(g.n * per_image, &|t| {
