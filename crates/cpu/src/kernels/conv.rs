@@ -394,17 +394,32 @@ impl Conv {
 /// (512 KiB and up) until its epilogue has run.
 const POINTWISE_CHUNK_FLOATS: usize = 1 << 17;
 
-/// Pixels per pointwise chunk: a multiple of the gemm crate's 64-row register tile, and at least
-/// 256 so the weight packed per chunk stays small beside the chunk's product; smaller when that
-/// leaves a thread without two chunks.
-fn pointwise_chunk(g: &Geometry, threads: usize) -> usize {
-    let fits = (POINTWISE_CHUNK_FLOATS / g.cout / 64 * 64).max(256);
-    let spread = (g.n * g.h * g.w).div_ceil(2 * threads).next_multiple_of(64);
+/// How a pointwise conv is cut into tasks: pixel chunks of equal size, each at most
+/// `POINTWISE_CHUNK_FLOATS` of output and, when there are several, at least 256 pixels (so the
+/// weight repacked per chunk stays small beside the chunk's product); then, on several threads,
+/// output-channel bands of a multiple of 16 until there are about four tasks per thread, so no
+/// thread waits long for another (ResNet-50's 14 × 14 stage has 196 pixels: one chunk, eight
+/// bands of 128 channels at 2 threads). Returns (chunk, band).
+fn pointwise_split(g: &Geometry, threads: usize) -> (usize, usize) {
+    let pix = g.h * g.w;
+    let fits = (POINTWISE_CHUNK_FLOATS / g.cout).max(256);
+    let mut pieces = pix.div_ceil(fits);
     if threads > 1 {
-        fits.min(spread)
-    } else {
-        fits
+        pieces = pieces
+            .max((4 * threads).div_ceil(g.n))
+            .min((pix / 256).max(1));
     }
+    let chunk = pix.div_ceil(pieces).next_multiple_of(16).min(pix);
+    let tasks = g.n * pix.div_ceil(chunk);
+    let bands = if threads > 1 {
+        (4 * threads).div_ceil(tasks)
+    } else {
+        1
+    };
+    (
+        chunk,
+        g.cout.div_ceil(bands).next_multiple_of(16).min(g.cout),
+    )
 }
 
 /// A 1×1, stride-1, ungrouped conv as products over chunks of pixels, each task finishing its
@@ -422,29 +437,33 @@ unsafe fn pointwise(
     cx: &Cx,
 ) {
     let pix = g.h * g.w;
-    let chunk = pointwise_chunk(g, cx.threads);
-    let per_image = pix.div_ceil(chunk);
+    let (chunk, band) = pointwise_split(g, cx.threads);
+    let (per_image, bands) = (pix.div_ceil(chunk), g.cout.div_ceil(band));
     let (xp, wp, op) = (SendPtr(x as *mut f32), SendPtr(w as *mut f32), SendPtr(out));
-    cx.par_for(g.n * per_image, &|t| {
-        let (b, p0) = (t / per_image, t % per_image * chunk);
-        let len = chunk.min(pix - p0);
-        // SAFETY: the chunk's columns of image b are inside x and out; tasks write disjoint
-        // chunks.
+    cx.par_for(g.n * per_image * bands, &|t| {
+        let (b, p0, c0) = (
+            t / (per_image * bands),
+            t / bands % per_image * chunk,
+            t % bands * band,
+        );
+        let (len, rows) = (chunk.min(pix - p0), band.min(g.cout - c0));
+        // SAFETY: the chunk's columns of image b and the band's rows of the weight are inside
+        // x, w and out; tasks write disjoint (band, chunk) blocks.
         unsafe {
-            let ob = op.get().add(b * g.cout * pix + p0);
+            let ob = op.get().add((b * g.cout + c0) * pix + p0);
             sgemm(
                 cx,
                 false,
-                (g.cout, len, g.cin),
+                (rows, len, g.cin),
                 ob,
                 Strides(1, pix as isize),
-                wp.get(),
+                wp.get().add(c0 * g.cin),
                 Strides(1, g.cin as isize),
                 xp.get().add(b * g.cin * pix + p0),
                 Strides(1, pix as isize),
             );
             if let Some(f) = fused {
-                for co in 0..g.cout {
+                for co in c0..c0 + rows {
                     f.store(co, (b * g.cout + co) * pix + p0, len, None);
                 }
             }

@@ -33,15 +33,17 @@ const TAILS: [Tail; 7] = [
 fn conv_epilogues_are_fused_into_every_schedule_and_match_f64() {
     let mut rng = Rng(53);
     let d = DType::Fp32;
-    // (n, cin, h, w, cout, k, stride, groups): depthwise 3×3 s1 / s2 and 5×5 s2, pointwise over
-    // 144 and 2 × 81 pixels, pointwise over 49 pixels (packed), grouped 3×3 and ungrouped 5×5
-    // (im2col), ungrouped 3×3 (direct on AVX-512)
+    // (n, cin, h, w, cout, k, stride, groups): depthwise 3×3 s1 / s2 and 5×5 s2; pointwise over
+    // 144 and 2 × 81 pixels (split into channel bands on 2 threads) and over 1024 pixels × 512
+    // channels (several pixel chunks); pointwise over 49 pixels (packed); grouped 3×3 and
+    // ungrouped 5×5 (im2col); ungrouped 3×3 (direct on AVX-512)
     let cases = [
         (1, 24, 14, 14, 24, 3, 1, 24),
         (2, 16, 15, 15, 16, 3, 2, 16),
         (1, 8, 17, 12, 8, 5, 2, 8),
         (1, 24, 12, 12, 40, 1, 1, 1),
         (2, 16, 9, 9, 24, 1, 1, 1),
+        (1, 8, 32, 32, 512, 1, 1, 1),
         (1, 32, 7, 7, 48, 1, 1, 1),
         (1, 8, 9, 9, 12, 3, 1, 2),
         (1, 4, 12, 12, 8, 5, 1, 1),
