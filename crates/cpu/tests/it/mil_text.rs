@@ -178,8 +178,9 @@ fn compiled_core_ml_fixtures_run() {
     assert!(e.contains("symbolic") || e.contains("static"), "{e}");
 }
 
-/// A program reading a [64, 64] linear weight and its bias from its blob file, and that file's bytes.
-fn linear_program(weight: &[f32], bias: &[f32]) -> (aneforge_mil::Program, Vec<u8>) {
+/// A program reading an [n, k] linear weight and its bias from its blob file, applied to `rows`
+/// rows, and that file's bytes.
+fn linear_program(weight: &[f32], bias: &[f32], rows: usize) -> (aneforge_mil::Program, Vec<u8>) {
     let (n, k) = (bias.len(), weight.len() / bias.len());
     let mut w = BlobWriter::new();
     let dt = aneforge_mil::DType::Fp32;
@@ -191,10 +192,10 @@ fn linear_program(weight: &[f32], bias: &[f32]) -> (aneforge_mil::Program, Vec<u
     let text = format!(
         r#"program(1.3)
 {{
-    func main<ios17>(tensor<fp32, [1, {k}]> x) {{
+    func main<ios17>(tensor<fp32, [{rows}, {k}]> x) {{
             tensor<fp32, [{n}, {k}]> w = const()[name = string("w"), val = {w}];
             tensor<fp32, [{n}]> b = const()[name = string("b"), val = {b}];
-            tensor<fp32, [1, {n}]> y = linear(bias = b, weight = w, x = x)[name = string("y")];
+            tensor<fp32, [{rows}, {n}]> y = linear(bias = b, weight = w, x = x)[name = string("y")];
         }} -> (y);
 }}
 "#,
@@ -223,7 +224,7 @@ fn plans_of_programs_with_equal_weight_files_share_one_copy() {
     // two programs with the same contents in two separate buffers, as two bucket programs of one
     // encoder are compiled
     let load = |bytes: &std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>| {
-        let (program, _) = linear_program(&weight, &bias);
+        let (program, _) = linear_program(&weight, &bias, 1);
         let mut blobs = std::collections::BTreeMap::new();
         blobs.insert(
             "@model_path/weights/weight.bin".to_string(),
@@ -237,7 +238,7 @@ fn plans_of_programs_with_equal_weight_files_share_one_copy() {
         .unwrap()
     };
     let file = || -> std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> {
-        std::sync::Arc::new(linear_program(&weight, &bias).1)
+        std::sync::Arc::new(linear_program(&weight, &bias, 1).1)
     };
     let (first, second) = (file(), file());
     let plans = [load(&first), load(&second)];
@@ -259,6 +260,62 @@ fn plans_of_programs_with_equal_weight_files_share_one_copy() {
             assert!(
                 (a as f64 - b).abs() < 1e-4 * b.abs().max(1.0),
                 "y[{j}] {a} vs {b}"
+            );
+        }
+    }
+}
+
+/// An f32 weight stored [n, k] in the blob is read in place by the GEMV over 1–2 rows and by the
+/// gemm crate over many rows, and packed at compile time in between, where the gemm crate's
+/// per-call packing of the transposed weight would cost more than the product; every path
+/// computes the same linear.
+#[test]
+fn blob_weights_stored_n_by_k_are_packed_only_for_products_over_a_few_rows() {
+    let (n, k) = (40usize, 72usize);
+    let weight: Vec<f32> = (0..n * k)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
+        .collect();
+    let bias: Vec<f32> = (0..n).map(|i| (i as f32 - 30.0) / 16.0).collect();
+    for (rows, kernel) in [
+        (1, "gemv"),
+        (2, "gemv"),
+        (3, "packed"),
+        (50, "packed"),
+        (64, "packed"),
+        (65, "matmul"),
+    ] {
+        let x: Vec<f32> = (0..rows * k)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 10.0)
+            .collect();
+        let (program, bytes) = linear_program(&weight, &bias, rows);
+        let mut blobs = std::collections::BTreeMap::new();
+        blobs.insert(
+            "@model_path/weights/weight.bin".to_string(),
+            BlobFile::from_vec("weight.bin", bytes).unwrap(),
+        );
+        let plan = aneforge_cpu::compile_dir(
+            &aneforge_mil::ProgramDir { program, blobs },
+            "main",
+            &CompileOptions::default(),
+        )
+        .unwrap();
+        let schedule = plan.schedule().join(" ");
+        let packed = schedule.contains("matmul-packed");
+        assert_eq!(packed, kernel == "packed", "{rows} rows: {schedule}");
+        assert!(schedule.contains(kernel), "{rows} rows: {schedule}");
+        let mut inst = plan.instantiate();
+        inst.set_input("x", HostSlice::F32(&x)).unwrap();
+        inst.execute().unwrap();
+        let y = inst.read_output_f32("y").unwrap();
+        for (at, &got) in y.iter().enumerate() {
+            let (r, j) = (at / n, at % n);
+            let want = (0..k)
+                .map(|c| weight[j * k + c] as f64 * x[r * k + c] as f64)
+                .sum::<f64>()
+                + bias[j] as f64;
+            assert!(
+                (got as f64 - want).abs() < 1e-4 * want.abs().max(1.0),
+                "{rows} rows: y[{r}, {j}] {got} vs {want}"
             );
         }
     }
