@@ -205,13 +205,19 @@ fn linear_program(weight: &[f32], bias: &[f32], rows: usize) -> (aneforge_mil::P
     (parse(&text).expect("parses"), w.finish())
 }
 
+/// Deterministic values for an [n, k] linear weight and its bias.
+fn linear_weights(n: usize, k: usize) -> (Vec<f32>, Vec<f32>) {
+    let weight = (0..n * k)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
+        .collect();
+    let bias = (0..n).map(|i| (i as f32 - 30.0) / 16.0).collect();
+    (weight, bias)
+}
+
 #[test]
 fn plans_of_programs_with_equal_weight_files_share_one_copy() {
     let (n, k) = (64usize, 64usize);
-    let weight: Vec<f32> = (0..n * k)
-        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
-        .collect();
-    let bias: Vec<f32> = (0..n).map(|i| (i as f32 - 30.0) / 16.0).collect();
+    let (weight, bias) = linear_weights(n, k);
     let x: Vec<f32> = (0..k).map(|i| (i as f32 - 20.0) / 10.0).collect();
     let want: Vec<f64> = (0..n)
         .map(|j| {
@@ -272,10 +278,7 @@ fn plans_of_programs_with_equal_weight_files_share_one_copy() {
 #[test]
 fn blob_weights_stored_n_by_k_are_packed_only_for_products_over_a_few_rows() {
     let (n, k) = (40usize, 72usize);
-    let weight: Vec<f32> = (0..n * k)
-        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
-        .collect();
-    let bias: Vec<f32> = (0..n).map(|i| (i as f32 - 30.0) / 16.0).collect();
+    let (weight, bias) = linear_weights(n, k);
     for (rows, kernel) in [
         (1, "gemv"),
         (2, "gemv"),
