@@ -125,8 +125,9 @@ pub(crate) fn matmul(cx: &mut OpCx) -> Result<()> {
         .collect();
     let y_batch_one = yb.iter().product::<usize>() == 1;
     let rhs = match (cx.known(y), y_batch_one) {
-        (Some(kn), true) => prepare(kn, n, k, ty && !y1, batch.iter().product::<usize>() * m)
-            .ok_or_else(|| cx.err("y is not numeric"))?,
+        (Some(kn), true) => {
+            prepare(kn, n, k, ty && !y1).ok_or_else(|| cx.err("y is not numeric"))?
+        }
         _ => {
             let (rs, cs) = if ty && !y1 { (1, yc) } else { (yc, 1) };
             Rhs::Value {
@@ -233,7 +234,7 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
             let wk = cx
                 .known(w)
                 .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
-            prepare(wk, n, k, true, m_rows).ok_or_else(|| cx.err("weight is not numeric"))?
+            prepare(wk, n, k, true).ok_or_else(|| cx.err("weight is not numeric"))?
         }
     };
     if let Some(b) = bias {
@@ -278,24 +279,12 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
     Ok(())
 }
 
-/// Products over more than 2 and at most this many rows pack an f32 weight stored `[n, k]` at
-/// compile time instead of reading it in place: the gemm crate packs a transposed operand on
-/// every call, at a cost a few rows do not amortise (a CLIP ViT-B/32 image at batch 1, 50 rows
-/// per product, spent 64% of its time packing). Over 1–2 rows the in-place GEMV reads the weight
-/// as it is. The packed copy is a second copy of the weight beside the blob, which other programs
-/// of the model (other batch sizes, an encoder's sequence buckets) still read in place, so the
-/// bound is kept low: at 256 rows, MiniLM-L6's small buckets took it and `bench embed`'s peak RSS
-/// rose from 282 to 332 MiB for no measurable speed.
-const PACK_NK_MAX_ROWS: usize = 64;
-
-/// A constant right-hand side (`nk`: stored `[n, k]`, else `[k, n]`) of a product over `rows`
-/// rows (all batches). f32 blob constants stored `[n, k]` are read in place as `wt[n][k]` (the
-/// blob is the only copy) except over a few rows (see [`PACK_NK_MAX_ROWS`]); anything else needs
-/// a copy anyway (widened or transposed), so it is packed into column panels. `None` for
-/// non-numeric constants.
-fn prepare(kn: &Known, n: usize, k: usize, nk: bool, rows: usize) -> Option<Rhs> {
-    let few_rows = rows > 2 && rows <= PACK_NK_MAX_ROWS;
-    if let (true, false, Data::F32(view @ Floats::Blob { .. })) = (nk, few_rows, &kn.data) {
+/// A constant right-hand side (`nk`: stored `[n, k]`, else `[k, n]`). f32 blob constants stored
+/// `[n, k]` are read in place as `wt[n][k]` (the blob is the only copy); anything else needs a
+/// copy anyway (widened or transposed), so it is packed into column panels shared by content
+/// between plans. `None` for non-numeric constants.
+fn prepare(kn: &Known, n: usize, k: usize, nk: bool) -> Option<Rhs> {
+    if let (true, Data::F32(view @ Floats::Blob { .. })) = (nk, &kn.data) {
         return Some(Rhs::Prepared(Prepared {
             wt: view.clone(),
             k,

@@ -178,9 +178,8 @@ fn compiled_core_ml_fixtures_run() {
     assert!(e.contains("symbolic") || e.contains("static"), "{e}");
 }
 
-/// A program reading an [n, k] linear weight and its bias from its blob file, applied to `rows`
-/// rows, and that file's bytes.
-fn linear_program(weight: &[f32], bias: &[f32], rows: usize) -> (aneforge_mil::Program, Vec<u8>) {
+/// A program reading a [64, 64] linear weight and its bias from its blob file, and that file's bytes.
+fn linear_program(weight: &[f32], bias: &[f32]) -> (aneforge_mil::Program, Vec<u8>) {
     let (n, k) = (bias.len(), weight.len() / bias.len());
     let mut w = BlobWriter::new();
     let dt = aneforge_mil::DType::Fp32;
@@ -192,10 +191,10 @@ fn linear_program(weight: &[f32], bias: &[f32], rows: usize) -> (aneforge_mil::P
     let text = format!(
         r#"program(1.3)
 {{
-    func main<ios17>(tensor<fp32, [{rows}, {k}]> x) {{
+    func main<ios17>(tensor<fp32, [1, {k}]> x) {{
             tensor<fp32, [{n}, {k}]> w = const()[name = string("w"), val = {w}];
             tensor<fp32, [{n}]> b = const()[name = string("b"), val = {b}];
-            tensor<fp32, [{rows}, {n}]> y = linear(bias = b, weight = w, x = x)[name = string("y")];
+            tensor<fp32, [1, {n}]> y = linear(bias = b, weight = w, x = x)[name = string("y")];
         }} -> (y);
 }}
 "#,
@@ -205,19 +204,13 @@ fn linear_program(weight: &[f32], bias: &[f32], rows: usize) -> (aneforge_mil::P
     (parse(&text).expect("parses"), w.finish())
 }
 
-/// Deterministic values for an [n, k] linear weight and its bias.
-fn linear_weights(n: usize, k: usize) -> (Vec<f32>, Vec<f32>) {
-    let weight = (0..n * k)
-        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
-        .collect();
-    let bias = (0..n).map(|i| (i as f32 - 30.0) / 16.0).collect();
-    (weight, bias)
-}
-
 #[test]
 fn plans_of_programs_with_equal_weight_files_share_one_copy() {
     let (n, k) = (64usize, 64usize);
-    let (weight, bias) = linear_weights(n, k);
+    let weight: Vec<f32> = (0..n * k)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
+        .collect();
+    let bias: Vec<f32> = (0..n).map(|i| (i as f32 - 30.0) / 16.0).collect();
     let x: Vec<f32> = (0..k).map(|i| (i as f32 - 20.0) / 10.0).collect();
     let want: Vec<f64> = (0..n)
         .map(|j| {
@@ -230,7 +223,7 @@ fn plans_of_programs_with_equal_weight_files_share_one_copy() {
     // two programs with the same contents in two separate buffers, as two bucket programs of one
     // encoder are compiled
     let load = |bytes: &std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>| {
-        let (program, _) = linear_program(&weight, &bias, 1);
+        let (program, _) = linear_program(&weight, &bias);
         let mut blobs = std::collections::BTreeMap::new();
         blobs.insert(
             "@model_path/weights/weight.bin".to_string(),
@@ -244,7 +237,7 @@ fn plans_of_programs_with_equal_weight_files_share_one_copy() {
         .unwrap()
     };
     let file = || -> std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> {
-        std::sync::Arc::new(linear_program(&weight, &bias, 1).1)
+        std::sync::Arc::new(linear_program(&weight, &bias).1)
     };
     let (first, second) = (file(), file());
     let plans = [load(&first), load(&second)];
@@ -266,59 +259,6 @@ fn plans_of_programs_with_equal_weight_files_share_one_copy() {
             assert!(
                 (a as f64 - b).abs() < 1e-4 * b.abs().max(1.0),
                 "y[{j}] {a} vs {b}"
-            );
-        }
-    }
-}
-
-/// An f32 weight stored [n, k] in the blob is read in place by the GEMV over 1–2 rows and by the
-/// gemm crate over many rows, and packed at compile time in between, where the gemm crate's
-/// per-call packing of the transposed weight would cost more than the product; every path
-/// computes the same linear.
-#[test]
-fn blob_weights_stored_n_by_k_are_packed_only_for_products_over_a_few_rows() {
-    let (n, k) = (40usize, 72usize);
-    let (weight, bias) = linear_weights(n, k);
-    for (rows, kernel) in [
-        (1, "gemv"),
-        (2, "gemv"),
-        (3, "packed"),
-        (50, "packed"),
-        (64, "packed"),
-        (65, "matmul"),
-    ] {
-        let x: Vec<f32> = (0..rows * k)
-            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 10.0)
-            .collect();
-        let (program, bytes) = linear_program(&weight, &bias, rows);
-        let mut blobs = std::collections::BTreeMap::new();
-        blobs.insert(
-            "@model_path/weights/weight.bin".to_string(),
-            BlobFile::from_vec("weight.bin", bytes).unwrap(),
-        );
-        let plan = aneforge_cpu::compile_dir(
-            &aneforge_mil::ProgramDir { program, blobs },
-            "main",
-            &CompileOptions::default(),
-        )
-        .unwrap();
-        let schedule = plan.schedule().join(" ");
-        let packed = schedule.contains("matmul-packed");
-        assert_eq!(packed, kernel == "packed", "{rows} rows: {schedule}");
-        assert!(schedule.contains(kernel), "{rows} rows: {schedule}");
-        let mut inst = plan.instantiate();
-        inst.set_input("x", HostSlice::F32(&x)).unwrap();
-        inst.execute().unwrap();
-        let y = inst.read_output_f32("y").unwrap();
-        for (at, &got) in y.iter().enumerate() {
-            let (r, j) = (at / n, at % n);
-            let want = (0..k)
-                .map(|c| weight[j * k + c] as f64 * x[r * k + c] as f64)
-                .sum::<f64>()
-                + bias[j] as f64;
-            assert!(
-                (got as f64 - want).abs() < 1e-4 * want.abs().max(1.0),
-                "{rows} rows: y[{r}, {j}] {got} vs {want}"
             );
         }
     }
