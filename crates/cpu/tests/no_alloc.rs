@@ -205,8 +205,44 @@ fn direct_and_winograd_convs_do_not_allocate_per_execute() {
     }
 }
 
+/// Depthwise convs keep their phase planes in the plan's scratch and their tap offsets in the
+/// plan, with the epilogue fused (relu6) or run plane batch by plane batch (sigmoid).
+fn depthwise_convs_do_not_allocate_per_execute() {
+    let mut rng = Rng(74);
+    let d = DType::Fp32;
+    for (stride, act) in [(1, "relu6"), (2, "relu6"), (1, "sigmoid"), (2, "sigmoid")] {
+        let mut p = Prog::new();
+        let x = p.input("x", d, &[1, 16, 14, 14]);
+        let w = p.konst(d, &[16, 1, 3, 3], &quantize(d, &rng.vec(16 * 9, -0.5, 0.5)));
+        let b = p.konst(d, &[16], &quantize(d, &rng.vec(16, -0.1, 0.1)));
+        let o = 14 / stride;
+        let c = p.op(
+            "conv",
+            &[
+                ("x", v(&x)),
+                ("weight", v(&w)),
+                ("bias", v(&b)),
+                ("strides", A::Is(vec![stride as i64; 2])),
+                ("pad_type", A::S("same")),
+                ("groups", A::I(16)),
+            ],
+            d,
+            &[1, 16, o, o],
+        );
+        let y = p.op(act, &[("x", v(&c))], d, &[1, 16, o, o]);
+        p.output(&y);
+        for threads in [1, 2] {
+            let n = allocations_per_execute(&p, threads, 16 * 196);
+            assert_eq!(
+                n, 0,
+                "stride {stride}, {act}, {threads} threads: {n} allocations per execute"
+            );
+        }
+    }
+}
+
 fn main() {
-    let checks: [(&str, fn()); 3] = [
+    let checks: [(&str, fn()); 4] = [
         (
             "engine_kernels_do_not_allocate_per_execute",
             engine_kernels_do_not_allocate_per_execute,
@@ -218,6 +254,10 @@ fn main() {
         (
             "direct_and_winograd_convs_do_not_allocate_per_execute",
             direct_and_winograd_convs_do_not_allocate_per_execute,
+        ),
+        (
+            "depthwise_convs_do_not_allocate_per_execute",
+            depthwise_convs_do_not_allocate_per_execute,
         ),
     ];
     // `cargo test -p aneforge-cpu --test no_alloc -- NAME` runs the checks whose name contains NAME.

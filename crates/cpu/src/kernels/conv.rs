@@ -110,6 +110,9 @@ pub struct Conv {
     /// The epilogue `act?((raw + bias?) + residual?)` applied by the kernel as it writes, to
     /// `target` instead of `raw`.
     pub fused: Option<Fused>,
+    /// The depthwise kernel's tap offsets (`conv_depthwise::tap_offsets`), set by
+    /// [`Conv::finalize`]; empty for other convs.
+    pub depthwise_taps: Vec<usize>,
 }
 
 impl Conv {
@@ -127,9 +130,21 @@ impl Conv {
         matches!(self.weight, ConvWeight::Direct(_) | ConvWeight::Winograd(_))
     }
 
+    /// The compile-time final form: the fused epilogue, the remaining chain collapsed, the
+    /// depthwise tap offsets.
+    pub fn finalize(&mut self) {
+        self.fuse_epilogue();
+        if let Some(e) = &mut self.epilogue {
+            e.collapse();
+        }
+        if self.depthwise() {
+            self.depthwise_taps = conv_depthwise::tap_offsets(&self.g);
+        }
+    }
+
     /// Folds an epilogue the kernel serving this conv can apply as it writes (see
     /// `conv_epilogue`). Call before the epilogue is collapsed.
-    pub fn fuse_epilogue(&mut self) {
+    fn fuse_epilogue(&mut self) {
         let Some(e) = &self.epilogue else { return };
         if self.transpose {
             return;
@@ -309,9 +324,22 @@ impl Conv {
         };
         if self.depthwise() {
             let inside = self.depthwise_epilogue();
-            // SAFETY: x holds n*cin planes of h*w floats, weight cout*kk, out n*cout*pout, col
-            // the depthwise scratch; the chain epilogue stores the conv's output positions.
-            unsafe { conv_depthwise::run(x, weight, out, g, fused, inside, col, cx) };
+            // SAFETY: x holds n*cin planes of h*w floats, weight cout*kk, out n*cout*pout, the
+            // taps this geometry's offsets, col the depthwise scratch; the chain epilogue stores
+            // the conv's output positions.
+            unsafe {
+                conv_depthwise::run(
+                    x,
+                    weight,
+                    out,
+                    g,
+                    &self.depthwise_taps,
+                    fused,
+                    inside,
+                    col,
+                    cx,
+                )
+            };
             if inside.is_none() {
                 self.chain_after(cx);
             }

@@ -58,6 +58,18 @@ fn tasks(g: &Geometry, threads: usize) -> usize {
     }
 }
 
+/// Per tap, its phase plane's start and its offset inside it: computed once when the conv is
+/// compiled, so a run allocates nothing.
+pub fn tap_offsets(g: &Geometry) -> Vec<usize> {
+    let l = layout(g);
+    (0..g.kh * g.kw)
+        .map(|t| {
+            let (i, j) = (t / g.kw * g.dh, t % g.kw * g.dw);
+            ((i % g.sh) * g.sw + j % g.sw) * l.phase_len + (i / g.sh) * l.we + j / g.sw
+        })
+        .collect()
+}
+
 /// Floats one task needs: its phase planes and the flat output.
 fn task_floats(g: &Geometry, epilogue: Option<&Chain>) -> usize {
     let l = layout(g);
@@ -89,6 +101,7 @@ pub unsafe fn run(
     w: *const f32,
     out: *mut f32,
     g: &Geometry,
+    taps: &[usize],
     fused: Option<Bound>,
     epilogue: Option<&Chain>,
     scratch: &mut [f32],
@@ -100,13 +113,7 @@ pub unsafe fn run(
     let tasks = tasks(g, cx.threads);
     let per_task = task_floats(g, epilogue);
     assert!(scratch.len() >= tasks * per_task, "depthwise scratch");
-    // Per tap: its phase plane's start and its offset inside it.
-    let taps: Vec<usize> = (0..kk)
-        .map(|t| {
-            let (i, j) = (t / g.kw * g.dh, t % g.kw * g.dw);
-            ((i % g.sh) * g.sw + j % g.sw) * l.phase_len + (i / g.sh) * l.we + j / g.sw
-        })
-        .collect();
+    assert_eq!(taps.len(), kk, "depthwise taps");
     let (xp, wtp, op) = (SendPtr(x as *mut f32), SendPtr(w as *mut f32), SendPtr(out));
     let sp = SendPtr(scratch.as_mut_ptr());
     let per = planes.div_ceil(tasks);
@@ -136,7 +143,7 @@ pub unsafe fn run(
             // SAFETY: c < cout.
             let (bias, act) =
                 in_regs.map_or((None, Act::None), |f| (unsafe { f.bias_of(c) }, f.act()));
-            sum_taps(phases, &taps, wc, bias, act, flat);
+            sum_taps(phases, taps, wc, bias, act, flat);
             match fused {
                 Some(f) if in_regs.is_none() => {
                     for (oy, kept) in flat.chunks(l.we).take(g.oh).enumerate() {

@@ -206,12 +206,7 @@ impl Kernel {
                     e.collapse();
                 }
             }
-            Kernel::Conv(c) => {
-                c.fuse_epilogue();
-                if let Some(e) = &mut c.epilogue {
-                    e.collapse();
-                }
-            }
+            Kernel::Conv(c) => c.finalize(),
             _ => {}
         }
     }

@@ -260,6 +260,7 @@ pub(crate) fn conv(cx: &mut OpCx, transpose: bool) -> Result<()> {
             raw,
             epilogue,
             fused: None,
+            depthwise_taps: Vec::new(),
         }),
         reads,
         writes,
