@@ -1,12 +1,13 @@
 //! Test helpers: a small MIL AST builder, a deterministic RNG, a runner and comparisons.
 #![allow(dead_code)]
 
-use aneforge_cpu::{compile, BlobStore, CompileOptions, HostSlice, Instance};
+use aneforge_cpu::{compile, BlobStore, CompileOptions, HostSlice, Instance, Plan};
 use aneforge_mil::{
     Argument, Block, DType, Function, Literal, NamedValue, Operation, Program, TensorType,
 };
 use half::f16;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// An argument value for [`Prog::op`].
 #[derive(Clone, Debug)]
@@ -223,6 +224,19 @@ pub fn run_opts(
         .iter()
         .map(|o| (o.clone(), to_f64(&inst.read_output(o).unwrap())))
         .collect()
+}
+
+/// `p` compiled for `threads` threads, and its schedule one kernel per line; `what` names the case
+/// if compiling fails.
+pub fn compile_threads(p: &Prog, threads: usize, what: &str) -> (Arc<Plan>, String) {
+    let options = CompileOptions {
+        threads: Some(threads),
+        ..Default::default()
+    };
+    let plan = compile(&p.build(), "main", &BlobStore::new(), &options)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let schedule = plan.schedule().join("\n");
+    (plan, schedule)
 }
 
 pub fn run(p: &Prog, inputs: &[(&str, DType, Vec<f64>)]) -> HashMap<String, Vec<f64>> {

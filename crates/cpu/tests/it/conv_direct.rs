@@ -281,13 +281,7 @@ fn convs_over_few_pixels_run_on_packed_weights_and_match_naive_f64() {
             let y = p.op("relu", &[("x", v(&y))], d, &os);
             p.output(&y);
             let what = format!("{kh}x{kw} conv stride {sh} {xs:?} -> {os:?}, {threads} threads");
-            let options = CompileOptions {
-                threads: Some(threads),
-                ..Default::default()
-            };
-            let plan = compile(&p.build(), "main", &BlobStore::new(), &options)
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let schedule = plan.schedule().join("\n");
+            let (plan, schedule) = compile_threads(&p, threads, &what);
             assert_eq!(
                 schedule.contains("conv-packed"),
                 packed,

@@ -3,7 +3,6 @@
 //! chain where the schedule cannot take them, against an f64 reference, at 1 and 2 threads.
 use crate::common;
 use crate::conv_attention::conv_ref;
-use aneforge_cpu::{compile, BlobStore, CompileOptions};
 use aneforge_mil::DType;
 use common::*;
 
@@ -145,13 +144,7 @@ fn conv_epilogues_are_fused_into_every_schedule_and_match_f64() {
                 let what = format!(
                     "conv {xs:?} k{k} s{st} g{groups} → {os:?} then {tail:?}, {threads} threads"
                 );
-                let options = CompileOptions {
-                    threads: Some(threads),
-                    ..Default::default()
-                };
-                let plan = compile(&p.build(), "main", &BlobStore::new(), &options)
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
-                let schedule = plan.schedule().join("\n");
+                let (plan, schedule) = compile_threads(&p, threads, &what);
                 assert_eq!(
                     schedule.contains("+fused"),
                     fused,
