@@ -1,5 +1,5 @@
 //! Prints the CPU engine's benchmark figures. `cargo run --release -p aneforge-bench --example bench
-//! [gemm|gemv|conv|attention|overhead|all]`.
+//! [gemm|gemv|linear|conv|attention|overhead|all]`.
 
 use aneforge_bench as bench;
 
@@ -23,6 +23,27 @@ fn main() {
             println!("{}", bench::gemv(4096, 4096, t, 50));
             println!("{}", bench::gemv_quant(4096, 4096, 8, t, 50));
             println!("{}", bench::gemv_quant(4096, 4096, 4, t, 50));
+        }
+    }
+    if all || what == "linear" {
+        // CLIP ViT-B/32's image tower at batch 1 (50 rows), MiniLM's at batch 32 × 16 and × 64
+        // tokens; weights read in place and packed at compile time
+        for &t in &thread_counts {
+            for &(m, k, n) in &[
+                (50, 768, 768),
+                (50, 768, 3072),
+                (50, 3072, 768),
+                (512, 384, 384),
+                (512, 384, 1536),
+                (512, 1536, 384),
+                (2048, 384, 384),
+                (2048, 384, 1536),
+                (2048, 1536, 384),
+            ] {
+                for blob in [true, false] {
+                    println!("{}", bench::linear(m, k, n, blob, t, 10));
+                }
+            }
         }
     }
     if all || what == "decode" {

@@ -261,6 +261,72 @@ pub fn gemv(k: usize, n: usize, threads: usize, reps: usize) -> Figure {
     )
 }
 
+/// `[m, k] × Wᵀ` against a constant f32 `[n, k]` weight: stored in the blob file as converted
+/// models store their linears (`blob`; read in place), or written inline in the program (packed
+/// into panels when compiled).
+pub fn linear_program(m: usize, k: usize, n: usize, blob: bool) -> (Program, BlobStore) {
+    let weights = pseudo_random(n * k, 3);
+    let mut blobs = BlobStore::new();
+    let mut p = P::new();
+    let x = p.input("x", DType::Fp32, &[m, k]);
+    let w = if blob {
+        let mut bw = aneforge_mil::BlobWriter::new();
+        // SAFETY: any f32 slice is a valid byte slice of four times its length.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(weights.as_ptr() as *const u8, weights.len() * 4) };
+        let off = bw.add(DType::Fp32, n * k, bytes).expect("f32 payload");
+        let path = "@model_path/weights/weight.bin".to_string();
+        blobs.insert(
+            path.clone(),
+            aneforge_mil::BlobFile::from_vec("weight.bin", bw.finish()).expect("blob"),
+        );
+        p.n += 1;
+        let wn = format!("w_{}", p.n);
+        let ty = TensorType::new(DType::Fp32, &[n, k]);
+        p.ops.push(
+            Operation::new("const")
+                .with_output(wn.clone(), ty.clone())
+                .with_attribute("name", Literal::string(wn.clone()))
+                .with_attribute(
+                    "val",
+                    Literal::Blob {
+                        ty,
+                        path,
+                        offset: off,
+                    },
+                ),
+        );
+        wn
+    } else {
+        p.konst(
+            DType::Fp32,
+            &[n, k],
+            weights.iter().map(|&v| v as f64).collect(),
+        )
+    };
+    let y = p.op(
+        "linear",
+        vec![("x", name(&x)), ("weight", name(&w))],
+        DType::Fp32,
+        &[m, n],
+    );
+    (p.program(vec![y]), blobs)
+}
+
+/// [`linear_program`] timed.
+pub fn linear(m: usize, k: usize, n: usize, blob: bool, threads: usize, reps: usize) -> Figure {
+    let (p, blobs) = linear_program(m, k, n, blob);
+    let mut inst = prepare_with(&p, &blobs, threads);
+    let how = if blob { "blob" } else { "packed" };
+    time(
+        format!("linear {how} {m}x{k} -> {n}"),
+        &mut inst,
+        2.0 * (m * k * n) as f64,
+        threads,
+        reps,
+    )
+}
+
 /// Decode GEMV against a `[n, k]` int8 or int4 weight (constexpr_blockwise_shift_scale, blocks of
 /// 32 along k) that the engine keeps compressed.
 pub fn gemv_quant_program(k: usize, n: usize, bits: u8) -> (Program, BlobStore) {
