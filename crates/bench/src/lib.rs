@@ -72,6 +72,19 @@ impl std::fmt::Display for Figure {
     }
 }
 
+/// Where benchmark programs' blob constants live.
+const BLOB_PATH: &str = "@model_path/weights/weight.bin";
+
+/// A blob store holding `w`'s file at [`BLOB_PATH`].
+fn one_blob(w: aneforge_mil::BlobWriter) -> BlobStore {
+    let mut blobs = BlobStore::new();
+    blobs.insert(
+        BLOB_PATH.into(),
+        aneforge_mil::BlobFile::from_vec("weight.bin", w.finish()).expect("blob"),
+    );
+    blobs
+}
+
 struct P {
     inputs: Vec<aneforge_mil::NamedValue>,
     ops: Vec<Operation>,
@@ -117,6 +130,27 @@ impl P {
             .with_attribute("name", Literal::string(name.clone()))
             .with_attribute("val", Literal::float_tensor(d, shape, v));
         self.ops.push(op);
+        name
+    }
+
+    /// A `const` read from the one blob file of `blobs` (the engine's weights path) at `offset`.
+    fn blob_const(&mut self, d: DType, shape: &[usize], offset: u64) -> String {
+        self.n += 1;
+        let name = format!("const_{}", self.n);
+        let ty = TensorType::new(d, shape);
+        self.ops.push(
+            Operation::new("const")
+                .with_output(name.clone(), ty.clone())
+                .with_attribute("name", Literal::string(name.clone()))
+                .with_attribute(
+                    "val",
+                    Literal::Blob {
+                        ty,
+                        path: BLOB_PATH.into(),
+                        offset,
+                    },
+                ),
+        );
         name
     }
 
@@ -234,20 +268,7 @@ pub fn gemm(n: usize, threads: usize, reps: usize) -> Figure {
 
 /// Decode-style fp32 GEMV: `[1, k] × Wᵀ` with a constant `[n, k]` weight (linear).
 pub fn gemv_program(k: usize, n: usize) -> Program {
-    let mut p = P::new();
-    let x = p.input("x", DType::Fp32, &[1, k]);
-    let w = p.konst(
-        DType::Fp32,
-        &[n, k],
-        pseudo_random(n * k, 3).iter().map(|&v| v as f64).collect(),
-    );
-    let y = p.op(
-        "linear",
-        vec![("x", name(&x)), ("weight", name(&w))],
-        DType::Fp32,
-        &[1, n],
-    );
-    p.program(vec![y])
+    linear_program(1, k, n, false).0
 }
 
 pub fn gemv(k: usize, n: usize, threads: usize, reps: usize) -> Figure {
@@ -266,43 +287,15 @@ pub fn gemv(k: usize, n: usize, threads: usize, reps: usize) -> Figure {
 /// into panels when compiled).
 pub fn linear_program(m: usize, k: usize, n: usize, blob: bool) -> (Program, BlobStore) {
     let weights = pseudo_random(n * k, 3);
-    let mut blobs = BlobStore::new();
     let mut p = P::new();
     let x = p.input("x", DType::Fp32, &[m, k]);
-    let w = if blob {
+    let (w, blobs) = if blob {
         let mut bw = aneforge_mil::BlobWriter::new();
-        // SAFETY: any f32 slice is a valid byte slice of four times its length.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(weights.as_ptr() as *const u8, weights.len() * 4) };
-        let off = bw.add(DType::Fp32, n * k, bytes).expect("f32 payload");
-        let path = "@model_path/weights/weight.bin".to_string();
-        blobs.insert(
-            path.clone(),
-            aneforge_mil::BlobFile::from_vec("weight.bin", bw.finish()).expect("blob"),
-        );
-        p.n += 1;
-        let wn = format!("w_{}", p.n);
-        let ty = TensorType::new(DType::Fp32, &[n, k]);
-        p.ops.push(
-            Operation::new("const")
-                .with_output(wn.clone(), ty.clone())
-                .with_attribute("name", Literal::string(wn.clone()))
-                .with_attribute(
-                    "val",
-                    Literal::Blob {
-                        ty,
-                        path,
-                        offset: off,
-                    },
-                ),
-        );
-        wn
+        let off = bw.add_f32(&weights);
+        (p.blob_const(DType::Fp32, &[n, k], off), one_blob(bw))
     } else {
-        p.konst(
-            DType::Fp32,
-            &[n, k],
-            weights.iter().map(|&v| v as f64).collect(),
-        )
+        let v = weights.iter().map(|&v| v as f64).collect();
+        (p.konst(DType::Fp32, &[n, k], v), BlobStore::new())
     };
     let y = p.op(
         "linear",
@@ -337,29 +330,10 @@ pub fn gemv_quant_program(k: usize, n: usize, bits: u8) -> (Program, BlobStore) 
         .collect();
     let mut w = aneforge_mil::BlobWriter::new();
     let off = w.add(dtype, n * k, &payload).expect("int payload");
-    let path = "@model_path/weights/weight.bin".to_string();
-    let mut blobs = BlobStore::new();
-    blobs.insert(
-        path.clone(),
-        aneforge_mil::BlobFile::from_vec("weight.bin", w.finish()).expect("blob"),
-    );
+    let blobs = one_blob(w);
     let mut p = P::new();
     let x = p.input("x", DType::Fp32, &[1, k]);
-    p.n += 1;
-    let data = format!("data_{}", p.n);
-    p.ops.push(
-        Operation::new("const")
-            .with_output(data.clone(), TensorType::new(dtype, &[n, k]))
-            .with_attribute("name", Literal::string(data.clone()))
-            .with_attribute(
-                "val",
-                Literal::Blob {
-                    ty: TensorType::new(dtype, &[n, k]),
-                    path,
-                    offset: off,
-                },
-            ),
-    );
+    let data = p.blob_const(dtype, &[n, k], off);
     let scale = p.konst(DType::Fp32, &[n, k / 32], vec![0.01; n * (k / 32)]);
     let wq = p.op(
         "constexpr_blockwise_shift_scale",
@@ -410,16 +384,11 @@ pub fn decode_stack_program(d: usize, f: usize, layers: usize, bits: u8) -> (Pro
         let scale = w.add_f32(&scales);
         mats.push((n, k, data, scale));
     }
-    let path = "@model_path/weights/weight.bin".to_string();
-    let mut blobs = BlobStore::new();
-    blobs.insert(
-        path.clone(),
-        aneforge_mil::BlobFile::from_vec("weight.bin", w.finish()).expect("blob"),
-    );
+    let blobs = one_blob(w);
     let blob = |d: DType, shape: &[usize], offset: u64| {
         Argument::Literal(Literal::Blob {
             ty: TensorType::new(d, shape),
-            path: path.clone(),
+            path: BLOB_PATH.into(),
             offset,
         })
     };
