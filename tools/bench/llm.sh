@@ -12,7 +12,8 @@
 # Usage: tools/bench/llm.sh
 # Environment: THREADS ("1 2"), PROMPT (128), DECODE (128), REPEAT (3), FORMATS ("q4_1 q8_0 f16
 #   gemma3_q4_k_m"),
-#   ACTIVATIONS (int8: llama.cpp's scheme; f32), LLAMACPP_PYTHON (a Python with llama-cpp-python)
+#   ACTIVATIONS (aneforge's modes to run, "int16": the CLI's default; f32 is the exact mode, int8
+#   llama.cpp's scheme), LLAMACPP_PYTHON (a Python with llama-cpp-python)
 #   and REF_PYTHON (one with transformers), both defaulting to $PYTHON, else python3 on the PATH.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -62,10 +63,12 @@ PYEOF
     for threads in $THREADS; do
         tag="{\"format\": \"$format\", \"run_threads\": $threads, "
         echo "# $format, $threads threads: load average $(load)"
-        ./target/release/aneforge bench llm -m "$gguf" --threads "$threads" \
-            --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --repeat "$REPEAT" \
-            --prompt-file "$work/prompt.txt" --activations "${ACTIVATIONS:-int8}" --format jsonl \
-            | sed "s/^{/$tag/" | tee -a "$results"
+        for activations in ${ACTIVATIONS:-int16}; do
+            ./target/release/aneforge bench llm -m "$gguf" --threads "$threads" \
+                --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --repeat "$REPEAT" \
+                --prompt-file "$work/prompt.txt" --activations "$activations" --format jsonl \
+                | sed "s/^{/$tag/" | tee -a "$results"
+        done
         peers="llama.cpp"
         [[ "$format" == q4_1 ]] && peers="llama.cpp,transformers"
         python3 tools/bench/llm_peers.py --gguf "$gguf" --peers "$peers" --threads "$threads" \
@@ -78,25 +81,26 @@ echo "load average at end: $(load)"
 python3 - "$results" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print("\n| weights | threads | system | prefill tok/s | decode tok/s | decode CPU s / wall s | peak RSS MiB "
-      "| load s | first run s | aneforge speed-up prefill / decode | aneforge RSS ratio |")
-print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("\n| weights | threads | system | activations | prefill tok/s | decode tok/s | decode CPU s / wall s | peak RSS MiB "
+      "| load s | first run s | ÷ llama.cpp prefill / decode | RSS ÷ llama.cpp |")
+print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 fmt2 = lambda v: "n/a" if v is None else f"{v:.2f}"
 for key in dict.fromkeys((r["format"], r["run_threads"]) for r in rows):
     group = [r for r in rows if (r["format"], r["run_threads"]) == key]
-    ours = next((r for r in group if r.get("peer") == "aneforge" and "decode_tok_s" in r), None)
+    cpp = next((r for r in group if r.get("peer") == "llama.cpp" and "decode_tok_s" in r), None)
     for r in group:
         if "error" in r:
-            print(f"| {key[0]} | {key[1]} | {r['peer']} | error: {r['error'][-200:]!r} | | | | | | | | |")
+            print(f"| {key[0]} | {key[1]} | {r['peer']} | | error: {r['error'][-200:]!r} | | | | | | | |")
             continue
-        if ours:
-            speed = f"{ours['prefill_tok_s'] / r['prefill_tok_s']:.2f}x / {ours['decode_tok_s'] / r['decode_tok_s']:.2f}x"
-            rss = f"{ours['peak_rss_mb'] / r['peak_rss_mb']:.2f}x"
+        # each aneforge mode against llama.cpp, each peer against llama.cpp
+        if cpp and r is not cpp:
+            speed = f"{r['prefill_tok_s'] / cpp['prefill_tok_s']:.2f}x / {r['decode_tok_s'] / cpp['decode_tok_s']:.2f}x"
+            rss = f"{r['peak_rss_mb'] / cpp['peak_rss_mb']:.2f}x"
         else:
             speed = rss = "n/a"
         cpu = r.get("decode_cpu_s")
         cpu = f"{cpu:.2f} / {r['decode_wall_s']:.2f}" if cpu is not None else "n/a"
         name = r["peer"] if r["peer"] != "transformers" else "transformers fp32"
-        print(f"| {key[0]} | {key[1]} | {name} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.1f} | {cpu} | "
+        print(f"| {key[0]} | {key[1]} | {name} | {r.get('activations', '')} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.1f} | {cpu} | "
               f"{r['peak_rss_mb']:.0f} | {fmt2(r.get('load_s'))} | {fmt2(r.get('first_run_s'))} | {speed} | {rss} |")
 PYEOF

@@ -1,7 +1,8 @@
 //! Prints the CPU engine's benchmark figures. `cargo run --release -p aneforge-bench --example bench
-//! [gemm|gemv|linear|conv|attention|overhead|all]`.
+//! [gemm|gemv|linear|decode|conv|attention|overhead|all]`.
 
 use aneforge_bench as bench;
+use aneforge_cpu::Activations;
 
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
@@ -49,8 +50,9 @@ fn main() {
     if all || what == "decode" {
         for &t in &thread_counts {
             for bits in [8, 4] {
-                let fig = bench::decode_stack(576, 1536, 24, bits, t, 30);
-                println!("{fig}");
+                for a in [Activations::F32, Activations::Int16, Activations::Int8] {
+                    println!("{}", bench::decode_stack(576, 1536, 24, bits, a, t, 30));
+                }
             }
         }
     }

@@ -2,7 +2,7 @@
 //! Each builds a small MIL program, compiles it once and times `execute()` (best of `reps` after a
 //! warm-up), so the figures include the engine's own per-execute work.
 
-use aneforge_cpu::{compile, BlobStore, CompileOptions, HostSlice, Instance};
+use aneforge_cpu::{compile, Activations, BlobStore, CompileOptions, HostSlice, Instance};
 use aneforge_mil::{Argument, Block, DType, Function, Literal, Operation, Program, TensorType};
 use std::time::Instant;
 
@@ -414,19 +414,20 @@ pub fn decode_stack_program(d: usize, f: usize, layers: usize, bits: u8) -> (Pro
     (p.program(vec![x]), blobs)
 }
 
-/// [`decode_stack_program`] with 8-bit activations (`quantize_activations`).
+/// [`decode_stack_program`] with `activations` (f32, or quantized for integer dot products).
 pub fn decode_stack(
     d: usize,
     f: usize,
     layers: usize,
     bits: u8,
+    activations: Activations,
     threads: usize,
     reps: usize,
 ) -> Figure {
     let (p, blobs) = decode_stack_program(d, f, layers, bits);
     let opts = CompileOptions {
         threads: Some(threads),
-        quantize_activations: true,
+        activations,
         ..Default::default()
     };
     let plan = compile(&p, "main", &blobs, &opts).expect("benchmark program compiles");
@@ -434,7 +435,10 @@ pub fn decode_stack(
     inst.set_input("x", HostSlice::F32(&pseudo_random(d, 7)))
         .expect("input");
     time(
-        format!("decode stack int{bits}-weights int8-activations {layers}x({d}->{f}->{d})"),
+        format!(
+            "decode stack int{bits}-weights {}-activations {layers}x({d}->{f}->{d})",
+            activations.name()
+        ),
         &mut inst,
         4.0 * (layers * d * f) as f64,
         threads,

@@ -5,6 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
+use aneforge::engine::Activations;
 use aneforge_models::llm::sampling::argmax;
 use aneforge_models::llm::{
     generate, speculative_generate, ChatMessage, FinishReason, GenerateOptions, Generation, Llm,
@@ -13,6 +14,23 @@ use aneforge_models::llm::{
 use anyhow::{bail, Context};
 
 use crate::model_hints::{self, Wants};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActivationsArg {
+    F32,
+    Int16,
+    Int8,
+}
+
+impl ActivationsArg {
+    pub fn mode(self) -> Activations {
+        match self {
+            ActivationsArg::F32 => Activations::F32,
+            ActivationsArg::Int16 => Activations::Int16,
+            ActivationsArg::Int8 => Activations::Int8,
+        }
+    }
+}
 
 #[derive(clap::Args, Clone)]
 pub struct ModelArgs {
@@ -26,12 +44,14 @@ pub struct ModelArgs {
     /// of 32).
     #[arg(long, default_value = "none")]
     pub compress: String,
-    /// Activations of decode steps against block-quantized weights: f32 is the exact mode (logits
-    /// follow transformers'); int8 is llama.cpp's scheme (each row quantized per 32 values,
-    /// integer dot products on AVX-512 VNNI CPUs): about 2x faster decode, logits a few percent
-    /// off transformers' as llama.cpp's are, so greedy picks can differ at near ties.
-    #[arg(long, default_value = "f32", value_parser = ["int8", "f32"])]
-    pub activations: String,
+    /// Activations of decode steps against block-quantized weights: f32 is the exact mode;
+    /// int16 and int8 quantize each row per 32 values for integer dot products on AVX-512 VNNI
+    /// CPUs (f32 elsewhere), both about 2x faster decode on one core. int16 rounds to 2^-15 of
+    /// each 32 values' largest (logits within about 1e-3 of f32's); int8 is llama.cpp's scheme,
+    /// logits a few percent off transformers' as llama.cpp's are, so greedy picks can differ at
+    /// near ties. [default: int16]
+    #[arg(long, value_enum)]
+    pub activations: Option<ActivationsArg>,
     /// Mixtures of experts in decode steps: dense (every expert, weighted by the router) or
     /// sparse (only each token's chosen experts' gate/up rows, expanded to f32 first).
     #[arg(long, default_value = "dense", value_parser = ["sparse", "dense"])]
@@ -200,7 +220,9 @@ pub(crate) fn load(
         engine,
         max_context: args.ctx.unwrap_or(DEFAULT_CONTEXT),
         all_logits_chunks: all_logits,
-        quantize_activations: args.activations == "int8",
+        activations: args
+            .activations
+            .map_or(RunnerOptions::default().activations, ActivationsArg::mode),
         sparse_experts: args.experts == "sparse",
         ..RunnerOptions::default()
     };
@@ -572,7 +594,7 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
             args.model.model,
             loaded.opts.target,
             args.model.compress,
-            args.model.activations,
+            loaded.opts.activations.name(),
             args.model.experts,
             ids.len(),
             opt(prefill.cpu),
@@ -588,7 +610,7 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
             args.model.model,
             loaded.opts.target,
             args.model.compress,
-            args.model.activations,
+            loaded.opts.activations.name(),
             threads,
             ids.len(),
             prefill_tok_s,

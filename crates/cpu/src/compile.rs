@@ -18,14 +18,50 @@ pub struct CompileOptions {
     pub threads: Option<usize>,
     /// Pattern fusion (epilogues, attention, norms, elementwise chains). On by default.
     pub fuse: bool,
-    /// Few-row products against block-quantized weights (`constexpr_blockwise_shift_scale`,
-    /// blocks of 32k columns) quantize their activation rows to 8 bits per 32 columns and sum in
-    /// integers (llama.cpp's scheme; AVX-512 VNNI CPUs only, the f32 path elsewhere). Results
-    /// then differ from exact f32 activations by the activation rounding. Off by default.
-    pub quantize_activations: bool,
+    /// The activations of few-row products against block-quantized weights
+    /// (`constexpr_blockwise_shift_scale`): exact f32 by default, or quantized per 32 columns
+    /// for integer dot products (see [`Activations`]).
+    pub activations: Activations,
     /// What fp16 programs assume about the width of the sums inside matmul/linear and
     /// reductions (see [`Accumulation`]).
     pub accumulation: Accumulation,
+}
+
+/// How few-row products (decode) against block-quantized weights take their activation rows.
+/// The integer forms quantize each row per 32 columns, `x ≈ s·q` with `s = max|x| / qmax` and
+/// `q = round_half_even(x / s)` in f32 arithmetic, and sum `q_w·q` exactly in integers
+/// (AVX-512 VNNI CPUs only; elsewhere, and for blocks they do not take, the f32 path runs).
+/// Products over more rows (prefill) always take f32 activations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Activations {
+    /// f32 activations against the weights' values: the exact product.
+    #[default]
+    F32,
+    /// 15-bit activations, `qmax = 127·128`: a rounding of at most 2⁻¹⁵ of a chunk's largest
+    /// magnitude, 128 times finer than `Int8`, summed as two 8-bit planes.
+    Int16,
+    /// llama.cpp's scheme, `qmax = 127`.
+    Int8,
+}
+
+impl Activations {
+    /// 8-bit planes per quantized activation (0: f32).
+    pub fn planes(self) -> usize {
+        match self {
+            Activations::F32 => 0,
+            Activations::Int8 => 1,
+            Activations::Int16 => 2,
+        }
+    }
+
+    /// The CLI's name of each mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activations::F32 => "f32",
+            Activations::Int16 => "int16",
+            Activations::Int8 => "int8",
+        }
+    }
 }
 
 /// The precision of running sums when an fp16 program executes. Apple does not document how the
@@ -47,7 +83,7 @@ impl Default for CompileOptions {
         CompileOptions {
             threads: None,
             fuse: true,
-            quantize_activations: false,
+            activations: Activations::F32,
             accumulation: Accumulation::F32,
         }
     }
@@ -61,7 +97,7 @@ pub(crate) struct Builder<'p> {
     pub quant: HashMap<Vid, crate::kernels::quant::QuantWeight>,
     pub nodes: Vec<Node>,
     pub blobs: &'p BlobStore,
-    pub quantize_activations: bool,
+    pub activations: Activations,
 }
 
 impl Builder<'_> {
@@ -408,7 +444,7 @@ pub fn compile(
         quant: HashMap::new(),
         nodes: Vec::new(),
         blobs,
-        quantize_activations: options.quantize_activations,
+        activations: options.activations,
     };
     let mut inputs = Vec::new();
     for (i, nv) in f.inputs.iter().enumerate() {

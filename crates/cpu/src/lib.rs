@@ -24,7 +24,7 @@ mod tensor;
 
 pub use codec::Carried;
 pub use compile::{
-    compile, compile_dir, memory_limit, parse_bytes, set_memory_limit, Accumulation,
+    compile, compile_dir, memory_limit, parse_bytes, set_memory_limit, Accumulation, Activations,
     CompileOptions, MAX_MEMORY_ENV,
 };
 pub use error::CpuError;

@@ -91,7 +91,7 @@ pub(crate) fn compile(
         program,
         function,
         &aneforge_cpu::CompileOptions {
-            quantize_activations: options.quantize_activations,
+            activations: options.activations,
             accumulation: options.accumulation,
             fuse: !options.inspect,
             ..Default::default()

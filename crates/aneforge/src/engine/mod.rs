@@ -16,8 +16,8 @@ mod load;
 pub use ane::{AneEngine, AneError, AneOptions, AneProgram, AneStats};
 pub use ane_select::{select, EngineKind, SelectError, Selection, UnknownEngine};
 pub use aneforge_cpu::{
-    codec, find_port, release_thread_arena, Accumulation, BufferMut, BufferRef, Carried, Direction,
-    HostSlice, HostTensor, InstanceMemory, Port, PortError, ValueStats,
+    codec, find_port, release_thread_arena, Accumulation, Activations, BufferMut, BufferRef,
+    Carried, Direction, HostSlice, HostTensor, InstanceMemory, Port, PortError, ValueStats,
 };
 pub use cache::{cache_stats, compile_count, CacheStats};
 pub use load::{content_hash, load, load_function, load_function_with, load_program};
@@ -50,12 +50,11 @@ impl Engine {
 /// Numerical choices of an engine that the program leaves open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct EngineOptions {
-    /// CPU engine: few-row products against block-quantized weights quantize their activations
-    /// to 8 bits per 32 columns (llama.cpp's scheme; see
-    /// `aneforge_cpu::CompileOptions::quantize_activations`). The ANE ignores it.
-    pub quantize_activations: bool,
+    /// CPU engine: the activations of few-row products against block-quantized weights, f32
+    /// or quantized per 32 columns (`aneforge_cpu::Activations`). The ANE ignores it.
+    pub activations: Activations,
     /// CPU engine: the width of running sums in fp16 programs (`aneforge_cpu::Accumulation`).
-    pub accumulation: aneforge_cpu::Accumulation,
+    pub accumulation: Accumulation,
     /// CPU engine: every MIL op runs as its own kernel (no fusion), so
     /// [`Executable::execute_inspected`] sees each op's result as the program stores it.
     pub inspect: bool,

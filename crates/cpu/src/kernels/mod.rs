@@ -8,6 +8,7 @@ pub mod conv_epilogue;
 pub mod conv_winograd;
 pub mod ew;
 pub mod gather;
+pub mod int_activations;
 pub mod layout;
 pub mod math;
 pub mod matmul;
@@ -15,7 +16,6 @@ pub mod micro;
 pub mod packed;
 pub mod quant;
 pub mod quant_blocks;
-pub mod quant_int8;
 pub mod rows;
 pub mod sgemm;
 pub mod spatial;
@@ -98,8 +98,8 @@ impl Kernel {
                     matmul::Rhs::Packed(_) => "-packed".to_string(),
                     matmul::Rhs::Quant(q) => format!("-gemv-q{}", q.bits),
                     matmul::Rhs::Blocks(q)
-                        if m.m <= quant_blocks::GEMV_MAX_ROWS && quant_int8::applies(q) =>
-                        "-quant-gemv-i8".into(),
+                        if m.m <= quant_blocks::GEMV_MAX_ROWS && int_activations::applies(q) =>
+                        format!("-quant-gemv-i{}", 8 * q.activations.planes()),
                     matmul::Rhs::Blocks(_) if m.m <= quant_blocks::GEMV_MAX_ROWS =>
                         "-quant-gemv".into(),
                     matmul::Rhs::Blocks(_) => "-quant".into(),

@@ -68,9 +68,9 @@ pub struct QuantTensor {
     pub block: usize,
     scale: Params,
     offset: Option<Params>,
-    /// Few-row products quantize each activation row to 8 bits per 32 columns and use integer
-    /// dot products (see [`super::quant_int8`]); off = f32 activations.
-    pub quantize_activations: bool,
+    /// How few-row products take their activation rows (integer forms: see
+    /// [`super::int_activations`]).
+    pub activations: crate::Activations,
 }
 
 impl std::fmt::Debug for QuantTensor {
@@ -141,7 +141,7 @@ impl QuantTensor {
             block,
             scale,
             offset,
-            quantize_activations: false,
+            activations: crate::Activations::F32,
         };
         let len = (*t.bytes).as_ref().len();
         let data_end = data.checked_add(rows * t.row_bytes());
@@ -483,12 +483,12 @@ pub fn run(mm: &Matmul, q: &QuantTensor, cx: &Cx) {
             }
         }
     };
-    if m <= GEMV_MAX_ROWS && super::quant_int8::applies(q) {
-        let stride = super::quant_int8::row_floats(k);
+    if m <= GEMV_MAX_ROWS && super::int_activations::applies(q) {
+        let stride = super::int_activations::row_floats(q);
         let x = cx.scratch_at(m * stride, k);
         for i in 0..m {
             a_row(i, x);
-            super::quant_int8::prepare(x, q, cx.scratch_at(i * stride, stride));
+            super::int_activations::prepare(x, q, cx.scratch_at(i * stride, stride));
         }
         let prep = &*cx.scratch_at(0, m * stride);
         let chunks = if cx.threads > 1 && n * k >= 1 << 16 {
@@ -497,17 +497,17 @@ pub fn run(mm: &Matmul, q: &QuantTensor, cx: &Cx) {
             1
         };
         let per = n.div_ceil(chunks);
-        let rows = super::quant_int8::Rows::of(q);
-        let four_rows = super::quant_int8::rows4_applies(q, m);
+        let rows = super::int_activations::Rows::of(q);
+        let four_rows = super::int_activations::rows4_applies(q, m);
         cx.par_for(chunks, &|c| {
             let j0 = c * per;
             let j1 = (j0 + per).min(n);
             let mut j = j0;
             if four_rows {
-                const R: usize = super::quant_int8::ROWS4;
+                const R: usize = super::int_activations::ROWS4;
                 while j + R <= j1 {
                     let mut acc = [0.0f32; R];
-                    super::quant_int8::gemv_rows4(&rows, j, prep, &mut acc);
+                    super::int_activations::gemv_rows4(&rows, j, prep, &mut acc);
                     // SAFETY: out is [1, n]; chunks write disjoint columns.
                     unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), out.get().add(j), R) };
                     j += R;
@@ -515,7 +515,7 @@ pub fn run(mm: &Matmul, q: &QuantTensor, cx: &Cx) {
             }
             for j in j..j1 {
                 let mut acc = [0.0f32; GEMV_MAX_ROWS];
-                super::quant_int8::gemv_row(&rows, j, prep, stride, m, &mut acc);
+                super::int_activations::gemv_row(&rows, j, prep, stride, m, &mut acc);
                 for (i, v) in acc[..m].iter().enumerate() {
                     // SAFETY: out is [m, n]; chunks write disjoint columns.
                     unsafe { *out.get().add(i * n + j) = *v };

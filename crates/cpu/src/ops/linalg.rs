@@ -222,9 +222,9 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
         _ => None,
     };
     let rhs = match (blocks, cx.b.quant.get(&w)) {
-        (Some(q), _) if cx.b.quantize_activations => {
+        (Some(q), _) if cx.b.activations != crate::Activations::F32 => {
             let mut q = (*q).clone();
-            q.quantize_activations = true;
+            q.activations = cx.b.activations;
             q.narrow_params();
             Rhs::Blocks(std::sync::Arc::new(q))
         }

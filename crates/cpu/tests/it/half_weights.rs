@@ -3,7 +3,7 @@
 //! `gather` widens only the rows it picks, against an f64 reference over the same f16 values.
 
 use crate::common;
-use aneforge_cpu::{compile, BlobStore, CompileOptions, HostSlice};
+use aneforge_cpu::{compile, Activations, BlobStore, CompileOptions, HostSlice};
 use aneforge_mil::{
     Argument, BlobFile, BlobWriter, DType, Literal, Operation, Program, TensorType,
 };
@@ -65,12 +65,12 @@ fn linear_on_fp16_weights_matches_f64() {
     // columns: blocks of 64 (the four-accumulator GEMV), of 16 only, and neither (portable)
     for (rows, cols) in [(72, 128), (33, 48), (20, 40), (24, 576)] {
         for m in [1, 2, 3, 8, 9, 40] {
-            for quantize_activations in [false, true] {
+            for activations in [Activations::F32, Activations::Int8, Activations::Int16] {
                 let mut rng = Rng(3 + (rows * cols + m) as u64);
                 let (blobs, off, ws) = half_blob(rows, cols, &mut rng);
                 let (program, y) = linear_program(rows, cols, m, off);
                 let options = CompileOptions {
-                    quantize_activations,
+                    activations,
                     ..CompileOptions::default()
                 };
                 let plan = compile(&program, "main", &blobs, &options).unwrap();
@@ -94,7 +94,7 @@ fn linear_on_fp16_weights_matches_f64() {
                     let tol = 1e-5 * magnitude.max(1.0);
                     assert!(
                         (f64::from(*g) - want).abs() <= tol,
-                        "{rows}x{cols} m={m} int8={quantize_activations}: element {i}: \
+                        "{rows}x{cols} m={m} {activations:?}: element {i}: \
                          got {g}, want {want} (tol {tol})"
                     );
                 }

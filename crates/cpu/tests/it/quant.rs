@@ -3,7 +3,7 @@
 //! that dequantizes by the op's definition: `scale · (data − offset)` per block of the last axis.
 
 use crate::common;
-use aneforge_cpu::{compile, BlobStore, CompileOptions, HostSlice};
+use aneforge_cpu::{compile, Activations, BlobStore, CompileOptions, HostSlice};
 use aneforge_mil::{
     Argument, BlobFile, BlobWriter, DType, Literal, Operation, Program, TensorType,
 };
@@ -390,9 +390,15 @@ fn other_consumers_see_dequantized_values() {
     }
 }
 
-/// llama.cpp's activation quantization, independently: per 32 columns `s = max|x| / 127`,
-/// `q = round_half_even(x / s)`, both in f32 arithmetic as the option specifies.
-fn quantize_activations(x: &[f64]) -> (Vec<i64>, Vec<f64>) {
+/// The integer activation schemes, independently: per 32 columns `s = max|x| / qmax`,
+/// `q = round_half_even(x / s)`, both in f32 arithmetic as the option specifies, with
+/// `qmax = 127` (llama.cpp's 8 bits) or `127·128` (15 bits).
+fn quantize_activations(x: &[f64], mode: Activations) -> (Vec<i64>, Vec<f64>) {
+    let qmax: f32 = match mode {
+        Activations::Int8 => 127.0,
+        Activations::Int16 => 16256.0,
+        Activations::F32 => unreachable!("f32 activations are not quantized"),
+    };
     let mut qs = Vec::with_capacity(x.len());
     let mut scales = Vec::new();
     for chunk in x.chunks(32) {
@@ -400,7 +406,7 @@ fn quantize_activations(x: &[f64]) -> (Vec<i64>, Vec<f64>) {
             .iter()
             .map(|v| (*v as f32).abs())
             .fold(0.0f32, f32::max);
-        let s = amax / 127.0;
+        let s = amax / qmax;
         for v in chunk {
             qs.push(if s > 0.0 {
                 ((*v as f32) / s).round_ties_even() as i64
@@ -417,24 +423,32 @@ fn vnni() -> bool {
     aneforge_cpu::simd::has_avx512_vnni()
 }
 
-/// `quantize_activations`: the product against an f64 evaluation of the same scheme — activations
-/// quantized as specified, exact integer sums per 32 columns, then `s_w·s_x·(Σ q_w·q_x − o_w·Σ q_x)`.
-fn check_quantized_activations(case: &QuantCase, m: usize, seed: u64) {
-    check_quantized_activations_on(case, m, seed, None);
+/// Integer activations (`mode`): the product against an f64 evaluation of the same scheme —
+/// activations quantized as specified, exact integer sums per 32 columns, then
+/// `s_w·s_x·(Σ q_w·q_x − o_w·Σ q_x)`.
+fn check_quantized_activations(case: &QuantCase, m: usize, seed: u64, mode: Activations) {
+    check_quantized_activations_on(case, m, seed, None, mode);
 }
 
-fn check_quantized_activations_on(case: &QuantCase, m: usize, seed: u64, threads: Option<usize>) {
+fn check_quantized_activations_on(
+    case: &QuantCase,
+    m: usize,
+    seed: u64,
+    threads: Option<usize>,
+    mode: Activations,
+) {
     let mut rng = Rng(seed);
     let (b, program, y) = linear_program(case, m, &mut rng);
     let d = case.scale;
     let opts = CompileOptions {
-        quantize_activations: true,
+        activations: mode,
         threads,
         ..Default::default()
     };
     let plan = compile(&program, "main", &b.blobs, &opts).unwrap();
     let kinds = plan.schedule().join(" ");
-    assert!(kinds.contains("matmul-quant-gemv-i8"), "{kinds}");
+    let kernel = format!("matmul-quant-gemv-i{}", 8 * mode.planes());
+    assert!(kinds.contains(&kernel), "{kinds}");
     let k = case.cols;
     let mut xv = quantize(d, &rng.vec(m * k, -1.0, 1.0));
     // an all-zero chunk (scale 0) and one whose scaled values tie at halves
@@ -450,7 +464,7 @@ fn check_quantized_activations_on(case: &QuantCase, m: usize, seed: u64, threads
     let got = inst.read_output_f32(&y).unwrap();
     let nb = k / case.block;
     for r in 0..m {
-        let (qx, sx) = quantize_activations(&xv[r * k..(r + 1) * k]);
+        let (qx, sx) = quantize_activations(&xv[r * k..(r + 1) * k], mode);
         for j in 0..case.rows {
             let (mut want, mut size) = (0.0f64, 0.0f64);
             // each chunk of 32 columns against each weight block it meets (two of 16, or one)
@@ -485,8 +499,8 @@ fn check_quantized_activations_on(case: &QuantCase, m: usize, seed: u64, threads
             }
             assert!(
                 (g - want).abs() <= tol,
-                "{:?} x {:?} block={} offset={} k={k} m={m} row {r} column {j}: got {g}, \
-                 want {want} (tol {tol})",
+                "{mode:?}: {:?} x {:?} block={} offset={} k={k} m={m} row {r} column {j}: \
+                 got {g}, want {want} (tol {tol})",
                 case.data,
                 case.scale,
                 case.block,
@@ -499,7 +513,7 @@ fn check_quantized_activations_on(case: &QuantCase, m: usize, seed: u64, threads
 #[test]
 fn quantized_activations_match_the_integer_scheme() {
     if !vnni() {
-        eprintln!("no AVX-512 VNNI: quantize_activations keeps the f32 path tested above");
+        eprintln!("no AVX-512 VNNI: integer activations keep the f32 path tested above");
         return;
     }
     let mut cases = Vec::new();
@@ -537,9 +551,11 @@ fn quantized_activations_match_the_integer_scheme() {
             }
         }
     }
-    for (i, case) in cases.iter().enumerate() {
-        for m in [1, 3, 8] {
-            check_quantized_activations(case, m, 101 + i as u64 * 13 + m as u64);
+    for mode in [Activations::Int8, Activations::Int16] {
+        for (i, case) in cases.iter().enumerate() {
+            for m in [1, 3, 8] {
+                check_quantized_activations(case, m, 101 + i as u64 * 13 + m as u64, mode);
+            }
         }
     }
 }
@@ -550,7 +566,7 @@ fn quantized_activations_match_the_integer_scheme() {
 #[test]
 fn quantized_activations_by_four_rows_cover_every_row_count() {
     if !vnni() {
-        eprintln!("no AVX-512 VNNI: quantize_activations keeps the f32 path tested above");
+        eprintln!("no AVX-512 VNNI: integer activations keep the f32 path tested above");
         return;
     }
     let mut seed = 700;
@@ -574,8 +590,10 @@ fn quantized_activations_by_four_rows_cover_every_row_count() {
                     offset,
                     f16_values,
                 };
-                seed += 1;
-                check_quantized_activations_on(&case, 1, seed, Some(1));
+                for mode in [Activations::Int8, Activations::Int16] {
+                    seed += 1;
+                    check_quantized_activations_on(&case, 1, seed, Some(1), mode);
+                }
             }
         }
         let case = QuantCase {
@@ -587,8 +605,10 @@ fn quantized_activations_by_four_rows_cover_every_row_count() {
             offset,
             f16_values,
         };
-        seed += 1;
-        check_quantized_activations_on(&case, 1, seed, Some(2));
+        for mode in [Activations::Int8, Activations::Int16] {
+            seed += 1;
+            check_quantized_activations_on(&case, 1, seed, Some(2), mode);
+        }
     }
 }
 
@@ -617,7 +637,7 @@ fn quantized_activations_are_an_explicit_option() {
     let plan = compile(&p.build(), "main", &b.blobs, &CompileOptions::default()).unwrap();
     let kinds = plan.schedule().join(" ");
     assert!(
-        kinds.contains("matmul-quant-gemv") && !kinds.contains("-i8"),
+        kinds.contains("matmul-quant-gemv") && !kinds.contains("gemv-i"),
         "{kinds}"
     );
 }

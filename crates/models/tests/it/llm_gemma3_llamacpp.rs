@@ -7,6 +7,7 @@
 use crate::llm_fixtures;
 use std::sync::Arc;
 
+use aneforge::engine::Activations;
 use aneforge_models::llm::{Llm, LoadOptions, WeightFormat};
 use aneforge_models::require_model;
 use llm_fixtures::{
@@ -65,7 +66,7 @@ fn gemma3_greedy_matches_llamacpp_except_at_near_ties() {
         .fold(0f32, f32::max);
     eprintln!("llama.cpp's largest logit deviation from transformers: {tie}");
     let llm = Arc::new(Llm::from_resolved(&model, LoadOptions::new(WeightFormat::Stored)).unwrap());
-    let mut r = llamacpp_runner(llm.clone(), false, 16);
+    let mut r = llamacpp_runner(llm.clone(), Activations::F32, 16);
     let mut identical = 0;
     for (k, prompt) in PROMPTS.iter().enumerate() {
         let ids = ints(&cpp, &format!("prompt{k}_ids"));
@@ -105,7 +106,8 @@ fn gemma3_greedy_matches_llamacpp_except_at_near_ties() {
 /// Last-position logits against transformers' (the GGUF dequantised to fp32), each side measured
 /// as llama.cpp's is on the same prompt fed the same way: prompt-wide against llama.cpp's prompt
 /// evaluated in one batch, one token at a time against llama.cpp's one token per batch (its decode
-/// path). In both modes, on every prompt, ours is no further from transformers than llama.cpp's.
+/// path). In every activation mode, on every prompt, ours is no further from transformers than
+/// llama.cpp's.
 #[test]
 fn gemma3_logits_are_as_close_to_transformers_as_llamacpps() {
     let model = require_model!(MODEL);
@@ -115,8 +117,8 @@ fn gemma3_logits_are_as_close_to_transformers_as_llamacpps() {
     let hf = SafeTensors::deserialize(&hf_bytes).unwrap();
     let llm = Arc::new(Llm::from_resolved(&model, LoadOptions::new(WeightFormat::Stored)).unwrap());
     let mut failed = Vec::new();
-    for quantize_activations in [false, true] {
-        let mut r = llamacpp_runner(llm.clone(), quantize_activations, 16);
+    for mode in [Activations::F32, Activations::Int16, Activations::Int8] {
+        let mut r = llamacpp_runner(llm.clone(), mode, 16);
         for k in 0..PROMPTS.len() {
             let ids = ints(&cpp, &format!("prompt{k}_ids"));
             assert_eq!(
@@ -139,11 +141,11 @@ fn gemma3_logits_are_as_close_to_transformers_as_llamacpps() {
                 let picked: Vec<f32> = columns.iter().map(|&c| last[c as usize]).collect();
                 let ours = relative_error(&picked, &want);
                 eprintln!(
-                    "int8={quantize_activations} one_by_one={one_by_one} prompt {k}: relative error {ours:e}, llama.cpp {theirs:e}"
+                    "{mode:?} one_by_one={one_by_one} prompt {k}: relative error {ours:e}, llama.cpp {theirs:e}"
                 );
                 if ours > theirs {
                     failed.push(format!(
-                        "int8={quantize_activations} one_by_one={one_by_one} prompt {k}: {ours:e} against llama.cpp's {theirs:e}"
+                        "{mode:?} one_by_one={one_by_one} prompt {k}: {ours:e} against llama.cpp's {theirs:e}"
                     ));
                 }
             }

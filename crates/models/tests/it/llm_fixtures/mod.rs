@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use aneforge::engine::Activations;
 use aneforge::{Engine, Target};
 use aneforge_models::llm::{Llm, Runner, RunnerOptions};
 
@@ -78,13 +79,13 @@ pub fn real_model_file(model: &str, file: &str) -> Vec<u8> {
 }
 
 /// The CPU runner the llama.cpp comparisons use: contexts of 64 to 128 positions, prefill chunks
-/// of `chunk` tokens, activations exact or 8-bit.
-pub fn llamacpp_runner(llm: Arc<Llm>, quantize_activations: bool, chunk: usize) -> Runner {
+/// of `chunk` tokens, activations exact or quantized.
+pub fn llamacpp_runner(llm: Arc<Llm>, activations: Activations, chunk: usize) -> Runner {
     let opts = RunnerOptions {
         max_context: 128,
         min_context: 64,
         prefill_chunks: vec![chunk],
-        quantize_activations,
+        activations,
         ..RunnerOptions::default()
     };
     Runner::new(llm, opts).unwrap()

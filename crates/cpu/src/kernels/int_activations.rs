@@ -1,8 +1,15 @@
-//! Few-row products against block-quantized weights with 8-bit activations (llama.cpp's scheme
-//! for its quantized dot products): each activation row is quantized per 32 columns to
-//! `x ≈ s_x·q_x`, `s_x = max|x| / 127`, `q_x = round_half_even(x / s_x)` (f32 arithmetic), and
+//! Few-row products against block-quantized weights with integer activations
+//! ([`crate::Activations::Int8`], llama.cpp's scheme for its quantized dot products, and
+//! [`crate::Activations::Int16`]): each activation row is quantized per 32 columns to
+//! `x ≈ s_x·q_x`, `s_x = max|x| / qmax`, `q_x = round_half_even(x / s_x)` (f32 arithmetic), and
 //! each 32-column chunk `c` of weight row `j` contributes
 //! `s_w·s_x·(Σ q_w·q_x − o_w·Σ q_x)` with the integer sum exact (AVX-512 VNNI `vpdpbusd`).
+//!
+//! 8-bit activations have `qmax = 127`. 15-bit ones have `qmax = 127·128` and are kept as two
+//! byte planes, `q_x = 128·h + l` with `h = ⌊(q_x + 64) / 128⌋ ∈ [−127, 127]` and
+//! `l ∈ [−64, 63]`; a lane's sum is `(Σ u·h)·128 + Σ u·l`, one more `vpdpbusd` and a shift. A
+//! `vpdpbusd` lane sums four products of at most 255·127, so that sum stays below 2²⁴ and its
+//! conversion to f32 is exact.
 //!
 //! `vpdpbusd` multiplies unsigned by signed bytes, so signed weights are biased to unsigned
 //! (`u = q_w + 8` for int4, `+ 128` for int8) and the bias joins the offset:
@@ -15,7 +22,7 @@
 //!
 //! A chunk holding a NaN or infinity gets a NaN scale, so the products it feeds are NaN.
 //!
-//! Runs only for weights compiled with `quantize_activations`, block sizes that are multiples of
+//! Runs only for weights compiled with integer activations, block sizes that are multiples of
 //! 32 or exactly 16 (with whole 32-column chunks), on CPUs with AVX-512 VNNI; everything else
 //! takes the f32-activation GEMV.
 
@@ -23,6 +30,7 @@
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
 use super::quant_blocks::{ParamSlice, QFormat, QuantTensor, GEMV_MAX_ROWS};
+use crate::Activations;
 
 const CHUNK: usize = 32;
 /// The one block size under a chunk the kernels take: a chunk holds two such blocks.
@@ -32,7 +40,7 @@ const PREFETCH: usize = 4096;
 
 /// Whether [`gemv_row`] runs for `q` on this machine.
 pub fn applies(q: &QuantTensor) -> bool {
-    q.quantize_activations
+    q.activations != Activations::F32
         && q.format.bits() <= 8
         && (q.block.is_multiple_of(CHUNK) || (q.block == HALF && q.cols.is_multiple_of(CHUNK)))
         && vnni()
@@ -42,31 +50,44 @@ fn vnni() -> bool {
     crate::simd::has_avx512_vnni()
 }
 
-/// Floats of one prepared activation row: the quantized bytes, per chunk pair the two scales
-/// spread over 8 lanes each, per chunk the scale and `s_x·Σ q_x`, per 16 columns `s_x·Σ q_x`.
-pub fn row_floats(k: usize) -> usize {
+/// Floats of one prepared activation row for `q`: the quantized bytes (one plane of `k` bytes
+/// per 8 bits, the high plane first), per chunk pair the two scales spread over 8 lanes each,
+/// per chunk the scale and `s_x·Σ q_x`, per 16 columns `s_x·Σ q_x`.
+pub fn row_floats(q: &QuantTensor) -> usize {
+    let k = q.cols;
     let chunks = k / CHUNK;
-    k / 4 + chunks / 2 * 16 + 4 * chunks
+    q.activations.planes() * k / 4 + chunks / 2 * 16 + 4 * chunks
+}
+
+/// `qmax` of the activations of `planes` byte planes.
+fn qmax(planes: usize) -> f32 {
+    if planes == 2 {
+        127.0 * 128.0
+    } else {
+        127.0
+    }
 }
 
 struct Layout {
     chunks: usize,
     pairs: usize,
+    planes: usize,
 }
 
 impl Layout {
-    fn of(k: usize) -> Layout {
+    fn of(k: usize, planes: usize) -> Layout {
         let chunks = k / CHUNK;
         Layout {
             chunks,
             pairs: chunks / 2,
+            planes,
         }
     }
     fn spread(&self, k: usize) -> usize {
-        k / 4
+        self.planes * k / 4
     }
     fn scales(&self, k: usize) -> usize {
-        k / 4 + self.pairs * 16
+        self.spread(k) + self.pairs * 16
     }
     fn sums(&self, k: usize) -> usize {
         self.scales(k) + self.chunks
@@ -76,13 +97,15 @@ impl Layout {
     }
 }
 
-/// Quantizes `x[..cols]` into `out[..row_floats(cols)]`. 4-bit weights get each chunk as its 16
+/// Quantizes `x[..cols]` into `out[..row_floats(q)]`. 4-bit weights get each chunk as its 16
 /// even then 16 odd columns (the low and high nibbles of a byte).
 pub fn prepare(x: &[f32], q: &QuantTensor, out: &mut [f32]) {
     let k = q.cols;
-    let l = Layout::of(k);
+    let planes = q.activations.planes();
+    let l = Layout::of(k, planes);
     let (qbytes, rest) = out.split_at_mut(l.spread(k));
     let qbytes: &mut [i8] = bytemuck::cast_slice_mut(qbytes);
+    let (high, low) = qbytes.split_at_mut(k);
     let (spread, rest) = rest.split_at_mut(l.pairs * 16);
     let (scales, rest) = rest.split_at_mut(l.chunks);
     let (sums, rest) = rest.split_at_mut(l.chunks);
@@ -91,10 +114,10 @@ pub fn prepare(x: &[f32], q: &QuantTensor, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if vnni() {
         for (c, src) in x[..k].chunks_exact(CHUNK).enumerate() {
-            // SAFETY: AVX-512 was detected; `src` holds 32 floats and `dst` 32 bytes.
-            let (s, lo, hi) = unsafe {
-                quantize_chunk_avx512(src, &mut qbytes[c * CHUNK..(c + 1) * CHUNK], four)
-            };
+            let at = c * CHUNK..(c + 1) * CHUNK;
+            let low = (planes == 2).then(|| &mut low[at.clone()]);
+            // SAFETY: AVX-512 was detected; `src` holds 32 floats and each plane 32 bytes.
+            let (s, lo, hi) = unsafe { quantize_chunk_avx512(src, &mut high[at], low, four) };
             scales[c] = s;
             sums[c] = s * (lo + hi) as f32;
             half_sums[2 * c] = s * lo as f32;
@@ -112,21 +135,26 @@ pub fn prepare(x: &[f32], q: &QuantTensor, out: &mut [f32]) {
             }
         });
         let s = if amax.is_finite() {
-            amax / 127.0
+            amax / qmax(planes)
         } else {
             f32::NAN
         };
-        let dst = &mut qbytes[c * CHUNK..(c + 1) * CHUNK];
         let mut halves = [0i32; 2];
         for (i, v) in src.iter().enumerate() {
             let qv = if s.is_finite() && s > 0.0 {
-                (v / s).round_ties_even() as i8
+                (v / s).round_ties_even() as i32
             } else {
                 0
             };
-            halves[i / HALF] += qv as i32;
-            let at = if four { i / 2 + (i % 2) * 16 } else { i };
-            dst[at] = qv;
+            halves[i / HALF] += qv;
+            let at = c * CHUNK + if four { i / 2 + (i % 2) * 16 } else { i };
+            if planes == 2 {
+                let h = (qv + 64) >> 7;
+                high[at] = h as i8;
+                low[at] = (qv - 128 * h) as i8;
+            } else {
+                high[at] = qv as i8;
+            }
         }
         scales[c] = s;
         sums[c] = s * (halves[0] + halves[1]) as f32;
@@ -143,12 +171,17 @@ fn spread_scales(scales: &[f32], spread: &mut [f32]) {
     }
 }
 
-/// One chunk of [`prepare`]: its scale and `Σ q` over its first and its last 16 columns.
-/// `f32::round_ties_even` is a libm call without SSE4.1 in the baseline target, so the vector
-/// form rounds with the instruction.
+/// One chunk of [`prepare`] into its high plane and, for 15-bit activations, its low plane:
+/// its scale and `Σ q` over its first and its last 16 columns. `f32::round_ties_even` is a libm
+/// call without SSE4.1 in the baseline target, so the vector form rounds with the instruction.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
-unsafe fn quantize_chunk_avx512(src: &[f32], dst: &mut [i8], four: bool) -> (f32, i32, i32) {
+unsafe fn quantize_chunk_avx512(
+    src: &[f32],
+    high: &mut [i8],
+    low: Option<&mut [i8]>,
+    four: bool,
+) -> (f32, i32, i32) {
     use std::arch::x86_64::*;
     let (a, b) = (
         _mm512_loadu_ps(src.as_ptr()),
@@ -156,9 +189,17 @@ unsafe fn quantize_chunk_avx512(src: &[f32], dst: &mut [i8], four: bool) -> (f32
     );
     let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(b, b);
     let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
-    let s = if nan != 0 { f32::NAN } else { amax / 127.0 };
+    let planes = if low.is_some() { 2 } else { 1 };
+    let s = if nan != 0 {
+        f32::NAN
+    } else {
+        amax / qmax(planes)
+    };
     if !s.is_finite() || s == 0.0 {
-        dst[..CHUNK].fill(0);
+        high[..CHUNK].fill(0);
+        if let Some(low) = low {
+            low[..CHUNK].fill(0);
+        }
         return (if s == 0.0 { 0.0 } else { f32::NAN }, 0, 0);
     }
     let sv = _mm512_set1_ps(s);
@@ -174,11 +215,29 @@ unsafe fn quantize_chunk_avx512(src: &[f32], dst: &mut [i8], four: bool) -> (f32
             _mm512_permutex2var_epi32(qa, odd, qb),
         );
     }
-    _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(qa));
-    _mm_storeu_si128(
-        dst.as_mut_ptr().add(16) as *mut __m128i,
-        _mm512_cvtepi32_epi8(qb),
-    );
+    let store = |dst: &mut [i8], a: __m512i, b: __m512i| {
+        _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(a));
+        _mm_storeu_si128(
+            dst.as_mut_ptr().add(16) as *mut __m128i,
+            _mm512_cvtepi32_epi8(b),
+        );
+    };
+    match low {
+        Some(low) => {
+            let half = _mm512_set1_epi32(64);
+            let (ha, hb) = (
+                _mm512_srai_epi32(_mm512_add_epi32(qa, half), 7),
+                _mm512_srai_epi32(_mm512_add_epi32(qb, half), 7),
+            );
+            store(high, ha, hb);
+            store(
+                low,
+                _mm512_sub_epi32(qa, _mm512_slli_epi32(ha, 7)),
+                _mm512_sub_epi32(qb, _mm512_slli_epi32(hb, 7)),
+            );
+        }
+        None => store(high, qa, qb),
+    }
     (s, halves.0, halves.1)
 }
 
@@ -217,17 +276,26 @@ pub fn gemv_row(
     unsafe {
         let four = q.format.bits() == 4;
         let half = q.block == HALF;
+        let two = q.activations.planes() == 2;
         macro_rules! rows {
             ($($m:literal)*) => {
-                match (four, half, m) {
-                    $((true, false, $m) =>
-                        gemv_row_vnni::<true, false, $m>(rows, j, prep, stride, acc),
-                      (false, false, $m) =>
-                        gemv_row_vnni::<false, false, $m>(rows, j, prep, stride, acc),
-                      (true, true, $m) =>
-                        gemv_row_vnni::<true, true, $m>(rows, j, prep, stride, acc),
-                      (false, true, $m) =>
-                        gemv_row_vnni::<false, true, $m>(rows, j, prep, stride, acc),)*
+                match (four, half, two, m) {
+                    $((true, false, false, $m) =>
+                        gemv_row_vnni::<true, false, $m, 1>(rows, j, prep, stride, acc),
+                      (false, false, false, $m) =>
+                        gemv_row_vnni::<false, false, $m, 1>(rows, j, prep, stride, acc),
+                      (true, true, false, $m) =>
+                        gemv_row_vnni::<true, true, $m, 1>(rows, j, prep, stride, acc),
+                      (false, true, false, $m) =>
+                        gemv_row_vnni::<false, true, $m, 1>(rows, j, prep, stride, acc),
+                      (true, false, true, $m) =>
+                        gemv_row_vnni::<true, false, $m, 2>(rows, j, prep, stride, acc),
+                      (false, false, true, $m) =>
+                        gemv_row_vnni::<false, false, $m, 2>(rows, j, prep, stride, acc),
+                      (true, true, true, $m) =>
+                        gemv_row_vnni::<true, true, $m, 2>(rows, j, prep, stride, acc),
+                      (false, true, true, $m) =>
+                        gemv_row_vnni::<false, true, $m, 2>(rows, j, prep, stride, acc),)*
                     _ => unreachable!("at most GEMV_MAX_ROWS rows"),
                 }
             };
@@ -252,7 +320,12 @@ fn bias(format: QFormat) -> (i32, u8) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
-unsafe fn gemv_row_vnni<const FOUR: bool, const HALVES: bool, const M: usize>(
+unsafe fn gemv_row_vnni<
+    const FOUR: bool,
+    const HALVES: bool,
+    const M: usize,
+    const PLANES: usize,
+>(
     rows: &Rows<'_>,
     j: usize,
     prep: &[f32],
@@ -263,7 +336,7 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const HALVES: bool, const M: usize>(
     use std::arch::x86_64::*;
     let q = rows.q;
     let k = q.cols;
-    let l = Layout::of(k);
+    let l = Layout::of(k, PLANES);
     // chunks per weight block (blocks of 32·n), or 0 for blocks of 16 (two per chunk)
     let per_block = q.block / CHUNK;
     let (bias, flip) = bias(q.format);
@@ -400,7 +473,11 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const HALVES: bool, const M: usize>(
             };
             for i in 0..M {
                 let x = _mm512_loadu_si512(x_bytes(i).add(c0 * CHUNK) as *const _);
-                let d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+                let mut d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+                if PLANES == 2 {
+                    let x = _mm512_loadu_si512(x_bytes(i).add(k + c0 * CHUNK) as *const _);
+                    d = _mm512_dpbusd_epi32(_mm512_slli_epi32(d, 7), w, x);
+                }
                 let sx = _mm512_loadu_ps(x_spread(i).add(c0 / 2 * 16));
                 sums[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), sx), s, sums[i]);
             }
@@ -417,6 +494,14 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const HALVES: bool, const M: usize>(
             };
             for i in 0..M {
                 let x = x_bytes(i).add(c * CHUNK) as *const i8;
+                // the activation of prepared byte t, both planes
+                let x_at = |t: usize| {
+                    if PLANES == 2 {
+                        128 * *x.add(t) as i32 + *x.add(k + t) as i32
+                    } else {
+                        *x.add(t) as i32
+                    }
+                };
                 let mut dot = [0i32; 2];
                 for t in 0..CHUNK {
                     // byte t of a prepared chunk is column t, or for 4-bit data column 2t of
@@ -428,7 +513,7 @@ unsafe fn gemv_row_vnni<const FOUR: bool, const HALVES: bool, const M: usize>(
                     } else {
                         (*rp.add(c * CHUNK + t) ^ flip, t)
                     };
-                    dot[col / HALF] += u as i32 * *x.add(t) as i32;
+                    dot[col / HALF] += u as i32 * x_at(t);
                 }
                 let s_x = *x_scales(i).add(c);
                 tails[i] += s_w[0] * s_x * dot[0] as f32 + s_w[1] * s_x * dot[1] as f32;
@@ -454,18 +539,19 @@ pub fn rows4_applies(q: &QuantTensor, m: usize) -> bool {
 /// `acc[r] = Σ_c w[j + r, c]·x[c]` for one prepared activation row and the four weight rows
 /// `j..j + 4` (blocks of 32 columns, see [`rows4_applies`]): the activation bytes are loaded once
 /// for the four rows, and each row's block scale is combined with the activation's chunk scale
-/// 16 chunks at a time, so a chunk pair costs each row one weight load, one `vpdpbusd`, a
+/// 16 chunks at a time, so a chunk pair costs each row one weight load, one `vpdpbusd` per plane, a
 /// conversion, a lane permutation and one FMA.
 pub fn gemv_rows4(rows: &Rows<'_>, j: usize, prep: &[f32], acc: &mut [f32; ROWS4]) {
     debug_assert!(rows4_applies(rows.q, 1) && j + ROWS4 <= rows.q.rows);
-    debug_assert!(prep.len() >= row_floats(rows.q.cols));
+    debug_assert!(prep.len() >= row_floats(rows.q));
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `applies` checked the CPU features; slices are sized by the tensor's geometry.
     unsafe {
-        if rows.q.format.bits() == 4 {
-            gemv_rows4_vnni::<true>(rows, j, prep, acc)
-        } else {
-            gemv_rows4_vnni::<false>(rows, j, prep, acc)
+        match (rows.q.format.bits() == 4, rows.q.activations.planes() == 2) {
+            (true, false) => gemv_rows4_vnni::<true, 1>(rows, j, prep, acc),
+            (false, false) => gemv_rows4_vnni::<false, 1>(rows, j, prep, acc),
+            (true, true) => gemv_rows4_vnni::<true, 2>(rows, j, prep, acc),
+            (false, true) => gemv_rows4_vnni::<false, 2>(rows, j, prep, acc),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -477,7 +563,7 @@ pub fn gemv_rows4(rows: &Rows<'_>, j: usize, prep: &[f32], acc: &mut [f32; ROWS4
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
-unsafe fn gemv_rows4_vnni<const FOUR: bool>(
+unsafe fn gemv_rows4_vnni<const FOUR: bool, const PLANES: usize>(
     rows: &Rows<'_>,
     j: usize,
     prep: &[f32],
@@ -487,7 +573,7 @@ unsafe fn gemv_rows4_vnni<const FOUR: bool>(
     const R: usize = ROWS4;
     let q = rows.q;
     let k = q.cols;
-    let l = Layout::of(k);
+    let l = Layout::of(k, PLANES);
     let (bias, flip) = bias(q.format);
     let (rb, nb) = (q.row_bytes(), q.blocks_per_row());
     // bytes of one chunk in a weight row
@@ -562,10 +648,18 @@ unsafe fn gemv_rows4_vnni<const FOUR: bool>(
             let c0 = g + p;
             // a lone last chunk reads only its own bytes; its upper lanes multiply zeros
             let pair = p + 1 < len;
-            let x = if pair {
-                _mm512_loadu_si512(x_bytes.add(c0 * CHUNK) as *const _)
+            let load_x = |at: usize| {
+                if pair {
+                    _mm512_loadu_si512(x_bytes.add(at) as *const _)
+                } else {
+                    _mm512_maskz_loadu_epi8(0xFFFF_FFFF, x_bytes.add(at) as *const i8)
+                }
+            };
+            let x = load_x(c0 * CHUNK);
+            let x_low = if PLANES == 2 {
+                load_x(k + c0 * CHUNK)
             } else {
-                _mm512_maskz_loadu_epi8(0xFFFF_FFFF, x_bytes.add(c0 * CHUNK) as *const i8)
+                _mm512_setzero_si512()
             };
             for r in 0..R {
                 let at = rp[r].add(c0 * cb);
@@ -576,7 +670,10 @@ unsafe fn gemv_rows4_vnni<const FOUR: bool>(
                     rp[0].add(R * rb + AHEAD4 + R * c0 * cb + r * 2 * cb) as *const i8
                 );
                 let w = load_w(at, pair);
-                let d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+                let mut d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+                if PLANES == 2 {
+                    d = _mm512_dpbusd_epi32(_mm512_slli_epi32(d, 7), w, x_low);
+                }
                 let s = _mm512_permutexvar_ps(lanes, prod[r]);
                 sums[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, sums[r]);
             }
