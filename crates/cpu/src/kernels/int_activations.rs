@@ -277,36 +277,44 @@ pub fn gemv_row(
         let four = q.format.bits() == 4;
         let half = q.block == HALF;
         let two = q.activations.planes() == 2;
-        macro_rules! rows {
-            ($($m:literal)*) => {
-                match (four, half, two, m) {
-                    $((true, false, false, $m) =>
-                        gemv_row_vnni::<true, false, $m, 1>(rows, j, prep, stride, acc),
-                      (false, false, false, $m) =>
-                        gemv_row_vnni::<false, false, $m, 1>(rows, j, prep, stride, acc),
-                      (true, true, false, $m) =>
-                        gemv_row_vnni::<true, true, $m, 1>(rows, j, prep, stride, acc),
-                      (false, true, false, $m) =>
-                        gemv_row_vnni::<false, true, $m, 1>(rows, j, prep, stride, acc),
-                      (true, false, true, $m) =>
-                        gemv_row_vnni::<true, false, $m, 2>(rows, j, prep, stride, acc),
-                      (false, false, true, $m) =>
-                        gemv_row_vnni::<false, false, $m, 2>(rows, j, prep, stride, acc),
-                      (true, true, true, $m) =>
-                        gemv_row_vnni::<true, true, $m, 2>(rows, j, prep, stride, acc),
-                      (false, true, true, $m) =>
-                        gemv_row_vnni::<false, true, $m, 2>(rows, j, prep, stride, acc),)*
-                    _ => unreachable!("at most GEMV_MAX_ROWS rows"),
-                }
-            };
-        }
-        rows!(1 2 3 4 5 6 7 8)
+        let f = match (four, half, two) {
+            (true, false, false) => gemv_row_by_m::<true, false, 1>,
+            (false, false, false) => gemv_row_by_m::<false, false, 1>,
+            (true, true, false) => gemv_row_by_m::<true, true, 1>,
+            (false, true, false) => gemv_row_by_m::<false, true, 1>,
+            (true, false, true) => gemv_row_by_m::<true, false, 2>,
+            (false, false, true) => gemv_row_by_m::<false, false, 2>,
+            (true, true, true) => gemv_row_by_m::<true, true, 2>,
+            (false, true, true) => gemv_row_by_m::<false, true, 2>,
+        };
+        f(rows, j, prep, stride, m, acc)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (q, j, stride, acc);
         unreachable!("applies() is false off x86-64");
     }
+}
+
+/// [`gemv_row_vnni`] instantiated for the activation-row count `m` (1 to [`GEMV_MAX_ROWS`]).
+#[cfg(target_arch = "x86_64")]
+unsafe fn gemv_row_by_m<const FOUR: bool, const HALVES: bool, const PLANES: usize>(
+    rows: &Rows<'_>,
+    j: usize,
+    prep: &[f32],
+    stride: usize,
+    m: usize,
+    acc: &mut [f32; GEMV_MAX_ROWS],
+) {
+    macro_rules! rows {
+        ($($m:literal)*) => {
+            match m {
+                $($m => gemv_row_vnni::<FOUR, HALVES, $m, PLANES>(rows, j, prep, stride, acc),)*
+                _ => unreachable!("at most GEMV_MAX_ROWS rows"),
+            }
+        };
+    }
+    rows!(1 2 3 4 5 6 7 8)
 }
 
 fn bias(format: QFormat) -> (i32, u8) {
