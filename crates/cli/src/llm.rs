@@ -215,14 +215,20 @@ pub(crate) fn load(
         llm.weights = aneforge_models::llm::lora::merge(&llm.config, &llm.weights, &adapter)
             .with_context(|| format!("merging the LoRA adapter {}", dir.display()))?;
     }
+    let activations = match (args.activations.map(ActivationsArg::mode), target.is_ane()) {
+        (Some(a), true) if a != Activations::F32 => bail!(
+            "--activations {} applies to the CPU target; ANE targets ({target}) compute with fp16 activations",
+            a.name()
+        ),
+        (_, true) => Activations::F32,
+        (a, false) => a.unwrap_or(RunnerOptions::default().activations),
+    };
     let mut opts = RunnerOptions {
         target: target.clone(),
         engine,
         max_context: args.ctx.unwrap_or(DEFAULT_CONTEXT),
         all_logits_chunks: all_logits,
-        activations: args
-            .activations
-            .map_or(RunnerOptions::default().activations, ActivationsArg::mode),
+        activations,
         sparse_experts: args.experts == "sparse",
         ..RunnerOptions::default()
     };

@@ -264,6 +264,24 @@ fn bad_input_is_reported_without_panicking() {
     ));
     assert!(err.contains("temperature"), "{err}");
 
+    let err = failure(&aneforge(
+        &[
+            "generate",
+            "-m",
+            &model,
+            "hi",
+            "--target",
+            "h16",
+            "--activations",
+            "int8",
+        ],
+        None,
+    ));
+    assert!(
+        err.contains("--activations int8") && err.contains("fp16 activations"),
+        "{err}"
+    );
+
     let tmp = tempfile::tempdir().unwrap();
     let gguf = tmp.path().join("empty.gguf");
     std::fs::write(&gguf, b"GGUF\x03\x00").unwrap();

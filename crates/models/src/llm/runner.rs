@@ -49,7 +49,8 @@ pub struct RunnerOptions {
     /// is `Int16`, the coarsest mode whose logits are no further from transformers' than
     /// llama.cpp's on every measure of the real-model comparisons (about 100 times closer; `Int8`
     /// is further on some): it decodes about as fast as `Int8`, and more than twice as fast as
-    /// f32 on one core.
+    /// f32 on one core. CPU target only: ANE-target (fp16) programs keep fp16 activations on
+    /// either engine.
     pub activations: Activations,
     /// CPU engine: the width of running sums in fp16 (ANE-target) programs.
     pub accumulation: Accumulation,
@@ -182,6 +183,8 @@ impl Runner {
         let cfg = &llm.config;
         if opts.target.is_ane() {
             opts.host_embeddings = true;
+            // the CPU engine previews what the ANE computes, which takes fp16 activations
+            opts.activations = Activations::F32;
         }
         let max = opts.max_context.min(cfg.max_positions);
         if max == 0 || opts.min_context == 0 {
