@@ -7,7 +7,8 @@
 # scripts/fetch-models.sh, Q8_0 and F16 GGUFs that llama.cpp's quantizer makes from it
 # (requantized, so both systems read identical blocks), and Gemma 3 270M's Q4_K_M GGUF (Q4_K, Q6_K, Q5_0 and
 # Q8_0 blocks; scripts/fetch-models.sh gemma3-270m). Each system runs in its own process; wall and
-# CPU seconds, peak RSS, load and first-run seconds and the load average are printed, then a table
+# CPU seconds, peak RSS, load, time to first token (load, setup and the cold prefill, in a fresh
+# process) and first-run seconds and the load average are printed, then a table
 # with the ratios. The figures in docs/performance.md come from this script.
 # Usage: tools/bench/llm.sh
 # Environment: THREADS ("1 2"), PROMPT (128), DECODE (128), REPEAT (3), FORMATS ("q4_1 q8_0 f16
@@ -82,15 +83,15 @@ python3 - "$results" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 print("\n| weights | threads | system | activations | prefill tok/s | decode tok/s | decode CPU s / wall s | peak RSS MiB "
-      "| load s | first run s | ÷ llama.cpp prefill / decode | RSS ÷ llama.cpp |")
-print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "| load s | first token s | first run s | ÷ llama.cpp prefill / decode | RSS ÷ llama.cpp |")
+print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 fmt2 = lambda v: "n/a" if v is None else f"{v:.2f}"
 for key in dict.fromkeys((r["format"], r["run_threads"]) for r in rows):
     group = [r for r in rows if (r["format"], r["run_threads"]) == key]
     cpp = next((r for r in group if r.get("peer") == "llama.cpp" and "decode_tok_s" in r), None)
     for r in group:
         if "error" in r:
-            print(f"| {key[0]} | {key[1]} | {r['peer']} | | error: {r['error'][-200:]!r} | | | | | | | |")
+            print(f"| {key[0]} | {key[1]} | {r['peer']} | | error: {r['error'][-200:]!r} | | | | | | | | |")
             continue
         # each aneforge mode against llama.cpp, each peer against llama.cpp
         if cpp and r is not cpp:
@@ -102,5 +103,5 @@ for key in dict.fromkeys((r["format"], r["run_threads"]) for r in rows):
         cpu = f"{cpu:.2f} / {r['decode_wall_s']:.2f}" if cpu is not None else "n/a"
         name = r["peer"] if r["peer"] != "transformers" else "transformers fp32"
         print(f"| {key[0]} | {key[1]} | {name} | {r.get('activations', '')} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.1f} | {cpu} | "
-              f"{r['peak_rss_mb']:.0f} | {fmt2(r.get('load_s'))} | {fmt2(r.get('first_run_s'))} | {speed} | {rss} |")
+              f"{r['peak_rss_mb']:.0f} | {fmt2(r.get('load_s'))} | {fmt2(r.get('ttft_s'))} | {fmt2(r.get('first_run_s'))} | {speed} | {rss} |")
 PYEOF

@@ -84,7 +84,7 @@ def run_llamacpp(args):
         return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))
 
     best = Best()
-    first_run_s = None
+    first_run_s = ttft_s = None
     for _ in range(args.repeat + 1):  # the first run warms up
         llm.reset()
         c0, t0 = time.process_time(), time.perf_counter()
@@ -98,10 +98,11 @@ def run_llamacpp(args):
         c3, t3 = time.process_time(), time.perf_counter()
         if first_run_s is None:
             first_run_s = t3 - t0
+            ttft_s = load_s + t1 - t0
             continue
         best.add(t1 - t0, c1 - c0, t3 - t2, c3 - c2)
     result = best.result(len(ids), args.decode, llama_cpp.__version__)
-    return {**result, "load_s": load_s, "first_run_s": first_run_s}
+    return {**result, "load_s": load_s, "ttft_s": ttft_s, "first_run_s": first_run_s}
 
 
 def run_transformers(args):

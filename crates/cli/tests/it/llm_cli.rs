@@ -226,9 +226,16 @@ fn bench_llm_reports_json() {
     let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
     assert_eq!(v["prompt_tokens"], 20);
     assert_eq!(v["decode_tokens"], 10);
-    for key in ["prefill_tok_s", "decode_tok_s", "peak_rss_mb"] {
+    for key in ["prefill_tok_s", "decode_tok_s", "peak_rss_mb", "ttft_s"] {
         assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {v}");
     }
+    // the first token comes after loading, and within the first run
+    let ttft = v["ttft_s"].as_f64().unwrap();
+    assert!(ttft >= v["load_s"].as_f64().unwrap(), "{v}");
+    assert!(
+        ttft <= v["load_s"].as_f64().unwrap() + v["first_run_s"].as_f64().unwrap(),
+        "{v}"
+    );
 }
 
 #[test]

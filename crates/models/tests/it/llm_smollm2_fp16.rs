@@ -15,7 +15,7 @@ use crate::llm_fixtures;
 use aneforge_models::llm::sampling::{argmax, top2_margin as margin};
 use std::sync::Arc;
 
-use aneforge::engine::{AneEngine, AneOptions};
+use aneforge::engine::{Activations, AneEngine, AneOptions};
 use aneforge::{AneArch, Engine, Target};
 use aneforge_models::llm::{ChatMessage, Llm, LoadOptions, Runner, WeightFormat};
 use aneforge_models::require_model;
@@ -34,8 +34,11 @@ const PROMPTS: [&str; 4] = [
     "The three primary colors are",
 ];
 
+/// The fp32 reference runs the exact f32 activations (ANE targets always take their own fp16).
 fn runner(llm: Arc<Llm>, target: Target, engine: Engine) -> Runner {
-    llm_fixtures::small_runner(llm, target, engine, 32)
+    let mut opts = llm_fixtures::small_runner_options(target, engine, 32);
+    opts.activations = Activations::F32;
+    Runner::new(llm, opts).unwrap()
 }
 
 /// Greedy tokens after `prompt` and the top-2 gap of the logits each was picked from.

@@ -53,15 +53,19 @@ pub fn tiny_large(family: &str) -> PathBuf {
 
 /// A runner with one context bucket of 128 positions and prefill chunks of `chunk` tokens.
 pub fn small_runner(llm: Arc<Llm>, target: Target, engine: Engine, chunk: usize) -> Runner {
-    let opts = RunnerOptions {
+    Runner::new(llm, small_runner_options(target, engine, chunk)).unwrap()
+}
+
+/// A 128-token context and one prefill chunk, otherwise the defaults.
+pub fn small_runner_options(target: Target, engine: Engine, chunk: usize) -> RunnerOptions {
+    RunnerOptions {
         target,
         engine,
         max_context: 128,
         min_context: 128,
         prefill_chunks: vec![chunk],
         ..RunnerOptions::default()
-    };
-    Runner::new(llm, opts).unwrap()
+    }
 }
 
 /// `tools/fixtures/llm/out/<model>/expected.safetensors`, the fixture of a real model.
