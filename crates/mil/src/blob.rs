@@ -132,7 +132,14 @@ impl Default for BlobWriter {
 
 impl BlobWriter {
     pub fn new() -> BlobWriter {
-        let mut bytes = vec![0u8; HEADER_BYTES as usize];
+        Self::with_buffer(Vec::new())
+    }
+
+    /// A writer that fills `bytes` (emptied first): a buffer reserved for the whole file, set up
+    /// the way the caller wants its memory backed.
+    pub fn with_buffer(mut bytes: Vec<u8>) -> BlobWriter {
+        bytes.clear();
+        bytes.resize(HEADER_BYTES as usize, 0);
         bytes[4..8].copy_from_slice(&VERSION.to_le_bytes());
         BlobWriter { bytes, count: 0 }
     }

@@ -19,7 +19,6 @@ use super::{
     HostTensor, Port, PortError,
 };
 use aneforge_mil::ProgramDir;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -686,8 +685,8 @@ impl AneEngine {
 /// Identifies one version of a program directory (for the compile-failure backoff): the MIL
 /// text and the size and modification time of the files under `weights/`.
 fn program_key(dir: &Path, text: &str) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update((text.len() as u64).to_le_bytes());
+    let mut h = blake3::Hasher::new();
+    h.update(&(text.len() as u64).to_le_bytes());
     h.update(text.as_bytes());
     let mut files: Vec<_> = std::fs::read_dir(dir.join("weights"))
         .into_iter()
@@ -698,12 +697,12 @@ fn program_key(dir: &Path, text: &str) -> [u8; 32] {
     for entry in files {
         h.update(entry.file_name().as_encoded_bytes());
         if let Ok(meta) = entry.metadata() {
-            h.update(meta.len().to_le_bytes());
+            h.update(&meta.len().to_le_bytes());
             if let Ok(age) = meta
                 .modified()
                 .map(|t| t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default())
             {
-                h.update(age.as_nanos().to_le_bytes());
+                h.update(&age.as_nanos().to_le_bytes());
             }
         }
     }

@@ -6,19 +6,18 @@
 use super::{cache, AneEngine, Engine, EngineError, EngineOptions, Executable};
 use crate::lower::Artifact;
 use aneforge_mil::{self as mil, ProgramDir};
-use sha2::{Digest, Sha256};
 
-/// SHA-256 of a program directory's contents (its MIL text and blob files): equal programs hash
+/// BLAKE3 of a program directory's contents (its MIL text and blob files): equal programs hash
 /// equal. The CPU plan cache and the ANE program cache are keyed by it.
 pub fn content_hash(program: &ProgramDir) -> [u8; 32] {
     let text = mil::print(&program.program);
-    let mut h = Sha256::new();
-    h.update((text.len() as u64).to_le_bytes());
+    let mut h = blake3::Hasher::new();
+    h.update(&(text.len() as u64).to_le_bytes());
     h.update(text.as_bytes());
     for (path, blob) in &program.blobs {
-        h.update((path.len() as u64).to_le_bytes());
+        h.update(&(path.len() as u64).to_le_bytes());
         h.update(path.as_bytes());
-        h.update((blob.bytes().len() as u64).to_le_bytes());
+        h.update(&(blob.bytes().len() as u64).to_le_bytes());
         h.update(blob.bytes());
     }
     h.finalize().into()
@@ -77,8 +76,8 @@ pub fn load_program(
                 },
                 blobs: program.blobs.clone(),
             };
-            let mut h = Sha256::new();
-            h.update(key);
+            let mut h = blake3::Hasher::new();
+            h.update(&key);
             h.update(function.as_bytes());
             Ok(Box::new(ane.load_keyed(&single, h.finalize().into())?))
         }

@@ -4,7 +4,6 @@
 use super::Target;
 use crate::graph::{DType, HostArray};
 use aneforge_mil as mil;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -67,35 +66,6 @@ pub struct TiledOutput {
     pub parts: Vec<String>,
 }
 
-/// Weight blobs from this size on are moved onto transparent huge pages (Linux).
-#[cfg(target_os = "linux")]
-const HUGE_PAGE_BLOB: usize = 8 << 20;
-
-/// Asks Linux to back the 2 MiB-aligned interior of a large weight blob with huge pages, in
-/// place (`MADV_COLLAPSE`, kernel 6.1+; older kernels refuse and nothing changes). An LLM decode
-/// step streams every weight once: with 4 KiB pages the hardware prefetcher stops at each page
-/// boundary and every page costs a TLB miss (SmolLM2-135M Q8_0 decode took ~20% more CPU time).
-/// The contents are untouched; failures only leave the small pages.
-fn back_with_huge_pages(weights: &[u8]) {
-    #[cfg(target_os = "linux")]
-    if weights.len() >= HUGE_PAGE_BLOB {
-        const HUGE: usize = 2 << 20;
-        const MADV_COLLAPSE: libc::c_int = 25;
-        let base = weights.as_ptr() as usize;
-        let start = base.next_multiple_of(HUGE);
-        let end = (base + weights.len()) / HUGE * HUGE;
-        if end > start {
-            for advice in [libc::MADV_HUGEPAGE, MADV_COLLAPSE] {
-                // SAFETY: the range lies inside `weights`' allocation, and neither advice
-                // changes its contents or its mapping's lifetime.
-                unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = weights;
-}
-
 #[derive(Debug)]
 pub struct Artifact {
     program: mil::Program,
@@ -114,10 +84,9 @@ impl Artifact {
         target: Target,
         functions: Vec<FunctionPorts>,
     ) -> Artifact {
-        back_with_huge_pages(&weights);
         let text = mil::print(&program);
-        let mut h = Sha256::new();
-        h.update((text.len() as u64).to_le_bytes());
+        let mut h = blake3::Hasher::new();
+        h.update(&(text.len() as u64).to_le_bytes());
         h.update(text.as_bytes());
         h.update(weights.as_slice());
         Artifact {
@@ -144,7 +113,7 @@ impl Artifact {
         &self.weights
     }
 
-    /// SHA-256 of the MIL text and the weights: equal programs hash equal.
+    /// BLAKE3 of the MIL text and the weights: equal programs hash equal.
     pub fn content_hash(&self) -> [u8; 32] {
         self.hash
     }

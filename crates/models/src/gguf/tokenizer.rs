@@ -7,7 +7,7 @@
 //! control tokens as special added tokens, user-defined tokens as plain added tokens, a BOS/EOS
 //! template from `tokenizer.ggml.add_{bos,eos}_token`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use serde_json::{json, Map};
 use tokenizers::models::bpe::{Vocab, BPE};
@@ -286,7 +286,7 @@ impl GgufTokenizer {
         let added_tokens = added.into_tokens();
         let model = bpe
             .ignore_merges(false)
-            .vocab_and_merges(vocab.into_iter().collect::<Vocab>(), merges)
+            .vocab_and_merges(vocab, merges)
             .build()
             .map_err(|e| fail(format!("the vocabulary does not form a BPE model: {e}")))?;
         let (pre_tokenizer, decoder) = match kind {
@@ -375,81 +375,91 @@ impl GgufFile {
 }
 
 /// token → id; a repeated token keeps its last id (as a Python dict built in order would).
-fn plain_vocab(tokens: &[String]) -> HashMap<String, u32> {
-    tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect()
+fn plain_vocab(tokens: &[String]) -> Vocab {
+    let mut vocab = Vocab::with_capacity(tokens.len());
+    for (i, t) in tokens.iter().enumerate() {
+        vocab.insert(t.clone(), i as u32);
+    }
+    vocab
 }
 
 /// Tokens spelled in GPT-2's byte alphabet; any token with another character is respelled from
 /// its UTF-8 bytes.
-fn byte_level_vocab(tokens: &[String]) -> HashMap<String, u32> {
+fn byte_level_vocab(tokens: &[String]) -> Vocab {
     let map = bytes_to_unicode();
     let alphabet: HashSet<char> = map.iter().copied().collect();
-    tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let spelled = if t.chars().all(|c| alphabet.contains(&c)) {
-                t.clone()
-            } else {
-                t.bytes().map(|b| map[b as usize]).collect()
-            };
-            (spelled, i as u32)
-        })
-        .collect()
+    let mut vocab = Vocab::with_capacity(tokens.len());
+    for (i, t) in tokens.iter().enumerate() {
+        let spelled = if t.chars().all(|c| alphabet.contains(&c)) {
+            t.clone()
+        } else {
+            t.bytes().map(|b| map[b as usize]).collect()
+        };
+        vocab.insert(spelled, i as u32);
+    }
+    vocab
 }
 
 /// Merges implied by a scored vocabulary: every split of a token into two vocabulary tokens,
 /// ordered by the token's score (best first), then by the pieces' lengths (longer first); splits
-/// of one token by the pieces' ids. This is transformers' `generate_merges`.
-fn merges_from_scores(
-    tokens: &[String],
-    scores: &[f64],
-    vocab: &HashMap<String, u32>,
-) -> Vec<(String, String)> {
-    let mut score_of: HashMap<&str, f64> = HashMap::with_capacity(tokens.len());
-    let mut order: Vec<&str> = Vec::with_capacity(tokens.len());
-    for (t, &s) in tokens.iter().zip(scores) {
-        if score_of.insert(t.as_str(), s).is_none() {
-            order.push(t);
-        }
+/// of one token by the pieces' ids. This is transformers' `generate_merges`, over a dict of
+/// tokens: a repeated token takes its last score and its first position.
+fn merges_from_scores(tokens: &[String], scores: &[f64], vocab: &Vocab) -> Vec<(String, String)> {
+    /// One split: the token, the byte where its right piece starts, the sort keys.
+    struct Split {
+        token: u32,
+        at: u32,
+        score: f64,
+        left_chars: u32,
+        right_chars: u32,
     }
-    let mut merges: Vec<(String, String, f64, usize, usize)> = Vec::new();
-    for token in order {
+    // a vocabulary with repeated tokens is rare: only then is a token's first position tracked
+    let mut seen: Option<HashSet<&str>> = (vocab.len() != tokens.len()).then(HashSet::new);
+    let mut splits: Vec<Split> = Vec::with_capacity(tokens.len() * 2);
+    let mut local: Vec<(u32, u32, u32, u32)> = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        if let Some(seen) = &mut seen {
+            if !seen.insert(token) {
+                continue;
+            }
+        }
+        let last = vocab.get(token).map_or(i, |&id| id as usize);
         // a NaN score ranks last (as -inf): the sort needs a total order
-        let score = match score_of[token] {
+        let score = match scores[last] {
             s if s.is_nan() => f64::NEG_INFINITY,
             s => s,
         };
-        let mut local: Vec<(&str, &str, u32, u32)> = token
-            .char_indices()
-            .skip(1)
-            .filter_map(|(at, _)| {
-                let (l, r) = token.split_at(at);
-                Some((l, r, *vocab.get(l)?, *vocab.get(r)?))
-            })
-            .collect();
-        local.sort_by_key(|&(_, _, il, ir)| (il, ir));
-        merges.extend(local.into_iter().map(|(l, r, _, _)| {
-            (
-                l.to_string(),
-                r.to_string(),
-                score,
-                l.chars().count(),
-                r.chars().count(),
-            )
+        local.clear();
+        let chars = token.chars().count() as u32;
+        for (k, (at, _)) in token.char_indices().enumerate().skip(1) {
+            let (l, r) = token.split_at(at);
+            let Some(&il) = vocab.get(l) else { continue };
+            let Some(&ir) = vocab.get(r) else { continue };
+            local.push((il, ir, at as u32, k as u32));
+        }
+        local.sort_unstable_by_key(|&(il, ir, ..)| (il, ir));
+        splits.extend(local.iter().map(|&(_, _, at, k)| Split {
+            token: i as u32,
+            at,
+            score,
+            left_chars: k,
+            right_chars: chars - k,
         }));
     }
-    merges.sort_by(|a, b| {
-        b.2.partial_cmp(&a.2)
+    splits.sort_by(|a, b| {
+        b.score
+            .partial_cmp(&a.score)
             .unwrap_or(std::cmp::Ordering::Equal)
-            .then(b.3.cmp(&a.3))
-            .then(b.4.cmp(&a.4))
+            .then(b.left_chars.cmp(&a.left_chars))
+            .then(b.right_chars.cmp(&a.right_chars))
     });
-    merges.into_iter().map(|(l, r, ..)| (l, r)).collect()
+    splits
+        .into_iter()
+        .map(|s| {
+            let (l, r) = tokens[s.token as usize].split_at(s.at as usize);
+            (l.to_string(), r.to_string())
+        })
+        .collect()
 }
 
 /// Added tokens in the order transformers adds them; a token is added once.
