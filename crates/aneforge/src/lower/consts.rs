@@ -127,6 +127,29 @@ pub fn blob_bytes_hint(functions: &[&[Tensor]], float: mil::DType) -> usize {
     total
 }
 
+/// Deferred values encoded in `float` into `out`, read a chunk at a time.
+fn read_deferred(
+    d: &dyn crate::graph::DeferredF32,
+    float: mil::DType,
+    out: &mut [u8],
+) -> Result<(), LowerError> {
+    const CHUNK: usize = 1 << 16;
+    let width = if float == mil::DType::Fp16 { 2 } else { 4 };
+    let mut values = vec![0.0f32; CHUNK.min(d.len())];
+    for (i, bytes) in out.chunks_mut(CHUNK * width).enumerate() {
+        let v = &mut values[..bytes.len() / width];
+        d.read(i * CHUNK, v)
+            .map_err(|e| LowerError::ConstantData(crate::graph::GraphError::ConstantData(e)))?;
+        for (b, &x) in bytes.chunks_exact_mut(width).zip(v.iter()) {
+            match float {
+                mil::DType::Fp16 => b.copy_from_slice(&to_f16(x).to_le_bytes()),
+                _ => b.copy_from_slice(&x.to_le_bytes()),
+            }
+        }
+    }
+    Ok(())
+}
+
 impl ConstTable {
     pub fn new(float: mil::DType) -> ConstTable {
         Self::with_capacity(float, 0)
@@ -217,117 +240,146 @@ impl ConstTable {
         }
         hasher.update(&[shape.len() as u8]);
         let literal_of = |ty: TensorType, data: mil::TensorData| Literal::Tensor { ty, data };
-        let (key, literal) =
-            match value.data() {
-                HostData::F32(_) | HostData::Deferred(_) => {
-                    let ty = TensorType::new(self.float, shape);
-                    let len = value.len();
-                    // held data by its address, deferred data by its source's: both are owned by
-                    // the graph, alive for the whole lowering
-                    let source = match value.data() {
-                        HostData::Deferred(d) => Arc::as_ptr(d) as *const u8 as usize,
-                        HostData::F32(v) => v.as_ptr() as usize,
-                        _ => 0,
-                    };
-                    let address = (source, len, self.float, shape.to_vec());
-                    let known = self.keys_by_address.get(&address).copied();
-                    if let Some(name) = known.and_then(|k| self.by_key.get(&k)) {
-                        return Ok(Interned::Existing(name.clone()));
+        let (key, literal) = match value.data() {
+            // a large deferred constant is read straight into its blob entry, a chunk at a
+            // time: its values are never held twice
+            HostData::Deferred(d) if d.len() > INLINE_MAX_ELEMENTS => {
+                let source = Arc::as_ptr(d) as *const u8 as usize;
+                let address = (source, d.len(), self.float, shape.to_vec());
+                let known = self.keys_by_address.get(&address).copied();
+                if let Some(name) = known.and_then(|k| self.by_key.get(&k)) {
+                    return Ok(Interned::Existing(name.clone()));
+                }
+                let float = self.float;
+                let width = if float == mil::DType::Fp16 { 2 } else { 4 };
+                let offset = self.blob_entry(float, d.len(), source, d.len() * width, |out| {
+                    read_deferred(d.as_ref(), float, out)
+                })?;
+                // equal contents share one blob entry, so its offset stands for them
+                hasher.update(float.name().as_bytes());
+                hasher.update(b"blob");
+                hasher.update(&offset.to_le_bytes());
+                let key: [u8; 32] = hasher.finalize().into();
+                self.keys_by_address.insert(address, key);
+                let ty = TensorType::new(float, shape);
+                let literal = Literal::Blob {
+                    ty,
+                    path: BLOB_PATH.to_string(),
+                    offset,
+                };
+                (key, literal)
+            }
+            HostData::F32(_) | HostData::Deferred(_) => {
+                let ty = TensorType::new(self.float, shape);
+                let len = value.len();
+                // held data by its address, deferred data by its source's: both are owned by
+                // the graph, alive for the whole lowering
+                let source = match value.data() {
+                    HostData::Deferred(d) => Arc::as_ptr(d) as *const u8 as usize,
+                    HostData::F32(v) => v.as_ptr() as usize,
+                    _ => 0,
+                };
+                let address = (source, len, self.float, shape.to_vec());
+                let known = self.keys_by_address.get(&address).copied();
+                if let Some(name) = known.and_then(|k| self.by_key.get(&k)) {
+                    return Ok(Interned::Existing(name.clone()));
+                }
+                // deferred values are read here, once per program, and dropped once encoded
+                let load = || -> Result<Arc<[f32]>, LowerError> {
+                    Ok(value
+                        .data()
+                        .values_f32()
+                        .map_err(LowerError::ConstantData)?
+                        .unwrap_or_default())
+                };
+                let float = self.float;
+                // f32 on a little-endian host is its own encoding: no second copy
+                let encode = |v: Arc<[f32]>| -> Encoded {
+                    match float {
+                        mil::DType::Fp16 => Encoded::Bytes(
+                            v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect(),
+                        ),
+                        _ if cfg!(target_endian = "little") => Encoded::F32(v),
+                        _ => Encoded::Bytes(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
                     }
-                    // deferred values are read here, once per program, and dropped once encoded
-                    let load = || -> Result<Arc<[f32]>, LowerError> {
-                        Ok(value
-                            .data()
-                            .values_f32()
-                            .map_err(LowerError::ConstantData)?
-                            .unwrap_or_default())
+                };
+                let (key, bytes, held) = match known {
+                    // a large constant another function already stored: no need to re-encode it
+                    Some(k) if self.blob_offsets.contains_key(&k) => {
+                        (k, Encoded::Bytes(Vec::new()), None)
+                    }
+                    Some(k) => {
+                        let v = load()?;
+                        (k, encode(v.clone()), Some(v))
+                    }
+                    None => {
+                        let v = load()?;
+                        let bytes = encode(v.clone());
+                        hasher.update(self.float.name().as_bytes());
+                        hasher.update(bytes.bytes());
+                        let k: [u8; 32] = hasher.finalize().into();
+                        self.keys_by_address.insert(address, k);
+                        (k, bytes, Some(v))
+                    }
+                };
+                if let Some(name) = self.by_key.get(&key) {
+                    return Ok(Interned::Existing(name.clone()));
+                }
+                let literal = if len <= INLINE_MAX_ELEMENTS {
+                    let v = match held {
+                        Some(v) => v,
+                        None => load()?,
                     };
-                    let float = self.float;
-                    // f32 on a little-endian host is its own encoding: no second copy
-                    let encode = |v: Arc<[f32]>| -> Encoded {
-                        match float {
-                            mil::DType::Fp16 => Encoded::Bytes(
-                                v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect(),
-                            ),
-                            _ if cfg!(target_endian = "little") => Encoded::F32(v),
-                            _ => Encoded::Bytes(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-                        }
-                    };
-                    let (key, bytes, held) = match known {
-                        // a large constant another function already stored: no need to re-encode it
-                        Some(k) if self.blob_offsets.contains_key(&k) => {
-                            (k, Encoded::Bytes(Vec::new()), None)
-                        }
-                        Some(k) => {
-                            let v = load()?;
-                            (k, encode(v.clone()), Some(v))
-                        }
+                    let data = v.iter().map(|&x| self.float_value(x)).collect();
+                    literal_of(ty, mil::TensorData::Float(data))
+                } else {
+                    let offset = match self.blob_offsets.get(&key) {
+                        Some(&offset) => offset,
                         None => {
-                            let v = load()?;
-                            let bytes = encode(v.clone());
-                            hasher.update(self.float.name().as_bytes());
-                            hasher.update(bytes.bytes());
-                            let k: [u8; 32] = hasher.finalize().into();
-                            self.keys_by_address.insert(address, k);
-                            (k, bytes, Some(v))
+                            let offset = self.blob.add(self.float, len, bytes.bytes())?;
+                            self.blob_offsets.insert(key, offset);
+                            offset
                         }
                     };
-                    if let Some(name) = self.by_key.get(&key) {
-                        return Ok(Interned::Existing(name.clone()));
+                    Literal::Blob {
+                        ty,
+                        path: BLOB_PATH.to_string(),
+                        offset,
                     }
-                    let literal = if len <= INLINE_MAX_ELEMENTS {
-                        let v = match held {
-                            Some(v) => v,
-                            None => load()?,
-                        };
-                        let data = v.iter().map(|&x| self.float_value(x)).collect();
-                        literal_of(ty, mil::TensorData::Float(data))
-                    } else {
-                        let offset = match self.blob_offsets.get(&key) {
-                            Some(&offset) => offset,
-                            None => {
-                                let offset = self.blob.add(self.float, len, bytes.bytes())?;
-                                self.blob_offsets.insert(key, offset);
-                                offset
-                            }
-                        };
-                        Literal::Blob {
-                            ty,
-                            path: BLOB_PATH.to_string(),
-                            offset,
-                        }
-                    };
-                    (key, literal)
-                }
-                HostData::I32(v) => {
-                    hasher.update(b"int32");
-                    v.iter().for_each(|x| {
-                        hasher.update(&x.to_le_bytes());
-                    });
-                    let ty = TensorType::new(mil::DType::Int32, shape);
-                    let data = mil::TensorData::Int(v.iter().map(|&x| i64::from(x)).collect());
-                    (hasher.finalize().into(), literal_of(ty, data))
-                }
-                HostData::BlockQuantized(_) => return Err(LowerError::Unsupported {
+                };
+                (key, literal)
+            }
+            HostData::I32(v) => {
+                hasher.update(b"int32");
+                v.iter().for_each(|x| {
+                    hasher.update(&x.to_le_bytes());
+                });
+                let ty = TensorType::new(mil::DType::Int32, shape);
+                let data = mil::TensorData::Int(v.iter().map(|&x| i64::from(x)).collect());
+                (hasher.finalize().into(), literal_of(ty, data))
+            }
+            HostData::BlockQuantized(_) => {
+                return Err(LowerError::Unsupported {
                     target: self.float.name().to_string(),
                     op: "constant",
                     shapes: vec![shape.to_vec()],
                     reason:
                         "block-quantized constants are emitted as constexpr_blockwise_shift_scale"
                             .into(),
-                }),
-                HostData::Bool(v) => {
-                    hasher.update(b"bool");
-                    v.iter().for_each(|&x| {
-                        hasher.update(&[u8::from(x)]);
-                    });
-                    let ty = TensorType::new(mil::DType::Bool, shape);
-                    (
-                        hasher.finalize().into(),
-                        literal_of(ty, mil::TensorData::Bool(v.to_vec())),
-                    )
-                }
-            };
+                })
+            }
+            HostData::Bool(v) => {
+                hasher.update(b"bool");
+                v.iter().for_each(|&x| {
+                    hasher.update(&[u8::from(x)]);
+                });
+                let ty = TensorType::new(mil::DType::Bool, shape);
+                (
+                    hasher.finalize().into(),
+                    literal_of(ty, mil::TensorData::Bool(v.to_vec())),
+                )
+            }
+        };
         if let Some(name) = self.by_key.get(&key) {
             return Ok(Interned::Existing(name.clone()));
         }
