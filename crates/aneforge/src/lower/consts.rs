@@ -1,7 +1,7 @@
 //! Constants: conversion to the program's float type, inline literals for small values, blob
 //! entries for large ones, and deduplication by content.
 
-use super::LowerError;
+use super::{LowerError, ReadyFunction};
 use crate::graph::{topo_order, HostArray, HostData, Op, Tensor};
 use aneforge_mil as mil;
 use half::f16;
@@ -88,16 +88,19 @@ fn blob_buffer(capacity: usize) -> Vec<u8> {
     bytes
 }
 
-/// An estimate of the weights blob of `functions`: the payloads, descriptors and alignment of
-/// their large constants, each distinct datum once. Constants the emitter derives on the way are
-/// not counted; the blob grows past the estimate when they need room.
-pub fn blob_bytes_hint(functions: &[&[Tensor]], float: mil::DType) -> usize {
+/// An upper estimate of the weights blob of `functions`: the file header, and the payloads,
+/// descriptors and alignment of their large constants, each distinct datum once. Constants the
+/// emitter derives on the way are not counted; the blob grows past the estimate when they need
+/// room.
+pub fn blob_bytes_hint(functions: &[ReadyFunction], float: mil::DType) -> usize {
+    /// A descriptor and the alignment padding after a payload, at most; also the header's size.
     const ENTRY: usize = 128;
-    let width = if float == mil::DType::Fp16 { 2 } else { 4 };
+    let width = float_width(float);
     let mut seen = HashSet::new();
-    let mut total = 0usize;
-    for outputs in functions {
-        for node in topo_order(outputs) {
+    let mut total = ENTRY;
+    for f in functions {
+        let outputs: Vec<Tensor> = f.outputs.iter().map(|(_, t)| t.clone()).collect();
+        for node in topo_order(&outputs) {
             let Op::Constant(value) = node.op() else {
                 continue;
             };
@@ -105,10 +108,13 @@ pub fn blob_bytes_hint(functions: &[&[Tensor]], float: mil::DType) -> usize {
                 HostData::F32(v) if v.len() > INLINE_MAX_ELEMENTS => {
                     (v.as_ptr() as usize, v.len() * width + ENTRY)
                 }
-                HostData::Deferred(d) if d.len() > INLINE_MAX_ELEMENTS => (
-                    Arc::as_ptr(d) as *const u8 as usize,
-                    d.len() * width + ENTRY,
-                ),
+                HostData::Deferred(d) if d.len() > INLINE_MAX_ELEMENTS => {
+                    let width = if kept_as_f16(value, float) { 2 } else { width };
+                    (
+                        Arc::as_ptr(d) as *const u8 as usize,
+                        d.len() * width + ENTRY,
+                    )
+                }
                 HostData::BlockQuantized(q) => {
                     let blocks = q.rows() * q.blocks_per_row();
                     let params = if q.has_offset() { 2 } else { 1 };
@@ -127,19 +133,37 @@ pub fn blob_bytes_hint(functions: &[&[Tensor]], float: mil::DType) -> usize {
     total
 }
 
-/// Deferred values encoded in `float` into `out`, read a chunk at a time.
-fn read_deferred(
-    d: &dyn crate::graph::DeferredF32,
+/// Bytes per value of a program float type (fp16 or fp32).
+pub(crate) fn float_width(float: mil::DType) -> usize {
+    if float == mil::DType::Fp16 {
+        2
+    } else {
+        4
+    }
+}
+
+/// Whether an fp32 program keeps `value` as an fp16 blob entry behind a `constexpr_cast`: a
+/// large deferred matrix whose source stores fp16, so no value rounds.
+pub(crate) fn kept_as_f16(value: &HostArray, float: mil::DType) -> bool {
+    matches!(value.data(), HostData::Deferred(d) if d.exactly_f16())
+        && float == mil::DType::Fp32
+        && value.shape().len() == 2
+        && value.len() > INLINE_MAX_ELEMENTS
+}
+
+/// Fills `out` with the values `read(start, chunk)` gives, encoded as `float`, a chunk at a time:
+/// a large payload is written in place without a second full copy of its values.
+pub(crate) fn encode_chunks(
     float: mil::DType,
     out: &mut [u8],
+    mut read: impl FnMut(usize, &mut [f32]) -> Result<(), LowerError>,
 ) -> Result<(), LowerError> {
-    const CHUNK: usize = 1 << 16;
-    let width = if float == mil::DType::Fp16 { 2 } else { 4 };
-    let mut values = vec![0.0f32; CHUNK.min(d.len())];
+    const CHUNK: usize = 1 << 14;
+    let width = float_width(float);
+    let mut values = vec![0.0f32; CHUNK.min(out.len() / width)];
     for (i, bytes) in out.chunks_mut(CHUNK * width).enumerate() {
         let v = &mut values[..bytes.len() / width];
-        d.read(i * CHUNK, v)
-            .map_err(|e| LowerError::ConstantData(crate::graph::GraphError::ConstantData(e)))?;
+        read(i * CHUNK, v)?;
         for (b, &x) in bytes.chunks_exact_mut(width).zip(v.iter()) {
             match float {
                 mil::DType::Fp16 => b.copy_from_slice(&to_f16(x).to_le_bytes()),
@@ -148,6 +172,16 @@ fn read_deferred(
         }
     }
     Ok(())
+}
+
+/// The reader [`encode_chunks`] takes, over deferred values.
+pub(crate) fn deferred_reader(
+    d: &dyn crate::graph::DeferredF32,
+) -> impl FnMut(usize, &mut [f32]) -> Result<(), LowerError> + '_ {
+    |start, out| {
+        d.read(start, out)
+            .map_err(|e| LowerError::ConstantData(crate::graph::GraphError::ConstantData(e)))
+    }
 }
 
 impl ConstTable {
@@ -240,146 +274,145 @@ impl ConstTable {
         }
         hasher.update(&[shape.len() as u8]);
         let literal_of = |ty: TensorType, data: mil::TensorData| Literal::Tensor { ty, data };
-        let (key, literal) = match value.data() {
-            // a large deferred constant is read straight into its blob entry, a chunk at a
-            // time: its values are never held twice
-            HostData::Deferred(d) if d.len() > INLINE_MAX_ELEMENTS => {
-                let source = Arc::as_ptr(d) as *const u8 as usize;
-                let address = (source, d.len(), self.float, shape.to_vec());
-                let known = self.keys_by_address.get(&address).copied();
-                if let Some(name) = known.and_then(|k| self.by_key.get(&k)) {
-                    return Ok(Interned::Existing(name.clone()));
-                }
-                let float = self.float;
-                let width = if float == mil::DType::Fp16 { 2 } else { 4 };
-                let offset = self.blob_entry(float, d.len(), source, d.len() * width, |out| {
-                    read_deferred(d.as_ref(), float, out)
-                })?;
-                // equal contents share one blob entry, so its offset stands for them
-                hasher.update(float.name().as_bytes());
-                hasher.update(b"blob");
-                hasher.update(&offset.to_le_bytes());
-                let key: [u8; 32] = hasher.finalize().into();
-                self.keys_by_address.insert(address, key);
-                let ty = TensorType::new(float, shape);
-                let literal = Literal::Blob {
-                    ty,
-                    path: BLOB_PATH.to_string(),
-                    offset,
-                };
-                (key, literal)
-            }
-            HostData::F32(_) | HostData::Deferred(_) => {
-                let ty = TensorType::new(self.float, shape);
-                let len = value.len();
-                // held data by its address, deferred data by its source's: both are owned by
-                // the graph, alive for the whole lowering
-                let source = match value.data() {
-                    HostData::Deferred(d) => Arc::as_ptr(d) as *const u8 as usize,
-                    HostData::F32(v) => v.as_ptr() as usize,
-                    _ => 0,
-                };
-                let address = (source, len, self.float, shape.to_vec());
-                let known = self.keys_by_address.get(&address).copied();
-                if let Some(name) = known.and_then(|k| self.by_key.get(&k)) {
-                    return Ok(Interned::Existing(name.clone()));
-                }
-                // deferred values are read here, once per program, and dropped once encoded
-                let load = || -> Result<Arc<[f32]>, LowerError> {
-                    Ok(value
-                        .data()
-                        .values_f32()
-                        .map_err(LowerError::ConstantData)?
-                        .unwrap_or_default())
-                };
-                let float = self.float;
-                // f32 on a little-endian host is its own encoding: no second copy
-                let encode = |v: Arc<[f32]>| -> Encoded {
-                    match float {
-                        mil::DType::Fp16 => Encoded::Bytes(
-                            v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect(),
-                        ),
-                        _ if cfg!(target_endian = "little") => Encoded::F32(v),
-                        _ => Encoded::Bytes(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        let (key, literal) =
+            match value.data() {
+                // a large deferred constant is read straight into its blob entry, a chunk at a
+                // time: its values are never held twice
+                HostData::Deferred(d) if d.len() > INLINE_MAX_ELEMENTS => {
+                    let source = Arc::as_ptr(d) as *const u8 as usize;
+                    let address = (source, d.len(), self.float, shape.to_vec());
+                    let known = self.keys_by_address.get(&address).copied();
+                    if let Some(name) = known.and_then(|k| self.by_key.get(&k)) {
+                        return Ok(Interned::Existing(name.clone()));
                     }
-                };
-                let (key, bytes, held) = match known {
-                    // a large constant another function already stored: no need to re-encode it
-                    Some(k) if self.blob_offsets.contains_key(&k) => {
-                        (k, Encoded::Bytes(Vec::new()), None)
-                    }
-                    Some(k) => {
-                        let v = load()?;
-                        (k, encode(v.clone()), Some(v))
-                    }
-                    None => {
-                        let v = load()?;
-                        let bytes = encode(v.clone());
-                        hasher.update(self.float.name().as_bytes());
-                        hasher.update(bytes.bytes());
-                        let k: [u8; 32] = hasher.finalize().into();
-                        self.keys_by_address.insert(address, k);
-                        (k, bytes, Some(v))
-                    }
-                };
-                if let Some(name) = self.by_key.get(&key) {
-                    return Ok(Interned::Existing(name.clone()));
-                }
-                let literal = if len <= INLINE_MAX_ELEMENTS {
-                    let v = match held {
-                        Some(v) => v,
-                        None => load()?,
-                    };
-                    let data = v.iter().map(|&x| self.float_value(x)).collect();
-                    literal_of(ty, mil::TensorData::Float(data))
-                } else {
-                    let offset = match self.blob_offsets.get(&key) {
-                        Some(&offset) => offset,
-                        None => {
-                            let offset = self.blob.add(self.float, len, bytes.bytes())?;
-                            self.blob_offsets.insert(key, offset);
-                            offset
-                        }
-                    };
-                    Literal::Blob {
+                    let float = self.float;
+                    let bytes = d.len() * float_width(float);
+                    let offset = self.blob_entry(float, d.len(), source, bytes, |out| {
+                        encode_chunks(float, out, deferred_reader(d.as_ref()))
+                    })?;
+                    // equal contents share one blob entry, so its offset stands for them
+                    hasher.update(float.name().as_bytes());
+                    hasher.update(b"blob");
+                    hasher.update(&offset.to_le_bytes());
+                    let key: [u8; 32] = hasher.finalize().into();
+                    self.keys_by_address.insert(address, key);
+                    let ty = TensorType::new(float, shape);
+                    let literal = Literal::Blob {
                         ty,
                         path: BLOB_PATH.to_string(),
                         offset,
+                    };
+                    (key, literal)
+                }
+                HostData::F32(_) | HostData::Deferred(_) => {
+                    let ty = TensorType::new(self.float, shape);
+                    let len = value.len();
+                    // held data by its address, deferred data by its source's: both are owned by
+                    // the graph, alive for the whole lowering
+                    let source = match value.data() {
+                        HostData::Deferred(d) => Arc::as_ptr(d) as *const u8 as usize,
+                        HostData::F32(v) => v.as_ptr() as usize,
+                        _ => 0,
+                    };
+                    let address = (source, len, self.float, shape.to_vec());
+                    let known = self.keys_by_address.get(&address).copied();
+                    if let Some(name) = known.and_then(|k| self.by_key.get(&k)) {
+                        return Ok(Interned::Existing(name.clone()));
                     }
-                };
-                (key, literal)
-            }
-            HostData::I32(v) => {
-                hasher.update(b"int32");
-                v.iter().for_each(|x| {
-                    hasher.update(&x.to_le_bytes());
-                });
-                let ty = TensorType::new(mil::DType::Int32, shape);
-                let data = mil::TensorData::Int(v.iter().map(|&x| i64::from(x)).collect());
-                (hasher.finalize().into(), literal_of(ty, data))
-            }
-            HostData::BlockQuantized(_) => {
-                return Err(LowerError::Unsupported {
+                    // deferred values are read here, once per program, and dropped once encoded
+                    let load = || -> Result<Arc<[f32]>, LowerError> {
+                        Ok(value
+                            .data()
+                            .values_f32()
+                            .map_err(LowerError::ConstantData)?
+                            .unwrap_or_default())
+                    };
+                    let float = self.float;
+                    // f32 on a little-endian host is its own encoding: no second copy
+                    let encode = |v: Arc<[f32]>| -> Encoded {
+                        match float {
+                            mil::DType::Fp16 => Encoded::Bytes(
+                                v.iter().flat_map(|&x| to_f16(x).to_le_bytes()).collect(),
+                            ),
+                            _ if cfg!(target_endian = "little") => Encoded::F32(v),
+                            _ => Encoded::Bytes(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+                        }
+                    };
+                    let (key, bytes, held) = match known {
+                        // a large constant another function already stored: no need to re-encode it
+                        Some(k) if self.blob_offsets.contains_key(&k) => {
+                            (k, Encoded::Bytes(Vec::new()), None)
+                        }
+                        Some(k) => {
+                            let v = load()?;
+                            (k, encode(v.clone()), Some(v))
+                        }
+                        None => {
+                            let v = load()?;
+                            let bytes = encode(v.clone());
+                            hasher.update(self.float.name().as_bytes());
+                            hasher.update(bytes.bytes());
+                            let k: [u8; 32] = hasher.finalize().into();
+                            self.keys_by_address.insert(address, k);
+                            (k, bytes, Some(v))
+                        }
+                    };
+                    if let Some(name) = self.by_key.get(&key) {
+                        return Ok(Interned::Existing(name.clone()));
+                    }
+                    let literal = if len <= INLINE_MAX_ELEMENTS {
+                        let v = match held {
+                            Some(v) => v,
+                            None => load()?,
+                        };
+                        let data = v.iter().map(|&x| self.float_value(x)).collect();
+                        literal_of(ty, mil::TensorData::Float(data))
+                    } else {
+                        let offset = match self.blob_offsets.get(&key) {
+                            Some(&offset) => offset,
+                            None => {
+                                let offset = self.blob.add(self.float, len, bytes.bytes())?;
+                                self.blob_offsets.insert(key, offset);
+                                offset
+                            }
+                        };
+                        Literal::Blob {
+                            ty,
+                            path: BLOB_PATH.to_string(),
+                            offset,
+                        }
+                    };
+                    (key, literal)
+                }
+                HostData::I32(v) => {
+                    hasher.update(b"int32");
+                    v.iter().for_each(|x| {
+                        hasher.update(&x.to_le_bytes());
+                    });
+                    let ty = TensorType::new(mil::DType::Int32, shape);
+                    let data = mil::TensorData::Int(v.iter().map(|&x| i64::from(x)).collect());
+                    (hasher.finalize().into(), literal_of(ty, data))
+                }
+                HostData::BlockQuantized(_) => return Err(LowerError::Unsupported {
                     target: self.float.name().to_string(),
                     op: "constant",
                     shapes: vec![shape.to_vec()],
                     reason:
                         "block-quantized constants are emitted as constexpr_blockwise_shift_scale"
                             .into(),
-                })
-            }
-            HostData::Bool(v) => {
-                hasher.update(b"bool");
-                v.iter().for_each(|&x| {
-                    hasher.update(&[u8::from(x)]);
-                });
-                let ty = TensorType::new(mil::DType::Bool, shape);
-                (
-                    hasher.finalize().into(),
-                    literal_of(ty, mil::TensorData::Bool(v.to_vec())),
-                )
-            }
-        };
+                }),
+                HostData::Bool(v) => {
+                    hasher.update(b"bool");
+                    v.iter().for_each(|&x| {
+                        hasher.update(&[u8::from(x)]);
+                    });
+                    let ty = TensorType::new(mil::DType::Bool, shape);
+                    (
+                        hasher.finalize().into(),
+                        literal_of(ty, mil::TensorData::Bool(v.to_vec())),
+                    )
+                }
+            };
         if let Some(name) = self.by_key.get(&key) {
             return Ok(Interned::Existing(name.clone()));
         }
@@ -392,5 +425,68 @@ impl ConstTable {
 
     pub fn finish(self) -> Vec<u8> {
         self.blob.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{constant, input, DType, DeferredF32};
+    use crate::{compile_named, CompileOptions};
+
+    /// Values a source stores as fp16.
+    #[derive(Debug)]
+    struct Halves(Arc<[f32]>);
+
+    impl DeferredF32 for Halves {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+
+        fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
+            out.copy_from_slice(&self.0[start..start + out.len()]);
+            Ok(())
+        }
+
+        fn exactly_f16(&self) -> bool {
+            true
+        }
+    }
+
+    /// The estimate covers the emitted blob and overshoots it by at most an entry's descriptor
+    /// and padding per constant: held f32, fp16-stored deferred (kept as fp16 in an fp32
+    /// program) and shared constants counted once.
+    #[test]
+    fn the_blob_estimate_covers_the_emitted_blob() {
+        let (rows, cols) = (64, 96);
+        let values = |k: usize| -> Arc<[f32]> {
+            (0..rows * cols)
+                .map(|i| half::f16::from_f32(((i * k % 53) as f32 - 26.0) / 17.0).to_f32())
+                .collect()
+        };
+        let held = constant(HostArray::from_f32(&[rows, cols], values(7)).unwrap());
+        let halves = Arc::new(Halves(values(11)));
+        let half = constant(HostArray::from_deferred(&[rows, cols], halves).unwrap());
+        let ids = input("ids", &[3], DType::I32).unwrap();
+        let a = held.gather(&ids, 0).unwrap();
+        let b = half.gather(&ids, 0).unwrap();
+        let c = held.gather(&ids, 0).unwrap().add(&b).unwrap();
+        let model = compile_named(
+            &[("a", &a), ("b", &b), ("c", &c)],
+            &CompileOptions::default(),
+        )
+        .unwrap();
+        let ready = ReadyFunction {
+            name: "main".into(),
+            outputs: vec![("a".into(), a), ("b".into(), b), ("c".into(), c)],
+            retyped: Vec::new(),
+            tiled: Vec::new(),
+        };
+        let hint = blob_bytes_hint(&[ready], mil::DType::Fp32);
+        let len = model.weights().len();
+        assert!(
+            len <= hint && hint <= len + 3 * 128,
+            "estimate {hint} for a blob of {len} bytes"
+        );
     }
 }

@@ -109,12 +109,7 @@ pub fn emit_program(functions: &[ReadyFunction], target: &Target) -> Result<Arti
     if functions.is_empty() {
         return Err(LowerError::NoOutputs);
     }
-    let outputs: Vec<Vec<Tensor>> = functions
-        .iter()
-        .map(|f| f.outputs.iter().map(|(_, t)| t.clone()).collect())
-        .collect();
-    let outputs: Vec<&[Tensor]> = outputs.iter().map(Vec::as_slice).collect();
-    let hint = consts::blob_bytes_hint(&outputs, target.float_dtype());
+    let hint = consts::blob_bytes_hint(functions, target.float_dtype());
     let mut consts = consts::ConstTable::with_capacity(target.float_dtype(), hint);
     let mut mil_functions = Vec::with_capacity(functions.len());
     let mut ports = Vec::with_capacity(functions.len());

@@ -10,7 +10,9 @@ mod layout;
 mod linalg;
 mod reduce;
 
-use super::consts::{to_f16, ConstTable, Interned, BLOB_PATH};
+use super::consts::{
+    deferred_reader, encode_chunks, float_width, kept_as_f16, ConstTable, Interned, BLOB_PATH,
+};
 use super::{LowerError, PortKind, PortSpec, Target};
 use crate::graph::{
     BlockQuantized, DType, HostArray, HostData, NodeId, Op, OpFamily, QuantFormat, Tensor,
@@ -18,9 +20,6 @@ use crate::graph::{
 use aneforge_mil as mil;
 use mil::{Argument, Literal, Operation, TensorType};
 use std::collections::{HashMap, HashSet};
-
-/// Scales or offsets encoded per step of a blob entry.
-const PARAMS_CHUNK: usize = 1 << 14;
 
 pub(crate) struct Emitter<'t> {
     target: &'t Target,
@@ -201,12 +200,7 @@ impl<'t> Emitter<'t> {
     fn constant(&mut self, node: &Tensor, value: &HostArray) -> Result<(), LowerError> {
         match value.data() {
             HostData::BlockQuantized(q) => return self.block_quantized(node, q),
-            HostData::Deferred(d)
-                if self.float == mil::DType::Fp32
-                    && d.exactly_f16()
-                    && value.shape().len() == 2
-                    && value.len() > super::consts::INLINE_MAX_ELEMENTS =>
-            {
+            HostData::Deferred(d) if kept_as_f16(value, self.float) => {
                 return self.half_matrix(node, value.shape(), d.as_ref());
             }
             _ => {}
@@ -248,17 +242,7 @@ impl<'t> Emitter<'t> {
         let offset = self
             .consts
             .blob_entry(mil::DType::Fp16, len, source, 2 * len, |out| {
-                let mut values = vec![0.0f32; PARAMS_CHUNK];
-                for (i, bytes) in out.chunks_mut(PARAMS_CHUNK * 2).enumerate() {
-                    let v = &mut values[..bytes.len() / 2];
-                    d.read(i * PARAMS_CHUNK, v).map_err(|e| {
-                        LowerError::ConstantData(crate::graph::GraphError::ConstantData(e))
-                    })?;
-                    for (b, &x) in bytes.chunks_exact_mut(2).zip(v.iter()) {
-                        b.copy_from_slice(&half::f16::from_f32(x).to_le_bytes());
-                    }
-                }
-                Ok(())
+                encode_chunks(mil::DType::Fp16, out, deferred_reader(d))
             })?;
         let source_val = Argument::Literal(Literal::Blob {
             ty: TensorType::new(mil::DType::Fp16, shape),
@@ -304,22 +288,13 @@ impl<'t> Emitter<'t> {
             |out| q.read_rows(0, out).map_err(LowerError::ConstantData),
         )?;
         let float = self.float;
-        let width = if float == mil::DType::Fp16 { 2 } else { 4 };
+        let width = float_width(float);
         // the parameters read a chunk at a time and encoded in the program's float type
-        let encode = |offsets: bool, out: &mut [u8]| -> Result<(), LowerError> {
-            let mut values = vec![0.0f32; PARAMS_CHUNK];
-            for (i, bytes) in out.chunks_mut(PARAMS_CHUNK * width).enumerate() {
-                let v = &mut values[..bytes.len() / width];
-                q.read_params(offsets, i * PARAMS_CHUNK, v)
-                    .map_err(LowerError::ConstantData)?;
-                for (b, &x) in bytes.chunks_exact_mut(width).zip(v.iter()) {
-                    match float {
-                        mil::DType::Fp16 => b.copy_from_slice(&to_f16(x).to_le_bytes()),
-                        _ => b.copy_from_slice(&x.to_le_bytes()),
-                    }
-                }
-            }
-            Ok(())
+        let encode = |offsets: bool, out: &mut [u8]| {
+            encode_chunks(float, out, |start, v| {
+                q.read_params(offsets, start, v)
+                    .map_err(LowerError::ConstantData)
+            })
         };
         let blob = |ty: TensorType, offset: u64| {
             Argument::Literal(Literal::Blob {
