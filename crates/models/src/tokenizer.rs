@@ -2,7 +2,10 @@
 //! length (longest-first, as transformers and sentence-transformers call it), padding to the
 //! longest sequence of a batch or to a fixed length, attention masks and token type ids.
 
+mod scored;
+
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tokenizers::normalizers::{Lowercase, NormalizerWrapper, Sequence};
 use tokenizers::{
@@ -12,6 +15,7 @@ use tokenizers::{
 use crate::config::ConfigError;
 use crate::model_dir::ModelDir;
 use crate::tokenizer_config::TokenizerConfig;
+pub(crate) use scored::ScoredPieces;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
@@ -138,6 +142,8 @@ impl BatchEncoding {
 #[derive(Debug, Clone)]
 pub struct TextTokenizer {
     inner: Tokenizer,
+    /// the model that encodes in place of `inner`'s (whose model then holds the vocabulary only)
+    scored: Option<Arc<ScoredPieces>>,
     max_length: Option<usize>,
     pad: Option<(u32, String)>,
     padding_side: PaddingSide,
@@ -177,6 +183,7 @@ impl TextTokenizer {
             .map_err(|e| TokenizerError::Invalid(e.to_string()))?;
         Ok(TextTokenizer {
             inner,
+            scored: None,
             max_length: None,
             pad,
             padding_side: PaddingSide::Right,
@@ -313,8 +320,35 @@ impl TextTokenizer {
         self.pad.as_ref().map(|(id, t)| (*id, t.as_str()))
     }
 
-    pub fn inner(&self) -> &Tokenizer {
+    /// A scored SentencePiece vocabulary's tokenizer: `inner` keeps the vocabulary, added
+    /// tokens and the rest of the pipeline; `scored` encodes.
+    pub(crate) fn with_scored_pieces(mut self, scored: ScoredPieces) -> Self {
+        self.scored = Some(Arc::new(scored));
+        self
+    }
+
+    /// The `tokenizers` pipeline. Its `encode` is not this tokenizer's when a scored vocabulary
+    /// encodes in place of its model: encode through [`TextTokenizer`].
+    pub(crate) fn inner(&self) -> &Tokenizer {
         &self.inner
+    }
+
+    fn encode_input(
+        &self,
+        tokenizer: &Tokenizer,
+        input: EncodeInput<'_>,
+        index: usize,
+        add_special_tokens: bool,
+    ) -> Result<TokenizedText, TokenizerError> {
+        let encoding = match &self.scored {
+            Some(scored) => scored.encode(tokenizer, input, add_special_tokens),
+            None => tokenizer.encode(input, add_special_tokens),
+        }
+        .map_err(|e| TokenizerError::Encode {
+            index,
+            message: e.to_string(),
+        })?;
+        Ok(tokenized(&encoding))
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -350,14 +384,7 @@ impl TextTokenizer {
         index: usize,
         add_special_tokens: bool,
     ) -> Result<TokenizedText, TokenizerError> {
-        let encoding =
-            self.inner
-                .encode(input, add_special_tokens)
-                .map_err(|e| TokenizerError::Encode {
-                    index,
-                    message: e.to_string(),
-                })?;
-        Ok(tokenized(&encoding))
+        self.encode_input(&self.inner, input, index, add_special_tokens)
     }
 
     pub fn encode_batch(
@@ -389,14 +416,7 @@ impl TextTokenizer {
         let encode = |tokenizer: &Tokenizer, inputs: Vec<EncodeInput<'_>>| {
             let mut out = Vec::with_capacity(inputs.len());
             for (index, input) in inputs.into_iter().enumerate() {
-                let encoding =
-                    tokenizer
-                        .encode(input, true)
-                        .map_err(|e| TokenizerError::Encode {
-                            index,
-                            message: e.to_string(),
-                        })?;
-                out.push(tokenized(&encoding));
+                out.push(self.encode_input(tokenizer, input, index, true)?);
             }
             Ok::<_, TokenizerError>(out)
         };

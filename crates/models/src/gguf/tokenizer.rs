@@ -3,7 +3,7 @@
 //!
 //! The reference is transformers' GGUF import (`AutoTokenizer.from_pretrained(dir, gguf_file=..)`,
 //! `transformers.integrations.gguf`): byte-level BPE for `gpt2` vocabularies, SentencePiece-style
-//! BPE with byte fallback for `llama` ones (merges from the file, else derived from the scores),
+//! BPE with byte fallback for `llama` ones (merges from the file, else ranked by the scores),
 //! control tokens as special added tokens, user-defined tokens as plain added tokens, a BOS/EOS
 //! template from `tokenizer.ggml.add_{bos,eos}_token`.
 
@@ -14,7 +14,7 @@ use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::{AddedToken, Tokenizer};
 
 use super::{GgufError, GgufFile, MetaArray};
-use crate::tokenizer::{TextTokenizer, TokenizerError};
+use crate::tokenizer::{ScoredPieces, TextTokenizer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenizerModelKind {
@@ -67,7 +67,7 @@ fn bytes_to_unicode() -> [char; 256] {
 
 #[derive(Debug, Clone)]
 pub struct GgufTokenizer {
-    pub tokenizer: Tokenizer,
+    pub tokenizer: TextTokenizer,
     pub kind: TokenizerModelKind,
     pub bos: Option<(u32, String)>,
     pub eos: Option<(u32, String)>,
@@ -179,6 +179,9 @@ impl GgufTokenizer {
             .get_bool("tokenizer.ggml.add_space_prefix")?
             .unwrap_or(!matches!(arch, "gemma" | "gemma2" | "gemma3"));
 
+        // a scored vocabulary without merges encodes with its scores (ScoredPieces); the BPE
+        // model then only holds the vocabulary
+        let mut scored = None;
         let (vocab, merges) = match kind {
             TokenizerModelKind::ByteLevelBpe => {
                 let merges = merges
@@ -207,7 +210,10 @@ impl GgufTokenizer {
                                 tokens.len()
                             )));
                         }
-                        merges_from_scores(tokens, &scores, &vocab)
+                        scored = Some(ScoredPieces::new(tokens, &scores, |t| {
+                            vocab.get(t).copied()
+                        }));
+                        Vec::new()
                     }
                 };
                 (vocab, merges)
@@ -343,6 +349,16 @@ impl GgufTokenizer {
         tokenizer
             .add_tokens(added_tokens)
             .map_err(|e| fail(format!("the added tokens do not load: {e}")))?;
+        let mut tokenizer = TextTokenizer::from_tokenizer(tokenizer)
+            .map_err(|e| fail(format!("the assembled tokenizer does not load: {e}")))?;
+        if let Some(scored) = scored {
+            tokenizer = tokenizer.with_scored_pieces(scored);
+        }
+        if let Some((_, token)) = &pad {
+            tokenizer = tokenizer
+                .with_pad_token(token)
+                .map_err(|e| fail(format!("the padding token: {e}")))?;
+        }
         Ok(GgufTokenizer {
             tokenizer,
             kind,
@@ -356,14 +372,9 @@ impl GgufTokenizer {
         })
     }
 
-    /// The wrapper used everywhere else, with the file's padding token.
-    pub fn into_text_tokenizer(self) -> Result<TextTokenizer, TokenizerError> {
-        let pad = self.pad.clone();
-        let tokenizer = TextTokenizer::from_tokenizer(self.tokenizer)?;
-        match pad {
-            Some((_, token)) => tokenizer.with_pad_token(&token),
-            None => Ok(tokenizer),
-        }
+    /// The tokenizer, with the file's padding token.
+    pub fn into_text_tokenizer(self) -> TextTokenizer {
+        self.tokenizer
     }
 }
 
@@ -398,68 +409,6 @@ fn byte_level_vocab(tokens: &[String]) -> Vocab {
         vocab.insert(spelled, i as u32);
     }
     vocab
-}
-
-/// Merges implied by a scored vocabulary: every split of a token into two vocabulary tokens,
-/// ordered by the token's score (best first), then by the pieces' lengths (longer first); splits
-/// of one token by the pieces' ids. This is transformers' `generate_merges`, over a dict of
-/// tokens: a repeated token takes its last score and its first position.
-fn merges_from_scores(tokens: &[String], scores: &[f64], vocab: &Vocab) -> Vec<(String, String)> {
-    /// One split: the token, the byte where its right piece starts, the sort keys.
-    struct Split {
-        token: u32,
-        at: u32,
-        score: f64,
-        left_chars: u32,
-        right_chars: u32,
-    }
-    // a vocabulary with repeated tokens is rare: only then is a token's first position tracked
-    let mut seen: Option<HashSet<&str>> = (vocab.len() != tokens.len()).then(HashSet::new);
-    let mut splits: Vec<Split> = Vec::with_capacity(tokens.len() * 2);
-    let mut local: Vec<(u32, u32, u32, u32)> = Vec::new();
-    for (i, token) in tokens.iter().enumerate() {
-        if let Some(seen) = &mut seen {
-            if !seen.insert(token) {
-                continue;
-            }
-        }
-        let last = vocab.get(token).map_or(i, |&id| id as usize);
-        // a NaN score ranks last (as -inf): the sort needs a total order
-        let score = match scores[last] {
-            s if s.is_nan() => f64::NEG_INFINITY,
-            s => s,
-        };
-        local.clear();
-        let chars = token.chars().count() as u32;
-        for (k, (at, _)) in token.char_indices().enumerate().skip(1) {
-            let (l, r) = token.split_at(at);
-            let Some(&il) = vocab.get(l) else { continue };
-            let Some(&ir) = vocab.get(r) else { continue };
-            local.push((il, ir, at as u32, k as u32));
-        }
-        local.sort_unstable_by_key(|&(il, ir, ..)| (il, ir));
-        splits.extend(local.iter().map(|&(_, _, at, k)| Split {
-            token: i as u32,
-            at,
-            score,
-            left_chars: k,
-            right_chars: chars - k,
-        }));
-    }
-    splits.sort_by(|a, b| {
-        b.score
-            .partial_cmp(&a.score)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(b.left_chars.cmp(&a.left_chars))
-            .then(b.right_chars.cmp(&a.right_chars))
-    });
-    splits
-        .into_iter()
-        .map(|s| {
-            let (l, r) = tokens[s.token as usize].split_at(s.at as usize);
-            (l.to_string(), r.to_string())
-        })
-        .collect()
 }
 
 /// Added tokens in the order transformers adds them; a token is added once.
