@@ -393,3 +393,51 @@ fn fp16_matrices_stay_fp16_in_fp32_programs() {
         ane.mil_text()
     );
 }
+
+/// Products with few activation rows run as a GEMV, with more as GEMMs over dequantized tiles of
+/// weight rows, which widen with the row count (hundreds of rows: up to 512 weight rows a tile);
+/// every way gives the dequantized weights' product, across tile boundaries included.
+#[test]
+fn quantized_products_of_every_row_count_follow_the_definition() {
+    const N: usize = 600;
+    let n_blocks = N * COLS / BLOCK;
+    let q: Vec<u8> = (0..N * COLS).map(|i| ((i * 11 + 3) % 16) as u8).collect();
+    let quant = BlockQuantized::new(
+        QuantFormat::U4,
+        N,
+        COLS,
+        BLOCK,
+        q.chunks(2).map(|p| p[0] | (p[1] << 4)).collect::<Vec<u8>>(),
+        (0..n_blocks)
+            .map(|b| 0.02 + (b % 7) as f32 * 0.01)
+            .collect::<Vec<f32>>(),
+        Some(
+            (0..n_blocks)
+                .map(|b| 7.0 + (b % 3) as f32 * 0.5)
+                .collect::<Vec<_>>()
+                .into(),
+        ),
+    )
+    .unwrap();
+    let dense = quant.dequantize().unwrap();
+    let w = constant(HostArray::from_block_quantized(quant).unwrap());
+    for m in [3, 40, 300] {
+        let x = input("x", &[m, COLS], DType::F32).unwrap();
+        let y = x.linear(&w, None).unwrap();
+        let mut model = compile_named(&[("y", &y)], &CompileOptions::default()).unwrap();
+        let xv: Vec<f32> = (0..m * COLS)
+            .map(|i| ((i * 37 % 19) as f32 - 9.0) / 9.0)
+            .collect();
+        let out = model.run_f32(&[("x", HostSlice::F32(&xv))]).unwrap();
+        for (i, g) in out[0].iter().enumerate() {
+            let (r, j) = (i / N, i % N);
+            let want: f64 = (0..COLS)
+                .map(|c| f64::from(xv[r * COLS + c]) * f64::from(dense[j * COLS + c]))
+                .sum();
+            assert!(
+                (f64::from(*g) - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "{m} rows, [{r}, {j}]: {g} vs {want}"
+            );
+        }
+    }
+}

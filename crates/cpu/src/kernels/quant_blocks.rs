@@ -428,15 +428,23 @@ macro_rules! by_rows {
 
 /// Largest activation-row count run as GEMV; more rows run as dequantized tiles + GEMM.
 pub const GEMV_MAX_ROWS: usize = 8;
-/// Weight rows dequantized per GEMM tile.
-const TILE: usize = 32;
+/// Weight rows dequantized per GEMM tile for `m` activation rows of a product with `n` outputs
+/// on `threads`: the GEMM packs the activations again for every tile, so many rows take wide
+/// tiles, an even share of the outputs per thread up to 512 (an encoder's 1500 rows against
+/// 32-row tiles spent a third of the product repacking them).
+fn tile_rows(m: usize, n: usize, threads: usize) -> usize {
+    if m < 256 {
+        return 32;
+    }
+    n.div_ceil(threads.max(1)).next_multiple_of(32).min(512)
+}
 
 /// Floats of scratch [`run`] needs.
 pub fn scratch_floats(m: usize, q: &QuantTensor, threads: usize) -> usize {
     if m <= GEMV_MAX_ROWS {
         m * (q.cols + q.blocks_per_row()) + q.cols
     } else {
-        threads.max(1) * TILE * q.cols + m * q.cols
+        threads.max(1) * tile_rows(m, q.rows, threads) * q.cols + m * q.cols
     }
 }
 
@@ -554,15 +562,16 @@ pub fn run(mm: &Matmul, q: &QuantTensor, cx: &Cx) {
             a_row(i, &mut x[i * k..(i + 1) * k]);
         }
         let x = SendPtr(x.as_mut_ptr());
-        let tiles = n.div_ceil(TILE);
-        let base = m * k;
         let threads = cx.threads.max(1);
+        let width = tile_rows(m, n, threads);
+        let tiles = n.div_ceil(width);
+        let base = m * k;
         let per = tiles.div_ceil(threads);
         cx.par_for(threads.min(tiles), &|t| {
-            let tile_buf = cx.scratch_at(base + t * TILE * k, TILE * k);
+            let tile_buf = cx.scratch_at(base + t * width * k, width * k);
             for tile in t * per..((t + 1) * per).min(tiles) {
-                let j0 = tile * TILE;
-                let cols = TILE.min(n - j0);
+                let j0 = tile * width;
+                let cols = width.min(n - j0);
                 for r in 0..cols {
                     q.dequantize_row(j0 + r, &mut tile_buf[r * k..(r + 1) * k]);
                 }

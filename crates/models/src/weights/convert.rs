@@ -41,6 +41,40 @@ pub(crate) fn f64_le_to_f32(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// A little-endian float encoding of a weights file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatLe {
+    F32,
+    F16,
+    Bf16,
+    F64,
+}
+
+impl FloatLe {
+    pub(crate) fn width(self) -> usize {
+        match self {
+            FloatLe::F32 => 4,
+            FloatLe::F16 | FloatLe::Bf16 => 2,
+            FloatLe::F64 => 8,
+        }
+    }
+
+    /// Converts the first `out.len()` values of `bytes` (which holds at least that many).
+    pub(crate) fn read_into(self, bytes: &[u8], out: &mut [f32]) {
+        let chunks = bytes.chunks_exact(self.width());
+        for (o, c) in out.iter_mut().zip(chunks) {
+            *o = match self {
+                FloatLe::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                FloatLe::F16 => f16::from_le_bytes([c[0], c[1]]).to_f32(),
+                FloatLe::Bf16 => bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+                FloatLe::F64 => {
+                    f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32
+                }
+            };
+        }
+    }
+}
+
 pub(crate) fn int_le_to_i64(bytes: &[u8], width: usize, signed: bool) -> Vec<i64> {
     bytes
         .chunks_exact(width)

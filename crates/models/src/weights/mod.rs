@@ -12,8 +12,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub(crate) use convert::f64_le_to_f32;
 pub use convert::{bf16_le_to_f32, f16_le_to_f32, f32_le_to_f32};
+pub(crate) use convert::{f64_le_to_f32, FloatLe};
 
 /// Signed little-endian integers of `width` bytes widened to i64.
 pub(crate) fn convert_ints(bytes: &[u8], width: usize) -> Vec<i64> {
@@ -202,6 +202,14 @@ impl DeferredTensor {
             len: meta.shape.iter().product(),
             half: meta.dtype == "F16",
         })
+    }
+}
+
+impl DeferredTensor {
+    /// Kept as f32 in an fp32 program even when the file stores fp16.
+    pub fn widened(mut self) -> DeferredTensor {
+        self.half = false;
+        self
     }
 }
 

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, Metadata, SafeTensors};
 
-use super::convert::{bf16_le_to_f32, f16_le_to_f32, f32_le_to_f32, f64_le_to_f32, int_le_to_i64};
+use super::convert::{
+    bf16_le_to_f32, f16_le_to_f32, f32_le_to_f32, f64_le_to_f32, int_le_to_i64, FloatLe,
+};
 use super::{similar_names, HostArray, TensorMeta, TensorSource, WeightError};
 
 struct MappedFile {
@@ -259,7 +261,7 @@ impl TensorSource for SafeTensorsFiles {
             dtype,
             shape,
         } = self.raw(name)?;
-        float_width(name, file, dtype)?;
+        float_le(name, file, dtype)?;
         let data = match dtype {
             Dtype::F32 => f32_le_to_f32(bytes),
             Dtype::F16 => f16_le_to_f32(bytes),
@@ -283,7 +285,8 @@ impl TensorSource for SafeTensorsFiles {
             dtype,
             shape,
         } = self.raw(name)?;
-        let width = float_width(name, file, dtype)?;
+        let float = float_le(name, file, dtype)?;
+        let width = float.width();
         let end = start.saturating_add(out.len());
         let part = bytes
             .get(start.saturating_mul(width)..end.saturating_mul(width))
@@ -292,14 +295,7 @@ impl TensorSource for SafeTensorsFiles {
                 file: file.to_path_buf(),
                 reason: format!("elements {start}..{end} lie outside its shape {shape:?}"),
             })?;
-        for (o, c) in out.iter_mut().zip(part.chunks_exact(width)) {
-            *o = match dtype {
-                Dtype::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-                Dtype::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
-                Dtype::BF16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
-                _ => f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32,
-            };
-        }
+        float.read_into(part, out);
         self.release(name, part);
         Ok(())
     }
@@ -347,11 +343,12 @@ fn array<T>(
 }
 
 /// Bytes per element of a tensor read as f32 (F32, F16, BF16 or F64), or the error naming it.
-fn float_width(name: &str, file: &Path, dtype: Dtype) -> Result<usize, WeightError> {
+fn float_le(name: &str, file: &Path, dtype: Dtype) -> Result<FloatLe, WeightError> {
     match dtype {
-        Dtype::F32 => Ok(4),
-        Dtype::F16 | Dtype::BF16 => Ok(2),
-        Dtype::F64 => Ok(8),
+        Dtype::F32 => Ok(FloatLe::F32),
+        Dtype::F16 => Ok(FloatLe::F16),
+        Dtype::BF16 => Ok(FloatLe::Bf16),
+        Dtype::F64 => Ok(FloatLe::F64),
         other => Err(WeightError::WrongDtype {
             name: name.to_string(),
             file: file.to_path_buf(),

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{HostArray, SafeTensorsFiles, TensorMeta, TensorSource, WeightError};
+use super::{DeferredTensor, HostArray, SafeTensorsFiles, TensorMeta, TensorSource, WeightError};
 
 #[derive(Clone)]
 pub struct VarBuilder {
@@ -79,6 +79,18 @@ impl VarBuilder {
     }
 
     /// The tensor as f32, whatever its shape.
+    /// Tensor `name` of `shape`, to be read when a program is compiled (see [`DeferredTensor`]);
+    /// `None` when the source cannot read it in parts (then [`VarBuilder::get`] it).
+    pub fn get_deferred(
+        &self,
+        shape: &[usize],
+        name: &str,
+    ) -> Result<Option<DeferredTensor>, WeightError> {
+        let full = self.path(name);
+        self.check_shape(&full, shape)?;
+        Ok(DeferredTensor::new(&self.source, &full))
+    }
+
     pub fn get_any(&self, name: &str) -> Result<HostArray<f32>, WeightError> {
         self.source.read_f32(&self.path(name))
     }

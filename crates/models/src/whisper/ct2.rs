@@ -19,7 +19,7 @@ use memmap2::Mmap;
 
 use crate::weights::{
     bf16_le_to_f32, convert_ints, f16_le_to_f32, f32_le_to_f32, f64_le_to_f32, similar_names,
-    HostArray, TensorMeta, TensorSource, WeightError,
+    FloatLe, HostArray, TensorMeta, TensorSource, WeightError,
 };
 
 const FORMAT: &str = "CTranslate2 model.bin";
@@ -363,6 +363,26 @@ impl Ct2Model {
         Ok(views)
     }
 
+    /// How variable `v` (read as `name`) stores its floats; quantized variables are refused.
+    fn float(&self, name: &str, v: &Variable) -> Result<FloatLe, WeightError> {
+        match v.dtype {
+            Dtype::F32 => Ok(FloatLe::F32),
+            Dtype::F16 => Ok(FloatLe::F16),
+            Dtype::Bf16 => Ok(FloatLe::Bf16),
+            Dtype::F64 => Ok(FloatLe::F64),
+            Dtype::I8 | Dtype::I16 | Dtype::I32 => Err(WeightError::WrongDtype {
+                name: name.to_string(),
+                file: self.path.clone(),
+                dtype: format!(
+                    "{} (quantized CTranslate2 weights are not supported; convert with \
+                     --quantization float16 or float32)",
+                    v.dtype.name()
+                ),
+                wanted: "f32",
+            }),
+        }
+    }
+
     fn view(&self, name: &str) -> Result<(&View, &Variable), WeightError> {
         let view = self
             .views
@@ -465,23 +485,11 @@ impl TensorSource for Ct2Model {
     fn read_f32(&self, name: &str) -> Result<HostArray<f32>, WeightError> {
         let (view, v) = self.view(name)?;
         let bytes = self.bytes_of(v, view.rows);
-        let data = match v.dtype {
-            Dtype::F32 => f32_le_to_f32(bytes),
-            Dtype::F16 => f16_le_to_f32(bytes),
-            Dtype::Bf16 => bf16_le_to_f32(bytes),
-            Dtype::F64 => f64_le_to_f32(bytes),
-            Dtype::I8 | Dtype::I16 | Dtype::I32 => {
-                return Err(WeightError::WrongDtype {
-                    name: name.to_string(),
-                    file: self.path.clone(),
-                    dtype: format!(
-                        "{} (quantized CTranslate2 weights are not supported; convert with \
-                         --quantization float16 or float32)",
-                        v.dtype.name()
-                    ),
-                    wanted: "f32",
-                })
-            }
+        let data = match self.float(name, v)? {
+            FloatLe::F32 => f32_le_to_f32(bytes),
+            FloatLe::F16 => f16_le_to_f32(bytes),
+            FloatLe::Bf16 => bf16_le_to_f32(bytes),
+            FloatLe::F64 => f64_le_to_f32(bytes),
         };
         let mut shape = v.shape.clone();
         if let Some((_, n)) = view.rows {
@@ -492,6 +500,30 @@ impl TensorSource for Ct2Model {
             file: self.path.clone(),
             reason: "element count does not match the shape".into(),
         })
+    }
+
+    fn reads_ranges(&self) -> bool {
+        true
+    }
+
+    fn read_f32_range(&self, name: &str, start: usize, out: &mut [f32]) -> Result<(), WeightError> {
+        let (view, v) = self.view(name)?;
+        let float = self.float(name, v)?;
+        let bytes = self.bytes_of(v, view.rows);
+        let width = float.width();
+        let end = start.saturating_add(out.len());
+        let part = bytes
+            .get(start.saturating_mul(width)..end.saturating_mul(width))
+            .ok_or_else(|| WeightError::BadTensor {
+                name: name.to_string(),
+                file: self.path.clone(),
+                reason: format!(
+                    "elements {start}..{end} lie outside its {} elements",
+                    bytes.len() / width
+                ),
+            })?;
+        float.read_into(part, out);
+        Ok(())
     }
 
     fn read_i64(&self, name: &str) -> Result<HostArray<i64>, WeightError> {

@@ -74,6 +74,9 @@ pub fn mel_filters(n_mels: usize) -> Vec<f64> {
 pub struct LogMel {
     n_mels: usize,
     filters: Vec<f32>,
+    /// each filter's bins from its first to its last nonzero weight: the sum over them is the
+    /// sum over all bins, term for term (the others add exact zeros)
+    spans: Vec<std::ops::Range<usize>>,
     window: Vec<f32>,
     fft: Arc<dyn RealToComplex<f32>>,
 }
@@ -93,9 +96,19 @@ impl LogMel {
                 (0.5 - 0.5 * (2.0 * std::f64::consts::PI * n as f64 / N_FFT as f64).cos()) as f32
             })
             .collect();
+        let filters: Vec<f32> = mel_filters(n_mels).iter().map(|&v| v as f32).collect();
+        let spans = filters
+            .chunks(N_FFT / 2 + 1)
+            .map(|row| {
+                let first = row.iter().position(|&w| w != 0.0).unwrap_or(0);
+                let last = row.iter().rposition(|&w| w != 0.0).map_or(first, |i| i + 1);
+                first..last
+            })
+            .collect();
         LogMel {
             n_mels,
-            filters: mel_filters(n_mels).iter().map(|&v| v as f32).collect(),
+            filters,
+            spans,
             window,
             fft: RealFftPlanner::<f32>::new().plan_fft_forward(N_FFT),
         }
@@ -228,9 +241,13 @@ impl LogMel {
             for (p, c) in power.iter_mut().zip(&spectrum) {
                 *p = c.norm_sqr();
             }
-            for m in 0..self.n_mels {
+            for (m, span) in self.spans.iter().enumerate() {
                 let row = &self.filters[m * bins..(m + 1) * bins];
-                let e: f32 = row.iter().zip(&power).map(|(w, p)| w * p).sum();
+                let e: f32 = row[span.clone()]
+                    .iter()
+                    .zip(&power[span.clone()])
+                    .map(|(w, p)| w * p)
+                    .sum();
                 mel[m * frames + t] = e.max(1e-10).log10();
             }
         }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use aneforge::engine::{BufferMut, BufferRef, HostSlice};
+use aneforge::graph::HostData;
 use aneforge::{compile_named, CompileOptions, Compress, Engine, Model, ParameterMode, Target};
 
 use super::config::WhisperConfig;
@@ -272,19 +273,29 @@ impl Programs {
             )));
         }
         let d = cfg.d_model;
-        let table = self.weights.token_embeddings.as_f32().unwrap_or(&[]);
-        let row = table
-            .get(token as usize * d..(token as usize + 1) * d)
-            .ok_or_else(|| {
-                WhisperError::Invalid(format!(
-                    "token {token} is outside the {}-token vocabulary",
-                    cfg.vocab_size
+        if token as usize >= cfg.vocab_size {
+            return Err(WhisperError::Invalid(format!(
+                "token {token} is outside the {}-token vocabulary",
+                cfg.vocab_size
+            )));
+        }
+        // the embedding table is read from the checkpoint when deferred
+        let row = &mut self.hidden;
+        match self.weights.token_embeddings.data() {
+            HostData::F32(table) => row.copy_from_slice(&table[token as usize * d..][..d]),
+            HostData::Deferred(table) => table
+                .read(token as usize * d, row)
+                .map_err(|e| WhisperError::Invalid(format!("the token embeddings: {e}")))?,
+            _ => {
+                return Err(WhisperError::Invalid(
+                    "the token embeddings are not floats".into(),
                 ))
-            })?;
+            }
+        }
         let positions = self.weights.decoder_positions.as_f32().unwrap_or(&[]);
         let prow = &positions[pos * d..(pos + 1) * d];
-        for ((h, e), p) in self.hidden.iter_mut().zip(row).zip(prow) {
-            *h = e + p;
+        for (h, p) in self.hidden.iter_mut().zip(prow) {
+            *h += p;
         }
         let masked = if self.target == Target::Cpu {
             f32::NEG_INFINITY

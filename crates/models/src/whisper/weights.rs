@@ -2,6 +2,8 @@
 //! against the shape the config implies. A CTranslate2 file is read through the same names
 //! ([`super::ct2::Ct2Model`]).
 
+use std::sync::Arc;
+
 use aneforge::HostArray as GraphArray;
 
 use super::config::WhisperConfig;
@@ -75,9 +77,50 @@ fn array(vb: &VarBuilder, shape: &[usize], name: &str) -> Result<GraphArray, Wei
     })
 }
 
-fn linear(vb: &VarBuilder, out: usize, inp: usize, bias: bool) -> Result<Linear, WeightError> {
+/// How a tower's matrices sit in an fp32 program's blob.
+#[derive(Clone, Copy)]
+enum Storage {
+    /// As the checkpoint stores them (an fp16 checkpoint's stay fp16): the decoder's one-row
+    /// products read half the bytes.
+    AsStored,
+    /// f32: the encoder's products have 1500 rows, where the f32 GEMM against the blob is faster
+    /// than one over fp16 tiles widened first.
+    F32,
+}
+
+/// A matrix read when a program is compiled where the source reads in parts: then it is held
+/// once (in the program's blob).
+fn matrix(
+    vb: &VarBuilder,
+    shape: &[usize],
+    name: &str,
+    storage: Storage,
+) -> Result<GraphArray, WeightError> {
+    let deferred = vb.get_deferred(shape, name)?.map(|d| match storage {
+        Storage::AsStored => d,
+        Storage::F32 => d.widened(),
+    });
+    match deferred {
+        Some(d) => {
+            GraphArray::from_deferred(shape, Arc::new(d)).map_err(|e| WeightError::BadTensor {
+                name: vb.path(name),
+                file: vb.meta(name).map(|m| m.file).unwrap_or_default(),
+                reason: e.to_string(),
+            })
+        }
+        None => array(vb, shape, name),
+    }
+}
+
+fn linear(
+    vb: &VarBuilder,
+    out: usize,
+    inp: usize,
+    bias: bool,
+    storage: Storage,
+) -> Result<Linear, WeightError> {
     Ok(Linear {
-        weight: array(vb, &[out, inp], "weight")?,
+        weight: matrix(vb, &[out, inp], "weight", storage)?,
         bias: if bias {
             Some(array(vb, &[out], "bias")?)
         } else {
@@ -93,12 +136,23 @@ fn norm(vb: &VarBuilder, d: usize) -> Result<Norm, WeightError> {
     })
 }
 
-fn attention(vb: &VarBuilder, d: usize) -> Result<Attention, WeightError> {
+fn attention(vb: &VarBuilder, d: usize, storage: Storage) -> Result<Attention, WeightError> {
     Ok(Attention {
-        q: linear(&vb.pp("q_proj"), d, d, true)?,
-        k: linear(&vb.pp("k_proj"), d, d, false)?,
-        v: linear(&vb.pp("v_proj"), d, d, true)?,
-        out: linear(&vb.pp("out_proj"), d, d, true)?,
+        q: linear(&vb.pp("q_proj"), d, d, true, storage)?,
+        k: linear(&vb.pp("k_proj"), d, d, false, storage)?,
+        v: linear(&vb.pp("v_proj"), d, d, true, storage)?,
+        out: linear(&vb.pp("out_proj"), d, d, true, storage)?,
+    })
+}
+
+/// A decoder layer's attention over the encoder: its keys and values are projected from the
+/// encoder's 1500 rows (in the encoder program), its queries and output from one token's.
+fn cross_attention(vb: &VarBuilder, d: usize) -> Result<Attention, WeightError> {
+    Ok(Attention {
+        q: linear(&vb.pp("q_proj"), d, d, true, Storage::AsStored)?,
+        k: linear(&vb.pp("k_proj"), d, d, false, Storage::F32)?,
+        v: linear(&vb.pp("v_proj"), d, d, true, Storage::F32)?,
+        out: linear(&vb.pp("out_proj"), d, d, true, Storage::AsStored)?,
     })
 }
 
@@ -120,10 +174,10 @@ impl WhisperWeights {
                 let l = enc.pp(format!("layers.{i}"));
                 Ok(EncoderLayer {
                     attn_norm: norm(&l.pp("self_attn_layer_norm"), d)?,
-                    attn: attention(&l.pp("self_attn"), d)?,
+                    attn: attention(&l.pp("self_attn"), d, Storage::F32)?,
                     ffn_norm: norm(&l.pp("final_layer_norm"), d)?,
-                    fc1: linear(&l.pp("fc1"), f, d, true)?,
-                    fc2: linear(&l.pp("fc2"), d, f, true)?,
+                    fc1: linear(&l.pp("fc1"), f, d, true, Storage::F32)?,
+                    fc2: linear(&l.pp("fc2"), d, f, true, Storage::F32)?,
                 })
             })
             .collect::<Result<Vec<_>, WeightError>>()?;
@@ -132,12 +186,12 @@ impl WhisperWeights {
                 let l = dec.pp(format!("layers.{i}"));
                 Ok(DecoderLayer {
                     self_norm: norm(&l.pp("self_attn_layer_norm"), d)?,
-                    self_attn: attention(&l.pp("self_attn"), d)?,
+                    self_attn: attention(&l.pp("self_attn"), d, Storage::AsStored)?,
                     cross_norm: norm(&l.pp("encoder_attn_layer_norm"), d)?,
-                    cross_attn: attention(&l.pp("encoder_attn"), d)?,
+                    cross_attn: cross_attention(&l.pp("encoder_attn"), d)?,
                     ffn_norm: norm(&l.pp("final_layer_norm"), d)?,
-                    fc1: linear(&l.pp("fc1"), f, d, true)?,
-                    fc2: linear(&l.pp("fc2"), d, f, true)?,
+                    fc1: linear(&l.pp("fc1"), f, d, true, Storage::AsStored)?,
+                    fc2: linear(&l.pp("fc2"), d, f, true, Storage::AsStored)?,
                 })
             })
             .collect::<Result<Vec<_>, WeightError>>()?;
@@ -151,7 +205,12 @@ impl WhisperWeights {
             )?,
             encoder_layers,
             encoder_norm: norm(&enc.pp("layer_norm"), d)?,
-            token_embeddings: array(&dec, &[cfg.vocab_size, d], "embed_tokens.weight")?,
+            token_embeddings: matrix(
+                &dec,
+                &[cfg.vocab_size, d],
+                "embed_tokens.weight",
+                Storage::AsStored,
+            )?,
             decoder_positions: array(
                 &dec,
                 &[cfg.max_target_positions, d],

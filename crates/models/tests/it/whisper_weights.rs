@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use aneforge::graph::HostData;
 use aneforge_models::require_model;
 use aneforge_models::weights::TensorSource;
 use aneforge_models::whisper::{load_weights, CheckpointFiles, Ct2Model, WhisperConfig};
@@ -64,11 +65,35 @@ fn check_real(repo: &str) {
             let v = v.as_f64().unwrap();
             assert!((f64::from(a.data()[i]) - v).abs() < 1e-6, "{name}[{i}]");
         }
+        // read in parts (as a program's compile reads deferred matrices): the same values,
+        // fused projections' row views included
+        let mut parts = vec![0.0f32; a.data().len()];
+        for (i, chunk) in parts.chunks_mut(1000).enumerate() {
+            vb.source().read_f32_range(name, i * 1000, chunk).unwrap();
+        }
+        assert_eq!(parts.as_slice(), a.data(), "{name} read in parts");
+        let past = vb
+            .source()
+            .read_f32_range(name, a.data().len() - 1, &mut [0.0; 2])
+            .unwrap_err()
+            .to_string();
+        assert!(past.contains(name.as_str()), "{past}");
     }
     let (cfg2, weights) = load_weights(model.dir()).unwrap();
     assert_eq!(cfg2, cfg);
     assert_eq!(weights.decoder_layers.len(), cfg.decoder_layers);
     assert!(weights.encoder_layers[0].attn.k.bias.is_none());
+    // matrices are read when the programs compile; the decoder's one-row products keep the
+    // file's fp16, the products over the encoder's rows are widened to f32
+    let half = |a: &aneforge::HostArray| match a.data() {
+        HostData::Deferred(d) => d.exactly_f16(),
+        other => panic!("not deferred: {other:?}"),
+    };
+    let dec = &weights.decoder_layers[0];
+    assert!(half(&dec.fc1.weight) && half(&dec.self_attn.q.weight));
+    assert!(half(&dec.cross_attn.q.weight) && half(&weights.token_embeddings));
+    assert!(!half(&dec.cross_attn.k.weight) && !half(&dec.cross_attn.v.weight));
+    assert!(!half(&weights.encoder_layers[0].fc1.weight));
 }
 
 #[test]
