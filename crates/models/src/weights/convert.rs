@@ -59,8 +59,23 @@ impl FloatLe {
         }
     }
 
+    /// Converts values `start..start + out.len()` of `bytes` into `out` and returns the bytes
+    /// they were read from, or `None` (nothing read) when the range lies outside `bytes`.
+    pub(crate) fn read_range<'a>(
+        self,
+        bytes: &'a [u8],
+        start: usize,
+        out: &mut [f32],
+    ) -> Option<&'a [u8]> {
+        let width = self.width();
+        let end = start.checked_add(out.len())?.checked_mul(width)?;
+        let part = bytes.get(start.checked_mul(width)?..end)?;
+        self.read_into(part, out);
+        Some(part)
+    }
+
     /// Converts the first `out.len()` values of `bytes` (which holds at least that many).
-    pub(crate) fn read_into(self, bytes: &[u8], out: &mut [f32]) {
+    fn read_into(self, bytes: &[u8], out: &mut [f32]) {
         let chunks = bytes.chunks_exact(self.width());
         for (o, c) in out.iter_mut().zip(chunks) {
             *o = match self {

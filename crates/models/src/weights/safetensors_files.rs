@@ -285,17 +285,16 @@ impl TensorSource for SafeTensorsFiles {
             dtype,
             shape,
         } = self.raw(name)?;
-        let float = float_le(name, file, dtype)?;
-        let width = float.width();
-        let end = start.saturating_add(out.len());
-        let part = bytes
-            .get(start.saturating_mul(width)..end.saturating_mul(width))
+        let part = float_le(name, file, dtype)?
+            .read_range(bytes, start, out)
             .ok_or_else(|| WeightError::BadTensor {
                 name: name.to_string(),
                 file: file.to_path_buf(),
-                reason: format!("elements {start}..{end} lie outside its shape {shape:?}"),
+                reason: format!(
+                    "elements {start}..{} lie outside its shape {shape:?}",
+                    start.saturating_add(out.len())
+                ),
             })?;
-        float.read_into(part, out);
         self.release(name, part);
         Ok(())
     }

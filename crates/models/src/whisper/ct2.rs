@@ -510,20 +510,18 @@ impl TensorSource for Ct2Model {
         let (view, v) = self.view(name)?;
         let float = self.float(name, v)?;
         let bytes = self.bytes_of(v, view.rows);
-        let width = float.width();
-        let end = start.saturating_add(out.len());
-        let part = bytes
-            .get(start.saturating_mul(width)..end.saturating_mul(width))
-            .ok_or_else(|| WeightError::BadTensor {
+        match float.read_range(bytes, start, out) {
+            Some(_) => Ok(()),
+            None => Err(WeightError::BadTensor {
                 name: name.to_string(),
                 file: self.path.clone(),
                 reason: format!(
-                    "elements {start}..{end} lie outside its {} elements",
-                    bytes.len() / width
+                    "elements {start}..{} lie outside its {} elements",
+                    start.saturating_add(out.len()),
+                    bytes.len() / float.width()
                 ),
-            })?;
-        float.read_into(part, out);
-        Ok(())
+            }),
+        }
     }
 
     fn read_i64(&self, name: &str) -> Result<HostArray<i64>, WeightError> {
