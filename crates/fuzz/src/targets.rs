@@ -173,7 +173,7 @@ pub fn gguf(data: &[u8]) -> bool {
     };
     let _ = aneforge_models::llm::LlmConfig::from_gguf(&file);
     if let Ok(t) = GgufTokenizer::from_gguf(&file) {
-        exercise_tokenizer(&t.into_text_tokenizer());
+        exercise_tokenizer(&t.tokenizer);
     }
     if let Ok(Some(source)) = file.chat_template() {
         render_chat(source);

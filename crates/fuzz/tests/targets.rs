@@ -98,11 +98,7 @@ fn a_nan_token_score_does_not_break_the_merge_order() {
     let path = regressions().join("gguf-nan-score.gguf");
     let file = GgufFile::open(&path).unwrap();
     let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
-    let ids = tokenizer
-        .into_text_tokenizer()
-        .encode("hello world")
-        .unwrap()
-        .ids;
+    let ids = tokenizer.tokenizer.encode("hello world").unwrap().ids;
     assert!(!ids.is_empty());
 }
 

@@ -67,6 +67,7 @@ fn bytes_to_unicode() -> [char; 256] {
 
 #[derive(Debug, Clone)]
 pub struct GgufTokenizer {
+    /// With the file's padding token.
     pub tokenizer: TextTokenizer,
     pub kind: TokenizerModelKind,
     pub bos: Option<(u32, String)>,
@@ -278,7 +279,7 @@ impl GgufTokenizer {
         };
 
         // the model is built directly: a JSON document of a large vocabulary (Gemma 3: 262144
-        // tokens and their merges) parses through intermediate value trees of several hundred
+        // tokens) parses through intermediate value trees of several hundred
         // MB, which the allocator then keeps as the process's resident memory
         let bpe = BPE::builder();
         let bpe = match kind {
@@ -370,11 +371,6 @@ impl GgufTokenizer {
             add_eos,
             chat_template: file.get_str("tokenizer.chat_template")?.map(str::to_string),
         })
-    }
-
-    /// The tokenizer, with the file's padding token.
-    pub fn into_text_tokenizer(self) -> TextTokenizer {
-        self.tokenizer
     }
 }
 

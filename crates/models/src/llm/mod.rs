@@ -204,7 +204,7 @@ impl Llm {
         let chat_template = gt.chat_template.clone();
         let bos = gt.bos.clone();
         let mut eos: Vec<(u32, String)> = gt.eos.clone().into_iter().collect();
-        let tokenizer = gt.into_text_tokenizer();
+        let tokenizer = gt.tokenizer;
         for &id in &config.eos_token_ids {
             if !eos.iter().any(|(e, _)| *e == id) {
                 eos.push(named(&tokenizer, id));

@@ -69,11 +69,15 @@ fn check_against(file: &GgufFile, fx: &Value) -> GgufTokenizer {
     tok
 }
 
+/// The synthetic vocabulary `file` against its entry `key` of the transformers fixture.
+fn synthetic(file: &str, key: &str) -> GgufTokenizer {
+    let fx = json("tokenizer_gguf_synthetic.json");
+    check_against(&GgufFile::open(dir().join(file)).unwrap(), &fx[key])
+}
+
 #[test]
 fn sentencepiece_vocabulary_without_merges_matches_transformers() {
-    let fx = json("tokenizer_gguf_synthetic.json");
-    let file = GgufFile::open(dir().join("tok_llama.gguf")).unwrap();
-    let tok = check_against(&file, &fx["llama"]);
+    let tok = synthetic("tok_llama.gguf", "llama");
     assert_eq!(tok.kind, TokenizerModelKind::SentencePieceBpe);
     assert!(tok.add_bos && !tok.add_eos);
     assert_eq!(
@@ -86,22 +90,18 @@ fn sentencepiece_vocabulary_without_merges_matches_transformers() {
 /// merged piece's position; one merge possible at overlapping places is taken leftmost first.
 #[test]
 fn sentencepiece_vocabulary_with_tied_scores_matches_transformers() {
-    let fx = json("tokenizer_gguf_synthetic.json");
-    let file = GgufFile::open(dir().join("tok_llama_ties.gguf")).unwrap();
-    let tok = check_against(&file, &fx["llama_ties"]);
+    let tok = synthetic("tok_llama_ties.gguf", "llama_ties");
     assert_eq!(tok.kind, TokenizerModelKind::SentencePieceBpe);
 }
 
 #[test]
 fn byte_level_vocabulary_with_split_regex_and_bos_eos_matches_transformers() {
-    let fx = json("tokenizer_gguf_synthetic.json");
-    let file = GgufFile::open(dir().join("tok_gpt2.gguf")).unwrap();
-    let tok = check_against(&file, &fx["gpt2"]);
+    let tok = synthetic("tok_gpt2.gguf", "gpt2");
     assert_eq!(tok.kind, TokenizerModelKind::ByteLevelBpe);
     assert!(tok.add_bos && tok.add_eos);
-    let text = tok.into_text_tokenizer();
+    let fx = json("tokenizer_gguf_synthetic.json");
     assert_eq!(
-        text.pad_token().map(|(_, t)| t.to_string()),
+        tok.tokenizer.pad_token().map(|(_, t)| t.to_string()),
         fx["gpt2"]["pad"].as_str().map(str::to_string)
     );
 }
