@@ -17,6 +17,8 @@ pub struct CompileOptions {
     pub compress: Compress,
     pub parameters: ParameterMode,
     pub engine: Engine,
+    /// Numerical choices the program leaves to the engine it is loaded into.
+    pub engine_options: engine::EngineOptions,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +60,13 @@ pub fn compile_named(
             ..ProgramOptions::default()
         },
     )?;
-    Model::load(Arc::new(artifact), options.engine)
+    let main = artifact.functions()[0].name.clone();
+    Model::load_function_with(
+        Arc::new(artifact),
+        &main,
+        options.engine,
+        options.engine_options,
+    )
 }
 
 /// A compiled program loaded into an engine, with its artifact.

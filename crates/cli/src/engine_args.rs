@@ -1,7 +1,7 @@
 //! `--engine`, `--target` and `--threads`: how every command that runs a program chooses the
 //! engine that runs it, the target its programs are compiled for, and the CPU engine's threads.
 
-use aneforge::engine::{self, EngineKind, SelectError};
+use aneforge::engine::{self, EngineKind, MatmulPrecision, SelectError};
 use aneforge::{Engine, Target};
 use anyhow::bail;
 
@@ -120,5 +120,39 @@ mod tests {
         assert!(err.contains("--target h99"), "{err}");
         let err = select(&["--engine", "gpu"]).unwrap_err().to_string();
         assert!(err.contains("expected cpu, ane or auto"), "{err}");
+    }
+}
+
+/// `--matmul-precision`, for the commands whose fp32 programs take it.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct MatmulArgs {
+    /// Arithmetic of the CPU engine's many-row products against weights in fp32 programs: f32
+    /// (exact), or bf16 (both operands rounded to bfloat16, sums in f32; on AMX tiles where the
+    /// CPU has them, Intel Sapphire Rapids and later).
+    #[arg(long, value_enum, default_value_t = MatmulArg::F32, value_name = "f32|bf16")]
+    pub matmul_precision: MatmulArg,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatmulArg {
+    #[default]
+    F32,
+    Bf16,
+}
+
+impl MatmulArgs {
+    /// The precision for programs compiled for `target` on `engine`; bf16 is refused where it
+    /// would do nothing (fp16 ANE-target programs, the ANE engine).
+    pub fn precision(&self, engine: Engine, target: &Target) -> anyhow::Result<MatmulPrecision> {
+        match self.matmul_precision {
+            MatmulArg::F32 => Ok(MatmulPrecision::F32),
+            MatmulArg::Bf16 if engine == Engine::Cpu && *target == Target::Cpu => {
+                Ok(MatmulPrecision::Bf16)
+            }
+            MatmulArg::Bf16 => bail!(
+                "--matmul-precision bf16 applies to fp32 programs on the CPU engine \
+                 (--engine cpu --target cpu); ANE-target programs are fp16 already"
+            ),
+        }
     }
 }

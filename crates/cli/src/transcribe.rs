@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::encoder_args::parse_compress;
-use crate::engine_args::EngineArgs;
+use crate::engine_args::{EngineArgs, MatmulArgs};
 
 #[derive(clap::Args)]
 pub struct TranscribeArgs {
@@ -78,6 +78,8 @@ pub struct TranscribeArgs {
     pub initial_prompt: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub matmul: MatmulArgs,
     /// Weight compression of ANE-target programs: none, auto, int8 or int4.
     #[arg(long, default_value = "none")]
     pub compress: String,
@@ -170,6 +172,7 @@ pub fn run(args: TranscribeArgs) -> anyhow::Result<()> {
     let (engine, target) = args.engine.select()?;
     let options = WhisperOptions {
         compress: parse_compress(&args.compress, &target)?,
+        matmul: args.matmul.precision(engine, &target)?,
         target,
         engine,
     };

@@ -25,6 +25,43 @@ pub struct CompileOptions {
     /// What fp16 programs assume about the width of the sums inside matmul/linear and
     /// reductions (see [`Accumulation`]).
     pub accumulation: Accumulation,
+    /// The arithmetic of fp32 programs' many-row products against constant weights (see
+    /// [`MatmulPrecision`]).
+    pub matmul: MatmulPrecision,
+}
+
+/// How fp32 programs compute products of at least [`MatmulPrecision::MIN_ROWS`] rows against a
+/// constant weight (`linear`, and `matmul` with a constant `y`), the products that dominate
+/// encoders, convolutional front ends and prefill. fp16 programs, few-row products (decode)
+/// and block-quantized weights are not affected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MatmulPrecision {
+    /// Every product in f32: the exact program.
+    #[default]
+    F32,
+    /// Both operands rounded to bfloat16 (to nearest even), products summed in f32, as
+    /// PyTorch's `set_float32_matmul_precision("medium")` allows: about 2⁻⁹ relative error per
+    /// operand. On AMX CPUs (Intel Sapphire Rapids and later) these products run on the tile
+    /// unit; elsewhere they take the f32 kernels over the rounded values.
+    Bf16,
+}
+
+impl MatmulPrecision {
+    /// Fewer rows than this keep f32 products (a GEMV reads its weight once either way).
+    pub const MIN_ROWS: usize = 16;
+
+    /// The CLI's name of each mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulPrecision::F32 => "f32",
+            MatmulPrecision::Bf16 => "bf16",
+        }
+    }
+
+    /// Whether bf16 products run on AMX tiles in this process.
+    pub fn bf16_on_amx() -> bool {
+        crate::kernels::bf16::uses_amx()
+    }
 }
 
 /// How few-row products (decode) against block-quantized weights take their activation rows.
@@ -85,6 +122,7 @@ impl Default for CompileOptions {
             fuse: true,
             activations: Activations::F32,
             accumulation: Accumulation::F32,
+            matmul: MatmulPrecision::F32,
         }
     }
 }
@@ -98,6 +136,7 @@ pub(crate) struct Builder<'p> {
     pub nodes: Vec<Node>,
     pub blobs: &'p BlobStore,
     pub activations: Activations,
+    pub matmul: MatmulPrecision,
 }
 
 impl Builder<'_> {
@@ -445,6 +484,7 @@ pub fn compile(
         nodes: Vec::new(),
         blobs,
         activations: options.activations,
+        matmul: options.matmul,
     };
     let mut inputs = Vec::new();
     for (i, nv) in f.inputs.iter().enumerate() {

@@ -25,7 +25,7 @@ mod tensor;
 pub use codec::Carried;
 pub use compile::{
     compile, compile_dir, memory_limit, parse_bytes, set_memory_limit, Accumulation, Activations,
-    CompileOptions, MAX_MEMORY_ENV,
+    CompileOptions, MatmulPrecision, MAX_MEMORY_ENV,
 };
 pub use error::CpuError;
 pub use instance::{release_thread_arena, Instance, InstanceMemory, KernelTime, ValueStats};

@@ -111,6 +111,28 @@ impl std::fmt::Debug for Plan {
     }
 }
 
+#[cfg(test)]
+impl Plan {
+    /// A plan with nothing in it, for kernel tests that only need a context.
+    pub(crate) fn empty() -> Plan {
+        Plan {
+            values: Vec::new(),
+            locs: Vec::new(),
+            nodes: Vec::new(),
+            consts: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            output_vids: Vec::new(),
+            output_direct: Vec::new(),
+            inplace: Vec::new(),
+            arena_bytes: 0,
+            scratch_floats: 0,
+            threads: 1,
+            parallel: false,
+        }
+    }
+}
+
 impl Plan {
     pub fn inputs(&self) -> &[Port] {
         &self.inputs

@@ -93,6 +93,7 @@ pub(crate) fn compile(
         &aneforge_cpu::CompileOptions {
             activations: options.activations,
             accumulation: options.accumulation,
+            matmul: options.matmul,
             fuse: !options.inspect,
             ..Default::default()
         },

@@ -17,7 +17,8 @@ pub use ane::{AneEngine, AneError, AneOptions, AneProgram, AneStats};
 pub use ane_select::{select, EngineKind, SelectError, Selection, UnknownEngine};
 pub use aneforge_cpu::{
     codec, find_port, release_thread_arena, Accumulation, Activations, BufferMut, BufferRef,
-    Carried, Direction, HostSlice, HostTensor, InstanceMemory, Port, PortError, ValueStats,
+    Carried, Direction, HostSlice, HostTensor, InstanceMemory, MatmulPrecision, Port, PortError,
+    ValueStats,
 };
 pub use cache::{cache_stats, compile_count, CacheStats};
 pub use load::{content_hash, load, load_function, load_function_with, load_program};
@@ -55,6 +56,9 @@ pub struct EngineOptions {
     pub activations: Activations,
     /// CPU engine: the width of running sums in fp16 programs (`aneforge_cpu::Accumulation`).
     pub accumulation: Accumulation,
+    /// CPU engine: f32 or bf16 operands in fp32 programs' many-row products against constant
+    /// weights (`aneforge_cpu::MatmulPrecision`). The ANE ignores it (its programs are fp16).
+    pub matmul: MatmulPrecision,
     /// CPU engine: every MIL op runs as its own kernel (no fusion), so
     /// [`Executable::execute_inspected`] sees each op's result as the program stores it.
     pub inspect: bool,

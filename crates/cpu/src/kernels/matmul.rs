@@ -31,6 +31,8 @@ pub enum Rhs {
     Prepared(Prepared),
     /// A constant packed into column panels (any number of rows; see `packed`).
     Packed(super::packed::PackedB),
+    /// A constant rounded to bf16, for products with bf16 operands (see `bf16`).
+    Bf16(super::bf16::Bf16B),
     /// Compressed weight for m ≤ 2 (decode GEMV without expansion).
     Quant(super::quant::QuantWeight),
     /// A block-quantized constant `[n, k]` viewed in the weights blob (the weight of a `linear`),
@@ -113,6 +115,9 @@ impl Matmul {
         if let Rhs::Quant(q) = &self.rhs {
             s += self.nbatch() * self.m * q.blocks();
         }
+        if let Rhs::Bf16(b) = &self.rhs {
+            s += b.scratch_floats(self.m);
+        }
         s.max(
             self.epilogue
                 .as_ref()
@@ -153,6 +158,31 @@ impl Matmul {
             }
             return;
         }
+        if let Rhs::Bf16(w) = &self.rhs {
+            let out = cx.ptr(self.raw) as *mut f32;
+            let scratch = cx.scratch_at(used, w.scratch_floats(self.m));
+            for bi in 0..self.nbatch() {
+                let a_off = batch_offsets(&self.batch, &self.a_batch_strides, bi);
+                // SAFETY: as for the packed product below.
+                unsafe {
+                    super::bf16::gemm(
+                        a.add(a_off),
+                        self.a_rs,
+                        self.a_cs,
+                        self.m,
+                        w,
+                        out.add(bi * self.m * self.n),
+                        self.n,
+                        cx,
+                        scratch,
+                    )
+                };
+            }
+            if let Some(e) = &self.epilogue {
+                e.run(cx);
+            }
+            return;
+        }
         if let Rhs::Packed(p) = &self.rhs {
             let out = cx.ptr(self.raw) as *mut f32;
             for bi in 0..self.nbatch() {
@@ -178,7 +208,7 @@ impl Matmul {
             return;
         }
         let (b, b_rs, b_cs, b_bs): (*const f32, usize, usize, &[usize]) = match &self.rhs {
-            Rhs::Quant(_) | Rhs::Packed(_) => unreachable!("handled above"),
+            Rhs::Quant(_) | Rhs::Packed(_) | Rhs::Bf16(_) => unreachable!("handled above"),
             Rhs::Prepared(p) => (p.wt.as_ptr(), 1, p.k, &[]),
             Rhs::Blocks(_) => return,
             Rhs::Value {
@@ -338,6 +368,11 @@ impl Matmul {
                 }
             }
             Rhs::Packed(p) => {
+                for bi in 0..self.nbatch() {
+                    acc_rows(bi, &|j, kk| p.at(kk, j));
+                }
+            }
+            Rhs::Bf16(p) => {
                 for bi in 0..self.nbatch() {
                     acc_rows(bi, &|j, kk| p.at(kk, j));
                 }

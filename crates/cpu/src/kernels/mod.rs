@@ -1,6 +1,7 @@
 //! Kernels and their execution context.
 
 pub mod attention;
+pub mod bf16;
 pub mod conv;
 pub mod conv_depthwise;
 pub mod conv_direct;
@@ -96,6 +97,7 @@ impl Kernel {
                 match &m.rhs {
                     matmul::Rhs::Prepared(_) if m.m <= 2 => "-gemv".to_string(),
                     matmul::Rhs::Packed(_) => "-packed".to_string(),
+                    matmul::Rhs::Bf16(_) => "-bf16".to_string(),
                     matmul::Rhs::Quant(q) => format!("-gemv-q{}", q.bits),
                     matmul::Rhs::Blocks(q)
                         if m.m <= quant_blocks::GEMV_MAX_ROWS && int_activations::applies(q) =>
@@ -233,6 +235,7 @@ impl Kernel {
             Kernel::Matmul(m) => match &m.rhs {
                 matmul::Rhs::Prepared(p) => p.wt.owned_bytes(),
                 matmul::Rhs::Packed(p) => p.bytes(),
+                matmul::Rhs::Bf16(p) => p.bytes(),
                 matmul::Rhs::Quant(q) => q.bytes(),
                 _ => 0,
             },

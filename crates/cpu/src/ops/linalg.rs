@@ -2,6 +2,7 @@
 
 use crate::compile::OpCx;
 use crate::error::Result;
+use crate::kernels::bf16::Bf16B;
 use crate::kernels::ew::{broadcast_shapes, broadcast_strides, BinOp, Chain, Instr, Load};
 use crate::kernels::matmul::{Matmul, Prepared, Rhs};
 use crate::kernels::packed::PackedB;
@@ -124,9 +125,10 @@ pub(crate) fn matmul(cx: &mut OpCx) -> Result<()> {
         .map(|s| s * xr * xc)
         .collect();
     let y_batch_one = yb.iter().product::<usize>() == 1;
+    let bf16 = bf16_rows(cx, dt, m * xb.iter().product::<usize>());
     let rhs = match (cx.known(y), y_batch_one) {
         (Some(kn), true) => {
-            prepare(kn, n, k, ty && !y1).ok_or_else(|| cx.err("y is not numeric"))?
+            prepare(kn, n, k, ty && !y1, bf16).ok_or_else(|| cx.err("y is not numeric"))?
         }
         _ => {
             let (rs, cs) = if ty && !y1 { (1, yc) } else { (yc, 1) };
@@ -234,7 +236,8 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
             let wk = cx
                 .known(w)
                 .ok_or_else(|| cx.err("weight must be a compile-time constant"))?;
-            prepare(wk, n, k, true).ok_or_else(|| cx.err("weight is not numeric"))?
+            prepare(wk, n, k, true, bf16_rows(cx, dt, m_rows))
+                .ok_or_else(|| cx.err("weight is not numeric"))?
         }
     };
     if let Some(b) = bias {
@@ -279,11 +282,28 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
     Ok(())
 }
 
-/// A constant right-hand side (`nk`: stored `[n, k]`, else `[k, n]`). f32 blob constants stored
-/// `[n, k]` are read in place as `wt[n][k]` (the blob is the only copy); anything else needs a
-/// copy anyway (widened or transposed), so it is packed into column panels shared by content
-/// between plans. `None` for non-numeric constants.
-fn prepare(kn: &Known, n: usize, k: usize, nk: bool) -> Option<Rhs> {
+/// Whether a product of `rows` rows in a `dt` program takes bf16 operands
+/// ([`crate::MatmulPrecision::Bf16`]).
+fn bf16_rows(cx: &OpCx, dt: DType, rows: usize) -> bool {
+    cx.b.matmul == crate::MatmulPrecision::Bf16
+        && dt == DType::Fp32
+        && rows >= crate::MatmulPrecision::MIN_ROWS
+}
+
+/// A constant right-hand side (`nk`: stored `[n, k]`, else `[k, n]`). With `bf16`, packed
+/// rounded to bfloat16. Otherwise f32 blob constants stored `[n, k]` are read in place as
+/// `wt[n][k]` (the blob is the only copy); anything else needs a copy anyway (widened or
+/// transposed), so it is packed into column panels shared by content between plans. `None`
+/// for non-numeric constants.
+fn prepare(kn: &Known, n: usize, k: usize, nk: bool, bf16: bool) -> Option<Rhs> {
+    if bf16 {
+        let yv = kn.f32s()?;
+        return Some(Rhs::Bf16(if nk {
+            Bf16B::pack(k, n, |t, j| yv[j * k + t])
+        } else {
+            Bf16B::pack(k, n, |t, j| yv[t * n + j])
+        }));
+    }
     if let (true, Data::F32(view @ Floats::Blob { .. })) = (nk, &kn.data) {
         return Some(Rhs::Prepared(Prepared {
             wt: view.clone(),

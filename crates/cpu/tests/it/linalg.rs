@@ -1,5 +1,5 @@
 use crate::common;
-use aneforge_cpu::{compile, BlobStore, CompileOptions};
+use aneforge_cpu::{compile, BlobStore, CompileOptions, MatmulPrecision};
 use aneforge_mil::DType;
 use common::*;
 
@@ -262,6 +262,82 @@ fn constant_rhs_packed_panels_match_across_tile_block_and_panel_edges() {
                 &want,
                 (k as f64).sqrt() * 0.5,
             );
+        }
+    }
+}
+
+/// `x` rounded to bfloat16 (to nearest, ties to even), computed apart from the engine's rounding.
+fn bf16(x: f64) -> f64 {
+    let b = (x as f32).to_bits();
+    let low = b & 0xffff;
+    let mut high = b >> 16;
+    if low > 0x8000 || (low == 0x8000 && high & 1 == 1) {
+        high += 1;
+    }
+    f32::from_bits(high << 16) as f64
+}
+
+#[test]
+fn bf16_products_round_both_operands_of_many_row_products_only() {
+    let mut rng = Rng(31);
+    for threads in [1, 2] {
+        let options = CompileOptions {
+            threads: Some(threads),
+            matmul: MatmulPrecision::Bf16,
+            ..Default::default()
+        };
+        // linear (weight [n, k]), batched matmul against a constant [k, n], and rows below the
+        // threshold, which stay f32.
+        for &(batch, rows, k, n) in &[
+            (1usize, 300usize, 385usize, 70usize),
+            (3, 40, 64, 33),
+            (1, MatmulPrecision::MIN_ROWS - 1, 96, 40),
+        ] {
+            let m = batch * rows;
+            let xv = rng.vec(m * k, -2.0, 2.0);
+            let wv = rng.vec(n * k, -0.5, 0.5);
+            let bias = rng.vec(n, -1.0, 1.0);
+            let mut p = Prog::new();
+            let x = p.input("x", DType::Fp32, &[batch, rows, k]);
+            let w = p.konst(DType::Fp32, &[n, k], &wv);
+            let b = p.konst(DType::Fp32, &[n], &bias);
+            let wkn: Vec<f64> = (0..k * n).map(|i| wv[(i % n) * k + i / n]).collect();
+            let w2 = p.konst(DType::Fp32, &[k, n], &wkn);
+            let lin = p.op(
+                "linear",
+                &[("x", v(&x)), ("weight", v(&w)), ("bias", v(&b))],
+                DType::Fp32,
+                &[batch, rows, n],
+            );
+            let mm = p.op(
+                "matmul",
+                &[("x", v(&x)), ("y", v(&w2))],
+                DType::Fp32,
+                &[batch, rows, n],
+            );
+            p.output(&lin);
+            p.output(&mm);
+            let plan = compile(&p.build(), "main", &BlobStore::new(), &options).unwrap();
+            let mut inst = plan.instantiate();
+            set(&mut inst, "x", DType::Fp32, &xv);
+            inst.execute().unwrap();
+            let rounded = m >= MatmulPrecision::MIN_ROWS;
+            let r = |x: f64| if rounded { bf16(x) } else { x as f32 as f64 };
+            for (out, with_bias) in [(&lin, true), (&mm, false)] {
+                let got = to_f64(&inst.read_output(out).unwrap());
+                for i in 0..m {
+                    for j in 0..n {
+                        let terms = (0..k).map(|t| r(xv[i * k + t]) * r(wv[j * k + t]));
+                        let scale: f64 = terms.clone().map(f64::abs).sum();
+                        let want = terms.sum::<f64>() + if with_bias { bias[j] } else { 0.0 };
+                        let g = got[i * n + j];
+                        assert!(
+                            (g - want).abs() <= 2e-6 * scale + 1e-6,
+                            "{out} {threads} threads {batch}x{rows}x{k}x{n} ({i}, {j}): {g} vs {want}"
+                        );
+                    }
+                }
+            }
         }
     }
 }

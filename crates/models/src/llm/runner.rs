@@ -525,6 +525,7 @@ impl Runner {
                     activations: self.opts.activations,
                     accumulation: self.opts.accumulation,
                     inspect: self.opts.probes,
+                    ..Default::default()
                 },
             )?;
             for l in segment.layers.clone() {

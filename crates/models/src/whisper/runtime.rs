@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use aneforge::engine::{BufferMut, BufferRef, HostSlice};
+use aneforge::engine::{BufferMut, BufferRef, EngineOptions, HostSlice, MatmulPrecision};
 use aneforge::graph::HostData;
 use aneforge::{compile_named, CompileOptions, Compress, Engine, Model, ParameterMode, Target};
 
@@ -19,6 +19,9 @@ pub struct WhisperOptions {
     pub target: Target,
     pub engine: Engine,
     pub compress: Compress,
+    /// The CPU engine's arithmetic for the fp32 programs' many-row products (the encoder's,
+    /// and the decoder's cross-attention keys and values over the encoder's rows).
+    pub matmul: MatmulPrecision,
 }
 
 impl Default for WhisperOptions {
@@ -27,6 +30,7 @@ impl Default for WhisperOptions {
             target: Target::Cpu,
             engine: Engine::Cpu,
             compress: Compress::None,
+            matmul: MatmulPrecision::F32,
         }
     }
 }
@@ -36,6 +40,7 @@ pub struct Programs {
     weights: Arc<WhisperWeights>,
     target: Target,
     engine: Engine,
+    engine_options: EngineOptions,
     encoder: Model,
     /// One decoder step program per hypothesis (beam search keeps several), each with its own
     /// resident caches; they share one artifact and its weights.
@@ -69,6 +74,13 @@ enum Prefix {
     F16(Vec<half::f16>),
 }
 
+fn engine_options(options: &WhisperOptions) -> EngineOptions {
+    EngineOptions {
+        matmul: options.matmul,
+        ..Default::default()
+    }
+}
+
 fn compile(
     outputs: &[(String, aneforge::Tensor)],
     options: &WhisperOptions,
@@ -82,6 +94,7 @@ fn compile(
             compress: options.compress,
             parameters: ParameterMode::Constant,
             engine: options.engine,
+            engine_options: engine_options(options),
         },
     )?)
 }
@@ -118,6 +131,7 @@ impl Programs {
             weights,
             target: options.target.clone(),
             engine: options.engine,
+            engine_options: engine_options(options),
             encoder,
             decoders: vec![decoder],
             context,
@@ -165,7 +179,10 @@ impl Programs {
     /// keys and values (call after [`Programs::encode`]).
     pub fn ensure_hypotheses(&mut self, n: usize) -> Result<(), WhisperError> {
         while self.decoders.len() < n {
-            let mut decoder = Model::load(self.decoders[0].artifact().clone(), self.engine)?;
+            let artifact = self.decoders[0].artifact().clone();
+            let main = artifact.functions()[0].name.clone();
+            let mut decoder =
+                Model::load_function_with(artifact, &main, self.engine, self.engine_options)?;
             share_caches(&mut decoder, self.cfg.decoder_layers)?;
             clear_caches(&mut decoder, self.cfg.decoder_layers)?;
             for l in 0..self.cfg.decoder_layers {

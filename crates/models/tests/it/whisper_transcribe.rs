@@ -33,3 +33,14 @@ fn base_beam_search_matches_transformers() {
 fn base_detects_the_language_as_transformers_does() {
     check_detected_language("openai/whisper-base");
 }
+
+/// bf16 products (`MatmulPrecision::Bf16`, on AMX where the CPU has it): the same transcripts,
+/// with the logits' worst difference bounded as for the fp16 programs.
+#[test]
+fn tiny_en_with_bf16_products_matches_transformers_greedy() {
+    let options = WhisperOptions {
+        matmul: aneforge::engine::MatmulPrecision::Bf16,
+        ..WhisperOptions::default()
+    };
+    check_model("openai/whisper-tiny.en", &options, 0.25);
+}

@@ -1,0 +1,588 @@
+//! Products in bfloat16 (`MatmulPrecision::Bf16`): C[m, n] = A[m, k] · B[k, n] with both
+//! operands rounded to bf16 (to nearest, ties to even) and the products summed in f32, against a
+//! constant B packed at compile time.
+//!
+//! On CPUs with AMX (Intel Sapphire Rapids and later, with a Linux kernel that grants the tile
+//! state) the product runs on the tile unit: `tdpbf16ps` multiplies a 16 × 32 bf16 tile of A by a
+//! 32 × 16 tile of B (stored as 16 rows of k-pairs) into a 16 × 16 f32 tile, 8192 multiply-adds
+//! an instruction. A 32 × 32 block of C lives in four accumulator tiles (tmm0-3) while two tiles
+//! of A (tmm4-5) and two of B (tmm6-7) stream over k. B is packed per 32-column panel, 32 k at a
+//! time, as the two B tiles; A is rounded into scratch at run time, rows padded to 32 and k to
+//! 32 with zeros (zero terms change no sum).
+//!
+//! Elsewhere the same rounded operands run through the f32 packed GEMM (`packed`): the same
+//! terms, summed in another order.
+
+use super::packed::PackedB;
+use super::Cx;
+use crate::tensor::SendPtr;
+use std::sync::Arc;
+
+/// Rows and columns of one block of C (two tiles each way).
+const BLOCK: usize = 32;
+
+/// `x` rounded to bfloat16 (to nearest, ties to even; NaN stays NaN), as bits.
+#[inline(always)]
+pub fn to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x40) as u16;
+    }
+    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
+}
+
+/// `x` rounded to bfloat16, as the f32 of the same value.
+#[inline(always)]
+pub fn round(x: f32) -> f32 {
+    f32::from_bits((to_bf16(x) as u32) << 16)
+}
+
+/// A constant right-hand side in bf16.
+#[derive(Debug)]
+pub struct Bf16B {
+    k: usize,
+    n: usize,
+    layout: Layout,
+}
+
+#[derive(Debug)]
+enum Layout {
+    /// AMX tiles: panel p (columns 32p..32p+32) holds `kp / 32` chunks of two 512-element tiles;
+    /// tile t of chunk c has row r = pair of k (32c + 2r, 32c + 2r + 1) and, in it, column
+    /// 32p + 16t + j at elements 2j and 2j + 1.
+    Tiles { kp: usize, words: Arc<Vec<f32>> },
+    /// bf16 values widened to f32, in the f32 packed layout.
+    Rounded(PackedB),
+}
+
+impl Bf16B {
+    /// Packs the `k × n` matrix whose element (row t, column j) is `at(t, j)`, rounded to bf16.
+    pub fn pack(k: usize, n: usize, at: impl Fn(usize, usize) -> f32) -> Bf16B {
+        Self::pack_for(amx::available(), k, n, at)
+    }
+
+    fn pack_for(tiles: bool, k: usize, n: usize, at: impl Fn(usize, usize) -> f32) -> Bf16B {
+        if !tiles {
+            let layout = Layout::Rounded(PackedB::pack(k, n, |t, j| round(at(t, j))));
+            return Bf16B { k, n, layout };
+        }
+        let kp = k.div_ceil(BLOCK) * BLOCK;
+        let panels = n.div_ceil(BLOCK);
+        // One f32-sized word per (k pair, column): bf16 of the even k in its low half.
+        let mut words = vec![0f32; panels * BLOCK * kp / 2];
+        let half = |kk: usize, col: usize| -> u32 {
+            if kk < k && col < n {
+                to_bf16(at(kk, col)) as u32
+            } else {
+                0
+            }
+        };
+        for (p, panel) in words.chunks_exact_mut(BLOCK * kp / 2).enumerate() {
+            for (c, chunk) in panel.chunks_exact_mut(BLOCK * BLOCK / 2).enumerate() {
+                for (t, tile) in chunk.chunks_exact_mut(256).enumerate() {
+                    for (i, w) in tile.iter_mut().enumerate() {
+                        let (r, j) = (i / 16, i % 16);
+                        let (kk, col) = (c * BLOCK + 2 * r, p * BLOCK + 16 * t + j);
+                        *w = f32::from_bits(half(kk, col) | (half(kk + 1, col) << 16));
+                    }
+                }
+            }
+        }
+        Bf16B {
+            k,
+            n,
+            layout: Layout::Tiles {
+                kp,
+                words: crate::shared_weights::share(words),
+            },
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        match &self.layout {
+            Layout::Tiles { words, .. } => words.len() * 4,
+            Layout::Rounded(p) => p.bytes(),
+        }
+    }
+
+    /// Element (row t, column j) as stored (a bf16 value), for reference loops.
+    pub fn at(&self, t: usize, j: usize) -> f32 {
+        match &self.layout {
+            Layout::Tiles { kp, words } => {
+                let (p, col) = (j / BLOCK, j % BLOCK);
+                let (c, kk) = (t / BLOCK, t % BLOCK);
+                let i = p * BLOCK * kp / 2
+                    + c * BLOCK * BLOCK / 2
+                    + (col / 16) * 256
+                    + (kk / 2) * 16
+                    + col % 16;
+                let w = words[i].to_bits();
+                f32::from_bits(if kk % 2 == 0 {
+                    w << 16
+                } else {
+                    w & 0xffff_0000
+                })
+            }
+            Layout::Rounded(p) => p.at(t, j),
+        }
+    }
+
+    /// Scratch floats [`gemm`] needs for `m` rows of A.
+    pub fn scratch_floats(&self, m: usize) -> usize {
+        match &self.layout {
+            Layout::Tiles { kp, .. } => (m.div_ceil(BLOCK) * BLOCK * kp).div_ceil(2),
+            Layout::Rounded(_) => m * self.k,
+        }
+    }
+}
+
+/// `C = round(A) · B` for `m` rows of A (row stride `a_rs`, column stride `a_cs`), writing `m`
+/// rows of `n` floats at `c` (row stride `ldc`); `scratch` holds [`Bf16B::scratch_floats`].
+///
+/// # Safety
+/// `a` addresses `m × k` floats through its strides; `c` holds `m` rows of `ldc ≥ n` floats that
+/// nothing else touches during the call.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm(
+    a: *const f32,
+    a_rs: usize,
+    a_cs: usize,
+    m: usize,
+    b: &Bf16B,
+    c: *mut f32,
+    ldc: usize,
+    cx: &Cx,
+    scratch: &mut [f32],
+) {
+    let k = b.k;
+    match &b.layout {
+        Layout::Rounded(p) => {
+            let ar = &mut scratch[..m * k];
+            for i in 0..m {
+                for (t, v) in ar[i * k..(i + 1) * k].iter_mut().enumerate() {
+                    *v = round(*a.add(i * a_rs + t * a_cs));
+                }
+            }
+            super::packed::gemm(ar.as_ptr(), k, 1, m, p, c, ldc, cx);
+        }
+        Layout::Tiles { kp, words } => {
+            let kp = *kp;
+            let blocks = m.div_ceil(BLOCK);
+            let ab = std::slice::from_raw_parts_mut(
+                scratch.as_mut_ptr() as *mut u16,
+                blocks * BLOCK * kp,
+            );
+            let par = cx.threads > 1 && 2 * m * k * b.n >= 1 << 22;
+            let (src, dst) = (SendPtr(a as *mut f32), SendPtr(ab.as_mut_ptr()));
+            let convert = |blk: usize| {
+                // SAFETY: each block converts its own rows of the scratch; A is as the caller
+                // vouches.
+                unsafe {
+                    let rows =
+                        std::slice::from_raw_parts_mut(dst.get().add(blk * BLOCK * kp), BLOCK * kp);
+                    round_rows(src.get(), a_rs, a_cs, m, k, blk * BLOCK, rows, kp);
+                }
+            };
+            let panels = b.n.div_ceil(BLOCK);
+            // Row blocks outer (their A stays in the nearer caches), panels inner; tasks take
+            // runs of row blocks, or of panels when there are fewer row blocks than threads.
+            let (row_tasks, panel_tasks) = if !par {
+                (1, 1)
+            } else if blocks >= 2 * cx.threads {
+                (blocks.min(cx.threads * 4), 1)
+            } else {
+                (blocks, panels.min(cx.threads * 2))
+            };
+            let per_row = blocks.div_ceil(row_tasks);
+            let per_panel = panels.div_ceil(panel_tasks);
+            let bp = SendPtr(words.as_ptr() as *mut u16);
+            let cp = SendPtr(c);
+            let n = b.n;
+            if par {
+                cx.par_for(blocks, &convert);
+            } else {
+                (0..blocks).for_each(convert);
+            }
+            let work = |task: usize| {
+                let (rt, pt) = (task / panel_tasks, task % panel_tasks);
+                let (r0, r1) = (rt * per_row, ((rt + 1) * per_row).min(blocks));
+                let (p0, p1) = (pt * per_panel, ((pt + 1) * per_panel).min(panels));
+                // SAFETY: tasks write disjoint blocks of C; AMX was granted (Tiles layout).
+                unsafe {
+                    amx::Tiles::with(|tiles| {
+                        for blk in r0..r1 {
+                            let arow = dst.get().add(blk * BLOCK * kp) as *const u16;
+                            let rows = BLOCK.min(m - blk * BLOCK);
+                            for p in p0..p1 {
+                                let cols = BLOCK.min(n - p * BLOCK);
+                                tiles.block(
+                                    arow,
+                                    kp,
+                                    bp.get().add(p * BLOCK * kp),
+                                    cp.get().add(blk * BLOCK * ldc + p * BLOCK),
+                                    ldc,
+                                    rows,
+                                    cols,
+                                );
+                            }
+                        }
+                    })
+                };
+            };
+            if par {
+                cx.par_for(row_tasks * panel_tasks, &work);
+            } else {
+                work(0);
+            }
+        }
+    }
+}
+
+/// Rounds rows `i0..i0 + 32` of A (those below `m`) to bf16 into `dst` (32 rows of `kp`),
+/// zeros past `k` and past `m`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn round_rows(
+    a: *const f32,
+    a_rs: usize,
+    a_cs: usize,
+    m: usize,
+    k: usize,
+    i0: usize,
+    dst: &mut [u16],
+    kp: usize,
+) {
+    for (r, row) in dst.chunks_exact_mut(kp).enumerate() {
+        let i = i0 + r;
+        if i >= m {
+            row.fill(0);
+            continue;
+        }
+        if a_cs == 1 {
+            round_slice(
+                std::slice::from_raw_parts(a.add(i * a_rs), k),
+                &mut row[..k],
+            );
+        } else {
+            for (t, v) in row[..k].iter_mut().enumerate() {
+                *v = to_bf16(*a.add(i * a_rs + t * a_cs));
+            }
+        }
+        row[k..].fill(0);
+    }
+}
+
+crate::simd_dispatch! {
+    fn round_slice(src: &[f32], dst: &mut [u16]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = to_bf16(*s);
+        }
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod amx {
+    use super::BLOCK;
+    use std::arch::asm;
+    use std::sync::OnceLock;
+
+    /// Whether the CPU has AMX tiles with bf16 and the kernel granted this process the tile
+    /// state (Linux asks each process to request it, `ARCH_REQ_XCOMP_PERM`). Off when the
+    /// kernel schedule is narrowed below AVX-512 (`ANEFORGE_CPU_KERNELS`).
+    pub fn available() -> bool {
+        static AVAILABLE: OnceLock<bool> = OnceLock::new();
+        *AVAILABLE.get_or_init(|| crate::simd::has_avx512() && detect() && request())
+    }
+
+    fn detect() -> bool {
+        use std::arch::x86_64::{__cpuid, __cpuid_count};
+        // cpuid exists on every x86-64 CPU; leaf 7 is read only when the CPU has it.
+        let max = __cpuid(0).eax;
+        if max < 7 {
+            return false;
+        }
+        let edx = __cpuid_count(7, 0).edx;
+        const AMX_BF16: u32 = 1 << 22;
+        const AMX_TILE: u32 = 1 << 24;
+        edx & (AMX_BF16 | AMX_TILE) == AMX_BF16 | AMX_TILE
+    }
+
+    fn request() -> bool {
+        const SYS_ARCH_PRCTL: usize = 158;
+        const ARCH_REQ_XCOMP_PERM: usize = 0x1023;
+        const XFEATURE_XTILEDATA: usize = 18;
+        let ret: isize;
+        // SAFETY: arch_prctl(ARCH_REQ_XCOMP_PERM) only changes which state the kernel saves for
+        // this process; the syscall clobbers rcx and r11.
+        unsafe {
+            asm!(
+                "syscall",
+                inlateout("rax") SYS_ARCH_PRCTL as isize => ret,
+                in("rdi") ARCH_REQ_XCOMP_PERM,
+                in("rsi") XFEATURE_XTILEDATA,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret == 0
+    }
+
+    /// Palette 1, all eight tiles 16 rows of 64 bytes.
+    #[repr(C, align(64))]
+    struct Config([u8; 64]);
+
+    const CONFIG: Config = {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        let mut t = 0;
+        while t < 8 {
+            c[16 + 2 * t] = 64;
+            c[48 + t] = 16;
+            t += 1;
+        }
+        Config(c)
+    };
+
+    /// The tile registers configured on this thread for the duration of [`Tiles::with`].
+    pub struct Tiles {
+        edge: [f32; BLOCK * BLOCK],
+    }
+
+    impl Tiles {
+        /// Configures the tiles, runs `f`, and releases them (the thread's tile state returns
+        /// to its initial, unsaved form).
+        ///
+        /// # Safety
+        /// [`available`] returned true.
+        pub unsafe fn with(f: impl FnOnce(&mut Tiles)) {
+            asm!("ldtilecfg [{}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly));
+            let mut t = Tiles {
+                edge: [0.0; BLOCK * BLOCK],
+            };
+            f(&mut t);
+            asm!("tilerelease", options(nostack, nomem));
+        }
+
+        /// One 32 × 32 block of C: `rows` × `cols` of it stored at `c` (row stride `ldc`
+        /// floats) from 32 rows of bf16 A at `a` (row stride `kp` elements) and one panel of B.
+        ///
+        /// # Safety
+        /// `a` holds 32 rows of `kp` elements, `b` one panel of `kp / 2` tile rows, `c` the
+        /// `rows × cols` corner of a row-major matrix.
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn block(
+            &mut self,
+            a: *const u16,
+            kp: usize,
+            b: *const u16,
+            c: *mut f32,
+            ldc: usize,
+            rows: usize,
+            cols: usize,
+        ) {
+            let a_stride = kp * 2;
+            let a_low = a.add(16 * kp);
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            );
+            for chunk in 0..kp / BLOCK {
+                let (ap, al, bp) = (
+                    a.add(chunk * 32),
+                    a_low.add(chunk * 32),
+                    b.add(chunk * 1024),
+                );
+                asm!(
+                    "tileloadd tmm4, [{a} + {s}*1]",
+                    "tileloadd tmm5, [{al} + {s}*1]",
+                    "tileloadd tmm6, [{b} + {bs}*1]",
+                    "tileloadd tmm7, [{b2} + {bs}*1]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    a = in(reg) ap,
+                    al = in(reg) al,
+                    s = in(reg) a_stride,
+                    b = in(reg) bp,
+                    b2 = in(reg) bp.add(512),
+                    bs = in(reg) 64usize,
+                    options(nostack, readonly)
+                );
+            }
+            let full = rows == BLOCK && cols == BLOCK;
+            let (dst, stride) = if full {
+                (c, ldc * 4)
+            } else {
+                (self.edge.as_mut_ptr(), BLOCK * 4)
+            };
+            let lower = dst.byte_add(16 * stride);
+            asm!(
+                "tilestored [{c} + {s}*1], tmm0",
+                "tilestored [{c2} + {s}*1], tmm1",
+                "tilestored [{l} + {s}*1], tmm2",
+                "tilestored [{l2} + {s}*1], tmm3",
+                c = in(reg) dst,
+                c2 = in(reg) dst.add(16),
+                l = in(reg) lower,
+                l2 = in(reg) lower.add(16),
+                s = in(reg) stride,
+                options(nostack)
+            );
+            if !full {
+                for r in 0..rows {
+                    std::ptr::copy_nonoverlapping(
+                        self.edge.as_ptr().add(r * BLOCK),
+                        c.add(r * ldc),
+                        cols,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+mod amx {
+    /// AMX is used on x86-64 Linux only.
+    pub fn available() -> bool {
+        false
+    }
+
+    pub struct Tiles;
+
+    impl Tiles {
+        pub unsafe fn with(_: impl FnOnce(&mut Tiles)) {
+            unreachable!("the tile layout is packed only where AMX is available")
+        }
+
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn block(
+            &mut self,
+            _: *const u16,
+            _: usize,
+            _: *const u16,
+            _: *mut f32,
+            _: usize,
+            _: usize,
+            _: usize,
+        ) {
+        }
+    }
+}
+
+/// Whether bf16 products run on AMX tiles in this process.
+pub fn uses_amx() -> bool {
+    amx::available()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut c = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k)
+                    .map(|t| round(a[i * k + t]) as f64 * round(b[t * n + j]) as f64)
+                    .sum();
+            }
+        }
+        c
+    }
+
+    fn values(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..len)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rounding_is_to_nearest_even() {
+        assert_eq!(to_bf16(1.0), 0x3f80);
+        // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
+        assert_eq!(to_bf16(1.0 + 1.0 / 256.0), 0x3f80);
+        // 1 + 3·2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6: ties go up to the even one.
+        assert_eq!(to_bf16(1.0 + 3.0 / 256.0), 0x3f82);
+        assert_eq!(to_bf16(1.0 + 1.0 / 256.0 + 1.0 / 65536.0), 0x3f81);
+        assert!(round(f32::NAN).is_nan());
+        assert_eq!(round(f32::INFINITY), f32::INFINITY);
+        assert_eq!(round(-0.0).to_bits(), (-0.0f32).to_bits());
+    }
+
+    #[test]
+    fn products_follow_the_definition_in_both_layouts() {
+        for tiles in [false, true] {
+            if tiles && !amx::available() {
+                continue;
+            }
+            for &(m, k, n) in &[
+                (1, 1, 1),
+                (5, 7, 3),
+                (32, 32, 32),
+                (33, 65, 47),
+                (70, 384, 100),
+            ] {
+                let (a, bm) = (values(m * k, 1), values(k * n, 2));
+                let b = Bf16B::pack_for(tiles, k, n, |t, j| bm[t * n + j]);
+                for t in 0..k {
+                    for j in 0..n {
+                        assert_eq!(b.at(t, j), round(bm[t * n + j]));
+                    }
+                }
+                let want = reference(&a, &bm, m, k, n);
+                let ldc = n + 3;
+                let mut c = vec![f32::NAN; m * ldc];
+                let mut scratch = vec![0f32; b.scratch_floats(m)];
+                let plan = crate::plan::Plan::empty();
+                let cx = Cx {
+                    plan: &plan,
+                    ptrs: &[],
+                    scratch: SendPtr(std::ptr::null_mut()),
+                    scratch_len: 0,
+                    threads: 1,
+                    team: None,
+                };
+                // SAFETY: a is m × k row-major, c holds m rows of ldc floats.
+                unsafe {
+                    gemm(
+                        a.as_ptr(),
+                        k,
+                        1,
+                        m,
+                        &b,
+                        c.as_mut_ptr(),
+                        ldc,
+                        &cx,
+                        &mut scratch,
+                    )
+                };
+                for i in 0..m {
+                    for j in 0..n {
+                        let (got, w) = (c[i * ldc + j] as f64, want[i * n + j]);
+                        let scale: f64 = (0..k)
+                            .map(|t| (round(a[i * k + t]) * round(bm[t * n + j])).abs() as f64)
+                            .sum();
+                        assert!(
+                            (got - w).abs() <= 1e-6 * scale.max(1e-30),
+                            "tiles={tiles} {m}x{k}x{n} ({i},{j}): {got} vs {w}"
+                        );
+                    }
+                    for j in n..ldc {
+                        assert!(c[i * ldc + j].is_nan(), "wrote past column {n}");
+                    }
+                }
+            }
+        }
+    }
+}
