@@ -39,6 +39,9 @@ pub struct Attention {
     pub scale: f32,
     pub out: Vid,
     pub out_elem: Elem,
+    /// Both products take bf16 operands on AMX tiles (`MatmulPrecision::Bf16`; see
+    /// [`Attention::bf16_blocks`]).
+    pub bf16: bool,
 }
 
 fn boff(batch: &[usize], strides: &[usize], b: usize) -> usize {
@@ -59,6 +62,16 @@ impl Attention {
         if self.few_rows() {
             return self.l * (self.e + self.s + self.ev);
         }
+        if self.bf16_blocks() {
+            let (ep, sp) = (self.e.div_ceil(32) * 32, self.s.div_ceil(32) * 32);
+            return super::bf16::tile_words(self.e, self.s)
+                + super::bf16::tile_words(self.s, self.ev)
+                + BQ * ep / 2
+                + BQ * sp
+                + BQ * sp / 2
+                + BQ * self.ev
+                + self.e.max(BK);
+        }
         BQ * self.e + self.s * self.e + self.s * self.ev + BQ * BK + BQ * self.ev + 2 * BQ
     }
 
@@ -71,6 +84,16 @@ impl Attention {
             && self.v.elem == Elem::F32
             && self.k.cs == 1
             && self.v.cs == 1
+    }
+
+    /// Query blocks as bf16 tile products: the head's Kᵀ and V packed as AMX tiles once per
+    /// batch·head, each block's scores over every key at once (an exact softmax, no running
+    /// rescale), probabilities rounded to bf16 for the second product. f32 operands only.
+    fn bf16_blocks(&self) -> bool {
+        self.bf16
+            && !self.few_rows()
+            && super::bf16::uses_amx()
+            && [self.q.elem, self.k.elem, self.v.elem] == [Elem::F32; 3]
     }
 
     fn items(&self) -> usize {
@@ -114,6 +137,8 @@ impl Attention {
             for item in t * per..((t + 1) * per).min(items) {
                 if self.few_rows() {
                     unsafe { self.rows(item, buf, ptrs, mptr, out) };
+                } else if self.bf16_blocks() {
+                    unsafe { self.block_bf16(item, buf, &mut loaded, ptrs, mptr, out) };
                 } else {
                     unsafe { self.block(item, buf, &mut loaded, ptrs, mptr, out) };
                 }
@@ -356,6 +381,137 @@ impl Attention {
                 *x *= inv;
             }
             store_block(out.get(), self.out_elem, obase + (i0 + i) * ev, row);
+        }
+    }
+}
+
+impl Attention {
+    /// One query block as bf16 tile products ([`Attention::bf16_blocks`]).
+    ///
+    /// # Safety
+    /// Pointers are this kernel's operands (f32); views were validated against their shapes;
+    /// AMX is available.
+    unsafe fn block_bf16(
+        &self,
+        item: usize,
+        buf: &mut [f32],
+        loaded: &mut Option<usize>,
+        ptrs: [SendPtr<u8>; 3],
+        mptr: SendPtr<u8>,
+        out: SendPtr<u8>,
+    ) {
+        use super::bf16::{pack_tiles, round_slice, tile_gemm, tile_words};
+        let (e, ev, s) = (self.e, self.ev, self.s);
+        let (ep, sp) = (e.div_ceil(32) * 32, s.div_ceil(32) * 32);
+        let qblocks = self.l.div_ceil(BQ);
+        let (b, qb) = (item / qblocks, item % qblocks);
+        let i0 = qb * BQ;
+        let nq = BQ.min(self.l - i0);
+        let (kt, rest) = buf.split_at_mut(tile_words(e, s));
+        let (vt, rest) = rest.split_at_mut(tile_words(s, ev));
+        let (qa, rest) = rest.split_at_mut(BQ * ep / 2);
+        let (sc, rest) = rest.split_at_mut(BQ * sp);
+        let (pa, rest) = rest.split_at_mut(BQ * sp / 2);
+        let (os, row) = rest.split_at_mut(BQ * ev);
+        let (qa, pa): (&mut [u16], &mut [u16]) =
+            (bytemuck::cast_slice_mut(qa), bytemuck::cast_slice_mut(pa));
+        let f = |p: SendPtr<u8>, off: usize| *(p.get() as *const f32).add(off);
+        if *loaded != Some(b) {
+            let koff = boff(&self.batch, &self.k.batch_strides, b);
+            let voff = boff(&self.batch, &self.v.batch_strides, b);
+            let (k, v) = (&self.k, &self.v);
+            // B of the scores: Kᵀ [e, s]; B of the output: V [s, ev]
+            pack_tiles(
+                e,
+                s,
+                |t, j| f(ptrs[1], koff + j * k.rs + t * k.cs),
+                bytemuck::cast_slice_mut(kt),
+            );
+            pack_tiles(
+                s,
+                ev,
+                |j, d| f(ptrs[2], voff + j * v.rs + d * v.cs),
+                bytemuck::cast_slice_mut(vt),
+            );
+            *loaded = Some(b);
+        }
+        let qoff = boff(&self.batch, &self.q.batch_strides, b);
+        for i in 0..nq.div_ceil(32) * 32 {
+            let dst = &mut qa[i * ep..(i + 1) * ep];
+            if i >= nq {
+                dst.fill(0);
+                continue;
+            }
+            load_row(
+                ptrs[0].get(),
+                self.q.elem,
+                qoff + (i0 + i) * self.q.rs,
+                self.q.cs,
+                &mut row[..e],
+            );
+            row[..e].iter_mut().for_each(|x| *x *= self.scale);
+            round_slice(&row[..e], &mut dst[..e]);
+            dst[e..].fill(0);
+        }
+        // S = round(Q·scale) · round(K)ᵀ  [nq, s], row stride sp
+        tile_gemm(
+            qa.as_ptr(),
+            ep,
+            nq,
+            kt.as_ptr() as *const u16,
+            s,
+            sc.as_mut_ptr(),
+            sp,
+        );
+        let mut sums = [0f32; BQ];
+        for i in 0..nq {
+            let srow = &mut sc[i * sp..i * sp + s];
+            if let Some(m) = &self.mask {
+                let moff = boff(&self.batch, &m.batch_strides, b) + (i0 + i) * m.rs;
+                for j0 in (0..s).step_by(BK) {
+                    let nk = BK.min(s - j0);
+                    let mv = &mut row[..nk];
+                    load_block(mptr.get(), m.elem, moff + j0 * m.cs, m.cs, mv);
+                    for (x, &a) in srow[j0..j0 + nk].iter_mut().zip(mv.iter()) {
+                        if m.elem != Elem::Bool {
+                            *x += a;
+                        } else if a == 0.0 {
+                            *x = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+            let mx = super::rows::max_of(srow);
+            // a row that sees no key: 0·(1/0) = NaN, as the flash blocks give
+            sums[i] = if mx == f32::NEG_INFINITY {
+                srow.fill(0.0);
+                0.0
+            } else {
+                exp_sub_sum(srow, mx)
+            };
+            let prow = &mut pa[i * sp..(i + 1) * sp];
+            round_slice(srow, &mut prow[..s]);
+            prow[s..].fill(0);
+        }
+        for i in nq..nq.div_ceil(32) * 32 {
+            pa[i * sp..(i + 1) * sp].fill(0);
+        }
+        // O = round(P) · round(V)  [nq, ev]
+        tile_gemm(
+            pa.as_ptr(),
+            sp,
+            nq,
+            vt.as_ptr() as *const u16,
+            ev,
+            os.as_mut_ptr(),
+            ev,
+        );
+        let obase = b * self.l * ev;
+        for i in 0..nq {
+            let inv = 1.0 / sums[i];
+            let orow = &mut os[i * ev..(i + 1) * ev];
+            orow.iter_mut().for_each(|x| *x *= inv);
+            store_block(out.get(), self.out_elem, obase + (i0 + i) * ev, orow);
         }
     }
 }

@@ -67,27 +67,8 @@ impl Bf16B {
             return Bf16B { k, n, layout };
         }
         let kp = k.div_ceil(BLOCK) * BLOCK;
-        let panels = n.div_ceil(BLOCK);
-        // One f32-sized word per (k pair, column): bf16 of the even k in its low half.
-        let mut words = vec![0f32; panels * BLOCK * kp / 2];
-        let half = |kk: usize, col: usize| -> u32 {
-            if kk < k && col < n {
-                to_bf16(at(kk, col)) as u32
-            } else {
-                0
-            }
-        };
-        for (p, panel) in words.chunks_exact_mut(BLOCK * kp / 2).enumerate() {
-            for (c, chunk) in panel.chunks_exact_mut(BLOCK * BLOCK / 2).enumerate() {
-                for (t, tile) in chunk.chunks_exact_mut(256).enumerate() {
-                    for (i, w) in tile.iter_mut().enumerate() {
-                        let (r, j) = (i / 16, i % 16);
-                        let (kk, col) = (c * BLOCK + 2 * r, p * BLOCK + 16 * t + j);
-                        *w = f32::from_bits(half(kk, col) | (half(kk + 1, col) << 16));
-                    }
-                }
-            }
-        }
+        let mut words = vec![0f32; tile_words(k, n)];
+        pack_tiles(k, n, at, bytemuck::cast_slice_mut(&mut words));
         Bf16B {
             k,
             n,
@@ -134,6 +115,71 @@ impl Bf16B {
             Layout::Rounded(_) => m * self.k,
         }
     }
+}
+
+/// Words (pairs of bf16) that [`pack_tiles`] writes for a `k × n` matrix.
+pub(crate) fn tile_words(k: usize, n: usize) -> usize {
+    n.div_ceil(BLOCK) * k.div_ceil(BLOCK) * BLOCK * BLOCK / 2
+}
+
+/// Packs the `k × n` matrix `at` rounded to bf16 as AMX B tiles (the `Tiles` layout: panels of
+/// 32 columns, each `kp / 32` chunks of two tiles of 16 k-pairs × 16 columns) into `words`, one
+/// word per (k pair, column) with the even k in its low half; zeros outside the matrix.
+pub(crate) fn pack_tiles(k: usize, n: usize, at: impl Fn(usize, usize) -> f32, words: &mut [u32]) {
+    let kp = k.div_ceil(BLOCK) * BLOCK;
+    let half = |kk: usize, col: usize| -> u32 {
+        if kk < k && col < n {
+            to_bf16(at(kk, col)) as u32
+        } else {
+            0
+        }
+    };
+    let words = &mut words[..tile_words(k, n)];
+    for (p, panel) in words.chunks_exact_mut(BLOCK * kp / 2).enumerate() {
+        for (c, chunk) in panel.chunks_exact_mut(BLOCK * BLOCK / 2).enumerate() {
+            for (t, tile) in chunk.chunks_exact_mut(256).enumerate() {
+                for (i, w) in tile.iter_mut().enumerate() {
+                    let (r, j) = (i / 16, i % 16);
+                    let (kk, col) = (c * BLOCK + 2 * r, p * BLOCK + 16 * t + j);
+                    *w = half(kk, col) | (half(kk + 1, col) << 16);
+                }
+            }
+        }
+    }
+}
+
+/// `C = A · B` on one thread from bf16 A (`m` rows padded with zeros to a multiple of 32, row
+/// stride `kp`) and B packed by [`pack_tiles`] (`n` columns), into `m` rows of `n` floats at
+/// `c` (row stride `ldc`).
+///
+/// # Safety
+/// AMX is available ([`uses_amx`]); the operands are as described; `c` is exclusively the
+/// caller's.
+pub(crate) unsafe fn tile_gemm(
+    a: *const u16,
+    kp: usize,
+    m: usize,
+    b: *const u16,
+    n: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    amx::Tiles::with(|tiles| {
+        for blk in 0..m.div_ceil(BLOCK) {
+            let rows = BLOCK.min(m - blk * BLOCK);
+            for p in 0..n.div_ceil(BLOCK) {
+                tiles.block(
+                    a.add(blk * BLOCK * kp),
+                    kp,
+                    b.add(p * BLOCK * kp),
+                    c.add(blk * BLOCK * ldc + p * BLOCK),
+                    ldc,
+                    rows,
+                    BLOCK.min(n - p * BLOCK),
+                );
+            }
+        }
+    });
 }
 
 /// `C = round(A) · B` for `m` rows of A (row stride `a_rs`, column stride `a_cs`), writing `m`
@@ -272,7 +318,8 @@ unsafe fn round_rows(
 }
 
 crate::simd_dispatch! {
-    fn round_slice(src: &[f32], dst: &mut [u16]) {
+    /// `dst[i]` = `src[i]` rounded to bf16.
+    pub(crate) fn round_slice(src: &[f32], dst: &mut [u16]) {
         for (d, s) in dst.iter_mut().zip(src) {
             *d = to_bf16(*s);
         }

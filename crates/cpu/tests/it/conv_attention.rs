@@ -1,5 +1,5 @@
 use crate::common;
-use aneforge_cpu::{compile, BlobStore, CompileOptions};
+use aneforge_cpu::{compile, BlobStore, CompileOptions, MatmulPrecision};
 use aneforge_mil::DType;
 use common::*;
 
@@ -566,6 +566,107 @@ fn sdpa_few_query_rows_match_reference_with_hidden_keys() {
                 &want,
                 0.5,
             );
+        }
+    }
+}
+
+/// `x` rounded to bfloat16 (to nearest, ties to even), computed apart from the engine's rounding.
+fn bf16(x: f64) -> f64 {
+    let b = (x as f32).to_bits();
+    let (low, mut high) = (b & 0xffff, b >> 16);
+    if low > 0x8000 || (low == 0x8000 && high & 1 == 1) {
+        high += 1;
+    }
+    f32::from_bits(high << 16) as f64
+}
+
+/// Attention with bf16 products (`MatmulPrecision::Bf16`): softmax(round(q/√e)·round(k)ᵀ + mask)
+/// with the probabilities rounded before they weight round(v), against that definition in f64,
+/// for masks of each kind, sizes off the 32-wide tiles, at 1 and 2 threads.
+#[test]
+fn sdpa_with_bf16_products_follows_the_rounded_definition() {
+    let mut rng = Rng(47);
+    let d = DType::Fp32;
+    for threads in [1, 2] {
+        let options = CompileOptions {
+            threads: Some(threads),
+            matmul: MatmulPrecision::Bf16,
+            ..Default::default()
+        };
+        for &(b, l, s, e, ev) in &[
+            (2usize, 70usize, 300usize, 64usize, 64usize),
+            (1, 40, 45, 24, 40),
+        ] {
+            for mask_kind in 0..3 {
+                let qv = rng.vec(b * l * e, -2.0, 2.0);
+                let kv = rng.vec(b * s * e, -2.0, 2.0);
+                let vv = rng.vec(b * s * ev, -1.0, 1.0);
+                let bm: Vec<f64> = (0..l * s)
+                    .map(|t| ((t % s) <= t / s + s - l) as i32 as f64)
+                    .collect();
+                let am = rng.vec(l * s, -2.0, 0.0);
+                let mut p = Prog::new();
+                let q = p.input("q", d, &[b, l, e]);
+                let k = p.input("k", d, &[b, s, e]);
+                let vn = p.input("v", d, &[b, s, ev]);
+                let mut args = vec![("query", v(&q)), ("key", v(&k)), ("value", v(&vn))];
+                let mask_name;
+                if mask_kind == 1 {
+                    mask_name = p.konst(DType::Bool, &[l, s], &bm);
+                    args.push(("attn_mask", v(&mask_name)));
+                } else if mask_kind == 2 {
+                    mask_name = p.input("m", d, &[1, l, s]);
+                    args.push(("attn_mask", v(&mask_name)));
+                }
+                let y = p.op("scaled_dot_product_attention", &args, d, &[b, l, ev]);
+                p.output(&y);
+                let mut ins = vec![
+                    ("q", d, qv.clone()),
+                    ("k", d, kv.clone()),
+                    ("v", d, vv.clone()),
+                ];
+                if mask_kind == 2 {
+                    ins.push(("m", d, am.clone()));
+                }
+                let got = &run_opts(&p, &ins, &options)[&y];
+                let scale = 1.0 / (e as f32).sqrt();
+                for bi in 0..b {
+                    for i in 0..l {
+                        let mut sc: Vec<f64> = (0..s)
+                            .map(|j| {
+                                (0..e)
+                                    .map(|t| {
+                                        let qx = (qv[(bi * l + i) * e + t] as f32 * scale) as f64;
+                                        bf16(qx) * bf16(kv[(bi * s + j) * e + t])
+                                    })
+                                    .sum::<f64>()
+                            })
+                            .collect();
+                        for (j, x) in sc.iter_mut().enumerate() {
+                            match mask_kind {
+                                1 if bm[i * s + j] == 0.0 => *x = f64::NEG_INFINITY,
+                                2 => *x += am[i * s + j],
+                                _ => {}
+                            }
+                        }
+                        let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
+                        let ex: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+                        let sum: f64 = ex.iter().sum();
+                        for t in 0..ev {
+                            let want: f64 = (0..s)
+                                .map(|j| bf16(ex[j]) * bf16(vv[(bi * s + j) * ev + t]))
+                                .sum::<f64>()
+                                / sum;
+                            let g = got[(bi * l + i) * ev + t];
+                            assert!(
+                                (g - want).abs() <= 2e-3,
+                                "{threads} threads b{b} l{l} s{s} e{e} ev{ev} mask {mask_kind} \
+                                 ({bi}, {i}, {t}): {g} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 }
