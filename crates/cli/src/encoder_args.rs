@@ -6,7 +6,7 @@ use aneforge_models::encoders::EncoderOptions;
 use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::engine_args::EngineArgs;
+use crate::engine_args::{EngineArgs, MatmulArgs};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct EncoderArgs {
@@ -25,6 +25,8 @@ pub struct EncoderArgs {
     /// Truncate texts to this many tokens (default: the model's maximum length).
     #[arg(long)]
     pub max_length: Option<usize>,
+    #[command(flatten)]
+    pub matmul: MatmulArgs,
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -33,12 +35,14 @@ pub struct EncoderArgs {
 impl EncoderArgs {
     pub fn options(&self) -> anyhow::Result<EncoderOptions> {
         let (engine, target) = self.engine.select()?;
+        let matmul = self.matmul.precision(engine, &target)?;
         Ok(EncoderOptions {
             compress: parse_compress(&self.compress, &target)?,
             target,
             engine,
             batch_size: self.batch_size,
             max_length: self.max_length,
+            matmul,
             ..EncoderOptions::default()
         })
     }

@@ -120,6 +120,7 @@ fn encoder(
         compress: "none".into(),
         batch_size: 32,
         max_length: None,
+        matmul: Default::default(),
         quiet: true,
     };
     SentenceEncoder::load(model, args.options()?)
@@ -169,6 +170,7 @@ fn ask_cmd(args: AskArgs) -> anyhow::Result<()> {
                 compress: "none".into(),
                 batch_size: 32,
                 max_length: None,
+                matmul: Default::default(),
                 quiet: true,
             };
             Some(Reranker::Cross(Arc::new(

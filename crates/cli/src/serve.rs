@@ -51,6 +51,7 @@ fn encoder_args(model: &str, base: &ModelArgs) -> EncoderArgs {
         compress: "none".into(),
         batch_size: 32,
         max_length: None,
+        matmul: Default::default(),
         quiet: true,
     }
 }

@@ -190,3 +190,43 @@ fn silence_is_skipped_under_the_no_speech_rule() {
     let threshold = format!("{}", want["avg_logprob"].as_f64().unwrap() + 0.1);
     assert_eq!(run(&["--logprob-threshold", &threshold]), "\n");
 }
+
+/// `--matmul-precision bf16` (bf16 products, AMX tiles where the CPU has them) prints the
+/// reference transcript; with an ANE target, whose programs are fp16, it is refused by name.
+#[test]
+fn bf16_products_print_the_reference_transcript_and_need_the_cpu_target() {
+    let _ = require_model!(TINY_EN);
+    let Some(speech) = speech_dir_or_skip() else {
+        return;
+    };
+    let fx = fixture();
+    let (clip, entry) = fx["models"][TINY_EN]["clips"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    let path = speech.join(clip).display().to_string();
+    let bf16 = ["--matmul-precision", "bf16"];
+    let mut args = vec!["transcribe", "-m", TINY_EN, "-q"];
+    args.extend(bf16);
+    args.push(&path);
+    let out = common::run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim(),
+        entry["text"].as_str().unwrap().trim()
+    );
+    args.extend(["--target", "h16"]);
+    let out = common::run(&args);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: ") && err.contains("--matmul-precision bf16"),
+        "{err}"
+    );
+}

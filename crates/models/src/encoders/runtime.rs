@@ -36,6 +36,8 @@ pub struct EncoderOptions {
     /// Look the embeddings up inside the program (`gather`, CPU target only) instead of on the
     /// host. Off by default: every bucket program would carry its own copy of the tables.
     pub embeddings_in_program: bool,
+    /// The CPU engine's arithmetic for the fp32 programs' many-row products and attention.
+    pub matmul: aneforge::engine::MatmulPrecision,
 }
 
 impl Default for EncoderOptions {
@@ -48,6 +50,7 @@ impl Default for EncoderOptions {
             max_length: None,
             max_programs: 32,
             embeddings_in_program: false,
+            matmul: aneforge::engine::MatmulPrecision::F32,
         }
     }
 }
@@ -458,8 +461,18 @@ impl Runtime {
             },
         )
         .map_err(|e| program_error(e.into()))?;
-        let exec = aneforge::engine::load(&artifact, self.options.engine)
-            .map_err(|e| program_error(e.into()))?;
+        let main = artifact.functions()[0].name.clone();
+        let engine_options = aneforge::engine::EngineOptions {
+            matmul: self.options.matmul,
+            ..Default::default()
+        };
+        let exec = aneforge::engine::load_function_with(
+            &artifact,
+            &main,
+            self.options.engine,
+            engine_options,
+        )
+        .map_err(|e| program_error(e.into()))?;
         Ok(Program {
             exec,
             weight_bytes: artifact.weights().len(),

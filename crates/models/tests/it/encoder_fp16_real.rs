@@ -12,6 +12,7 @@ use aneforge_models::encoders::cosine;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use aneforge::engine::MatmulPrecision;
 use aneforge::{arch::AneArch, Target};
 use aneforge_models::encoders::{EncoderOptions, SentenceEncoder};
 use aneforge_models::{npy, require_model};
@@ -67,6 +68,11 @@ fn corpus_is_the_promised_one() {
 /// every `long_stride`-th longer one); fails unless every text's cosine similarity to
 /// sentence-transformers is at least `bar`.
 fn check(key: &str, target: Target, bar: f64, long_stride: usize) {
+    check_with(key, target, MatmulPrecision::F32, bar, long_stride)
+}
+
+/// [`check`] with the CPU engine's products at `matmul`.
+fn check_with(key: &str, target: Target, matmul: MatmulPrecision, bar: f64, long_stride: usize) {
     let meta = meta();
     let m = &meta.models[key];
     let model = require_model!(&m.id);
@@ -74,6 +80,7 @@ fn check(key: &str, target: Target, bar: f64, long_stride: usize) {
     assert_eq!(shape, vec![meta.texts.len(), m.dim]);
     let options = EncoderOptions {
         target: target.clone(),
+        matmul,
         ..EncoderOptions::default()
     };
     let encoder = SentenceEncoder::from_dir(model.dir(), options).unwrap();
@@ -113,7 +120,7 @@ fn check(key: &str, target: Target, bar: f64, long_stride: usize) {
     let below = cosines.iter().filter(|c| c.is_nan() || **c < bar).count();
     let text = texts[worst_row];
     eprintln!(
-        "{key} {target:?}: worst cosine {:.7} (text {worst}, {} tokens), {below}/{} below {bar}; \
+        "{key} {target:?} {matmul:?}: worst cosine {:.7} (text {worst}, {} tokens), {below}/{} below {bar}; \
          {seconds:.1} s for {} texts",
         cosines[worst_row],
         m.token_counts[worst],
@@ -137,6 +144,12 @@ fn ane(arch: &str) -> Target {
 #[test]
 fn minilm_cpu_target_fp32_matches_sentence_transformers() {
     check("minilm", Target::Cpu, 0.99999, 1);
+}
+
+/// bf16 products (both operands rounded, f32 sums; AMX tiles where the CPU has them).
+#[test]
+fn minilm_bf16_products_stay_close() {
+    check_with("minilm", Target::Cpu, MatmulPrecision::Bf16, 0.9999, 1);
 }
 
 #[test]
