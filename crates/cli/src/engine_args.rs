@@ -141,18 +141,14 @@ pub enum MatmulArg {
 }
 
 impl MatmulArgs {
-    /// The precision for programs compiled for `target` on `engine`; bf16 is refused where it
-    /// would do nothing (fp16 ANE-target programs, the ANE engine).
+    /// The precision for programs compiled for `target` on `engine` (`engine::select_matmul`:
+    /// bf16 is refused where it would do nothing).
     pub fn precision(&self, engine: Engine, target: &Target) -> anyhow::Result<MatmulPrecision> {
-        match self.matmul_precision {
-            MatmulArg::F32 => Ok(MatmulPrecision::F32),
-            MatmulArg::Bf16 if engine == Engine::Cpu && *target == Target::Cpu => {
-                Ok(MatmulPrecision::Bf16)
-            }
-            MatmulArg::Bf16 => bail!(
-                "--matmul-precision bf16 applies to fp32 programs on the CPU engine \
-                 (--engine cpu --target cpu); ANE-target programs are fp16 already"
-            ),
-        }
+        let name = match self.matmul_precision {
+            MatmulArg::F32 => "f32",
+            MatmulArg::Bf16 => "bf16",
+        };
+        engine::select_matmul(name, engine, target)
+            .map_err(|e| anyhow::anyhow!("--matmul-precision {name}: {e}"))
     }
 }

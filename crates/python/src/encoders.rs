@@ -10,22 +10,30 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::{arrays, errors, options};
 
+/// The constructor keywords every encoder model takes.
+struct Keywords<'a> {
+    engine: &'a str,
+    target: Option<&'a str>,
+    batch_size: usize,
+    max_length: Option<usize>,
+    matmul_precision: &'a str,
+}
+
 /// Loads an encoder model (`load` is the model type's loader) with the GIL released.
 fn load_encoder<T: Send>(
     py: Python<'_>,
     spec: &str,
-    engine: &str,
-    target: Option<&str>,
-    batch_size: usize,
-    max_length: Option<usize>,
+    k: Keywords<'_>,
     load: fn(&str, EncoderOptions) -> Result<T, EncoderError>,
 ) -> PyResult<T> {
-    let (engine, target) = options::select(py, engine, target)?;
+    let (engine, target) = options::select(py, k.engine, k.target)?;
+    let matmul = options::matmul(k.matmul_precision, engine, &target)?;
     let options = EncoderOptions {
         target,
         engine,
-        batch_size,
-        max_length,
+        batch_size: k.batch_size,
+        max_length: k.max_length,
+        matmul,
         ..EncoderOptions::default()
     };
     py.detach(move || load(spec, options))
@@ -82,7 +90,7 @@ pub struct SentenceTransformer {
 #[pymethods]
 impl SentenceTransformer {
     #[new]
-    #[pyo3(signature = (model_name_or_path, *, engine = "cpu", target = None, batch_size = 32, max_length = None))]
+    #[pyo3(signature = (model_name_or_path, *, engine = "cpu", target = None, batch_size = 32, max_length = None, matmul_precision = "f32"))]
     fn new(
         py: Python<'_>,
         model_name_or_path: &str,
@@ -90,16 +98,16 @@ impl SentenceTransformer {
         target: Option<&str>,
         batch_size: usize,
         max_length: Option<usize>,
+        matmul_precision: &str,
     ) -> PyResult<Self> {
-        let inner = load_encoder(
-            py,
-            model_name_or_path,
+        let keywords = Keywords {
             engine,
             target,
             batch_size,
             max_length,
-            SentenceEncoder::load,
-        )?;
+            matmul_precision,
+        };
+        let inner = load_encoder(py, model_name_or_path, keywords, SentenceEncoder::load)?;
         Ok(SentenceTransformer { inner })
     }
 
@@ -201,7 +209,7 @@ fn pairs_of(pairs: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
 #[pymethods]
 impl CrossEncoder {
     #[new]
-    #[pyo3(signature = (model_name_or_path, *, engine = "cpu", target = None, batch_size = 32, max_length = None))]
+    #[pyo3(signature = (model_name_or_path, *, engine = "cpu", target = None, batch_size = 32, max_length = None, matmul_precision = "f32"))]
     fn new(
         py: Python<'_>,
         model_name_or_path: &str,
@@ -209,16 +217,16 @@ impl CrossEncoder {
         target: Option<&str>,
         batch_size: usize,
         max_length: Option<usize>,
+        matmul_precision: &str,
     ) -> PyResult<Self> {
-        let inner = load_encoder(
-            py,
-            model_name_or_path,
+        let keywords = Keywords {
             engine,
             target,
             batch_size,
             max_length,
-            RsCrossEncoder::load,
-        )?;
+            matmul_precision,
+        };
+        let inner = load_encoder(py, model_name_or_path, keywords, RsCrossEncoder::load)?;
         Ok(CrossEncoder { inner })
     }
 

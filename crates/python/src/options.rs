@@ -22,6 +22,12 @@ pub fn select(py: Python<'_>, engine: &str, target: Option<&str>) -> PyResult<(E
     Ok((selection.engine, selection.target))
 }
 
+/// The CPU engine's matmul precision `name` (`"f32"` or `"bf16"`) for programs compiled for
+/// `target` on `engine` (the CLI's `--matmul-precision`, one rule in `engine::select_matmul`).
+pub fn matmul(name: &str, engine: Engine, target: &Target) -> PyResult<engine::MatmulPrecision> {
+    engine::select_matmul(name, engine, target).map_err(errors::invalid)
+}
+
 /// Sizes the CPU engine's worker pool (the CLI's `-t/--threads`). The pool is built once per
 /// process: call this before the first program runs.
 #[pyfunction]

@@ -47,10 +47,17 @@ pub struct Whisper {
 #[pymethods]
 impl Whisper {
     #[new]
-    #[pyo3(signature = (model, *, engine = "cpu", target = None))]
-    fn new(py: Python<'_>, model: &str, engine: &str, target: Option<&str>) -> PyResult<Self> {
+    #[pyo3(signature = (model, *, engine = "cpu", target = None, matmul_precision = "f32"))]
+    fn new(
+        py: Python<'_>,
+        model: &str,
+        engine: &str,
+        target: Option<&str>,
+        matmul_precision: &str,
+    ) -> PyResult<Self> {
         let (engine, target) = options::select(py, engine, target)?;
         let options = WhisperOptions {
+            matmul: options::matmul(matmul_precision, engine, &target)?,
             target,
             engine,
             ..WhisperOptions::default()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from conftest import ENCODERS, cosines, read_json
+from conftest import ENCODERS, MINILM, cosines, load_model, read_json
 
 
 def test_tiny_bert_matches_sentence_transformers():
@@ -44,6 +44,16 @@ def test_real_minilm_matches_sentence_transformers(minilm):
     worst = cosines(got, want).min()
     assert worst >= 0.99999, worst
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)
+
+
+def test_real_minilm_with_bf16_products_stays_close():
+    meta = read_json(ENCODERS / "minilm.json")
+    want = np.load(ENCODERS / "minilm.npy")
+    model = load_model(af.SentenceTransformer, MINILM, matmul_precision="bf16")
+    worst = cosines(model.encode(meta["texts"], batch_size=16), want).min()
+    assert worst >= 0.9999, worst
+    with pytest.raises(ValueError, match="bf16"):
+        af.SentenceTransformer(MINILM, target="h16", matmul_precision="bf16")
 
 
 @pytest.mark.parametrize("name", ["ce_bert", "ce_roberta", "ce_xlmr_3labels"])

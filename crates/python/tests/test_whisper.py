@@ -75,3 +75,14 @@ def test_bad_input_is_named(whisper, tmp_path):
         whisper.transcribe(next(SPEECH.glob("*.wav")), beam_size=0)
     with pytest.raises(af.ModelNotFoundError):
         af.Whisper(str(tmp_path / "no-such-model"))
+
+
+def test_bf16_products_give_the_reference_transcript_and_need_the_cpu_target():
+    clips = read_json(FIXTURES / "whisper" / "out" / "transcripts.json")["models"][MODEL]["clips"]
+    clip, want = next(iter(clips.items()))
+    fast = load_model(af.Whisper, MODEL, matmul_precision="bf16")
+    assert fast.transcribe(SPEECH / clip)["text"] == want["text"].strip()
+    with pytest.raises(ValueError, match="bf16"):
+        af.Whisper(MODEL, target="h16", matmul_precision="bf16")
+    with pytest.raises(ValueError, match="fp8"):
+        af.Whisper(MODEL, matmul_precision="fp8")

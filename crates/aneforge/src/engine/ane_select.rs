@@ -112,6 +112,30 @@ pub fn select(kind: EngineKind, target: Option<&str>) -> Result<Selection, Selec
     })
 }
 
+/// The CPU engine's matmul precision named `name` (`"f32"` or `"bf16"`, as
+/// [`MatmulPrecision::name`](aneforge_cpu::MatmulPrecision::name) spells them) for programs
+/// compiled for `target` and run on `engine`. bf16 acts on fp32 programs on the CPU engine only,
+/// so it is refused elsewhere rather than ignored.
+pub fn select_matmul(
+    name: &str,
+    engine: Engine,
+    target: &Target,
+) -> Result<aneforge_cpu::MatmulPrecision, String> {
+    use aneforge_cpu::MatmulPrecision;
+    match name.trim().to_ascii_lowercase().as_str() {
+        "f32" => Ok(MatmulPrecision::F32),
+        "bf16" if engine == Engine::Cpu && *target == Target::Cpu => Ok(MatmulPrecision::Bf16),
+        "bf16" => Err(
+            "matmul precision bf16 applies to fp32 programs on the CPU engine (engine cpu, \
+             target cpu); ANE-target programs are fp16 already"
+                .to_string(),
+        ),
+        other => Err(format!(
+            "unknown matmul precision {other:?}: expected f32 or bf16"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +188,25 @@ mod tests {
             matches!(err, SelectError::Target { ref name, .. } if name == "h99"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn matmul_precision_bf16_is_for_fp32_programs_on_the_cpu_engine() {
+        use aneforge_cpu::MatmulPrecision;
+        let h16 = Target::Ane(AneArch::new("h16").unwrap());
+        assert_eq!(
+            select_matmul("bf16", Engine::Cpu, &Target::Cpu),
+            Ok(MatmulPrecision::Bf16)
+        );
+        assert_eq!(
+            select_matmul(" F32 ", Engine::Ane, &h16),
+            Ok(MatmulPrecision::F32)
+        );
+        for (engine, target) in [(Engine::Cpu, &h16), (Engine::Ane, &h16)] {
+            let e = select_matmul("bf16", engine, target).unwrap_err();
+            assert!(e.contains("bf16") && e.contains("fp16"), "{e}");
+        }
+        let e = select_matmul("fp8", Engine::Cpu, &Target::Cpu).unwrap_err();
+        assert!(e.contains("\"fp8\"") && e.contains("f32 or bf16"), "{e}");
     }
 }

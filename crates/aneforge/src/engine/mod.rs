@@ -14,7 +14,7 @@ mod cpu;
 mod load;
 
 pub use ane::{AneEngine, AneError, AneOptions, AneProgram, AneStats};
-pub use ane_select::{select, EngineKind, SelectError, Selection, UnknownEngine};
+pub use ane_select::{select, select_matmul, EngineKind, SelectError, Selection, UnknownEngine};
 pub use aneforge_cpu::{
     codec, find_port, release_thread_arena, Accumulation, Activations, BufferMut, BufferRef,
     Carried, Direction, HostSlice, HostTensor, InstanceMemory, MatmulPrecision, Port, PortError,

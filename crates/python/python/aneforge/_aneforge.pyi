@@ -9,6 +9,7 @@ import numpy.typing as npt
 __version__: str
 
 Engine = Literal["cpu", "ane", "auto"]
+MatmulPrecision = Literal["f32", "bf16"]
 DTypeName = Literal["float32", "int32", "bool"]
 ArrayLike = Union[npt.ArrayLike, "Tensor"]
 
@@ -137,6 +138,7 @@ class SentenceTransformer:
         target: Optional[str] = None,
         batch_size: int = 32,
         max_length: Optional[int] = None,
+        matmul_precision: MatmulPrecision = "f32",
     ) -> None: ...
     @overload
     def encode(self, sentences: str, batch_size: int = 32, show_progress_bar: bool = False, convert_to_numpy: bool = True, normalize_embeddings: bool = False, prompt_name: Optional[str] = None, prompt: Optional[str] = None) -> np.ndarray: ...
@@ -157,6 +159,7 @@ class CrossEncoder:
         target: Optional[str] = None,
         batch_size: int = 32,
         max_length: Optional[int] = None,
+        matmul_precision: MatmulPrecision = "f32",
     ) -> None: ...
     def predict(self, sentences: Iterable[Sequence[str]], *, activation: bool = True) -> np.ndarray: ...
     def rank(
@@ -242,7 +245,14 @@ class Whisper:
     ``aneforge transcribe -m MODEL`` loads it: a model id in the Hugging Face cache or a
     directory."""
 
-    def __init__(self, model: str, *, engine: Engine = "cpu", target: Optional[str] = None) -> None: ...
+    def __init__(
+        self,
+        model: str,
+        *,
+        engine: Engine = "cpu",
+        target: Optional[str] = None,
+        matmul_precision: MatmulPrecision = "f32",
+    ) -> None: ...
     def transcribe(
         self,
         audio: Union[str, PathLike],
