@@ -10,11 +10,12 @@
 # PATH; it needs torch, torchvision, transformers, onnx, onnxruntime and efficientnet-lite-pytorch;
 # Lite0's weights come from scripts/fetch-models.sh efficientnet-lite0)
 # Environment: RUNS (10), BATCHES ("1 8"), THREADS ("1 2"), MODELS ("efficientnet-lite0 resnet50
-# mobilenet_v2 vit-b16 clip-b32").
+# mobilenet_v2 vit-b16 clip-b32"), PRECISIONS ("f32 bf16": aneforge's --matmul-precision runs; the
+# bf16 one, bf16 products on AMX where the CPU has them, is the row "aneforge-bf16").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY="${1:-${PYTHON:-python3}}"
-RUNS="${RUNS:-10}" BATCHES="${BATCHES:-1 8}" THREADS="${THREADS:-1 2}"
+RUNS="${RUNS:-10}" BATCHES="${BATCHES:-1 8}" THREADS="${THREADS:-1 2}" PRECISIONS="${PRECISIONS:-f32 bf16}"
 MODELS="${MODELS:-efficientnet-lite0 resnet50 mobilenet_v2 vit-b16 clip-b32}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -44,8 +45,12 @@ for kind in $MODELS; do
     model="$kind:$ckpt"
     for t in $THREADS; do
         batches="$(tr ' ' ',' <<<"$BATCHES")"
-        ./target/release/aneforge bench vision -m "$ckpt" --batch-sizes "$batches" --runs "$RUNS" \
-            -t "$t" --format jsonl | tee -a "$work/results.jsonl"
+        for precision in $PRECISIONS; do
+            label=aneforge; [[ $precision == bf16 ]] && label=aneforge-bf16
+            ./target/release/aneforge bench vision -m "$ckpt" --batch-sizes "$batches" --runs "$RUNS" \
+                -t "$t" --format jsonl --matmul-precision "$precision" \
+                | sed "s/\"system\":\"aneforge\"/\"system\":\"$label\"/" | tee -a "$work/results.jsonl"
+        done
         for b in $BATCHES; do
             "$PY" tools/bench/vision_peers.py torch "$model" "$b" "$t" "$RUNS" 2>/dev/null | tee -a "$work/results.jsonl"
             "$PY" tools/bench/vision_peers.py ort "$model" "$b" "$t" "$RUNS" 2>/dev/null | tee -a "$work/results.jsonl"
@@ -65,12 +70,14 @@ def family(name):
 def key(r):
     return (family(r["model"]), r["batch"], r["threads"])
 ours = {key(r): r for r in rows if r["system"] == "aneforge"}
-print("\n| model | batch | threads | system | images/s (median) | CPU ms/image | aneforge images/s ratio | aneforge CPU advantage |")
-print("|---|---:|---:|---|---:|---:|---:|---:|")
-for r in sorted(rows, key=lambda r: (key(r), r["system"] != "aneforge", r["system"])):
-    a = ours.get(key(r))
+bf16 = {key(r): r for r in rows if r["system"] == "aneforge-bf16"}
+print("\n| model | batch | threads | system | images/s (median) | CPU ms/image | aneforge images/s ratio | aneforge CPU advantage | aneforge-bf16 images/s ratio |")
+print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+for r in sorted(rows, key=lambda r: (key(r), not r["system"].startswith("aneforge"), r["system"])):
+    a, b = ours.get(key(r)), bf16.get(key(r))
     ratio = a["images_per_s"] / r["images_per_s"] if a else float("nan")
     cpu = r["cpu_ms_per_image"] / a["cpu_ms_per_image"] if a else float("nan")
+    bratio = b["images_per_s"] / r["images_per_s"] if b else float("nan")
     print(f"| {key(r)[0]} | {r['batch']} | {r['threads']} | {r['system']} | {r['images_per_s']:.1f} | "
-          f"{r['cpu_ms_per_image']:.1f} | {ratio:.2f}x | {cpu:.2f}x |")
+          f"{r['cpu_ms_per_image']:.1f} | {ratio:.2f}x | {cpu:.2f}x | {bratio:.2f}x |")
 PYEOF

@@ -20,6 +20,8 @@ pub struct BenchVisionArgs {
     pub model: String,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub matmul: crate::engine_args::MatmulArgs,
     /// Weight compression of ANE-target programs: none, auto, int8 or int4.
     #[arg(long, default_value = "none")]
     pub compress: String,
@@ -88,6 +90,7 @@ pub fn run(args: BenchVisionArgs) -> anyhow::Result<()> {
     for &batch in &args.batch_sizes {
         let options = ClassifierOptions {
             compress: parse_compress(&args.compress, &target)?,
+            matmul: args.matmul.precision(engine, &target)?,
             target: target.clone(),
             engine,
             batch_size: batch,

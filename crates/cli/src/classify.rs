@@ -38,6 +38,8 @@ pub struct ClassifyArgs {
     pub top_k: usize,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub matmul: crate::engine_args::MatmulArgs,
     /// Weight compression of ANE-target programs: none, auto, int8 or int4.
     #[arg(long, default_value = "none")]
     pub compress: String,
@@ -123,6 +125,7 @@ pub fn run(args: ClassifyArgs) -> anyhow::Result<()> {
     let (engine, target) = args.engine.select()?;
     let options = ClassifierOptions {
         compress: parse_compress(&args.compress, &target)?,
+        matmul: args.matmul.precision(engine, &target)?,
         target,
         engine,
         batch_size: args.batch_size,

@@ -113,6 +113,7 @@ fn clip_options(encoder: &EncoderArgs) -> anyhow::Result<ClassifierOptions> {
     let (engine, target) = encoder.engine.select()?;
     Ok(ClassifierOptions {
         compress: parse_compress(&encoder.compress, &target)?,
+        matmul: encoder.matmul.precision(engine, &target)?,
         target,
         engine,
         batch_size: encoder.batch_size,

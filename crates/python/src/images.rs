@@ -14,12 +14,14 @@ pub fn model_options(
     engine: &str,
     target: Option<&str>,
     batch_size: usize,
+    matmul_precision: &str,
 ) -> PyResult<ClassifierOptions> {
     if batch_size == 0 {
         return Err(errors::invalid("batch_size takes a count of at least 1"));
     }
     let (engine, target) = options::select(py, engine, target)?;
     Ok(ClassifierOptions {
+        matmul: options::matmul(matmul_precision, engine, &target)?,
         target,
         engine,
         batch_size,

@@ -53,15 +53,16 @@ pub struct ImageClassifier {
 #[pymethods]
 impl ImageClassifier {
     #[new]
-    #[pyo3(signature = (model, *, engine = "cpu", target = None, batch_size = 8))]
+    #[pyo3(signature = (model, *, engine = "cpu", target = None, batch_size = 8, matmul_precision = "f32"))]
     fn new(
         py: Python<'_>,
         model: &str,
         engine: &str,
         target: Option<&str>,
         batch_size: usize,
+        matmul_precision: &str,
     ) -> PyResult<Self> {
-        let options = images::model_options(py, engine, target, batch_size)?;
+        let options = images::model_options(py, engine, target, batch_size, matmul_precision)?;
         let model = model.to_string();
         let inner = py
             .detach(move || RsClassifier::load(&model, options))

@@ -86,3 +86,19 @@ def test_preprocess_then_logits_match_transformers():
         classifier.logits(pixels.astype(np.float64))
     with pytest.raises(af.InvalidInputError, match=r"\[n, 3, height, width\]"):
         classifier.logits(pixels[:, :2])
+
+
+def test_bf16_products_keep_the_vit_logits_close():
+    """matmul_precision="bf16" (bf16 products, AMX tiles where the CPU has them) on the reduced
+    random-weight ViT: cosine 0.999 or more to transformers' logits with the same top-1."""
+    vit = FIXTURES / "vision" / "out" / "hf_vit" / "vit"
+    expected = read_json(vit / "expected.json")
+    want = np.load(vit / "logits.npy")
+    classifier = af.ImageClassifier(str(vit), batch_size=2, matmul_precision="bf16")
+    photos = model_dir("scikit-image/data")
+    logits = classifier.logits(classifier.preprocess([str(photos / p) for p in expected["photos"]]))
+    for got, ref in zip(logits, want):
+        assert np.dot(got, ref) / np.linalg.norm(got) / np.linalg.norm(ref) >= 0.999
+        assert got.argmax() == ref.argmax()
+    with pytest.raises(ValueError, match="bf16"):
+        af.ImageClassifier(str(vit), target="h16", matmul_precision="bf16")

@@ -145,6 +145,9 @@ pub struct ClassifierOptions {
     pub compress: Compress,
     /// Images per program execution.
     pub batch_size: usize,
+    /// The CPU engine's arithmetic for the fp32 programs' many-row products and attention
+    /// (convolutions keep f32).
+    pub matmul: aneforge::engine::MatmulPrecision,
 }
 
 impl Default for ClassifierOptions {
@@ -154,6 +157,7 @@ impl Default for ClassifierOptions {
             engine: Engine::Cpu,
             compress: Compress::None,
             batch_size: 8,
+            matmul: aneforge::engine::MatmulPrecision::F32,
         }
     }
 }
@@ -395,6 +399,7 @@ impl ImageClassifier {
                 target: self.options.target.clone(),
                 engine: self.options.engine,
                 compress: self.options.compress,
+                matmul: self.options.matmul,
             }
             .load(&[(LOGITS, &logits)])
         };

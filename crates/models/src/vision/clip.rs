@@ -335,6 +335,7 @@ impl ClipModel {
             target: self.options.target.clone(),
             engine: self.options.engine,
             compress: self.options.compress,
+            matmul: self.options.matmul,
         }
     }
 

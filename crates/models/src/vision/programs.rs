@@ -14,6 +14,7 @@ pub struct Compiler {
     pub target: Target,
     pub engine: Engine,
     pub compress: Compress,
+    pub matmul: aneforge::engine::MatmulPrecision,
 }
 
 impl Compiler {
@@ -37,7 +38,14 @@ impl Compiler {
         .map_err(|e| program(e.into()))?;
         let compression = compiled.report.compression.clone();
         let artifact = compiled.into_artifact().map_err(|e| program(e.into()))?;
-        let exec = aneforge::engine::load(&artifact, self.engine).map_err(|e| program(e.into()))?;
+        let main = artifact.functions()[0].name.clone();
+        let engine_options = aneforge::engine::EngineOptions {
+            matmul: self.matmul,
+            ..Default::default()
+        };
+        let exec =
+            aneforge::engine::load_function_with(&artifact, &main, self.engine, engine_options)
+                .map_err(|e| program(e.into()))?;
         Ok((exec, compression))
     }
 }

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use aneforge::engine::{AneEngine, AneOptions};
+use aneforge::engine::{AneEngine, AneOptions, MatmulPrecision};
 use aneforge::{AneArch, Engine, Target};
 use aneforge_models::encoders::cosine;
 use aneforge_models::require_model;
@@ -38,10 +38,22 @@ fn ane(arch: &str) -> Target {
 
 /// Logits of the fixture's photos through `name`'s classifier compiled for `target`.
 fn logits(name: &str, photos: &Path, target: Target, engine: Engine) -> Vec<Vec<f32>> {
+    logits_with(name, photos, target, engine, MatmulPrecision::F32)
+}
+
+/// [`logits`] with the CPU engine's products at `matmul`.
+fn logits_with(
+    name: &str,
+    photos: &Path,
+    target: Target,
+    engine: Engine,
+    matmul: MatmulPrecision,
+) -> Vec<Vec<f32>> {
     let options = ClassifierOptions {
         target,
         engine,
         batch_size: 2,
+        matmul,
         ..ClassifierOptions::default()
     };
     let clf = ImageClassifier::load(fixture(name).to_str().unwrap(), options).unwrap();
@@ -85,8 +97,20 @@ fn check_fp32(name: &str) {
 }
 
 fn check_fp16(name: &str, photos: &Path, target: Target, engine: Engine) -> Vec<Vec<f32>> {
+    check_close(name, photos, target, engine, MatmulPrecision::F32)
+}
+
+/// Logits within cosine 0.999 of transformers' with its top-1, and not equal to the fp32
+/// program's (fp16 programs, or bf16 products).
+fn check_close(
+    name: &str,
+    photos: &Path,
+    target: Target,
+    engine: Engine,
+    matmul: MatmulPrecision,
+) -> Vec<Vec<f32>> {
     let (_, want) = expected(name);
-    let got = logits(name, photos, target.clone(), engine);
+    let got = logits_with(name, photos, target.clone(), engine, matmul);
     let classes = got[0].len();
     for (i, row) in got.iter().enumerate() {
         let w = &want[i * classes..(i + 1) * classes];
@@ -97,11 +121,11 @@ fn check_fp16(name: &str, photos: &Path, target: Target, engine: Engine) -> Vec<
             .zip(w)
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
-        eprintln!("{name} {target:?} photo {i}: cosine {c:.7}, max |Δ| {d:.3e}");
+        eprintln!("{name} {target:?} {matmul:?} photo {i}: cosine {c:.7}, max |Δ| {d:.3e}");
         assert!(c >= 0.999, "{name} photo {i}: cosine {c}");
         assert!(
             d > 0.0,
-            "{name} photo {i}: fp32 results from the fp16 program"
+            "{name} photo {i}: fp32 results from the fp16 program or bf16 products"
         );
         assert_eq!(top(row), top(w), "{name} photo {i}: top-1");
     }
@@ -125,6 +149,22 @@ fn vit_and_deit_fp16_programs_follow_transformers() {
         for arch in ["h16", "h13"] {
             check_fp16(name, photos.dir(), ane(arch), Engine::Cpu);
         }
+    }
+}
+
+/// bf16 products (AMX tiles where the CPU has them) on the fixtures, whose LayerNorm inputs
+/// pass 300.
+#[test]
+fn vit_and_deit_with_bf16_products_follow_transformers() {
+    let photos = require_model!("scikit-image/data");
+    for name in ["vit", "deit"] {
+        check_close(
+            name,
+            photos.dir(),
+            Target::Cpu,
+            Engine::Cpu,
+            MatmulPrecision::Bf16,
+        );
     }
 }
 

@@ -186,6 +186,7 @@ class ImageClassifier:
         engine: Engine = "cpu",
         target: Optional[str] = None,
         batch_size: int = 8,
+        matmul_precision: MatmulPrecision = "f32",
     ) -> None: ...
     def classify(
         self,
@@ -219,6 +220,7 @@ class CLIPModel:
         engine: Engine = "cpu",
         target: Optional[str] = None,
         batch_size: int = 8,
+        matmul_precision: MatmulPrecision = "f32",
     ) -> None: ...
     def encode_image(self, images: Union[ImageArg, Sequence[ImageArg]]) -> npt.NDArray[np.float32]:
         """L2-normalised image embeddings ``[n, dim]`` (``[dim]`` for one image); an image is a
