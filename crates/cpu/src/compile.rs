@@ -31,9 +31,10 @@ pub struct CompileOptions {
 }
 
 /// How fp32 programs compute products of at least [`MatmulPrecision::MIN_ROWS`] rows against a
-/// constant weight (`linear`, and `matmul` with a constant `y`), the products that dominate
-/// encoders, convolutional front ends and prefill. fp16 programs, few-row products (decode)
-/// and block-quantized weights are not affected.
+/// constant weight (`linear`, `matmul` with a constant `y`, and convs without groups over that
+/// many output pixels) and attention over that many query rows: the products that dominate
+/// encoders, vision models and prefill. fp16 programs, few-row products (decode), depthwise and
+/// grouped convs and block-quantized weights are not affected.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulPrecision {
     /// Every product in f32: the exact program.
@@ -42,7 +43,8 @@ pub enum MatmulPrecision {
     /// Both operands rounded to bfloat16 (to nearest even), products summed in f32, as
     /// PyTorch's `set_float32_matmul_precision("medium")` allows: about 2⁻⁹ relative error per
     /// operand. On AMX CPUs (Intel Sapphire Rapids and later) these products run on the tile
-    /// unit; elsewhere they take the f32 kernels over the rounded values.
+    /// unit; elsewhere they take the f32 kernels over the rounded values, and attention stays
+    /// f32.
     Bf16,
 }
 

@@ -284,6 +284,168 @@ pub unsafe fn gemm(
     }
 }
 
+/// A constant left-hand side in bf16 for AMX tiles: `m` rows of `k` values, stored row-major
+/// with rows padded to a multiple of 32 and columns to `kp` (a multiple of 32), zeros in the
+/// padding. Built only where AMX is available ([`uses_amx`]).
+#[derive(Debug)]
+pub struct Bf16A {
+    m: usize,
+    k: usize,
+    kp: usize,
+    /// Pairs of bf16 (the even column in the low half), `m.div_ceil(32) · 32 · kp / 2` words.
+    words: Arc<Vec<f32>>,
+}
+
+impl Bf16A {
+    /// Packs the `m × k` matrix whose element (row i, column t) is `at(i, t)`, rounded to bf16.
+    pub fn pack(m: usize, k: usize, at: impl Fn(usize, usize) -> f32) -> Bf16A {
+        let kp = k.div_ceil(BLOCK) * BLOCK;
+        let rows = m.div_ceil(BLOCK) * BLOCK;
+        let mut words = vec![0f32; rows * kp / 2];
+        {
+            let halves: &mut [u16] = bytemuck::cast_slice_mut(&mut words);
+            for i in 0..m {
+                for t in 0..k {
+                    halves[i * kp + t] = to_bf16(at(i, t));
+                }
+            }
+        }
+        Bf16A {
+            m,
+            k,
+            kp,
+            words: crate::shared_weights::share(words),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.words.len() * 4
+    }
+
+    /// Scratch floats [`gemm_a`] needs for `n` columns of B.
+    pub fn scratch_floats(&self, n: usize) -> usize {
+        tile_words(self.k, n)
+    }
+}
+
+/// `C = A · round(B)` for a constant `A` (`m × k`) and `B` given as `k` rows of `n` floats
+/// (row stride `ldb`), writing `m` rows of `n` floats at `c` (row stride `ldc`): B is packed into
+/// tiles in `scratch` ([`Bf16A::scratch_floats`]), split over the pool when the product is large.
+/// C's rows are A's, so a conv's output channels come out as planes.
+///
+/// # Safety
+/// AMX is available (a [`Bf16A`] exists); `b` addresses `k × n` floats through `ldb`; `c` holds
+/// `m` rows of `ldc ≥ n` floats that nothing else touches during the call.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_a(
+    a: &Bf16A,
+    b: *const f32,
+    ldb: usize,
+    n: usize,
+    c: *mut f32,
+    ldc: usize,
+    cx: &Cx,
+    scratch: &mut [f32],
+) {
+    let (m, k, kp) = (a.m, a.k, a.kp);
+    let panels = n.div_ceil(BLOCK);
+    let words = &mut scratch[..tile_words(k, n)];
+    let par = cx.threads > 1 && 2 * m * k * n >= 1 << 22;
+    let (src, dst) = (SendPtr(b as *mut f32), SendPtr(words.as_mut_ptr()));
+    let pack = |p: usize| {
+        // SAFETY: each task packs its own panel of the scratch; B is as the caller vouches.
+        unsafe {
+            let panel = std::slice::from_raw_parts_mut(
+                dst.get().add(p * BLOCK * kp / 2) as *mut u32,
+                BLOCK * kp / 2,
+            );
+            pack_panel(src.get(), ldb, k, n, p, panel);
+        }
+    };
+    if par {
+        cx.par_for(panels, &pack);
+    } else {
+        (0..panels).for_each(pack);
+    }
+    let blocks = m.div_ceil(BLOCK);
+    let tasks = if par { panels.min(cx.threads * 4) } else { 1 };
+    let per = panels.div_ceil(tasks);
+    let (ap, bp, cp) = (
+        SendPtr(a.words.as_ptr() as *mut u16),
+        SendPtr(dst.get() as *mut u16),
+        SendPtr(c),
+    );
+    // panels outer (one panel of B in the nearest cache), A's row blocks inner
+    let work = |task: usize| {
+        let (p0, p1) = (task * per, ((task + 1) * per).min(panels));
+        // SAFETY: tasks write disjoint column blocks of C; AMX is available.
+        unsafe {
+            amx::Tiles::with(|tiles| {
+                for p in p0..p1 {
+                    let cols = BLOCK.min(n - p * BLOCK);
+                    for blk in 0..blocks {
+                        tiles.block(
+                            ap.get().add(blk * BLOCK * kp),
+                            kp,
+                            bp.get().add(p * BLOCK * kp),
+                            cp.get().add(blk * BLOCK * ldc + p * BLOCK),
+                            ldc,
+                            BLOCK.min(m - blk * BLOCK),
+                            cols,
+                        );
+                    }
+                }
+            })
+        };
+    };
+    if par {
+        cx.par_for(tasks, &work);
+    } else {
+        work(0);
+    }
+}
+
+/// Panel `p` (columns 32p..32p + 32) of the row-major `k × n` f32 matrix at `b` (row stride
+/// `ldb`) as B tiles (the [`pack_tiles`] layout), zeros past `k` and `n`.
+unsafe fn pack_panel(b: *const f32, ldb: usize, k: usize, n: usize, p: usize, out: &mut [u32]) {
+    let j0 = p * BLOCK;
+    let cols = BLOCK.min(n - j0);
+    let mut even = [0f32; BLOCK];
+    let mut odd = [0f32; BLOCK];
+    for (c, chunk) in out.chunks_exact_mut(BLOCK * BLOCK / 2).enumerate() {
+        for r in 0..16 {
+            let (t0, t1) = (c * BLOCK + 2 * r, c * BLOCK + 2 * r + 1);
+            even.fill(0.0);
+            odd.fill(0.0);
+            if t0 < k {
+                even[..cols]
+                    .copy_from_slice(std::slice::from_raw_parts(b.add(t0 * ldb + j0), cols));
+            }
+            if t1 < k {
+                odd[..cols].copy_from_slice(std::slice::from_raw_parts(b.add(t1 * ldb + j0), cols));
+            }
+            let (left, right) = chunk.split_at_mut(256);
+            interleave(
+                &even,
+                &odd,
+                &mut left[r * 16..r * 16 + 16],
+                &mut right[r * 16..r * 16 + 16],
+            );
+        }
+    }
+}
+
+crate::simd_dispatch! {
+    /// Tile rows of two k-rows' 32 columns: word j of `lo` (columns 0-15) and of `hi` (16-31)
+    /// holds the even row's bf16 in its low half and the odd row's in its high half.
+    fn interleave(even: &[f32; 32], odd: &[f32; 32], lo: &mut [u32], hi: &mut [u32]) {
+        for j in 0..16 {
+            lo[j] = to_bf16(even[j]) as u32 | (to_bf16(odd[j]) as u32) << 16;
+            hi[j] = to_bf16(even[16 + j]) as u32 | (to_bf16(odd[16 + j]) as u32) << 16;
+        }
+    }
+}
+
 /// Rounds rows `i0..i0 + 32` of A (those below `m`) to bf16 into `dst` (32 rows of `kp`),
 /// zeros past `k` and past `m`.
 #[allow(clippy::too_many_arguments)]
@@ -297,6 +459,19 @@ unsafe fn round_rows(
     dst: &mut [u16],
     kp: usize,
 ) {
+    if a_rs == 1 && a_cs != 1 {
+        // A stored column by column (im2col rows, NCHW pixels): read each column's 32 rows
+        // together and scatter them across the block's rows.
+        let rows = BLOCK.min(m.saturating_sub(i0));
+        dst.fill(0);
+        for t in 0..k {
+            let col = std::slice::from_raw_parts(a.add(i0 + t * a_cs), rows);
+            for (r, &v) in col.iter().enumerate() {
+                dst[r * kp + t] = to_bf16(v);
+            }
+        }
+        return;
+    }
     for (r, row) in dst.chunks_exact_mut(kp).enumerate() {
         let i = i0 + r;
         if i >= m {

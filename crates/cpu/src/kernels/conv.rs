@@ -3,6 +3,7 @@
 //! conv_transpose (GEMM + col2im).
 //! Spatial rank 1 runs as 2-D with height 1.
 
+use super::bf16::{Bf16A, Bf16B};
 use super::conv_epilogue::{Act, Bound, Fused};
 use super::ew::Chain;
 use super::matmul::to_f32;
@@ -45,6 +46,14 @@ pub enum ConvWeight {
     /// A 1×1 conv's constant weight as the right-hand side `[cin, cout]` of `packed::gemm`, for
     /// convs over few pixels (see [`PACKED_MAX_PIXELS`]).
     Packed(PackedB),
+    /// An ungrouped conv's constant weight as the right-hand side `[cin·kh·kw, cout]` of a
+    /// product with bf16 operands (`MatmulPrecision::Bf16`), the pixels (or their im2col rows)
+    /// as its rows (CPUs without AMX).
+    Bf16(Bf16B),
+    /// An ungrouped conv's constant weight `[cout, cin·kh·kw]` as the left-hand side of a
+    /// product with bf16 operands on AMX tiles, whose columns are the pixels: the output
+    /// channels come out as planes.
+    Bf16Tiles(Bf16A),
     Runtime {
         value: Vid,
         elem: Elem,
@@ -67,7 +76,16 @@ fn packed_applies(g: &Geometry, transpose: bool) -> bool {
 impl ConvWeight {
     /// A constant weight in the MIL layout, packed for the kernel that serves this conv on this
     /// CPU: `conv_winograd`, `conv_direct` or, over few pixels, `packed::gemm`.
-    pub fn constant(w: Vec<f32>, g: &Geometry, transpose: bool) -> ConvWeight {
+    /// With `bf16` (bf16 products), ungrouped convs over at least `MatmulPrecision::MIN_ROWS`
+    /// pixels take a weight for the bf16 product instead.
+    pub fn constant(w: Vec<f32>, g: &Geometry, transpose: bool, bf16: bool) -> ConvWeight {
+        let k = g.cin * g.kh * g.kw;
+        if bf16 && !transpose && g.groups == 1 && g.oh * g.ow >= crate::MatmulPrecision::MIN_ROWS {
+            if super::bf16::uses_amx() {
+                return ConvWeight::Bf16Tiles(Bf16A::pack(g.cout, k, |i, t| w[i * k + t]));
+            }
+            return ConvWeight::Bf16(Bf16B::pack(k, g.cout, |t, j| w[j * k + t]));
+        }
         if conv_winograd::applies(g, transpose) {
             ConvWeight::Winograd(conv_winograd::pack(&w, g))
         } else if conv_direct::applies(g, transpose) {
@@ -84,6 +102,8 @@ impl ConvWeight {
         match self {
             ConvWeight::Const(w) | ConvWeight::Direct(w) | ConvWeight::Winograd(w) => w.len(),
             ConvWeight::Packed(p) => p.bytes() / 4,
+            ConvWeight::Bf16(b) => b.bytes() / 4,
+            ConvWeight::Bf16Tiles(a) => a.bytes() / 4,
             ConvWeight::Runtime { .. } => 0,
         }
     }
@@ -122,6 +142,7 @@ impl Conv {
             ConvWeight::Direct(_) => "direct",
             ConvWeight::Winograd(_) => "winograd",
             ConvWeight::Packed(_) => "packed",
+            ConvWeight::Bf16(_) | ConvWeight::Bf16Tiles(_) => "bf16",
             _ => "",
         }
     }
@@ -192,13 +213,24 @@ impl Conv {
 
     fn col_len(&self, threads: usize) -> usize {
         let g = &self.g;
-        if let ConvWeight::Packed(_) = self.weight {
+        if let ConvWeight::Bf16Tiles(a) = &self.weight {
+            let cols = if self.pointwise() {
+                0
+            } else {
+                g.cin * g.kh * g.kw * g.oh * g.ow
+            };
+            cols + a.scratch_floats(g.oh * g.ow)
+        } else if let ConvWeight::Packed(_) | ConvWeight::Bf16(_) = self.weight {
             let cols = if self.pointwise() {
                 0
             } else {
                 g.cin * g.kh * g.kw
             };
-            g.oh * g.ow * (g.cout + cols)
+            let rounded = match &self.weight {
+                ConvWeight::Bf16(b) => b.scratch_floats(g.oh * g.ow),
+                _ => 0,
+            };
+            g.oh * g.ow * (g.cout + cols) + rounded
         } else if self.depthwise() && !self.direct() {
             conv_depthwise::scratch_floats(g, threads, self.depthwise_epilogue())
         } else if self.transpose {
@@ -276,9 +308,54 @@ impl Conv {
             };
             return self.chain_after(cx);
         }
-        if let ConvWeight::Packed(p) = &self.weight {
+        if let ConvWeight::Bf16Tiles(wa) = &self.weight {
+            let (pix, cout) = (g.oh * g.ow, g.cout);
+            let cols = if self.pointwise() {
+                0
+            } else {
+                g.cin * g.kh * g.kw * pix
+            };
+            let (rows, packed) = col.split_at_mut(cols);
+            for b in 0..g.n {
+                // SAFETY: image b holds cin planes of h × w floats, read as the [cin, pix] B
+                // operand (or its im2col rows, [cin·kh·kw, pix]); out holds n × cout planes of
+                // pix floats; the weight exists only where AMX is available.
+                unsafe {
+                    let xb = x.add(b * g.cin * g.h * g.w);
+                    let src = if self.pointwise() {
+                        xb
+                    } else {
+                        im2col(xb, rows, g, g.cin, cx);
+                        rows.as_ptr()
+                    };
+                    super::bf16::gemm_a(
+                        wa,
+                        src,
+                        pix,
+                        pix,
+                        out.add(b * cout * pix),
+                        pix,
+                        cx,
+                        packed,
+                    );
+                    if let Some(f) = fused {
+                        for co in 0..cout {
+                            f.store(co, (b * cout + co) * pix, pix, None);
+                        }
+                    }
+                }
+            }
+            return self.chain_after(cx);
+        }
+        if let ConvWeight::Packed(_) | ConvWeight::Bf16(_) = &self.weight {
             let (pix, cout) = (g.oh * g.ow, g.cout);
             let (c, rows) = col.split_at_mut(pix * cout);
+            let cols = if self.pointwise() {
+                0
+            } else {
+                g.cin * g.kh * g.kw * pix
+            };
+            let (rows, rounded) = rows.split_at_mut(cols);
             for b in 0..g.n {
                 // SAFETY: image b holds cin planes of h × w floats; the A operand is its pixels
                 // (or its im2col rows' columns) as the rows of a [pix, cin·kh·kw] matrix; c holds
@@ -291,7 +368,15 @@ impl Conv {
                         im2col(xb, rows, g, g.cin, cx);
                         rows.as_ptr()
                     };
-                    super::packed::gemm(a, 1, pix, pix, p, c.as_mut_ptr(), cout, cx);
+                    match &self.weight {
+                        ConvWeight::Bf16(w) => {
+                            super::bf16::gemm(a, 1, pix, pix, w, c.as_mut_ptr(), cout, cx, rounded)
+                        }
+                        ConvWeight::Packed(p) => {
+                            super::packed::gemm(a, 1, pix, pix, p, c.as_mut_ptr(), cout, cx)
+                        }
+                        _ => unreachable!("the packed and bf16 weights only"),
+                    }
                     let ob = std::slice::from_raw_parts_mut(out.add(b * cout * pix), cout * pix);
                     for (px, row) in c.chunks_exact(cout).enumerate() {
                         for (co, &v) in row.iter().enumerate() {
@@ -309,7 +394,9 @@ impl Conv {
         }
         let weight: *const f32 = match &self.weight {
             ConvWeight::Const(w) => w.as_ptr(),
-            ConvWeight::Packed(_) => unreachable!("handled above"),
+            ConvWeight::Packed(_) | ConvWeight::Bf16(_) | ConvWeight::Bf16Tiles(_) => {
+                unreachable!("handled above")
+            }
             ConvWeight::Direct(_) | ConvWeight::Winograd(_) => unreachable!("handled above"),
             ConvWeight::Runtime { value, elem, len } => {
                 if *elem == Elem::F32 {

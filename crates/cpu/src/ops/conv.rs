@@ -232,7 +232,12 @@ pub(crate) fn conv(cx: &mut OpCx, transpose: bool) -> Result<()> {
         ow,
     };
     let weight = match cx.known(wv).and_then(|kn| kn.f32s()) {
-        Some(w) => ConvWeight::constant(w, &g, transpose),
+        Some(w) => ConvWeight::constant(
+            w,
+            &g,
+            transpose,
+            cx.b.matmul == crate::MatmulPrecision::Bf16 && cx.dtype(out) == DType::Fp32,
+        ),
         None => ConvWeight::Runtime {
             value: wv,
             elem: cx.elem(wv)?,

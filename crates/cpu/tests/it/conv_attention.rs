@@ -580,9 +580,10 @@ fn bf16(x: f64) -> f64 {
     f32::from_bits(high << 16) as f64
 }
 
-/// Attention with bf16 products (`MatmulPrecision::Bf16`): softmax(round(q/√e)·round(k)ᵀ + mask)
-/// with the probabilities rounded before they weight round(v), against that definition in f64,
-/// for masks of each kind, sizes off the 32-wide tiles, at 1 and 2 threads.
+/// Attention with bf16 products (`MatmulPrecision::Bf16`) on AMX: softmax(round(q/√e)·round(k)ᵀ +
+/// mask) with the probabilities rounded before they weight round(v), against that definition in
+/// f64, for masks of each kind, sizes off the 32-wide tiles, at 1 and 2 threads. Without AMX
+/// attention keeps its f32 kernel, and the plain definition is the reference.
 #[test]
 fn sdpa_with_bf16_products_follows_the_rounded_definition() {
     let mut rng = Rng(47);
@@ -629,6 +630,16 @@ fn sdpa_with_bf16_products_follows_the_rounded_definition() {
                     ins.push(("m", d, am.clone()));
                 }
                 let got = &run_opts(&p, &ins, &options)[&y];
+                if !MatmulPrecision::bf16_on_amx() {
+                    let add: Vec<f64> = bm
+                        .iter()
+                        .map(|&x| if x != 0.0 { 0.0 } else { f64::NEG_INFINITY })
+                        .collect();
+                    let mask = [None, Some(&add[..]), Some(&am[..])][mask_kind];
+                    let want = attention_ref(&qv, &kv, &vv, mask, b, l, s, e, ev);
+                    assert_close("sdpa f32 without AMX", d, got, &want, 0.5);
+                    continue;
+                }
                 let scale = 1.0 / (e as f32).sqrt();
                 for bi in 0..b {
                     for i in 0..l {
@@ -666,6 +677,104 @@ fn sdpa_with_bf16_products_follows_the_rounded_definition() {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Ungrouped convs with bf16 products (`MatmulPrecision::Bf16`): input and weight rounded to
+/// bf16, sums in f32, the bias added after; pointwise (the input read in place), strided, padded
+/// and dilated windows (im2col rows), a ReLU fused on the way out, at 1 and 2 threads; a conv
+/// over fewer pixels than the threshold and a grouped one stay f32.
+#[test]
+fn conv_with_bf16_products_follows_the_rounded_definition() {
+    let mut rng = Rng(53);
+    let d = DType::Fp32;
+    // (n, cin, h, w, cout, k, stride, dil, groups, pad_type, relu, rounded)
+    let cases = [
+        (1, 3, 9, 11, 4, 3, 1, 1, 1, "valid", false, true),
+        (1, 40, 6, 7, 33, 1, 1, 1, 1, "valid", true, true),
+        (2, 16, 20, 19, 40, 3, 2, 1, 1, "same", true, true),
+        (1, 64, 14, 14, 70, 3, 1, 1, 1, "same", false, true),
+        (1, 5, 12, 9, 6, 3, 1, 2, 1, "custom", false, true),
+        (1, 8, 3, 4, 5, 1, 1, 1, 1, "valid", false, false),
+        (1, 8, 10, 10, 8, 3, 1, 1, 2, "same", false, false),
+    ];
+    for threads in [1, 2] {
+        let options = CompileOptions {
+            threads: Some(threads),
+            matmul: MatmulPrecision::Bf16,
+            ..Default::default()
+        };
+        for &(n, cin, h, w, cout, k, st, dl, groups, pt, relu, rounded) in &cases {
+            let xs = [n, cin, h, w];
+            let ws = [cout, cin / groups, k, k];
+            let xv = rng.vec(numel(&xs), -1.0, 1.0);
+            let wv = rng.vec(numel(&ws), -0.5, 0.5);
+            let bv = rng.vec(cout, -0.5, 0.5);
+            let ek = (k - 1) * dl + 1;
+            let pad: [usize; 4] = match pt {
+                "valid" => [0; 4],
+                "custom" => [1, 2, 0, 1],
+                _ => {
+                    let t = |i: usize| (st * i.div_ceil(st) + ek).saturating_sub(i + st);
+                    let (th, tw) = (t(h), t(w));
+                    [th / 2, th - th / 2, tw / 2, tw - tw / 2]
+                }
+            };
+            let oh = (h + pad[0] + pad[1] - ek) / st + 1;
+            let ow = (w + pad[2] + pad[3] - ek) / st + 1;
+            let os = [n, cout, oh, ow];
+            let mut p = Prog::new();
+            let x = p.input("x", d, &xs);
+            let wc = p.konst(d, &ws, &wv);
+            let bc = p.konst(d, &[cout], &bv);
+            let mut args = vec![
+                ("x", v(&x)),
+                ("weight", v(&wc)),
+                ("bias", v(&bc)),
+                ("strides", A::Is(vec![st as i64; 2])),
+                ("pad_type", A::S(pt)),
+                ("dilations", A::Is(vec![dl as i64; 2])),
+                ("groups", A::I(groups as i64)),
+            ];
+            if pt == "custom" {
+                args.push(("pad", A::Is(pad.iter().map(|&v| v as i64).collect())));
+            }
+            let mut y = p.op("conv", &args, d, &os);
+            if relu {
+                y = p.op("relu", &[("x", v(&y))], d, &os);
+            }
+            p.output(&y);
+            let got = &run_opts(&p, &[("x", d, xv.clone())], &options)[&y];
+            let r = |v: &[f64]| -> Vec<f64> {
+                v.iter()
+                    .map(|&x| if rounded { bf16(x) } else { x as f32 as f64 })
+                    .collect()
+            };
+            let (xr, wr) = (r(&xv), r(&wv));
+            let mut want = conv_ref(&xr, xs, &wr, ws, &bv, groups, [st, st], [dl, dl], pad, os);
+            let absolute = conv_ref(
+                &xr.iter().map(|x| x.abs()).collect::<Vec<_>>(),
+                xs,
+                &wr.iter().map(|x| x.abs()).collect::<Vec<_>>(),
+                ws,
+                &vec![0.0; cout],
+                groups,
+                [st, st],
+                [dl, dl],
+                pad,
+                os,
+            );
+            if relu {
+                want.iter_mut().for_each(|x| *x = x.max(0.0));
+            }
+            for (i, ((&g, &w), &s)) in got.iter().zip(&want).zip(&absolute).enumerate() {
+                assert!(
+                    (g - w).abs() <= 2e-6 * s + 1e-6,
+                    "{threads} threads {xs:?} k{k} s{st} d{dl} g{groups} {pt} relu={relu} \
+                     element {i}: {g} vs {w}"
+                );
             }
         }
     }

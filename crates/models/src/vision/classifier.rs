@@ -145,8 +145,8 @@ pub struct ClassifierOptions {
     pub compress: Compress,
     /// Images per program execution.
     pub batch_size: usize,
-    /// The CPU engine's arithmetic for the fp32 programs' many-row products and attention
-    /// (convolutions keep f32).
+    /// The CPU engine's arithmetic for the fp32 programs' many-row products, attention and
+    /// ungrouped convolutions (depthwise ones keep f32).
     pub matmul: aneforge::engine::MatmulPrecision,
 }
 

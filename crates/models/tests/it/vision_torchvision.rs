@@ -31,8 +31,23 @@ fn check_fp16(model: &str, expected_name: &str) {
     check_on(model, expected_name, options);
 }
 
+/// bf16 products (AMX tiles where the CPU has them; ungrouped convs and the classifier): logits
+/// within cosine 0.999 of torchvision's fp32 logits, same top-1.
+fn check_bf16(model: &str, expected_name: &str) {
+    let options = ClassifierOptions {
+        matmul: aneforge::engine::MatmulPrecision::Bf16,
+        ..ClassifierOptions::default()
+    };
+    check_on(model, expected_name, options);
+}
+
 fn check_on(model: &str, expected_name: &str, options: ClassifierOptions) {
-    let fp16 = options.target.is_ane();
+    let what = if options.target.is_ane() {
+        "h16"
+    } else {
+        "bf16 products"
+    };
+    let fp16 = options.target.is_ane() || options.matmul != aneforge::engine::MatmulPrecision::F32;
     let doc: Value = serde_json::from_str(
         &std::fs::read_to_string(fixtures().join(format!("torchvision/{model}.json"))).unwrap(),
     )
@@ -68,14 +83,11 @@ fn check_on(model: &str, expected_name: &str, options: ClassifierOptions) {
                 .zip(w)
                 .map(|(a, b)| (a - b).abs())
                 .fold(0f32, f32::max);
-            eprintln!("{model} h16 image {i}: cosine {c:.9}, max abs diff {d:.3e}");
-            assert!(c >= 0.999, "{model} h16 image {i}: cosine {c}");
-            // fp16 storage always moves some logit: equality would mean fp32 ran.
-            assert!(
-                d > 0.0,
-                "{model} h16 image {i}: fp32 results from the fp16 program"
-            );
-            assert_eq!(top(row), top(w), "{model} h16 image {i}: top-1");
+            eprintln!("{model} {what} image {i}: cosine {c:.9}, max abs diff {d:.3e}");
+            assert!(c >= 0.999, "{model} {what} image {i}: cosine {c}");
+            // fp16 storage or bf16 rounding always moves some logit: equality would mean fp32 ran.
+            assert!(d > 0.0, "{model} {what} image {i}: fp32 results");
+            assert_eq!(top(row), top(w), "{model} {what} image {i}: top-1");
         }
         return;
     }
@@ -113,6 +125,12 @@ fn mobilenet_v3_large_matches_torchvision() {
 #[test]
 fn mobilenet_v3_small_matches_torchvision() {
     check("mobilenet_v3_small", "mobilenet-v3-small");
+}
+
+#[test]
+fn resnet18_and_mobilenet_v3_small_with_bf16_products_follow_torchvision() {
+    check_bf16("resnet18", "resnet-18");
+    check_bf16("mobilenet_v3_small", "mobilenet-v3-small");
 }
 
 #[test]
