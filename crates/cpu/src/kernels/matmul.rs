@@ -158,48 +158,27 @@ impl Matmul {
             }
             return;
         }
-        if let Rhs::Bf16(w) = &self.rhs {
+        if let Rhs::Packed(_) | Rhs::Bf16(_) = &self.rhs {
             let out = cx.ptr(self.raw) as *mut f32;
-            let scratch = cx.scratch_at(used, w.scratch_floats(self.m));
-            for bi in 0..self.nbatch() {
-                let a_off = batch_offsets(&self.batch, &self.a_batch_strides, bi);
-                // SAFETY: as for the packed product below.
-                unsafe {
-                    super::bf16::gemm(
-                        a.add(a_off),
-                        self.a_rs,
-                        self.a_cs,
-                        self.m,
-                        w,
-                        out.add(bi * self.m * self.n),
-                        self.n,
-                        cx,
-                        scratch,
-                    )
-                };
-            }
-            if let Some(e) = &self.epilogue {
-                e.run(cx);
-            }
-            return;
-        }
-        if let Rhs::Packed(p) = &self.rhs {
-            let out = cx.ptr(self.raw) as *mut f32;
+            let scratch = match &self.rhs {
+                Rhs::Bf16(w) => cx.scratch_at(used, w.scratch_floats(self.m)),
+                _ => &mut [],
+            };
             for bi in 0..self.nbatch() {
                 let a_off = batch_offsets(&self.batch, &self.a_batch_strides, bi);
                 // SAFETY: A's strides and offsets and the m × n output were validated at compile
                 // time; batches write disjoint output rows.
                 unsafe {
-                    super::packed::gemm(
-                        a.add(a_off),
-                        self.a_rs,
-                        self.a_cs,
-                        self.m,
-                        p,
-                        out.add(bi * self.m * self.n),
-                        self.n,
-                        cx,
-                    )
+                    let (a, c) = (a.add(a_off), out.add(bi * self.m * self.n));
+                    match &self.rhs {
+                        Rhs::Packed(p) => {
+                            super::packed::gemm(a, self.a_rs, self.a_cs, self.m, p, c, self.n, cx)
+                        }
+                        Rhs::Bf16(w) => super::bf16::gemm(
+                            a, self.a_rs, self.a_cs, self.m, w, c, self.n, cx, scratch,
+                        ),
+                        _ => unreachable!("the packed and bf16 right-hand sides only"),
+                    }
                 };
             }
             if let Some(e) = &self.epilogue {
