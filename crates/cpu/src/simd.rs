@@ -191,14 +191,20 @@ pub fn cpu_model() -> String {
 }
 
 /// One line for benchmark logs: the CPU and the kernel schedule chosen on it, e.g.
-/// `AMD EPYC 9B45; kernels avx512+vnni (x86_64)`.
+/// `AMD EPYC 9B45; kernels avx512+vnni (x86_64)`; `+amx-bf16` when bf16 products
+/// (`MatmulPrecision::Bf16`) run on AMX tiles in this process.
 pub fn describe() -> String {
     let c = chosen();
     let mut s = format!(
-        "{}; kernels {}{} ({})",
+        "{}; kernels {}{}{} ({})",
         cpu_model(),
         c.schedule.name(),
         if c.vnni { "+vnni" } else { "" },
+        if crate::kernels::bf16::uses_amx() {
+            "+amx-bf16"
+        } else {
+            ""
+        },
         std::env::consts::ARCH
     );
     if let Some(note) = &c.note {

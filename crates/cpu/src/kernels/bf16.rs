@@ -413,8 +413,19 @@ unsafe fn pack_panel(b: *const f32, ldb: usize, k: usize, n: usize, p: usize, ou
     let mut even = [0f32; BLOCK];
     let mut odd = [0f32; BLOCK];
     for (c, chunk) in out.chunks_exact_mut(BLOCK * BLOCK / 2).enumerate() {
+        let (left, right) = chunk.split_at_mut(256);
         for r in 0..16 {
             let (t0, t1) = (c * BLOCK + 2 * r, c * BLOCK + 2 * r + 1);
+            let (lo, hi) = (
+                &mut left[r * 16..r * 16 + 16],
+                &mut right[r * 16..r * 16 + 16],
+            );
+            if cols == BLOCK && t1 < k {
+                // whole rows in place: the common case, no copies
+                let row = |t: usize| &*(b.add(t * ldb + j0) as *const [f32; BLOCK]);
+                interleave(row(t0), row(t1), lo, hi);
+                continue;
+            }
             even.fill(0.0);
             odd.fill(0.0);
             if t0 < k {
@@ -424,13 +435,7 @@ unsafe fn pack_panel(b: *const f32, ldb: usize, k: usize, n: usize, p: usize, ou
             if t1 < k {
                 odd[..cols].copy_from_slice(std::slice::from_raw_parts(b.add(t1 * ldb + j0), cols));
             }
-            let (left, right) = chunk.split_at_mut(256);
-            interleave(
-                &even,
-                &odd,
-                &mut left[r * 16..r * 16 + 16],
-                &mut right[r * 16..r * 16 + 16],
-            );
+            interleave(&even, &odd, lo, hi);
         }
     }
 }
