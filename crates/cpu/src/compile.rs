@@ -142,6 +142,12 @@ pub(crate) struct Builder<'p> {
 }
 
 impl Builder<'_> {
+    /// Whether a product over `rows` rows (query rows, output pixels) of an fp32 (`fp32`)
+    /// program takes bf16 operands ([`MatmulPrecision::Bf16`]).
+    pub fn bf16_products(&self, fp32: bool, rows: usize) -> bool {
+        self.matmul == MatmulPrecision::Bf16 && fp32 && rows >= MatmulPrecision::MIN_ROWS
+    }
+
     pub fn add_value(&mut self, name: String, dtype: DType, shape: Vec<usize>, home: Home) -> Vid {
         let id = self.values.len();
         self.values.push(Value {

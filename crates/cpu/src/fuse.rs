@@ -630,9 +630,7 @@ fn attention(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
             scale,
             out,
             out_elem,
-            bf16: g.b.matmul == crate::MatmulPrecision::Bf16
-                && out_elem == Elem::F32
-                && l >= crate::MatmulPrecision::MIN_ROWS,
+            bf16: g.b.bf16_products(out_elem == Elem::F32, l),
         });
         let name = format!("{}+attention", g.node(i5).name);
         chain_nodes.push(i1);

@@ -165,20 +165,17 @@ pub(crate) unsafe fn tile_gemm(
     ldc: usize,
 ) {
     amx::Tiles::with(|tiles| {
-        for blk in 0..m.div_ceil(BLOCK) {
-            let rows = BLOCK.min(m - blk * BLOCK);
-            for p in 0..n.div_ceil(BLOCK) {
-                tiles.block(
-                    a.add(blk * BLOCK * kp),
-                    kp,
-                    b.add(p * BLOCK * kp),
-                    c.add(blk * BLOCK * ldc + p * BLOCK),
-                    ldc,
-                    rows,
-                    BLOCK.min(n - p * BLOCK),
-                );
-            }
-        }
+        tiles.blocks(
+            a,
+            kp,
+            m,
+            0..m.div_ceil(BLOCK),
+            b,
+            n,
+            0..n.div_ceil(BLOCK),
+            c,
+            ldc,
+        )
     });
 }
 
@@ -256,22 +253,8 @@ pub unsafe fn gemm(
                 // SAFETY: tasks write disjoint blocks of C; AMX was granted (Tiles layout).
                 unsafe {
                     amx::Tiles::with(|tiles| {
-                        for blk in r0..r1 {
-                            let arow = dst.get().add(blk * BLOCK * kp) as *const u16;
-                            let rows = BLOCK.min(m - blk * BLOCK);
-                            for p in p0..p1 {
-                                let cols = BLOCK.min(n - p * BLOCK);
-                                tiles.block(
-                                    arow,
-                                    kp,
-                                    bp.get().add(p * BLOCK * kp),
-                                    cp.get().add(blk * BLOCK * ldc + p * BLOCK),
-                                    ldc,
-                                    rows,
-                                    cols,
-                                );
-                            }
-                        }
+                        let a = dst.get() as *const u16;
+                        tiles.blocks(a, kp, m, r0..r1, bp.get(), n, p0..p1, cp.get(), ldc)
                     })
                 };
             };
@@ -382,18 +365,8 @@ pub unsafe fn gemm_a(
         unsafe {
             amx::Tiles::with(|tiles| {
                 for p in p0..p1 {
-                    let cols = BLOCK.min(n - p * BLOCK);
-                    for blk in 0..blocks {
-                        tiles.block(
-                            ap.get().add(blk * BLOCK * kp),
-                            kp,
-                            bp.get().add(p * BLOCK * kp),
-                            cp.get().add(blk * BLOCK * ldc + p * BLOCK),
-                            ldc,
-                            BLOCK.min(m - blk * BLOCK),
-                            cols,
-                        );
-                    }
+                    let (a, b, c) = (ap.get(), bp.get(), cp.get());
+                    tiles.blocks(a, kp, m, 0..blocks, b, n, p..p + 1, c, ldc);
                 }
             })
         };
@@ -590,6 +563,40 @@ mod amx {
             asm!("tilerelease", options(nostack, nomem));
         }
 
+        /// Row blocks `rows` (of A, 32 rows each, row stride `kp`) × panels `panels` (of B, 32
+        /// columns each) of `C = A · B` for an `m × n` C at `c` (row stride `ldc`), row blocks
+        /// outer.
+        ///
+        /// # Safety
+        /// As [`Tiles::block`] for every block in the ranges.
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn blocks(
+            &mut self,
+            a: *const u16,
+            kp: usize,
+            m: usize,
+            rows: std::ops::Range<usize>,
+            b: *const u16,
+            n: usize,
+            panels: std::ops::Range<usize>,
+            c: *mut f32,
+            ldc: usize,
+        ) {
+            for blk in rows {
+                for p in panels.clone() {
+                    self.block(
+                        a.add(blk * BLOCK * kp),
+                        kp,
+                        b.add(p * BLOCK * kp),
+                        c.add(blk * BLOCK * ldc + p * BLOCK),
+                        ldc,
+                        BLOCK.min(m - blk * BLOCK),
+                        BLOCK.min(n - p * BLOCK),
+                    );
+                }
+            }
+        }
+
         /// One 32 × 32 block of C: `rows` × `cols` of it stored at `c` (row stride `ldc`
         /// floats) from 32 rows of bf16 A at `a` (row stride `kp` elements) and one panel of B.
         ///
@@ -687,14 +694,16 @@ mod amx {
         }
 
         #[allow(clippy::too_many_arguments)]
-        pub unsafe fn block(
+        pub unsafe fn blocks(
             &mut self,
             _: *const u16,
             _: usize,
+            _: usize,
+            _: std::ops::Range<usize>,
             _: *const u16,
+            _: usize,
+            _: std::ops::Range<usize>,
             _: *mut f32,
-            _: usize,
-            _: usize,
             _: usize,
         ) {
         }

@@ -76,11 +76,11 @@ fn packed_applies(g: &Geometry, transpose: bool) -> bool {
 impl ConvWeight {
     /// A constant weight in the MIL layout, packed for the kernel that serves this conv on this
     /// CPU: `conv_winograd`, `conv_direct` or, over few pixels, `packed::gemm`.
-    /// With `bf16` (bf16 products), ungrouped convs over at least `MatmulPrecision::MIN_ROWS`
-    /// pixels take a weight for the bf16 product instead.
+    /// With `bf16` (bf16 products for this many pixels, `Builder::bf16_products`), ungrouped
+    /// convs take a weight for the bf16 product instead.
     pub fn constant(w: Vec<f32>, g: &Geometry, transpose: bool, bf16: bool) -> ConvWeight {
         let k = g.cin * g.kh * g.kw;
-        if bf16 && !transpose && g.groups == 1 && g.oh * g.ow >= crate::MatmulPrecision::MIN_ROWS {
+        if bf16 && !transpose && g.groups == 1 {
             if super::bf16::uses_amx() {
                 return ConvWeight::Bf16Tiles(Bf16A::pack(g.cout, k, |i, t| w[i * k + t]));
             }

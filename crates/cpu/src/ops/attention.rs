@@ -88,9 +88,9 @@ pub(crate) fn sdpa(cx: &mut OpCx) -> Result<()> {
         scale: 1.0 / (e as f32).sqrt(),
         out,
         out_elem: cx.elem(out)?,
-        bf16: cx.b.matmul == crate::MatmulPrecision::Bf16
-            && cx.dtype(out) == aneforge_mil::DType::Fp32
-            && l >= crate::MatmulPrecision::MIN_ROWS,
+        bf16: cx
+            .b
+            .bf16_products(cx.dtype(out) == aneforge_mil::DType::Fp32, l),
     };
     let mut reads = vec![q, k, v];
     reads.extend(mask);

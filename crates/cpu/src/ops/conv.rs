@@ -236,7 +236,7 @@ pub(crate) fn conv(cx: &mut OpCx, transpose: bool) -> Result<()> {
             w,
             &g,
             transpose,
-            cx.b.matmul == crate::MatmulPrecision::Bf16 && cx.dtype(out) == DType::Fp32,
+            cx.b.bf16_products(cx.dtype(out) == DType::Fp32, g.oh * g.ow),
         ),
         None => ConvWeight::Runtime {
             value: wv,

@@ -285,9 +285,7 @@ pub(crate) fn linear(cx: &mut OpCx) -> Result<()> {
 /// Whether a product of `rows` rows in a `dt` program takes bf16 operands
 /// ([`crate::MatmulPrecision::Bf16`]).
 fn bf16_rows(cx: &OpCx, dt: DType, rows: usize) -> bool {
-    cx.b.matmul == crate::MatmulPrecision::Bf16
-        && dt == DType::Fp32
-        && rows >= crate::MatmulPrecision::MIN_ROWS
+    cx.b.bf16_products(dt == DType::Fp32, rows)
 }
 
 /// A constant right-hand side (`nk`: stored `[n, k]`, else `[k, n]`). With `bf16`, packed

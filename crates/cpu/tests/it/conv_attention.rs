@@ -47,6 +47,55 @@ pub(crate) fn conv_ref(
     out
 }
 
+/// A `conv` of an input `x` [xs] in `d` with constant weight `wv` [cout, cin/groups, k, k] and
+/// bias `bv`, stride `st`, dilation `dl` and padding `pt` ("valid", "custom" = [1, 2, 0, 1],
+/// "same", "same_lower"): the program (no output marked), the conv's output, its padding [top,
+/// bottom, left, right] and output shape.
+fn conv_program(
+    d: DType,
+    xs: [usize; 4],
+    (cout, k, st, dl, groups, pt): (usize, usize, usize, usize, usize, &'static str),
+    wv: &[f64],
+    bv: &[f64],
+) -> (Prog, String, [usize; 4], [usize; 4]) {
+    let [n, cin, h, w] = xs;
+    let ek = (k - 1) * dl + 1;
+    let pad: [usize; 4] = match pt {
+        "valid" => [0; 4],
+        "custom" => [1, 2, 0, 1],
+        _ => {
+            let t = |i: usize| (st * i.div_ceil(st) + ek).saturating_sub(i + st);
+            let (th, tw) = (t(h), t(w));
+            if pt == "same" {
+                [th / 2, th - th / 2, tw / 2, tw - tw / 2]
+            } else {
+                [th - th / 2, th / 2, tw - tw / 2, tw / 2]
+            }
+        }
+    };
+    let oh = (h + pad[0] + pad[1] - ek) / st + 1;
+    let ow = (w + pad[2] + pad[3] - ek) / st + 1;
+    let os = [n, cout, oh, ow];
+    let mut p = Prog::new();
+    let x = p.input("x", d, &xs);
+    let wc = p.konst(d, &[cout, cin / groups, k, k], wv);
+    let bc = p.konst(d, &[cout], bv);
+    let mut args = vec![
+        ("x", v(&x)),
+        ("weight", v(&wc)),
+        ("bias", v(&bc)),
+        ("strides", A::Is(vec![st as i64; 2])),
+        ("pad_type", A::S(pt)),
+        ("dilations", A::Is(vec![dl as i64; 2])),
+        ("groups", A::I(groups as i64)),
+    ];
+    if pt == "custom" {
+        args.push(("pad", A::Is(pad.iter().map(|&v| v as i64).collect())));
+    }
+    let y = p.op("conv", &args, d, &os);
+    (p, y, pad, os)
+}
+
 #[test]
 fn conv2d_strides_dilation_groups_padding_modes() {
     let mut rng = Rng(31);
@@ -76,40 +125,7 @@ fn conv2d_strides_dilation_groups_padding_modes() {
             let xv = quantize(d, &rng.vec(numel(&xs), -1.0, 1.0));
             let wv = quantize(d, &rng.vec(numel(&ws), -0.5, 0.5));
             let bv = quantize(d, &rng.vec(cout, -0.5, 0.5));
-            let ek = (k - 1) * dl + 1;
-            let pad: [usize; 4] = match pt {
-                "valid" => [0; 4],
-                "custom" => [1, 2, 0, 1],
-                _ => {
-                    let t = |i: usize| (st * i.div_ceil(st) + ek).saturating_sub(i + st);
-                    let (th, tw) = (t(h), t(w));
-                    if pt == "same" {
-                        [th / 2, th - th / 2, tw / 2, tw - tw / 2]
-                    } else {
-                        [th - th / 2, th / 2, tw - tw / 2, tw / 2]
-                    }
-                }
-            };
-            let oh = (h + pad[0] + pad[1] - ek) / st + 1;
-            let ow = (w + pad[2] + pad[3] - ek) / st + 1;
-            let os = [n, cout, oh, ow];
-            let mut p = Prog::new();
-            let x = p.input("x", d, &xs);
-            let wc = p.konst(d, &ws, &wv);
-            let bc = p.konst(d, &[cout], &bv);
-            let mut args = vec![
-                ("x", v(&x)),
-                ("weight", v(&wc)),
-                ("bias", v(&bc)),
-                ("strides", A::Is(vec![st as i64; 2])),
-                ("pad_type", A::S(pt)),
-                ("dilations", A::Is(vec![dl as i64; 2])),
-                ("groups", A::I(groups as i64)),
-            ];
-            if pt == "custom" {
-                args.push(("pad", A::Is(pad.iter().map(|&v| v as i64).collect())));
-            }
-            let y = p.op("conv", &args, d, &os);
+            let (mut p, y, pad, os) = conv_program(d, xs, (cout, k, st, dl, groups, pt), &wv, &bv);
             p.output(&y);
             let got = &run(&p, &[("x", d, xv.clone())])[&y];
             let want = quantize(
@@ -697,36 +713,8 @@ fn conv_with_bf16_products_follows_the_rounded_definition() {
             let xv = rng.vec(numel(&xs), -1.0, 1.0);
             let wv = rng.vec(numel(&ws), -0.5, 0.5);
             let bv = rng.vec(cout, -0.5, 0.5);
-            let ek = (k - 1) * dl + 1;
-            let pad: [usize; 4] = match pt {
-                "valid" => [0; 4],
-                "custom" => [1, 2, 0, 1],
-                _ => {
-                    let t = |i: usize| (st * i.div_ceil(st) + ek).saturating_sub(i + st);
-                    let (th, tw) = (t(h), t(w));
-                    [th / 2, th - th / 2, tw / 2, tw - tw / 2]
-                }
-            };
-            let oh = (h + pad[0] + pad[1] - ek) / st + 1;
-            let ow = (w + pad[2] + pad[3] - ek) / st + 1;
-            let os = [n, cout, oh, ow];
-            let mut p = Prog::new();
-            let x = p.input("x", d, &xs);
-            let wc = p.konst(d, &ws, &wv);
-            let bc = p.konst(d, &[cout], &bv);
-            let mut args = vec![
-                ("x", v(&x)),
-                ("weight", v(&wc)),
-                ("bias", v(&bc)),
-                ("strides", A::Is(vec![st as i64; 2])),
-                ("pad_type", A::S(pt)),
-                ("dilations", A::Is(vec![dl as i64; 2])),
-                ("groups", A::I(groups as i64)),
-            ];
-            if pt == "custom" {
-                args.push(("pad", A::Is(pad.iter().map(|&v| v as i64).collect())));
-            }
-            let mut y = p.op("conv", &args, d, &os);
+            let (mut p, mut y, pad, os) =
+                conv_program(d, xs, (cout, k, st, dl, groups, pt), &wv, &bv);
             if relu {
                 y = p.op("relu", &[("x", v(&y))], d, &os);
             }
