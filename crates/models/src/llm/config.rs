@@ -1221,6 +1221,21 @@ impl LlmConfig {
             .is_some_and(|a| a.local.get(l).copied().unwrap_or(false))
     }
 
+    /// The attention window of layer `l` (keys more than this many positions back are hidden):
+    /// the local window for Gemma's local layers, the model's sliding window for every layer of
+    /// Mistral and Phi-3; `None` where the layer sees every earlier position.
+    pub fn window_at(&self, l: usize) -> Option<usize> {
+        match &self.local_attention {
+            Some(a) if self.is_local(l) => Some(a.window),
+            _ => self.sliding_window,
+        }
+    }
+
+    /// The window of the sliding-window layers (one per model), if it has any.
+    pub fn attention_window(&self) -> Option<usize> {
+        (0..self.n_layers).find_map(|l| self.window_at(l))
+    }
+
     /// Width of the fused q, k, v projection.
     pub fn qkv_width(&self) -> usize {
         (self.n_heads + 2 * self.n_kv_heads) * self.head_dim

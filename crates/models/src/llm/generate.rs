@@ -245,8 +245,8 @@ pub fn generate(
         .take_while(|(a, b)| a == b)
         .count()
         .min(prompt.len() - 1);
-    runner.truncate(common);
-    let mut logits = runner.feed_prompt(&prompt[common..])?;
+    let kept = runner.truncate(common);
+    let mut logits = runner.feed_prompt(&prompt[kept..])?;
     let first_token_at = started.elapsed().as_secs_f64();
     let mut sampler = Sampler::new(opts.sampling.clone());
     let stops = StopStrings::new(&opts.stop);

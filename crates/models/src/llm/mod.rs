@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod block;
+pub mod cache;
 pub mod chat;
 pub mod config;
 mod generate;

@@ -6,7 +6,9 @@
 //! share its weights blob. Each loaded function keeps its caches resident (`share_buffer`); when
 //! the runner moves to another function (prefill → decode, a bigger context bucket) it copies the
 //! filled prefix of every cache into the new function's caches. Decode work therefore grows with
-//! the context bucket in use, not with the maximum.
+//! the context bucket in use, not with the maximum. Sliding-window layers keep rings of a few
+//! hundred rows once the bucket is larger ([`CacheLayout`]): their memory and decode work stay
+//! bounded by the window.
 //!
 //! Layers are split into segments when a program's weights would exceed `segment_bytes` (the ANE
 //! compiler's practical limit); segments run in order, passing the hidden state.
@@ -22,6 +24,7 @@ use aneforge::{
     compile_functions, Artifact, Engine, FunctionSpec, Model, ParameterMode, ProgramOptions, Target,
 };
 
+use super::cache::{moved_rows, CacheLayout};
 use super::config::Positions;
 use super::step::{self, EmbedInput, LogitsRows, StepSpec};
 use super::{Llm, LlmError};
@@ -140,6 +143,12 @@ pub struct Runner {
     rope_dims: usize,
     /// The sliding-window layers' inverse frequencies ([`LlmConfig::local_attention`]).
     local_inv_freq: Vec<f32>,
+    /// The sliding-window layers' window ([`super::LlmConfig::attention_window`]).
+    window: Option<usize>,
+    /// The most tokens of any step (sets the ring size).
+    max_tokens: usize,
+    /// One past the last position whose ring row any step since the last reset overwrote.
+    ring_written: usize,
     timings: StepTimings,
     hidden: Vec<f32>,
     /// With [`RunnerOptions::probes`]: the probe outputs and op statistics of the last step.
@@ -234,6 +243,8 @@ impl Runner {
                 }
             }
         }
+        let window = cfg.attention_window();
+        let max_tokens = functions.iter().map(|f| f.tokens).max().unwrap_or(1);
         let embed = if opts.host_embeddings {
             EmbedInput::Hidden
         } else {
@@ -246,6 +257,7 @@ impl Runner {
                 let spec = StepSpec {
                     tokens: f.tokens,
                     context: f.context,
+                    window_rows: CacheLayout::new(window, f.context, max_tokens).rows(),
                     layers: layers.clone(),
                     embed,
                     logits: if f.all {
@@ -306,6 +318,9 @@ impl Runner {
             inv_freq,
             rope_dims,
             local_inv_freq,
+            window,
+            max_tokens,
+            ring_written: 0,
             timings: StepTimings::default(),
             hidden: Vec::new(),
             probes: Vec::new(),
@@ -373,12 +388,28 @@ impl Runner {
     pub fn reset(&mut self) {
         self.len = 0;
         self.history.clear();
+        self.ring_written = 0;
     }
 
-    /// Keeps only the first `len` tokens (positions past it are masked and later overwritten).
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
-        self.history.truncate(self.len);
+    /// Keeps only the first `len` tokens (positions past it are masked and later overwritten)
+    /// and returns how many are kept: all of them, or none when the sliding-window layers' rings
+    /// no longer hold the window before `len` (cutting back further than the ring's spare rows).
+    pub fn truncate(&mut self, len: usize) -> usize {
+        let len = self.len.min(len);
+        let layout = CacheLayout::new(self.window, self.opts.max_context, self.max_tokens);
+        if len < self.len && !layout.keeps(self.window, len, self.ring_written) {
+            self.reset();
+            return 0;
+        }
+        self.len = len;
+        self.history.truncate(len);
+        len
+    }
+
+    /// Where the caches of layer `l` keep positions in the functions of context `context`.
+    pub fn cache_layout(&self, l: usize, context: usize) -> CacheLayout {
+        let window = self.llm.config.window_at(l);
+        CacheLayout::new(window, context, self.max_tokens)
     }
 
     /// The tokens in the caches, in order.
@@ -456,7 +487,9 @@ impl Runner {
         while done < tokens.len() {
             let rest = tokens.len() - done;
             let key = self.pick(rest, all)?;
-            let n = rest.min(key.tokens);
+            // a step's real tokens never cross a ring's end
+            let ring = CacheLayout::new(self.window, key.context, self.max_tokens);
+            let n = rest.min(key.tokens).min(ring.room(self.len));
             self.step(key, &tokens[done..done + n], all, logits)?;
             done += n;
         }
@@ -539,11 +572,12 @@ impl Runner {
         Ok(())
     }
 
-    /// Moves the first `len` positions of every cache from the owning function to `key`.
+    /// Moves the sequence's positions of every cache from the owning function to `key`.
     fn migrate(&mut self, seg: usize, key: FnKey) -> Result<(), LlmError> {
         let cfg = &self.llm.config;
         let (kv, hd) = (cfg.n_kv_heads, cfg.head_dim);
         let len = self.len;
+        let max_tokens = self.max_tokens;
         let segment = &mut self.segments[seg];
         let Some(owner) = segment.owner.filter(|o| *o != key) else {
             segment.owner = Some(key);
@@ -559,21 +593,14 @@ impl Runner {
                     .get_mut(&key)
                     .ok_or_else(|| LlmError::Internal("migration target not loaded".into()))?;
                 for l in segment.layers.clone() {
+                    let window = cfg.window_at(l);
+                    let layouts = [owner.context, key.context]
+                        .map(|s| CacheLayout::new(window, s, max_tokens));
                     for (out, inp) in [
                         (step::k_cache_out(l), step::k_cache(l)),
                         (step::v_cache_out(l), step::v_cache(l)),
                     ] {
-                        copy_prefix(
-                            &from,
-                            &out,
-                            owner.context,
-                            to,
-                            &inp,
-                            key.context,
-                            kv,
-                            len,
-                            hd,
-                        )?;
+                        move_cache(&from, &out, to, &inp, layouts, kv, len, hd)?;
                     }
                 }
                 Ok(())
@@ -609,7 +636,8 @@ impl Runner {
             let last = seg + 1 == nseg;
             let inv_freq = &self.inv_freq;
             let rope_dims = self.rope_dims;
-            let window = cfg.sliding_window;
+            let window = self.window;
+            let ring = CacheLayout::new(window, s, self.max_tokens);
             let host_embeddings = self.opts.host_embeddings;
             let cpu_target = self.opts.target == Target::Cpu;
             let hidden = &mut self.hidden;
@@ -636,17 +664,33 @@ impl Runner {
             if rope_dims > 0 {
                 write_rope(model, ports, inv_freq, rope_dims, cfg.head_dim, pos, t)?;
             }
-            model.set_input(step::WRITE_POS, HostSlice::I32(&[0, pos as i32, 0]))?;
-            write_mask(model, step::MASK, pos, t, s, window, cpu_target)?;
-            // sliding-window layers, when this segment has one
-            if let Some(local) = &cfg.local_attention {
-                if model.input_names().contains(&step::MASK_LOCAL) {
-                    let ports = [step::ROPE_COS_LOCAL, step::ROPE_SIN_LOCAL];
-                    let (freq, dims) = (&self.local_inv_freq, local.rope.dims);
-                    write_rope(model, ports, freq, dims, cfg.head_dim, pos, t)?;
-                    let window = Some(local.window);
-                    write_mask(model, step::MASK_LOCAL, pos, t, s, window, cpu_target)?;
+            let inputs = model.input_names();
+            let (has_whole, has_window) = (
+                inputs.contains(&step::MASK),
+                inputs.contains(&step::MASK_WINDOW),
+            );
+            let has_local_rope = inputs.contains(&step::ROPE_COS_LOCAL);
+            let whole = CacheLayout::Linear { context: s };
+            for (has, layout, write, mask, window) in [
+                (has_whole, whole, step::WRITE_POS, step::MASK, None),
+                (
+                    has_window,
+                    ring,
+                    step::WRITE_POS_WINDOW,
+                    step::MASK_WINDOW,
+                    window,
+                ),
+            ] {
+                if has {
+                    let row = layout.row(pos) as i32;
+                    model.set_input(write, HostSlice::I32(&[0, row, 0]))?;
+                    write_mask(model, mask, layout, pos, n, t, window, cpu_target)?;
                 }
+            }
+            if let (Some(local), true) = (&cfg.local_attention, has_local_rope) {
+                let ports = [step::ROPE_COS_LOCAL, step::ROPE_SIN_LOCAL];
+                let (freq, dims) = (&self.local_inv_freq, local.rope.dims);
+                write_rope(model, ports, freq, dims, cfg.head_dim, pos, t)?;
             }
             if last && !all && t > 1 {
                 model.set_input(step::LAST_INDEX, HostSlice::I32(&[(n - 1) as i32]))?;
@@ -702,6 +746,8 @@ impl Runner {
                 }
             }
         }
+        let ring = CacheLayout::new(self.window, s, self.max_tokens);
+        self.ring_written = self.ring_written.max(ring.reach(pos, t));
         self.len += n;
         self.history.extend_from_slice(tokens);
         Ok(())
@@ -735,32 +781,38 @@ impl Runner {
     }
 }
 
+/// Copies the positions `from`'s cache `out` holds of a sequence of `len` into `to`'s cache
+/// `inp`, each to its row in the new layout (`[from, to]` layouts).
 #[allow(clippy::too_many_arguments)]
-fn copy_prefix(
+fn move_cache(
     from: &Model,
     out: &str,
-    from_ctx: usize,
     to: &mut Model,
     inp: &str,
-    to_ctx: usize,
+    layouts: [CacheLayout; 2],
     kv: usize,
     len: usize,
     hd: usize,
 ) -> Result<(), LlmError> {
-    let n = len.min(from_ctx).min(to_ctx) * hd;
+    fn copy<T: Copy>(
+        a: &[T],
+        b: &mut [T],
+        layouts: [CacheLayout; 2],
+        kv: usize,
+        len: usize,
+        hd: usize,
+    ) {
+        let [rows_a, rows_b] = layouts.map(|l| l.rows() * hd);
+        for (ra, rb, k) in moved_rows(layouts[0], layouts[1], len) {
+            for h in 0..kv {
+                let (a0, b0) = (h * rows_a + ra * hd, h * rows_b + rb * hd);
+                b[b0..b0 + k * hd].copy_from_slice(&a[a0..a0 + k * hd]);
+            }
+        }
+    }
     match (from.output_view(out)?, to.input_view_mut(inp)?) {
-        (BufferRef::F32(a), BufferMut::F32(b)) => {
-            for h in 0..kv {
-                b[h * to_ctx * hd..h * to_ctx * hd + n]
-                    .copy_from_slice(&a[h * from_ctx * hd..h * from_ctx * hd + n]);
-            }
-        }
-        (BufferRef::F16(a), BufferMut::F16(b)) => {
-            for h in 0..kv {
-                b[h * to_ctx * hd..h * to_ctx * hd + n]
-                    .copy_from_slice(&a[h * from_ctx * hd..h * from_ctx * hd + n]);
-            }
-        }
+        (BufferRef::F32(a), BufferMut::F32(b)) => copy(a, b, layouts, kv, len, hd),
+        (BufferRef::F16(a), BufferMut::F16(b)) => copy(a, b, layouts, kv, len, hd),
         _ => {
             return Err(LlmError::Internal(format!(
                 "cache {out} and {inp} differ in dtype"
@@ -799,16 +851,18 @@ fn write_rope(
     Ok(())
 }
 
-/// Row `i` (position `pos + i`) sees keys `j <= pos + i` (within the sliding window, if any).
-/// Hidden keys get −∞ on the CPU target (the CPU engine's attention then skips the cache
-/// positions no row sees; softmax weights are exactly zero either way) and the finite fp16-safe
-/// `MASKED` on ANE targets.
+/// The additive mask of a step of `n` real tokens (of `t` rows) at `pos` over a cache of
+/// `layout` ([`CacheLayout::fill_mask`]). Hidden keys get −∞ on the CPU target (the CPU engine's
+/// attention then skips the cache rows no query sees; softmax weights are exactly zero either
+/// way) and the finite fp16-safe `MASKED` on ANE targets.
+#[allow(clippy::too_many_arguments)]
 fn write_mask(
     model: &mut Model,
     port: &str,
+    layout: CacheLayout,
     pos: usize,
+    n: usize,
     t: usize,
-    s: usize,
     window: Option<usize>,
     cpu_target: bool,
 ) -> Result<(), LlmError> {
@@ -817,28 +871,13 @@ fn write_mask(
     } else {
         aneforge::graph::nn::MASKED
     };
-    let fill = |row: usize, j: usize| -> f32 {
-        let q = pos + row;
-        let visible = j <= q && window.is_none_or(|w| q - j < w);
-        if visible {
-            0.0
-        } else {
-            masked
-        }
-    };
     match model.input_view_mut(port)? {
-        BufferMut::F32(b) => {
-            for i in 0..t {
-                for j in 0..s {
-                    b[i * s + j] = fill(i, j);
-                }
-            }
-        }
+        BufferMut::F32(b) => layout.fill_mask(pos, n, t, window, masked, b),
         BufferMut::F16(b) => {
-            for i in 0..t {
-                for j in 0..s {
-                    b[i * s + j] = half::f16::from_f32(fill(i, j));
-                }
+            let mut m = vec![0.0f32; b.len()];
+            layout.fill_mask(pos, n, t, window, masked, &mut m);
+            for (d, s) in b.iter_mut().zip(&m) {
+                *d = half::f16::from_f32(*s);
             }
         }
         _ => return Err(LlmError::Internal("mask is not float".into())),

@@ -158,10 +158,16 @@ pub fn speculative_generate(
         }
         stats.accepted += m;
         // keep `next` and the accepted proposals in both caches
-        target.truncate(before + 1 + m);
         let draft_fed = draft.len();
-        let draft_keep = before + 1 + m.min(kk - 1);
-        draft.truncate(draft_keep.min(draft_fed));
+        let draft_keep = (before + 1 + m.min(kk - 1)).min(draft_fed);
+        // a ring keeps its window through a cut back by at most one step's tokens
+        if target.truncate(before + 1 + m) != before + 1 + m
+            || draft.truncate(draft_keep) != draft_keep
+        {
+            return Err(LlmError::Internal(
+                "a speculative step's rejected tokens could not be dropped from the caches".into(),
+            ));
+        }
         if m == kk {
             draft_pending = Some(proposals[kk - 1]);
         }

@@ -1,15 +1,19 @@
 //! One decoder step as a graph. A step takes `T` new tokens at a runtime position,
-//! writes their keys and values into the resident per-layer caches `[kv_heads, S, head_dim]` (a
-//! `slice_update` at that position; the ANE legalisation turns it into a one-hot write) and attends
-//! over the cache's `S` positions under a host-built additive mask. Prefill (`T` > 1), decode
-//! (`T` = 1) and speculative verification (`T` = K + 1) are the same graph at other sizes.
+//! writes their keys and values into the resident per-layer caches `[kv_heads, R, head_dim]` (a
+//! `slice_update` at that position's row; the ANE legalisation turns it into a one-hot write) and
+//! attends over the cache's `R` rows under a host-built additive mask. `R` is the context bucket's
+//! `S` for layers that see every earlier position, and the window layout's rows for
+//! sliding-window layers ([`super::cache::CacheLayout`]). Prefill (`T` > 1), decode (`T` = 1) and
+//! speculative verification (`T` = K + 1) are the same graph at other sizes.
 //!
 //! Ports (`l` is the global layer index, so segments of one model never clash):
 //! inputs `input_ids` i32 `[T]` (with `positions` i32 `[T]` for learned positions) or `hidden_in`
-//! `[T, D]`; `rope_cos`, `rope_sin` `[T, head_dim]`; `write_pos` i32 `[3]` = `[0, pos, 0]`; `mask`
-//! `[T, S]`; `last_index` i32 `[1]` when only the last row's logits are wanted; `k_cache_l`,
-//! `v_cache_l`. Outputs: `logits` `[T or 1, vocab]` or `hidden_out` `[T, D]`, and `k_cache_l_out`,
-//! `v_cache_l_out` (share them with the inputs).
+//! `[T, D]`; `rope_cos`, `rope_sin` `[T, head_dim]`; for layers over the whole context
+//! `write_pos` i32 `[3]` = `[0, row, 0]` and `mask` `[T, S]`, for sliding-window layers
+//! `write_pos_window` and `mask_window` `[T, R]`; `last_index` i32 `[1]` when only the last row's
+//! logits are wanted; `k_cache_l`, `v_cache_l`. Outputs: `logits` `[T or 1, vocab]` or
+//! `hidden_out` `[T, D]`, and `k_cache_l_out`, `v_cache_l_out` (share them with the inputs). A
+//! port is declared only when a layer of the segment uses it.
 
 use std::ops::Range;
 
@@ -28,12 +32,14 @@ pub const HIDDEN_IN: &str = "hidden_in";
 pub const HIDDEN_OUT: &str = "hidden_out";
 pub const ROPE_COS: &str = "rope_cos";
 pub const ROPE_SIN: &str = "rope_sin";
-/// The sliding-window layers' rotary tables and mask ([`LlmConfig::local_attention`]).
+/// The local layers' rotary tables ([`LlmConfig::local_attention`]).
 pub const ROPE_COS_LOCAL: &str = "rope_cos_local";
 pub const ROPE_SIN_LOCAL: &str = "rope_sin_local";
-pub const MASK_LOCAL: &str = "mask_local";
 pub const WRITE_POS: &str = "write_pos";
 pub const MASK: &str = "mask";
+/// The sliding-window layers' write row and mask ([`LlmConfig::window_at`]).
+pub const WRITE_POS_WINDOW: &str = "write_pos_window";
+pub const MASK_WINDOW: &str = "mask_window";
 pub const LAST_INDEX: &str = "last_index";
 pub const LOGITS: &str = "logits";
 
@@ -74,6 +80,8 @@ pub enum EmbedInput {
 pub struct StepSpec {
     pub tokens: usize,
     pub context: usize,
+    /// Cache rows of the sliding-window layers (`context` unless they keep a ring).
+    pub window_rows: usize,
     pub layers: Range<usize>,
     pub embed: EmbedInput,
     pub logits: LogitsRows,
@@ -125,7 +133,12 @@ pub fn build_step(
     let (d, hd) = (cfg.hidden_size, cfg.head_dim);
     let (h, kv) = (cfg.n_heads, cfg.n_kv_heads);
     let group = h / kv;
-    if t == 0 || t > s || spec.layers.end > cfg.n_layers || spec.layers.is_empty() {
+    if t == 0
+        || t > s
+        || t > spec.window_rows
+        || spec.layers.end > cfg.n_layers
+        || spec.layers.is_empty()
+    {
         return Err(LlmError::Internal(format!(
             "step spec {spec:?} for {} layers",
             cfg.n_layers
@@ -161,36 +174,52 @@ pub fn build_step(
         )),
         Positions::Learned { .. } => None,
     };
-    let write_pos = graph::input(WRITE_POS, &[3], DType::I32)?;
-    let mask = mask_input(MASK, t, s, group)?;
-    // the sliding-window layers' own tables, declared only when this segment has such a layer
+    // the local layers' own rotary tables, declared only when this segment has such a layer
     let local = match (&cfg.local_attention, &rope) {
         (Some(a), Some(_)) if spec.layers.clone().any(|l| cfg.is_local(l)) => Some((
             rope_input(ROPE_COS_LOCAL, t, hd)?,
             rope_input(ROPE_SIN_LOCAL, t, hd)?,
             rotate_half_matrix(hd, a.rope.dims)?,
-            mask_input(MASK_LOCAL, t, s, group)?,
         )),
         _ => None,
     };
+    // (write row, mask, cache rows) over the whole context and over the window
+    let mut whole: Option<(Tensor, Tensor, usize)> = None;
+    let mut windowed: Option<(Tensor, Tensor, usize)> = None;
     let mut outputs: Vec<(String, Tensor)> = Vec::new();
     let mut probes: Vec<(String, Tensor)> = Vec::new();
     for l in spec.layers.clone() {
-        let (layer_rope, layer_mask) = match &local {
-            Some((cos, sin, rot, mask)) if cfg.is_local(l) => (Some((cos, sin, rot)), mask),
-            _ => (rope.as_ref().map(|(c, s, r)| (c, s, r)), &mask),
+        let layer_rope = match &local {
+            Some((cos, sin, rot)) if cfg.is_local(l) => Some((cos, sin, rot)),
+            _ => rope.as_ref().map(|(c, s, r)| (c, s, r)),
         };
         let layer_rope = layer_rope.map(|(cos, sin, rot)| Rope { cos, sin, rot });
+        let (slot, ports, rows) = match cfg.window_at(l) {
+            Some(_) => (
+                &mut windowed,
+                (WRITE_POS_WINDOW, MASK_WINDOW),
+                spec.window_rows,
+            ),
+            None => (&mut whole, (WRITE_POS, MASK), s),
+        };
+        if slot.is_none() {
+            let write = graph::input(ports.0, &[3], DType::I32)?;
+            *slot = Some((write, mask_input(ports.1, t, rows, group)?, rows));
+        }
+        let Some((write_pos, layer_mask, rows)) = slot.as_ref() else {
+            return Err(LlmError::Internal("cache ports not declared".into()));
+        };
+        let rows = *rows;
         let mut caches = None;
         let opts = LayerOptions {
             lora: None,
             sparse_expert_rows: spec.sparse_expert_rows,
         };
         let out = decoder_layer(cfg, &w.layers[l], &x, rs, layer_rope, opts, |q, k, v| {
-            let k_cache = graph::input(&k_cache(l), &[kv, s, hd], DType::F32)?;
-            let v_cache = graph::input(&v_cache(l), &[kv, s, hd], DType::F32)?;
-            let k_all = k_cache.dynamic_slice_update(&heads_first(&k)?, &write_pos)?;
-            let v_all = v_cache.dynamic_slice_update(&heads_first(&v)?, &write_pos)?;
+            let k_cache = graph::input(&k_cache(l), &[kv, rows, hd], DType::F32)?;
+            let v_cache = graph::input(&v_cache(l), &[kv, rows, hd], DType::F32)?;
+            let k_all = k_cache.dynamic_slice_update(&heads_first(&k)?, write_pos)?;
+            let v_all = v_cache.dynamic_slice_update(&heads_first(&v)?, write_pos)?;
             let q = heads_first(&q)?.reshape(&[kv as isize, (group * t) as isize, hd as isize])?;
             let att = attention(cfg, &q, &k_all, &v_all, layer_mask)?;
             let att = att.reshape(&[h as isize, t as isize, hd as isize])?;

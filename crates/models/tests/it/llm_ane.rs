@@ -159,5 +159,27 @@ fn prefill_and_a_decode_step_through_the_ane_engine_on_the_simulator() {
             }
         }
         assert_eq!(on_ane.len(), prompt.len() + 1);
+        // sliding-window layers keep rings here (16-token steps in a 128-token bucket): the
+        // rest of the greedy tokens wrap them, the one-hot writes landing at ring rows
+        let cfg = &on_ane.llm().config.clone();
+        if cfg.attention_window().is_some() {
+            let a = on_ane.feed(&want[1..]).unwrap();
+            let c = on_cpu.feed(&want[1..]).unwrap();
+            assert_eq!(max_abs_diff(&a, &c), 0.0, "{family}: wrapped rings");
+            // against fp32 over whole-context caches (one 128-token step: no ring)
+            let mut whole =
+                llm_fixtures::small_runner(on_ane.llm().clone(), Target::Cpu, Engine::Cpu, 128);
+            let r = whole.feed(&[&prompt[..], &want[..]].concat()).unwrap();
+            let scale = r.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let dev = max_abs_diff(&a, &r) / scale;
+            assert!(dev < FP16_RELATIVE, "{family}: {dev} from fp32");
+            let l = (0..cfg.n_layers).find(|&l| cfg.window_at(l).is_some());
+            let ring = on_ane.cache_layout(l.unwrap(), 128);
+            assert!(
+                ring.rows() < 128 && on_ane.len() > ring.capacity(),
+                "{family}: {ring:?} for {} tokens",
+                on_ane.len()
+            );
+        }
     }
 }

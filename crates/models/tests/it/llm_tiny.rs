@@ -6,6 +6,7 @@ use crate::llm_fixtures;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use aneforge_models::llm::cache::CacheLayout;
 use aneforge_models::llm::{
     generate, GenerateOptions, Llm, LoadOptions, Runner, RunnerOptions, SamplingOptions,
     WeightFormat,
@@ -152,6 +153,69 @@ fn six_hundred_token_context_matches_transformers() {
         .unwrap_or_else(|e| panic!("{family}: {e}"));
         assert_eq!(g.tokens, want.long_greedy_ids, "{family}");
         assert_eq!(runner.len(), 600 - 1);
+    }
+}
+
+/// Sliding-window layers keep rings once the bucket outgrows their window (Gemma 2/3's local
+/// layers, every layer of Mistral and Phi-3): the long prompt fed in uneven pieces (pieces cut at
+/// the ring's end, padding rows written past it) gives at every position the logits of caches
+/// over the whole context; a cut back within the ring's spare rows keeps the window, a cut
+/// further back starts the sequence over.
+#[test]
+fn sliding_window_rings_match_whole_context_caches() {
+    for family in ["gemma2", "gemma3", "mistral", "phi3"] {
+        let llm = load(family);
+        let ids = expected(family).long_prompt_ids;
+        let cfg = &llm.config;
+        let windowed: Vec<usize> = (0..cfg.n_layers)
+            .filter(|&l| cfg.window_at(l).is_some())
+            .collect();
+        assert!(!windowed.is_empty(), "{family}");
+        // steps of 512 tokens would need a ring as large as the bucket: whole-context caches
+        let whole_opts = RunnerOptions {
+            max_context: 1024,
+            min_context: 1024,
+            prefill_chunks: vec![512],
+            all_logits_chunks: vec![16],
+            ..RunnerOptions::default()
+        };
+        let mut whole = Runner::new(llm.clone(), whole_opts).unwrap();
+        let mut ring = Runner::new(llm.clone(), options()).unwrap();
+        for l in 0..cfg.n_layers {
+            assert_eq!(
+                whole.cache_layout(l, 1024),
+                CacheLayout::Linear { context: 1024 }
+            );
+            let layout = ring.cache_layout(l, 1024);
+            if windowed.contains(&l) {
+                assert!(layout.rows() < 256, "{family} layer {l}: {layout:?}");
+            } else {
+                assert_eq!(layout, CacheLayout::Linear { context: 1024 });
+            }
+        }
+        let reference = whole.feed_all(&ids).unwrap();
+        let v = cfg.vocab_size;
+        let first = 7;
+        ring.feed(&ids[..first]).unwrap();
+        let mut got = Vec::new();
+        let mut at = first;
+        for piece in [16, 5, 1, 13, 16, 2, 9].into_iter().cycle() {
+            if at == ids.len() {
+                break;
+            }
+            let end = (at + piece).min(ids.len());
+            got.extend(ring.feed_all(&ids[at..end]).unwrap());
+            at = end;
+        }
+        let err = relative_error(&got, &reference[first * v..]);
+        assert!(err < 1e-4, "{family}: relative error {err:e}");
+        let len = ids.len();
+        assert_eq!(ring.truncate(len - 3), len - 3, "{family}");
+        let again = ring.feed_all(&ids[len - 3..]).unwrap();
+        let err = relative_error(&again, &reference[(len - 3) * v..]);
+        assert!(err < 1e-4, "{family} after a cut: relative error {err:e}");
+        assert_eq!(ring.truncate(100), 0, "{family}");
+        assert!(ring.is_empty());
     }
 }
 
