@@ -91,6 +91,24 @@ fn identical_graphs_compile_once() {
     assert_eq!(compile_count(&other.artifact().content_hash()), 1);
 }
 
+/// Programs whose text is the same and whose blobs differ in one weight hash differently (the
+/// hash covers the blob through its entries' content keys).
+#[test]
+fn a_changed_blob_weight_changes_the_hash() {
+    let program = |bump: f32| {
+        let x = input("x", &[2, 64], DType::F32).unwrap();
+        let mut w: Vec<f32> = (0..64 * 64).map(|i| (i % 7) as f32 * 0.01).collect();
+        w[1000] += bump;
+        let w = constant(HostArray::from_f32(&[64, 64], w).unwrap());
+        compile(&[&x.linear(&w, None).unwrap()], &CompileOptions::default()).unwrap()
+    };
+    let (a, b, c) = (program(0.0), program(0.5), program(0.0));
+    assert_eq!(a.mil_text(), b.mil_text());
+    assert_ne!(a.weights(), b.weights());
+    assert_ne!(a.artifact().content_hash(), b.artifact().content_hash());
+    assert_eq!(a.artifact().content_hash(), c.artifact().content_hash());
+}
+
 #[test]
 fn constants_are_deduplicated_and_large_ones_go_to_the_blob() {
     let x = input("x", &[64], DType::F32).unwrap();

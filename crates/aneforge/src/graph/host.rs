@@ -288,6 +288,69 @@ pub(crate) fn checked_elements(op: &'static str, shape: &[usize]) -> Result<usiz
         .ok_or_else(|| GraphError::shape(op, &[shape], "element count overflows"))
 }
 
+/// Values `start..start + out.len()` of the rows `rows` picked from a source of rows of
+/// `row_len` values (row `i` of the result is source row `rows[i]`), read through `read(at,
+/// out)`. Picked rows that lie close together in the source (a permutation within heads, say)
+/// are read as one span of at most [`PICKED_SPAN`] values, so a source with a cost per read
+/// (converting blocks, releasing file pages) pays it per span, not per row.
+pub fn read_picked<T: Copy + Default>(
+    rows: &[usize],
+    row_len: usize,
+    mut read: impl FnMut(usize, &mut [T]) -> Result<(), String>,
+    start: usize,
+    out: &mut [T],
+) -> Result<(), String> {
+    if row_len == 0 {
+        return Ok(());
+    }
+    let end = start + out.len();
+    if end > rows.len() * row_len {
+        return Err(format!(
+            "values {start}..{end} of {} picked rows of {row_len}",
+            rows.len()
+        ));
+    }
+    let mut span: Vec<T> = Vec::new();
+    let mut i = start / row_len;
+    while i * row_len < end {
+        // the longest run of picked rows from i whose source rows fit one span
+        let most = (PICKED_SPAN / row_len).max(1);
+        let (mut lo, mut hi) = (rows[i], rows[i]);
+        let mut j = i + 1;
+        while j * row_len < end && j - i < most {
+            let (l, h) = (lo.min(rows[j]), hi.max(rows[j]));
+            if (h - l + 1) > most {
+                break;
+            }
+            (lo, hi) = (l, h);
+            j += 1;
+        }
+        let first = (i * row_len).max(start);
+        if j - i == 1 {
+            let within = first - i * row_len;
+            let take = ((i + 1) * row_len).min(end) - first;
+            read(
+                rows[i] * row_len + within,
+                &mut out[first - start..first - start + take],
+            )?;
+        } else {
+            span.clear();
+            span.resize((hi - lo + 1) * row_len, T::default());
+            read(lo * row_len, &mut span)?;
+            for k in i..j {
+                let (a, b) = ((k * row_len).max(start), ((k + 1) * row_len).min(end));
+                let from = (rows[k] - lo) * row_len + (a - k * row_len);
+                out[a - start..b - start].copy_from_slice(&span[from..from + (b - a)]);
+            }
+        }
+        i = j;
+    }
+    Ok(())
+}
+
+/// The most values [`read_picked`] reads in one span.
+pub const PICKED_SPAN: usize = 1 << 18;
+
 /// Reads `start..start + out.len()` of the concatenation of `parts` into `out`, each part of
 /// `len(part)` elements read by `read(part, start_within, out_slice)`. Returns how many elements
 /// were read: fewer than `out.len()` when the range runs past the parts' end.
@@ -314,4 +377,56 @@ pub fn read_concatenated<P, T>(
         skip = 0;
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every window of picked rows equals the rows picked one by one, for a permutation within
+    /// heads (read as a few spans) and for rows scattered further apart than a span (read row by
+    /// row), from any start and length.
+    #[test]
+    fn picked_rows_read_in_spans_equal_rows_read_one_by_one() {
+        let row_len = 48;
+        let heads = 40;
+        // within each head of 8 rows: evens then odds (llama.cpp's q/k order undone)
+        let within: Vec<usize> = (0..heads * 8)
+            .map(|i| (i / 8) * 8 + [0, 2, 4, 6, 1, 3, 5, 7][i % 8])
+            .collect();
+        let far = PICKED_SPAN / row_len + 5;
+        let scattered: Vec<usize> = (0..12).map(|i| (i * 7 % 12) * far).collect();
+        for rows in [within, scattered] {
+            let n = (rows.iter().max().unwrap() + 1) * row_len;
+            let source: Vec<u32> = (0..n as u32).collect();
+            let want: Vec<u32> = rows
+                .iter()
+                .flat_map(|&r| source[r * row_len..(r + 1) * row_len].iter().copied())
+                .collect();
+            let cases = [
+                (0, want.len()),
+                (5, 1),
+                (47, 2),
+                (100, 377),
+                (13, want.len() - 13),
+            ];
+            for (start, len) in cases {
+                let mut calls = 0;
+                let mut out = vec![0u32; len];
+                let read = |at: usize, o: &mut [u32]| {
+                    calls += 1;
+                    o.copy_from_slice(&source[at..at + o.len()]);
+                    Ok(())
+                };
+                read_picked(&rows, row_len, read, start, &mut out).unwrap();
+                assert_eq!(out, want[start..start + len], "start {start} len {len}");
+                if rows.len() > 12 && len == want.len() {
+                    assert!(calls <= 2, "{calls} reads for {} rows", rows.len());
+                }
+            }
+            let mut out = vec![0u32; 2];
+            let read = |_: usize, _: &mut [u32]| Ok(());
+            assert!(read_picked(&rows, row_len, read, want.len() - 1, &mut out).is_err());
+        }
+    }
 }

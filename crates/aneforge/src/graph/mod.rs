@@ -18,7 +18,7 @@ pub use builders::{concat, select};
 pub use dtype::DType;
 pub use einsum::einsum;
 pub use error::GraphError;
-pub use host::{read_concatenated, DeferredF32, HostArray, HostData};
+pub use host::{read_concatenated, read_picked, DeferredF32, HostArray, HostData, PICKED_SPAN};
 pub use nn::{
     causal_additive_mask, mha, sdpa, AttentionWeights, Conv1dParams, Conv2dParams,
     ConvTranspose2dParams, Pool2dParams,

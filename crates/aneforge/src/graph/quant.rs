@@ -159,29 +159,14 @@ struct PickedRows<S> {
     row_len: usize,
 }
 
-impl<T: Copy + 'static, D: Source<T> + ?Sized> PickedRows<Stored<T, D>> {
+impl<T: Copy + Default + 'static, D: Source<T> + ?Sized> PickedRows<Stored<T, D>> {
     fn len(&self) -> usize {
         self.rows.len() * self.row_len
     }
 
     fn read(&self, start: usize, out: &mut [T]) -> Result<(), String> {
-        let rl = self.row_len;
-        let mut at = start;
-        let mut done = 0;
-        while done < out.len() {
-            let (i, within) = (at / rl, at % rl);
-            let row = *self
-                .rows
-                .get(i)
-                .ok_or_else(|| format!("value {at} past {} picked rows", self.rows.len()))?;
-            let take = (rl - within).min(out.len() - done);
-            self.source
-                .read(row * rl + within, &mut out[done..done + take])
-                .map_err(|e| e.to_string())?;
-            done += take;
-            at += take;
-        }
-        Ok(())
+        let source = |at: usize, o: &mut [T]| self.source.read(at, o).map_err(|e| e.to_string());
+        super::read_picked(&self.rows, self.row_len, source, start, out)
     }
 }
 

@@ -84,11 +84,24 @@ impl Artifact {
         target: Target,
         functions: Vec<FunctionPorts>,
     ) -> Artifact {
+        let digest = blake3::hash(weights.as_slice()).into();
+        Artifact::with_digest(program, weights, digest, target, functions)
+    }
+
+    /// An artifact whose blob is identified by `digest` (with the program text, which places
+    /// every entry): a hash of its bytes, or of its entries' content keys in blob order.
+    pub(crate) fn with_digest(
+        program: mil::Program,
+        weights: Arc<Vec<u8>>,
+        digest: [u8; 32],
+        target: Target,
+        functions: Vec<FunctionPorts>,
+    ) -> Artifact {
         let text = mil::print(&program);
         let mut h = blake3::Hasher::new();
         h.update(&(text.len() as u64).to_le_bytes());
         h.update(text.as_bytes());
-        h.update(weights.as_slice());
+        h.update(&digest);
         Artifact {
             program,
             weights,
@@ -190,9 +203,11 @@ impl Artifact {
             attributes: self.program.attributes.clone(),
             functions: vec![function],
         };
-        Some(Artifact::new(
+        // the same blob: this artifact's hash identifies it
+        Some(Artifact::with_digest(
             program,
             self.weights.clone(),
+            self.hash,
             self.target.clone(),
             vec![ports],
         ))

@@ -48,6 +48,9 @@ pub(crate) struct ConstTable {
     keys_by_address: HashMap<(usize, usize, mil::DType, Vec<usize>), [u8; 32]>,
     /// Value names of block-quantized constants of the function being emitted.
     quant_names: HashMap<[usize; 3], String>,
+    /// The content key of every blob entry, in blob order: with the program text they identify
+    /// the blob's bytes, so the artifact's hash need not read them again.
+    entry_keys: Vec<[u8; 32]>,
 }
 
 /// fp16 conversion saturates finite values to the largest finite half (±65504) instead of
@@ -198,6 +201,7 @@ impl ConstTable {
             blob_offsets: HashMap::new(),
             keys_by_address: HashMap::new(),
             quant_names: HashMap::new(),
+            entry_keys: Vec::new(),
         }
     }
 
@@ -255,6 +259,7 @@ impl ConstTable {
             return Ok(existing);
         }
         self.blob_offsets.insert(key, offset);
+        self.entry_keys.push(key);
         Ok(offset)
     }
 
@@ -373,6 +378,7 @@ impl ConstTable {
                             None => {
                                 let offset = self.blob.add(self.float, len, bytes.bytes())?;
                                 self.blob_offsets.insert(key, offset);
+                                self.entry_keys.push(key);
                                 offset
                             }
                         };
@@ -423,8 +429,14 @@ impl ConstTable {
         self.by_key.insert(key, name.to_string());
     }
 
-    pub fn finish(self) -> Vec<u8> {
-        self.blob.finish()
+    /// The blob's bytes and a digest of its entries' content keys.
+    pub fn finish(self) -> (Vec<u8>, [u8; 32]) {
+        let mut h = blake3::Hasher::new();
+        h.update(&(self.entry_keys.len() as u64).to_le_bytes());
+        for k in &self.entry_keys {
+            h.update(k);
+        }
+        (self.blob.finish(), h.finalize().into())
     }
 }
 

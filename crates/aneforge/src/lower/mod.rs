@@ -128,8 +128,15 @@ pub fn emit_program(functions: &[ReadyFunction], target: &Target) -> Result<Arti
         attributes: vec![("buildInfo".into(), build_info())],
         functions: mil_functions,
     };
-    let weights = std::sync::Arc::new(consts.finish());
-    Ok(Artifact::new(program, weights, target.clone(), ports))
+    let (weights, entries) = consts.finish();
+    let weights = std::sync::Arc::new(weights);
+    Ok(Artifact::with_digest(
+        program,
+        weights,
+        entries,
+        target.clone(),
+        ports,
+    ))
 }
 
 type EmittedFunction = (mil::Function, Vec<PortSpec>, Vec<PortSpec>);

@@ -110,25 +110,8 @@ impl DeferredF32 for DeferredPermutedRows {
     }
 
     fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
-        if start + out.len() > self.len() {
-            return Err(format!(
-                "values {start}..{} of a {}x{} matrix",
-                start + out.len(),
-                self.perm.len(),
-                self.cols
-            ));
-        }
-        let mut at = start;
-        let mut done = 0;
-        while done < out.len() {
-            let (row, col) = (at / self.cols, at % self.cols);
-            let n = (self.cols - col).min(out.len() - done);
-            self.source
-                .read(self.perm[row] * self.cols + col, &mut out[done..done + n])?;
-            done += n;
-            at += n;
-        }
-        Ok(())
+        let source = |at: usize, o: &mut [f32]| self.source.read(at, o);
+        aneforge::graph::read_picked(&self.perm, self.cols, source, start, out)
     }
 
     fn exactly_f16(&self) -> bool {
@@ -140,18 +123,31 @@ impl DeferredF32 for DeferredPermutedRows {
 struct Packer {
     format: QuantFormat,
     block: usize,
+    keep_data: bool,
     data: Vec<u8>,
     scale: Vec<f32>,
     offset: Option<Vec<f32>>,
 }
 
 impl Packer {
-    fn new(format: QuantFormat, block: usize, elements: usize, offsets: bool) -> Packer {
+    /// Without `data`, only the scales and offsets are kept.
+    fn new(
+        format: QuantFormat,
+        block: usize,
+        elements: usize,
+        offsets: bool,
+        data: bool,
+    ) -> Packer {
         let blocks = elements / block;
         Packer {
             format,
             block,
-            data: Vec::with_capacity(elements * format.bits() / 8),
+            keep_data: data,
+            data: Vec::with_capacity(if data {
+                elements * format.bits() / 8
+            } else {
+                0
+            }),
             scale: Vec::with_capacity(blocks),
             offset: offsets.then(|| Vec::with_capacity(blocks)),
         }
@@ -166,12 +162,12 @@ impl Packer {
     fn push_shifted(&mut self, q: &[i32], scale: f32, offset: f32) {
         debug_assert_eq!(q.len(), self.block);
         debug_assert!(self.offset.is_some() || offset == 0.0);
-        if self.format.bits() == 4 {
+        if self.keep_data && self.format.bits() == 4 {
             self.data.extend(
                 q.chunks_exact(2)
                     .map(|p| ((p[0] & 15) | ((p[1] & 15) << 4)) as u8),
             );
-        } else {
+        } else if self.keep_data {
             self.data.extend(q.iter().map(|&v| v as u8));
         }
         self.scale.push(scale);
@@ -227,50 +223,61 @@ fn pack_blocks(
     name: &str,
     ty: GgmlType,
     range: Range<usize>,
+    data: bool,
 ) -> Result<Option<Packer>, LlmError> {
     use QuantFormat::{I4, I8, U4, U8};
+    // a block's integers, unpacked only when the data is wanted (not for its scales alone)
+    macro_rules! quants {
+        ($b:expr) => {
+            if data {
+                $b.quants()
+            } else {
+                [0; _]
+            }
+        };
+    }
     let n = range.len() * ty.block_elements();
     let mut p;
     match ty {
         GgmlType::Q4_0 => {
-            p = Packer::new(I4, 32, n, false);
+            p = Packer::new(I4, 32, n, false, data);
             for b in blocks_in::<BlockQ4_0>(file, name, &range)? {
-                let q = b.quants().map(|q| q as i32 - 8);
+                let q = quants!(b).map(|q| q as i32 - 8);
                 p.push(&q, b.d.to_f32());
             }
         }
         GgmlType::Q4_1 => {
-            p = Packer::new(U4, 32, n, true);
+            p = Packer::new(U4, 32, n, true, data);
             for b in blocks_in::<BlockQ4_1>(file, name, &range)? {
-                let q = b.quants().map(i32::from);
+                let q = quants!(b).map(i32::from);
                 p.push_affine(&q, b.d.to_f32(), b.m.to_f32());
             }
         }
         GgmlType::Q5_0 => {
-            p = Packer::new(I8, 32, n, false);
+            p = Packer::new(I8, 32, n, false, data);
             for b in blocks_in::<BlockQ5_0>(file, name, &range)? {
-                let q = b.quants().map(|q| q as i32 - 16);
+                let q = quants!(b).map(|q| q as i32 - 16);
                 p.push(&q, b.d.to_f32());
             }
         }
         GgmlType::Q5_1 => {
-            p = Packer::new(U8, 32, n, true);
+            p = Packer::new(U8, 32, n, true, data);
             for b in blocks_in::<BlockQ5_1>(file, name, &range)? {
-                let q = b.quants().map(i32::from);
+                let q = quants!(b).map(i32::from);
                 p.push_affine(&q, b.d.to_f32(), b.m.to_f32());
             }
         }
         GgmlType::Q8_0 => {
-            p = Packer::new(I8, 32, n, false);
+            p = Packer::new(I8, 32, n, false, data);
             for b in blocks_in::<BlockQ8_0>(file, name, &range)? {
                 p.push(&b.qs.map(i32::from), b.d.to_f32());
             }
         }
         GgmlType::Q2_K => {
-            p = Packer::new(U4, 16, n, true);
+            p = Packer::new(U4, 16, n, true, data);
             for b in blocks_in::<BlockQ2K>(file, name, &range)? {
                 let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
-                for (q, &sc) in groups(&b.quants(), 16).zip(&b.scales) {
+                for (q, &sc) in groups(&quants!(b), 16).zip(&b.scales) {
                     let a = d * (sc & 0x0F) as f32;
                     let m = dmin * (sc >> 4) as f32;
                     p.push_affine(&q[..16], a, -m);
@@ -278,54 +285,54 @@ fn pack_blocks(
             }
         }
         GgmlType::Q3_K => {
-            p = Packer::new(I4, 16, n, false);
+            p = Packer::new(I4, 16, n, false, data);
             for b in blocks_in::<BlockQ3K>(file, name, &range)? {
                 let d = b.d.to_f32();
-                for (q, s) in groups(&b.quants(), 16).zip(b.group_scales()) {
+                for (q, s) in groups(&quants!(b), 16).zip(b.group_scales()) {
                     p.push(&q[..16], d * s as f32);
                 }
             }
         }
         GgmlType::Q4_K => {
-            p = Packer::new(U4, 32, n, true);
+            p = Packer::new(U4, 32, n, true, data);
             for b in blocks_in::<BlockQ4K>(file, name, &range)? {
                 let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
                 let (sc, m) = k_scale_min(&b.scales);
-                for (g, q) in groups(&b.quants(), 32).enumerate() {
+                for (g, q) in groups(&quants!(b), 32).enumerate() {
                     p.push_affine(&q, d * sc[g] as f32, -(dmin * m[g] as f32));
                 }
             }
         }
         GgmlType::Q5_K => {
-            p = Packer::new(U8, 32, n, true);
+            p = Packer::new(U8, 32, n, true, data);
             for b in blocks_in::<BlockQ5K>(file, name, &range)? {
                 let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
                 let (sc, m) = k_scale_min(&b.scales);
-                for (g, q) in groups(&b.quants(), 32).enumerate() {
+                for (g, q) in groups(&quants!(b), 32).enumerate() {
                     p.push_affine(&q, d * sc[g] as f32, -(dmin * m[g] as f32));
                 }
             }
         }
         GgmlType::Q6_K => {
-            p = Packer::new(I8, 16, n, false);
+            p = Packer::new(I8, 16, n, false, data);
             for b in blocks_in::<BlockQ6K>(file, name, &range)? {
                 let d = b.d.to_f32();
-                for (q, &s) in groups(&b.quants(), 16).zip(&b.scales) {
+                for (q, &s) in groups(&quants!(b), 16).zip(&b.scales) {
                     p.push(&q[..16], d * s as f32);
                 }
             }
         }
         GgmlType::IQ4_NL => {
-            p = Packer::new(I8, 32, n, false);
+            p = Packer::new(I8, 32, n, false, data);
             for b in blocks_in::<BlockIq4Nl>(file, name, &range)? {
-                p.push(&b.quants().map(i32::from), b.d.to_f32());
+                p.push(&quants!(b).map(i32::from), b.d.to_f32());
             }
         }
         GgmlType::IQ4_XS => {
-            p = Packer::new(I8, 32, n, false);
+            p = Packer::new(I8, 32, n, false, data);
             for b in blocks_in::<BlockIq4Xs>(file, name, &range)? {
                 let d = b.d.to_f32();
-                for (q, s) in groups(&b.quants(), 32).zip(b.group_scales()) {
+                for (q, s) in groups(&quants!(b), 32).zip(b.group_scales()) {
                     p.push(&q, d * s as f32);
                 }
             }
@@ -368,6 +375,7 @@ impl GgufPacked {
         start: usize,
         out: &mut [T],
         per_row: usize,
+        data: bool,
         part: impl Fn(&Packer) -> &[T],
     ) -> Result<(), String> {
         let end = start + out.len();
@@ -388,6 +396,7 @@ impl GgufPacked {
                 &self.name,
                 self.ty,
                 r * self.per_row..r1 * self.per_row,
+                data,
             )
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("tensor '{}': {} is not kept quantized", self.name, self.ty))?;
@@ -418,7 +427,7 @@ impl DeferredBytes for GgufPacked {
     }
 
     fn read(&self, start: usize, out: &mut [u8]) -> Result<(), String> {
-        self.convert(start, out, self.row_bytes, |p| &p.data)
+        self.convert(start, out, self.row_bytes, true, |p| &p.data)
     }
 }
 
@@ -430,10 +439,12 @@ impl DeferredF32 for GgufParams {
     fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String> {
         let per_row = self.packed.row_params;
         if self.offsets {
-            self.packed
-                .convert(start, out, per_row, |p| p.offset.as_deref().unwrap_or(&[]))
+            self.packed.convert(start, out, per_row, false, |p| {
+                p.offset.as_deref().unwrap_or(&[])
+            })
         } else {
-            self.packed.convert(start, out, per_row, |p| &p.scale)
+            self.packed
+                .convert(start, out, per_row, false, |p| &p.scale)
         }
     }
 }
@@ -494,7 +505,7 @@ impl Matrix {
         }
         let per_row = cols / ty.block_elements();
         // the first row names the storage (and checks the tensor's length in the file)
-        let Some(p) = pack_blocks(file, name, ty, 0..per_row)? else {
+        let Some(p) = pack_blocks(file, name, ty, 0..per_row, false)? else {
             return Ok(None);
         };
         let packed = Arc::new(GgufPacked {
@@ -758,7 +769,7 @@ fn widened(
         return Ok(q.clone());
     }
     let (rows, cols, nb) = (q.rows(), q.cols(), q.blocks_per_row());
-    let mut p = Packer::new(format, block, rows * cols, offsets);
+    let mut p = Packer::new(format, block, rows * cols, offsets, true);
     let mut ints = vec![0i32; block];
     let (scale, offset) = (q.scale()?, q.offset()?);
     let mut row = vec![0u8; q.row_bytes()];
