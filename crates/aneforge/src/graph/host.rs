@@ -337,9 +337,9 @@ pub fn read_picked<T: Copy + Default>(
             span.clear();
             span.resize((hi - lo + 1) * row_len, T::default());
             read(lo * row_len, &mut span)?;
-            for k in i..j {
+            for (k, &row) in rows.iter().enumerate().take(j).skip(i) {
                 let (a, b) = ((k * row_len).max(start), ((k + 1) * row_len).min(end));
-                let from = (rows[k] - lo) * row_len + (a - k * row_len);
+                let from = (row - lo) * row_len + (a - k * row_len);
                 out[a - start..b - start].copy_from_slice(&span[from..from + (b - a)]);
             }
         }
