@@ -209,7 +209,13 @@ impl TensorSource for GgufFile {
                 _ => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
             };
         }
-        self.release_read_range(info, range);
+        self.release_read_range(info, range.clone());
+        // a fault maps the file's pages around the one it needs (a whole large page-cache folio,
+        // say), so the pages before a read's range may be mapped again: once the read reaches
+        // the tensor's end, the whole tensor
+        if range.end >= info.n_bytes {
+            self.release_tensor_pages(info);
+        }
         Ok(())
     }
 }
