@@ -406,6 +406,13 @@ impl Runner {
         len
     }
 
+    /// The step functions loaded (each with its own caches), by program function name, per
+    /// segment in use order.
+    pub fn loaded_functions(&self) -> Vec<String> {
+        let names = self.segments.iter().flat_map(|s| s.recent.iter());
+        names.map(FnKey::name).collect()
+    }
+
     /// Where the caches of layer `l` keep positions in the functions of context `context`.
     pub fn cache_layout(&self, l: usize, context: usize) -> CacheLayout {
         let window = self.llm.config.window_at(l);
@@ -609,6 +616,10 @@ impl Runner {
             result?;
         }
         segment.owner = Some(key);
+        // functions of smaller buckets serve this sequence no more (it only grows, or starts
+        // over): their caches would stay allocated beside the new bucket's
+        segment.loaded.retain(|k, _| k.context >= key.context);
+        segment.recent.retain(|k| k.context >= key.context);
         Ok(())
     }
 

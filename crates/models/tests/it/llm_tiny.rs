@@ -153,6 +153,12 @@ fn six_hundred_token_context_matches_transformers() {
         .unwrap_or_else(|e| panic!("{family}: {e}"));
         assert_eq!(g.tokens, want.long_greedy_ids, "{family}");
         assert_eq!(runner.len(), 600 - 1);
+        // the smaller buckets' functions (and their caches) were dropped on the way
+        let loaded = runner.loaded_functions();
+        assert!(
+            loaded.iter().all(|f| f.ends_with("_s1024")),
+            "{family}: {loaded:?}"
+        );
     }
 }
 
