@@ -396,7 +396,7 @@ impl Runner {
     /// no longer hold the window before `len` (cutting back further than the ring's spare rows).
     pub fn truncate(&mut self, len: usize) -> usize {
         let len = self.len.min(len);
-        let layout = CacheLayout::new(self.window, self.opts.max_context, self.max_tokens);
+        let layout = self.window_layout(self.opts.max_context);
         if len < self.len && !layout.keeps(self.window, len, self.ring_written) {
             self.reset();
             return 0;
@@ -417,6 +417,11 @@ impl Runner {
     pub fn cache_layout(&self, l: usize, context: usize) -> CacheLayout {
         let window = self.llm.config.window_at(l);
         CacheLayout::new(window, context, self.max_tokens)
+    }
+
+    /// The layout of the sliding-window layers' caches in the functions of context `context`.
+    fn window_layout(&self, context: usize) -> CacheLayout {
+        CacheLayout::new(self.window, context, self.max_tokens)
     }
 
     /// The tokens in the caches, in order.
@@ -495,7 +500,7 @@ impl Runner {
             let rest = tokens.len() - done;
             let key = self.pick(rest, all)?;
             // a step's real tokens never cross a ring's end
-            let ring = CacheLayout::new(self.window, key.context, self.max_tokens);
+            let ring = self.window_layout(key.context);
             let n = rest.min(key.tokens).min(ring.room(self.len));
             self.step(key, &tokens[done..done + n], all, logits)?;
             done += n;
@@ -640,6 +645,7 @@ impl Runner {
             self.host_embed(tokens, t, pos)?;
         }
         let nseg = self.segments.len();
+        let ring = self.window_layout(s);
         for seg in 0..nseg {
             self.ensure_loaded(seg, key)?;
             self.migrate(seg, key)?;
@@ -648,7 +654,6 @@ impl Runner {
             let inv_freq = &self.inv_freq;
             let rope_dims = self.rope_dims;
             let window = self.window;
-            let ring = CacheLayout::new(window, s, self.max_tokens);
             let host_embeddings = self.opts.host_embeddings;
             let cpu_target = self.opts.target == Target::Cpu;
             let hidden = &mut self.hidden;
@@ -757,7 +762,6 @@ impl Runner {
                 }
             }
         }
-        let ring = CacheLayout::new(self.window, s, self.max_tokens);
         self.ring_written = self.ring_written.max(ring.reach(pos, t));
         self.len += n;
         self.history.extend_from_slice(tokens);
