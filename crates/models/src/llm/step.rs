@@ -183,9 +183,9 @@ pub fn build_step(
         )),
         _ => None,
     };
-    // (write row, mask, cache rows) over the whole context and over the window
-    let mut whole: Option<(Tensor, Tensor, usize)> = None;
-    let mut windowed: Option<(Tensor, Tensor, usize)> = None;
+    // (write row, mask) over the whole context and over the window, declared on first use
+    let mut whole: Option<(Tensor, Tensor)> = None;
+    let mut windowed: Option<(Tensor, Tensor)> = None;
     let mut outputs: Vec<(String, Tensor)> = Vec::new();
     let mut probes: Vec<(String, Tensor)> = Vec::new();
     for l in spec.layers.clone() {
@@ -194,7 +194,7 @@ pub fn build_step(
             _ => rope.as_ref().map(|(c, s, r)| (c, s, r)),
         };
         let layer_rope = layer_rope.map(|(cos, sin, rot)| Rope { cos, sin, rot });
-        let (slot, ports, rows) = match cfg.window_at(l) {
+        let (slot, (write, mask), rows) = match cfg.window_at(l) {
             Some(_) => (
                 &mut windowed,
                 (WRITE_POS_WINDOW, MASK_WINDOW),
@@ -202,14 +202,13 @@ pub fn build_step(
             ),
             None => (&mut whole, (WRITE_POS, MASK), s),
         };
-        if slot.is_none() {
-            let write = graph::input(ports.0, &[3], DType::I32)?;
-            *slot = Some((write, mask_input(ports.1, t, rows, group)?, rows));
-        }
-        let Some((write_pos, layer_mask, rows)) = slot.as_ref() else {
-            return Err(LlmError::Internal("cache ports not declared".into()));
+        let (write_pos, layer_mask) = match slot {
+            Some(ports) => &*ports,
+            None => {
+                let write = graph::input(write, &[3], DType::I32)?;
+                &*slot.insert((write, mask_input(mask, t, rows, group)?))
+            }
         };
-        let rows = *rows;
         let mut caches = None;
         let opts = LayerOptions {
             lora: None,

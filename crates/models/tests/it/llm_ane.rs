@@ -161,7 +161,8 @@ fn prefill_and_a_decode_step_through_the_ane_engine_on_the_simulator() {
         assert_eq!(on_ane.len(), prompt.len() + 1);
         // sliding-window layers keep rings here (16-token steps in a 128-token bucket): the
         // rest of the greedy tokens wrap them, the one-hot writes landing at ring rows
-        let cfg = &on_ane.llm().config.clone();
+        let llm = on_ane.llm().clone();
+        let cfg = &llm.config;
         if cfg.attention_window().is_some() {
             let a = on_ane.feed(&want[1..]).unwrap();
             let c = on_cpu.feed(&want[1..]).unwrap();
