@@ -14,7 +14,10 @@
 # Environment: THREADS ("1 2"), PROMPT (128), DECODE (128), REPEAT (3), FORMATS ("q4_1 q8_0 f16
 #   gemma3_q4_k_m"),
 #   ACTIVATIONS (aneforge's modes to run, "int16": the CLI's default; f32 is the exact mode, int8
-#   llama.cpp's scheme), LLAMACPP_PYTHON (a Python with llama-cpp-python)
+#   llama.cpp's scheme), CACHE_TYPES (unset: each system's default KV cache, aneforge f32 and
+#   llama.cpp f16; else e.g. "f16 q8_0": both systems with each cache type, llama.cpp with flash
+#   attention), CTX (both systems' context; unset: aneforge the prompt and decoded tokens,
+#   llama.cpp 512), LLAMACPP_PYTHON (a Python with llama-cpp-python)
 #   and REF_PYTHON (one with transformers), both defaulting to $PYTHON, else python3 on the PATH.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,7 +39,7 @@ lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/\(Flags:\).*\(avx512f\).*/
 echo "load average at start: $(load)"
 cargo build --release -p aneforge-cli >/dev/null 2>&1
 ./target/release/aneforge targets | grep '^cpu engine' || true
-python3 tools/bench/llm_peers.py --print-prompt >"$work/prompt.txt"
+python3 tools/bench/llm_peers.py --print-prompt --prompt "$PROMPT" >"$work/prompt.txt"
 results="$work/results.jsonl"
 
 for format in $FORMATS; do
@@ -64,17 +67,23 @@ PYEOF
     for threads in $THREADS; do
         tag="{\"format\": \"$format\", \"run_threads\": $threads, "
         echo "# $format, $threads threads: load average $(load)"
-        for activations in ${ACTIVATIONS:-int16}; do
-            ./target/release/aneforge bench llm -m "$gguf" --threads "$threads" \
-                --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --repeat "$REPEAT" \
-                --prompt-file "$work/prompt.txt" --activations "$activations" --format jsonl \
-                | sed "s/^{/$tag/" | tee -a "$results"
+        for cache in ${CACHE_TYPES:-default}; do
+            ctag="$tag\"run_cache\": \"$cache\", "
+            ours=() theirs=()
+            [[ -n "${CTX:-}" ]] && ours+=(--ctx "$CTX") && theirs+=(--ctx "$CTX")
+            [[ "$cache" != default ]] && ours+=(--cache-type "$cache") && theirs+=(--cache-type "$cache" --flash-attn)
+            for activations in ${ACTIVATIONS:-int16}; do
+                ./target/release/aneforge bench llm -m "$gguf" --threads "$threads" \
+                    --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --repeat "$REPEAT" \
+                    --prompt-file "$work/prompt.txt" --activations "$activations" --format jsonl \
+                    "${ours[@]}" | sed "s/^{/$ctag/" | tee -a "$results"
+            done
+            peers="llama.cpp"
+            [[ "$format" == q4_1 && "$cache" == default ]] && peers="llama.cpp,transformers"
+            python3 tools/bench/llm_peers.py --gguf "$gguf" --peers "$peers" --threads "$threads" \
+                --prompt "$PROMPT" --decode "$DECODE" --repeat "$REPEAT" "${theirs[@]}" \
+                | sed "s/^{/$ctag/" | tee -a "$results"
         done
-        peers="llama.cpp"
-        [[ "$format" == q4_1 ]] && peers="llama.cpp,transformers"
-        python3 tools/bench/llm_peers.py --gguf "$gguf" --peers "$peers" --threads "$threads" \
-            --prompt "$PROMPT" --decode "$DECODE" --repeat "$REPEAT" \
-            | sed "s/^{/$tag/" | tee -a "$results"
     done
 done
 echo "load average at end: $(load)"
@@ -82,16 +91,17 @@ echo "load average at end: $(load)"
 python3 - "$results" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print("\n| weights | threads | system | activations | prefill tok/s | decode tok/s | decode CPU s / wall s | peak RSS MiB "
+print("\n| weights | threads | system | activations | KV cache | prefill tok/s | decode tok/s | decode CPU s / wall s | peak RSS MiB "
       "| load s | first token s | first run s | ÷ llama.cpp prefill / decode | RSS ÷ llama.cpp |")
-print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 fmt2 = lambda v: "n/a" if v is None else f"{v:.2f}"
-for key in dict.fromkeys((r["format"], r["run_threads"]) for r in rows):
-    group = [r for r in rows if (r["format"], r["run_threads"]) == key]
+run = lambda r: (r["format"], r["run_threads"], r["run_cache"])
+for key in dict.fromkeys(run(r) for r in rows):
+    group = [r for r in rows if run(r) == key]
     cpp = next((r for r in group if r.get("peer") == "llama.cpp" and "decode_tok_s" in r), None)
     for r in group:
         if "error" in r:
-            print(f"| {key[0]} | {key[1]} | {r['peer']} | | error: {r['error'][-200:]!r} | | | | | | | | |")
+            print(f"| {key[0]} | {key[1]} | {r['peer']} | | | error: {r['error'][-200:]!r} | | | | | | | | |")
             continue
         # each aneforge mode against llama.cpp, each peer against llama.cpp
         if cpp and r is not cpp:
@@ -102,6 +112,6 @@ for key in dict.fromkeys((r["format"], r["run_threads"]) for r in rows):
         cpu = r.get("decode_cpu_s")
         cpu = f"{cpu:.2f} / {r['decode_wall_s']:.2f}" if cpu is not None else "n/a"
         name = r["peer"] if r["peer"] != "transformers" else "transformers fp32"
-        print(f"| {key[0]} | {key[1]} | {name} | {r.get('activations', '')} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.1f} | {cpu} | "
+        print(f"| {key[0]} | {key[1]} | {name} | {r.get('activations', '')} | {r.get('cache_type', '')} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.1f} | {cpu} | "
               f"{r['peak_rss_mb']:.0f} | {fmt2(r.get('load_s'))} | {fmt2(r.get('ttft_s'))} | {fmt2(r.get('first_run_s'))} | {speed} | {rss} |")
 PYEOF

@@ -10,6 +10,7 @@ Environments (kept out of the repository; each defaults to this interpreter):
   llama.cpp:    LLAMACPP_PYTHON, a venv with `pip install llama-cpp-python`
   transformers: REF_PYTHON, a venv of tools/fixtures/requirements.txt
 Run: python3 tools/bench/llm_peers.py [--threads 2] [--peers llama.cpp,transformers] [--repeat 3]
+     [--prompt 128] [--ctx 512] [--cache-type f16|f32|q8_0] [--flash-attn]
 """
 import argparse
 import glob
@@ -40,12 +41,19 @@ def gguf_path():
     return found[0]
 
 
-def prompt_text():
-    """Lines 1000-1200 of the Shakespeare corpus joined by spaces (`prompt` prints it for
-    `aneforge bench llm --prompt-file`)."""
+def prompt_text(tokens=128):
+    """Lines 1000-1200 of the Shakespeare corpus joined by spaces, more lines for prompts of
+    more than 800 tokens (`--print-prompt` prints it for `aneforge bench llm --prompt-file`)."""
     with open(SHAKESPEARE, encoding="utf-8") as f:
-        lines = [l.strip() for l in f][1000:1200]
+        lines = [l.strip() for l in f][1000:1000 + max(200, tokens // 4)]
     return " ".join(lines)
+
+
+def cache_type(name):
+    """llama.cpp's ggml type of a KV cache type name."""
+    import llama_cpp
+    return {"f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16,
+            "q8_0": llama_cpp.GGML_TYPE_Q8_0}[name]
 
 
 class Best:
@@ -74,10 +82,12 @@ def run_llamacpp(args):
     import numpy as np
 
     t_load = time.perf_counter()
-    llm = llama_cpp.Llama(model_path=gguf_path(), n_ctx=512, n_threads=args.threads,
-                          n_threads_batch=args.threads, n_batch=args.prompt, verbose=False)
+    kv = cache_type(args.cache_type)
+    llm = llama_cpp.Llama(model_path=gguf_path(), n_ctx=args.ctx, n_threads=args.threads,
+                          n_threads_batch=args.threads, n_batch=min(args.prompt, 512),
+                          type_k=kv, type_v=kv, flash_attn=args.flash_attn, verbose=False)
     load_s = time.perf_counter() - t_load
-    ids = llm.tokenize(prompt_text().encode(), add_bos=False)[: args.prompt]
+    ids = llm.tokenize(prompt_text(args.prompt).encode(), add_bos=False)[: args.prompt]
     vocab = llm.n_vocab()
 
     def last_logits():
@@ -115,7 +125,7 @@ def run_transformers(args):
     path, file = os.path.split(gguf_path())
     tok = transformers.AutoTokenizer.from_pretrained(path, gguf_file=file)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, gguf_file=file, dtype=torch.float32).eval()
-    ids = tok(prompt_text(), add_special_tokens=False).input_ids[: args.prompt]
+    ids = tok(prompt_text(args.prompt), add_special_tokens=False).input_ids[: args.prompt]
     x = torch.tensor([ids])
     best = Best()
     with torch.inference_mode():
@@ -140,7 +150,8 @@ def child(args):
     import resource
 
     result = {"llama.cpp": run_llamacpp, "transformers": run_transformers}[args.child](args)
-    result.update({"peer": args.child, "threads": args.threads,
+    cache = args.cache_type if args.child == "llama.cpp" else "f32"
+    result.update({"peer": args.child, "threads": args.threads, "cache_type": cache,
                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
     print(json.dumps(result))
 
@@ -155,9 +166,14 @@ def main():
     p.add_argument("--gguf", help="the GGUF file (default: the Q4_1 file in the hub cache)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--print-prompt", action="store_true", help="print the prompt text and exit")
+    p.add_argument("--ctx", type=int, default=512, help="llama.cpp's context (n_ctx)")
+    p.add_argument("--cache-type", default="f16", choices=["f32", "f16", "q8_0"],
+                   help="llama.cpp's KV cache type for keys and values (q8_0 implies --flash-attn)")
+    p.add_argument("--flash-attn", action="store_true", help="llama.cpp's flash attention")
     args = p.parse_args()
+    args.flash_attn = args.flash_attn or args.cache_type == "q8_0"
     if args.print_prompt:
-        sys.stdout.write(prompt_text())
+        sys.stdout.write(prompt_text(args.prompt))
         return
     if args.child:
         return child(args)
@@ -167,7 +183,10 @@ def main():
             print(json.dumps({"peer": peer, "error": f"{python} not found"}))
             continue
         cmd = [python, os.path.abspath(__file__), "--child", peer, "--threads", str(args.threads),
-               "--prompt", str(args.prompt), "--decode", str(args.decode), "--repeat", str(args.repeat)]
+               "--prompt", str(args.prompt), "--decode", str(args.decode), "--repeat", str(args.repeat),
+               "--ctx", str(args.ctx), "--cache-type", args.cache_type]
+        if args.flash_attn:
+            cmd.append("--flash-attn")
         env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS=str(args.threads))
         if args.gguf:
             env["ANEFORGE_BENCH_GGUF"] = os.path.abspath(args.gguf)

@@ -8,8 +8,8 @@ use std::time::Instant;
 use aneforge::engine::Activations;
 use aneforge_models::llm::sampling::argmax;
 use aneforge_models::llm::{
-    generate, speculative_generate, ChatMessage, FinishReason, GenerateOptions, Generation, Llm,
-    LoadOptions, Runner, RunnerOptions, SamplingOptions, WeightFormat,
+    generate, speculative_generate, ChatMessage, FinishReason, GenerateOptions, Generation,
+    KvStorage, Llm, LoadOptions, Runner, RunnerOptions, SamplingOptions, WeightFormat,
 };
 use anyhow::{bail, Context};
 
@@ -52,6 +52,11 @@ pub struct ModelArgs {
     /// near ties. [default: int16]
     #[arg(long, value_enum)]
     pub activations: Option<ActivationsArg>,
+    /// KV cache storage: f32 (exact), f16 (half the memory; llama.cpp's default) or q8_0
+    /// (llama.cpp's int8 blocks of 32 values with an fp16 scale, 8.5 bits a value; head sizes
+    /// that are multiples of 32). CPU target: ANE-target programs keep their caches in fp16.
+    #[arg(long = "cache-type", visible_alias = "kv-cache", default_value = "f32", value_parser = ["f32", "f16", "q8_0"])]
+    pub cache_type: String,
     /// Mixtures of experts in decode steps: dense (every expert, weighted by the router) or
     /// sparse (only each token's chosen experts' gate/up rows, expanded to f32 first).
     #[arg(long, default_value = "dense", value_parser = ["sparse", "dense"])]
@@ -171,7 +176,7 @@ pub struct ChatArgs {
 pub struct BenchLlmArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Prompt length in tokens.
+    /// Prompt length in tokens, fed in steps of at most 512 (llama.cpp's default batch).
     #[arg(long, default_value_t = 128)]
     pub prompt_tokens: usize,
     /// Tokens decoded after the prompt (greedy, end-of-sequence ignored).
@@ -229,6 +234,8 @@ pub(crate) fn load(
         max_context: args.ctx.unwrap_or(DEFAULT_CONTEXT),
         all_logits_chunks: all_logits,
         activations,
+        kv_cache: KvStorage::parse(&args.cache_type)
+            .with_context(|| format!("unknown --cache-type {}", args.cache_type))?,
         sparse_experts: args.experts == "sparse",
         ..RunnerOptions::default()
     };
@@ -531,6 +538,9 @@ fn timed<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, Phase)>
     Ok((out, Phase { wall, cpu }))
 }
 
+/// The largest prefill step of `bench llm` (llama.cpp's default batch).
+const BENCH_PREFILL_CHUNK: usize = 512;
+
 /// Prefill of the prompt, then greedy decode steps (the argmax on the host, end-of-sequence
 /// ignored) — the loop the peers in tools/bench/llm_peers.py time.
 fn bench_run(r: &mut Runner, ids: &[u32], decode: usize) -> anyhow::Result<(Phase, Phase)> {
@@ -550,7 +560,7 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
     if args.prompt_tokens == 0 {
         bail!("--prompt-tokens must be at least 1");
     }
-    let chunks = vec![args.prompt_tokens.max(2)];
+    let chunks = vec![args.prompt_tokens.clamp(2, BENCH_PREFILL_CHUNK)];
     let mut margs = args.model.clone();
     // a run feeds the prompt, then one token per decode step: programs (and their KV caches) for
     // longer contexts would never run
@@ -599,11 +609,12 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
     let opt = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.3}"));
     if !args.format.is_text() {
         println!(
-            "{{\"peer\": \"aneforge\", \"model\": {:?}, \"target\": \"{}\", \"weights\": {:?}, \"activations\": {:?}, \"experts\": {:?}, \"threads\": {threads}, \"prompt_tokens\": {}, \"prefill_tok_s\": {prefill_tok_s:.3}, \"prefill_cpu_s\": {}, \"decode_tokens\": {}, \"decode_tok_s\": {decode_tok_s:.3}, \"decode_wall_s\": {:.3}, \"decode_cpu_s\": {}, \"peak_rss_mb\": {}, \"load_s\": {:.3}, \"ttft_s\": {ttft:.3}, \"first_run_s\": {warmup:.3}}}",
+            "{{\"peer\": \"aneforge\", \"model\": {:?}, \"target\": \"{}\", \"weights\": {:?}, \"activations\": {:?}, \"cache_type\": {:?}, \"experts\": {:?}, \"threads\": {threads}, \"prompt_tokens\": {}, \"prefill_tok_s\": {prefill_tok_s:.3}, \"prefill_cpu_s\": {}, \"decode_tokens\": {}, \"decode_tok_s\": {decode_tok_s:.3}, \"decode_wall_s\": {:.3}, \"decode_cpu_s\": {}, \"peak_rss_mb\": {}, \"load_s\": {:.3}, \"ttft_s\": {ttft:.3}, \"first_run_s\": {warmup:.3}}}",
             args.model.model,
             loaded.opts.target,
             args.model.compress,
             loaded.opts.activations.name(),
+            loaded.opts.kv_cache.name(),
             args.model.experts,
             ids.len(),
             opt(prefill.cpu),
@@ -615,11 +626,12 @@ pub fn bench_llm(args: BenchLlmArgs) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "{} ({}, {} weights, {} activations, {} threads): prefill {} tokens {:.1} tok/s, decode {} tokens {:.1} tok/s ({} CPU s for {:.2} s), peak RSS {}, load {:.2} s, first token {ttft:.2} s, first run {:.2} s",
+            "{} ({}, {} weights, {} activations, {} cache, {} threads): prefill {} tokens {:.1} tok/s, decode {} tokens {:.1} tok/s ({} CPU s for {:.2} s), peak RSS {}, load {:.2} s, first token {ttft:.2} s, first run {:.2} s",
             args.model.model,
             loaded.opts.target,
             args.model.compress,
             loaded.opts.activations.name(),
+            loaded.opts.kv_cache.name(),
             threads,
             ids.len(),
             prefill_tok_s,

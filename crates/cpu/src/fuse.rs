@@ -3,12 +3,16 @@
 //! be outputs, so no other node can observe the difference.
 //!
 //! Passes: attention (matmul·scale·mask·softmax·matmul → flash kernel), RMS norm
-//! (x·rsqrt(mean(x²)+eps)·w → one row kernel), elementwise chains into one loop, and chains into
-//! matmul/conv epilogues (bias, activation, residual add).
+//! (x·rsqrt(mean(x²)+eps)·w → one row kernel), elementwise chains into one loop, attention
+//! operands read as stored (an fp16 cache cast to f32, or int8 blocks times their scales, read
+//! by the attention kernel itself), and chains into matmul/conv epilogues (bias, activation,
+//! residual add).
 
 use crate::compile::Builder;
-use crate::kernels::attention::{Attention, View};
-use crate::kernels::ew::{broadcast_shapes, broadcast_strides, Chain, Instr, Load, UnOp};
+use crate::kernels::attention::{Attention, BlockScales, View, SCALE_BLOCK};
+use crate::kernels::ew::{
+    broadcast_shapes, broadcast_strides, BinOp, Chain, Instr, IntOp, Load, UnOp,
+};
 use crate::kernels::matmul::Rhs;
 use crate::kernels::rows::{ReduceOp, RowKind, Rows};
 use crate::kernels::Kernel;
@@ -102,6 +106,8 @@ pub(crate) fn run(b: &mut Builder<'_>, outputs: &[Vid]) {
     rms_norm(&mut g, outputs);
     g.index(outputs);
     chains(&mut g, outputs);
+    g.index(outputs);
+    stored_attention_operands(&mut g, outputs);
     g.index(outputs);
     epilogues(&mut g);
     g.b.nodes = g.nodes.into_iter().flatten().collect();
@@ -621,6 +627,8 @@ fn attention(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
             q,
             k,
             v,
+            k_scales: None,
+            v_scales: None,
             mask: mview,
             batch,
             l,
@@ -644,6 +652,215 @@ fn attention(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
             reads,
             writes: vec![out],
         });
+        g.index(outputs);
+    }
+}
+
+/// `v` as stored: through single-use reshapes and chains that only widen one dense load (a
+/// cast), back to the value they read. Returns that value, its element type and the chain
+/// nodes passed.
+fn widened_from(g: &Graph<'_, '_>, mut v: Vid, outputs: &[Vid]) -> (Vid, Option<Elem>, Vec<usize>) {
+    let mut nodes = Vec::new();
+    loop {
+        if !g.single_use(v) || outputs.contains(&v) {
+            break;
+        }
+        if let Home::Alias(src) = g.b.values[v].home {
+            v = src;
+            continue;
+        }
+        let Some(&p) = g.producer.get(&v) else { break };
+        // a float chain of copies, or an integer source's cast
+        let (shape, loads, copies, stores) = match &g.node(p).kernel {
+            Kernel::Chain(c) => (
+                &c.shape,
+                &c.loads,
+                c.instrs
+                    .iter()
+                    .all(|i| matches!(i, Instr::Un(UnOp::Copy, _, _))),
+                c.stores.len(),
+            ),
+            Kernel::IntEw(c) => (&c.shape, &c.loads, matches!(c.op, IntOp::Un(UnOp::Copy)), 1),
+            _ => break,
+        };
+        if loads.len() != 1
+            || stores != 1
+            || !copies
+            || loads[0].strides != broadcast_strides(shape, shape)
+        {
+            break;
+        }
+        nodes.push(p);
+        v = loads[0].value;
+    }
+    (v, g.b.values[v].elem(), nodes)
+}
+
+/// The load register `reg` of chain `c` holds once `Copy` instructions are looked through.
+fn load_behind(c: &Chain, mut reg: usize) -> Option<usize> {
+    while reg >= c.loads.len() {
+        let i = c.instrs.iter().rposition(|i| match *i {
+            Instr::Un(_, d, _) | Instr::Bin(_, d, _, _) | Instr::Select(d, _, _, _) => d == reg,
+        })?;
+        match c.instrs[i] {
+            Instr::Un(UnOp::Copy, _, src) => reg = src,
+            _ => return None,
+        }
+    }
+    Some(reg)
+}
+
+/// An attention operand computed as `int8 · scale` over blocks of [`SCALE_BLOCK`] along its
+/// rows: the int8 value, the scales' value and type, and the nodes to drop.
+fn int8_blocks(g: &Graph<'_, '_>, v: Vid, outputs: &[Vid]) -> Option<(Vid, Vid, Elem, Vec<usize>)> {
+    let mut root = v;
+    while let Home::Alias(src) = g.b.values[root].home {
+        if !g.single_use(root) || outputs.contains(&root) {
+            return None;
+        }
+        root = src;
+    }
+    if !g.single_use(root) || outputs.contains(&root) {
+        return None;
+    }
+    let p = *g.producer.get(&root)?;
+    let c = g.nodes[p].as_ref().and_then(chain_of)?;
+    let r = c.shape.len();
+    if c.stores.len() != 1 || r < 2 || c.shape[r - 1] != SCALE_BLOCK {
+        return None;
+    }
+    let out = c.stores[0].0;
+    let last = c.instrs.iter().rposition(|i| match *i {
+        Instr::Un(_, d, _) | Instr::Bin(_, d, _, _) | Instr::Select(d, _, _, _) => d == out,
+    })?;
+    let Instr::Bin(BinOp::Mul, _, x, y) = c.instrs[last] else {
+        return None;
+    };
+    let (x, y) = (load_behind(c, x)?, load_behind(c, y)?);
+    let dense = broadcast_strides(&c.shape, &c.shape);
+    let mut per_block = broadcast_strides(&c.shape[..r - 1], &c.shape[..r - 1]);
+    per_block.push(0);
+    let (data, scales) = match (&c.loads[x], &c.loads[y]) {
+        (a, b) if a.strides == dense && b.strides == per_block => (a, b),
+        (a, b) if b.strides == dense && a.strides == per_block => (b, a),
+        _ => return None,
+    };
+    let (dv, de, mut nodes) = widened_from(g, data.value, outputs);
+    let (sv, se, snodes) = widened_from(g, scales.value, outputs);
+    if de != Some(Elem::I8)
+        || !matches!(se, Some(Elem::F16 | Elem::F32))
+        || g.b.values[sv].len() * SCALE_BLOCK != g.b.values[dv].len()
+    {
+        return None;
+    }
+    nodes.push(p);
+    nodes.extend(snodes);
+    Some((dv, sv, se?, nodes))
+}
+
+/// An attention operand (`which`: 1 keys, 2 values) to read as stored, and the widening nodes
+/// that stop being needed.
+struct StoredOperand {
+    which: usize,
+    data: Vid,
+    elem: Elem,
+    scales: Option<BlockScales>,
+    nodes: Vec<usize>,
+}
+
+/// Attention keys and values that are a stored cache widened to f32 are read as stored: an fp16
+/// tensor cast to f32, or int8 blocks times their per-block scales (the kernel widens a few rows
+/// at a time, so no f32 copy of the cache is made).
+fn stored_attention_operands(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
+    for i in 0..g.nodes.len() {
+        let Some(Kernel::Attention(att)) = g.nodes[i].as_ref().map(|n| &n.kernel) else {
+            continue;
+        };
+        let mut operands = vec![att.q.v, att.k.v, att.v.v];
+        operands.extend(att.mask.as_ref().map(|m| m.v));
+        let mut distinct = operands.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() != operands.len() {
+            continue;
+        }
+        let mut changes: Vec<StoredOperand> = Vec::new();
+        for (which, view) in [(1, &att.k), (2, &att.v)] {
+            if view.elem != Elem::F32 || view.cs != 1 {
+                continue;
+            }
+            if let Some((data, sv, se, nodes)) = int8_blocks(g, view.v, outputs) {
+                let blocks = |x: usize| x.is_multiple_of(SCALE_BLOCK).then_some(x / SCALE_BLOCK);
+                let strides: Option<Vec<usize>> =
+                    view.batch_strides.iter().map(|&x| blocks(x)).collect();
+                let (Some(batch_strides), Some(rs)) = (strides, blocks(view.rs)) else {
+                    continue;
+                };
+                let row = if which == 1 { att.e } else { att.ev };
+                if !row.is_multiple_of(SCALE_BLOCK) {
+                    continue;
+                }
+                let scales = BlockScales {
+                    v: sv,
+                    elem: se,
+                    batch_strides,
+                    rs,
+                };
+                changes.push(StoredOperand {
+                    which,
+                    data,
+                    elem: Elem::I8,
+                    scales: Some(scales),
+                    nodes,
+                });
+                continue;
+            }
+            let (src, elem, nodes) = widened_from(g, view.v, outputs);
+            if elem == Some(Elem::F16) && !nodes.is_empty() {
+                changes.push(StoredOperand {
+                    which,
+                    data: src,
+                    elem: Elem::F16,
+                    scales: None,
+                    nodes,
+                });
+            }
+        }
+        if changes.is_empty() {
+            continue;
+        }
+        let mut dropped = Vec::new();
+        let node = g.nodes[i].as_mut().expect("live node");
+        let Kernel::Attention(att) = &mut node.kernel else {
+            continue;
+        };
+        for StoredOperand {
+            which,
+            data,
+            elem,
+            scales,
+            nodes,
+        } in changes
+        {
+            let (view, slot) = if which == 1 {
+                (&mut att.k, &mut att.k_scales)
+            } else {
+                (&mut att.v, &mut att.v_scales)
+            };
+            node.reads.retain(|&r| r != view.v);
+            view.v = data;
+            view.elem = elem;
+            node.reads.push(data);
+            if let Some(sc) = &scales {
+                node.reads.push(sc.v);
+            }
+            *slot = scales;
+            dropped.extend(nodes);
+        }
+        node.name = format!("{}+stored", node.name);
+        for d in dropped {
+            g.nodes[d] = None;
+        }
         g.index(outputs);
     }
 }

@@ -25,6 +25,8 @@ pub fn numpy_name(dtype: DType) -> &'static str {
         DType::F32 => "float32",
         DType::I32 => "int32",
         DType::Bool => "bool",
+        DType::F16 => "float16",
+        DType::I8 => "int8",
     }
 }
 

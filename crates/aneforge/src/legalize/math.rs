@@ -77,6 +77,17 @@ fn to_f32(a: &HostArray) -> Result<HostArray, GraphError> {
 /// Casts between carried representations: f32 (also carrying i32) and bool.
 pub fn cast(cx: &mut Cx, node: &Tensor, x: &Tensor, to: DType) -> Result<Tensor, GraphError> {
     let from_int = node.srcs()[0].dtype() == DType::I32;
+    if to.is_storage() || node.srcs()[0].dtype().is_storage() {
+        // the ANE stores every float as fp16 already and has no int8 tensors
+        cx.reject(
+            node,
+            format!(
+                "cast between {} and {to}: ANE programs keep f32 values (stored as fp16)",
+                node.srcs()[0].dtype()
+            ),
+        );
+        return Ok(x.clone());
+    }
     match (x.dtype(), to) {
         (DType::Bool, DType::Bool) => Ok(x.clone()),
         (DType::Bool, _) => indicator(x),

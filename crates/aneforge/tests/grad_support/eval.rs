@@ -288,6 +288,8 @@ fn eval_node(node: &Tensor, s: &[&Nd], env: &Env) -> Nd {
             DType::F32 => s[0].clone(),
             DType::I32 => s[0].map(f64::trunc),
             DType::Bool => s[0].map(|x| f64::from(u8::from(x != 0.0))),
+            DType::F16 => s[0].map(|x| half::f16::from_f64(x).to_f64()),
+            DType::I8 => s[0].map(|x| x.trunc().clamp(-128.0, 127.0)),
         },
         Op::Sdpa {
             scale,

@@ -382,6 +382,8 @@ fn eval_node(node: &Tensor, s: &[&V], feeds: &HashMap<String, V>) -> V {
             DType::F32 => x,
             DType::I32 => x.trunc(),
             DType::Bool => f64::from(u8::from(x != 0.0)),
+            DType::F16 => half::f16::from_f64(x).to_f64(),
+            DType::I8 => x.trunc().clamp(-128.0, 127.0),
         }),
         Op::Transpose { perm } => V::from_fn(sh, |o| {
             let mut idx = vec![0; o.len()];

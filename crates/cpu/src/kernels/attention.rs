@@ -7,11 +7,17 @@ use super::rows::exp_sub_sum;
 use super::Cx;
 use crate::plan::Vid;
 use crate::tensor::{Elem, SendPtr};
+use half::f16;
 
 const BQ: usize = 64;
 const BK: usize = 128;
 /// Query rows per batch up to which [`Attention::few_rows`] runs instead of the flash blocks.
 const FEW_ROWS: usize = 16;
+/// Keys and values widened to f32 at a time by [`Attention::rows`] when they are stored
+/// narrower (fp16, int8 blocks).
+const WIDEN_ROWS: usize = 128;
+/// Values per scale of an operand stored as int8 blocks ([`BlockScales`]).
+pub const SCALE_BLOCK: usize = 32;
 
 /// A strided 2-D operand per batch: element (i, j) of batch b at
 /// `batch_off(b) + i * rs + j * cs`.
@@ -24,11 +30,25 @@ pub struct View {
     pub cs: usize,
 }
 
+/// The per-block scales of an operand stored as int8 (llama.cpp's `q8_0` KV caches): element
+/// (i, j) is `data(i, j) · scale(i, j / SCALE_BLOCK)`, with the operand's columns contiguous.
+#[derive(Clone, Debug)]
+pub struct BlockScales {
+    pub v: Vid,
+    /// fp16 or f32.
+    pub elem: Elem,
+    pub batch_strides: Vec<usize>,
+    pub rs: usize,
+}
+
 #[derive(Debug)]
 pub struct Attention {
     pub q: View,
     pub k: View,
     pub v: View,
+    /// Scales of `k` and `v` when they are int8 blocks.
+    pub k_scales: Option<BlockScales>,
+    pub v_scales: Option<BlockScales>,
     /// Bool masks select (false → −∞); float masks are added to the scores.
     pub mask: Option<View>,
     pub batch: Vec<usize>,
@@ -60,7 +80,12 @@ impl Attention {
     /// running max and sum. Few rows: the scaled query rows, their scores and outputs.
     fn per_task(&self) -> usize {
         if self.few_rows() {
-            return self.l * (self.e + self.s + self.ev);
+            let widened = if self.stored_narrow() {
+                WIDEN_ROWS * (self.e.max(self.ev) + self.l)
+            } else {
+                0
+            };
+            return self.l * (self.e + self.s + self.ev) + widened;
         }
         if self.bf16_blocks() {
             let (ep, sp) = (self.e.div_ceil(32) * 32, self.s.div_ceil(32) * 32);
@@ -72,18 +97,28 @@ impl Attention {
                 + BQ * self.ev
                 + self.e.max(BK);
         }
-        BQ * self.e + self.s * self.e + self.s * self.ev + BQ * BK + BQ * self.ev + 2 * BQ
+        BQ * self.e + self.s * self.e + self.s * self.ev + BQ * BK + BQ * self.ev + 2 * BQ + self.e
+    }
+
+    /// Keys or values stored narrower than f32 (fp16, int8 blocks): read through a widening.
+    fn stored_narrow(&self) -> bool {
+        self.k.elem != Elem::F32 || self.v.elem != Elem::F32
     }
 
     /// Decode and verification steps (a few query rows against a long cache): scores are dot
-    /// products of the query rows with key rows read in place (no Kᵀ copy), over only the keys
-    /// some row can see. Needs f32 keys and values with contiguous rows (the KV caches).
+    /// products of the query rows with key rows read in place (no Kᵀ copy; fp16 and int8-block
+    /// rows widened a few at a time), over only the keys some row can see. Needs keys and
+    /// values with contiguous rows (the KV caches).
     pub fn few_rows(&self) -> bool {
-        self.l <= FEW_ROWS
-            && self.k.elem == Elem::F32
-            && self.v.elem == Elem::F32
-            && self.k.cs == 1
-            && self.v.cs == 1
+        let rows = |v: &View, scales: &Option<BlockScales>| {
+            v.cs == 1
+                && match v.elem {
+                    Elem::F32 | Elem::F16 => scales.is_none(),
+                    Elem::I8 => scales.is_some(),
+                    _ => false,
+                }
+        };
+        self.l <= FEW_ROWS && rows(&self.k, &self.k_scales) && rows(&self.v, &self.v_scales)
     }
 
     /// Query blocks as bf16 tile products: the head's Kᵀ and V packed as AMX tiles once per
@@ -123,7 +158,16 @@ impl Attention {
         let scratch = SendPtr(cx.scratch(tasks * pt).as_mut_ptr());
         let items = self.items();
         let per = items.div_ceil(tasks);
-        let ptrs = [self.q.v, self.k.v, self.v.v].map(|v| SendPtr(cx.ptr(v)));
+        let scale_ptr = |s: &Option<BlockScales>| {
+            SendPtr(s.as_ref().map_or(std::ptr::null_mut(), |s| cx.ptr(s.v)))
+        };
+        let ptrs = [
+            SendPtr(cx.ptr(self.q.v)),
+            SendPtr(cx.ptr(self.k.v)),
+            SendPtr(cx.ptr(self.v.v)),
+            scale_ptr(&self.k_scales),
+            scale_ptr(&self.v_scales),
+        ];
         let mptr = SendPtr(
             self.mask
                 .as_ref()
@@ -156,14 +200,14 @@ impl Attention {
         &self,
         b: usize,
         buf: &mut [f32],
-        ptrs: [SendPtr<u8>; 3],
+        ptrs: [SendPtr<u8>; 5],
         mptr: SendPtr<u8>,
         out: SendPtr<u8>,
     ) {
         let (l, s, e, ev) = (self.l, self.s, self.e, self.ev);
         let (qs, rest) = buf.split_at_mut(l * e);
-        let (ss, os) = rest.split_at_mut(l * s);
-        let os = &mut os[..l * ev];
+        let (ss, rest) = rest.split_at_mut(l * s);
+        let (os, wide) = rest.split_at_mut(l * ev);
         let qoff = boff(&self.batch, &self.q.batch_strides, b);
         for i in 0..l {
             let row = &mut qs[i * e..(i + 1) * e];
@@ -199,10 +243,24 @@ impl Attention {
             }
             None => ss.fill(0.0),
         }
-        let kbase = (ptrs[1].get() as *const f32).add(boff(&self.batch, &self.k.batch_strides, b));
-        let vbase = (ptrs[2].get() as *const f32).add(boff(&self.batch, &self.v.batch_strides, b));
-        let blocked = add_scores16(qs, l, e, kbase, self.k.rs, lo..hi, ss, s);
-        add_scores(qs, l, e, kbase, self.k.rs, lo + blocked..hi, ss, s);
+        let (widened, packed) = wide.split_at_mut(wide.len().min(WIDEN_ROWS * e.max(ev)));
+        if self.k.elem == Elem::F32 {
+            let kbase =
+                (ptrs[1].get() as *const f32).add(boff(&self.batch, &self.k.batch_strides, b));
+            let blocked = add_scores16(qs, l, e, kbase, self.k.rs, lo..hi, ss, s);
+            add_scores(qs, l, e, kbase, self.k.rs, lo + blocked..hi, ss, s);
+        } else {
+            for c0 in (lo..hi).step_by(WIDEN_ROWS) {
+                let n = WIDEN_ROWS.min(hi - c0);
+                for j in 0..n {
+                    let row = &mut widened[j * e..(j + 1) * e];
+                    self.load_operand_row(1, ptrs, b, c0 + j, row);
+                }
+                let kb = widened.as_ptr();
+                let blocked = add_scores16(qs, l, e, kb, e, 0..n, &mut ss[c0..], s);
+                add_scores(qs, l, e, kb, e, blocked..n, &mut ss[c0..], s);
+            }
+        }
         for i in 0..l {
             let row = &mut ss[i * s + lo..i * s + hi];
             let m = super::rows::max_of(row);
@@ -219,7 +277,31 @@ impl Attention {
         let n = hi - lo;
         if n == 0 {
             os.fill(f32::NAN);
+        } else if self.v.elem != Elem::F32 {
+            // P [l, rows] · V[rows] a chunk of widened rows at a time
+            for c0 in (lo..hi).step_by(WIDEN_ROWS) {
+                let m = WIDEN_ROWS.min(hi - c0);
+                for j in 0..m {
+                    let row = &mut widened[j * ev..(j + 1) * ev];
+                    self.load_operand_row(2, ptrs, b, c0 + j, row);
+                }
+                for i in 0..l {
+                    packed[i * m..(i + 1) * m].copy_from_slice(&ss[i * s + c0..i * s + c0 + m]);
+                }
+                gemm_rows(
+                    &packed[..l * m],
+                    &widened[..m * ev],
+                    ev,
+                    os,
+                    l,
+                    m,
+                    ev,
+                    c0 != lo,
+                );
+            }
         } else {
+            let vbase =
+                (ptrs[2].get() as *const f32).add(boff(&self.batch, &self.v.batch_strides, b));
             // P [l, n] packed, then P · V[lo..hi] [n, ev]
             for i in 0..l {
                 ss.copy_within(i * s + lo..i * s + hi, i * n);
@@ -253,7 +335,7 @@ impl Attention {
         item: usize,
         buf: &mut [f32],
         loaded: &mut Option<usize>,
-        ptrs: [SendPtr<u8>; 3],
+        ptrs: [SendPtr<u8>; 5],
         mptr: SendPtr<u8>,
         out: SendPtr<u8>,
     ) {
@@ -267,29 +349,43 @@ impl Attention {
         let (vs, rest) = rest.split_at_mut(self.s * ev);
         let (ss, rest) = rest.split_at_mut(BQ * BK);
         let (os, rest) = rest.split_at_mut(BQ * ev);
-        let (ms, ls) = rest.split_at_mut(BQ);
+        let (ms, rest) = rest.split_at_mut(BQ);
+        let (ls, key) = rest.split_at_mut(BQ);
         let qoff = boff(&self.batch, &self.q.batch_strides, b);
         let koff = boff(&self.batch, &self.k.batch_strides, b);
         let voff = boff(&self.batch, &self.v.batch_strides, b);
         if *loaded != Some(b) {
             // Kᵀ [e, s]: row t holds feature t of every key
-            for t in 0..e {
-                load_row(
-                    ptrs[1].get(),
-                    self.k.elem,
-                    koff + t * self.k.cs,
-                    self.k.rs,
-                    &mut ks[t * self.s..(t + 1) * self.s],
-                );
+            if self.k_scales.is_some() {
+                for j in 0..self.s {
+                    self.load_operand_row(1, ptrs, b, j, &mut key[..e]);
+                    for (t, &x) in key[..e].iter().enumerate() {
+                        ks[t * self.s + j] = x;
+                    }
+                }
+            } else {
+                for t in 0..e {
+                    load_row(
+                        ptrs[1].get(),
+                        self.k.elem,
+                        koff + t * self.k.cs,
+                        self.k.rs,
+                        &mut ks[t * self.s..(t + 1) * self.s],
+                    );
+                }
             }
             for j in 0..self.s {
-                load_row(
-                    ptrs[2].get(),
-                    self.v.elem,
-                    voff + j * self.v.rs,
-                    self.v.cs,
-                    &mut vs[j * ev..(j + 1) * ev],
-                );
+                if self.v_scales.is_some() {
+                    self.load_operand_row(2, ptrs, b, j, &mut vs[j * ev..(j + 1) * ev]);
+                } else {
+                    load_row(
+                        ptrs[2].get(),
+                        self.v.elem,
+                        voff + j * self.v.rs,
+                        self.v.cs,
+                        &mut vs[j * ev..(j + 1) * ev],
+                    );
+                }
             }
             *loaded = Some(b);
         }
@@ -386,6 +482,43 @@ impl Attention {
 }
 
 impl Attention {
+    /// Row `row` of batch `b` of the key (`which` 1) or value (2) operand as f32.
+    ///
+    /// # Safety
+    /// Pointers are this kernel's operands; views were validated against their shapes; int8
+    /// operands have contiguous columns.
+    unsafe fn load_operand_row(
+        &self,
+        which: usize,
+        ptrs: [SendPtr<u8>; 5],
+        b: usize,
+        row: usize,
+        dst: &mut [f32],
+    ) {
+        let (view, scales) = if which == 1 {
+            (&self.k, &self.k_scales)
+        } else {
+            (&self.v, &self.v_scales)
+        };
+        let off = boff(&self.batch, &view.batch_strides, b) + row * view.rs;
+        let Some(sc) = scales else {
+            return load_row(ptrs[which].get(), view.elem, off, view.cs, dst);
+        };
+        let data = (ptrs[which].get() as *const i8).add(off);
+        let soff = boff(&self.batch, &sc.batch_strides, b) + row * sc.rs;
+        let sp = ptrs[which + 2].get();
+        for (blk, chunk) in dst.chunks_mut(SCALE_BLOCK).enumerate() {
+            let d = match sc.elem {
+                Elem::F16 => (*(sp as *const f16).add(soff + blk)).to_f32(),
+                _ => *(sp as *const f32).add(soff + blk),
+            };
+            let q = std::slice::from_raw_parts(data.add(blk * SCALE_BLOCK), chunk.len());
+            for (x, &v) in chunk.iter_mut().zip(q) {
+                *x = f32::from(v) * d;
+            }
+        }
+    }
+
     /// One query block as bf16 tile products ([`Attention::bf16_blocks`]).
     ///
     /// # Safety
@@ -396,7 +529,7 @@ impl Attention {
         item: usize,
         buf: &mut [f32],
         loaded: &mut Option<usize>,
-        ptrs: [SendPtr<u8>; 3],
+        ptrs: [SendPtr<u8>; 5],
         mptr: SendPtr<u8>,
         out: SendPtr<u8>,
     ) {

@@ -79,6 +79,8 @@ pub(crate) fn sdpa(cx: &mut OpCx) -> Result<()> {
         q: view(cx, q, &qs)?,
         k: view(cx, k, &ks)?,
         v: view(cx, v, &vs)?,
+        k_scales: None,
+        v_scales: None,
         mask: mview,
         batch,
         l,

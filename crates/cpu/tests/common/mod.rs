@@ -204,6 +204,10 @@ pub fn set(inst: &mut Instance, name: &str, d: DType, data: &[f64]) {
             name,
             HostSlice::Bool(&data.iter().map(|&x| x != 0.0).collect::<Vec<_>>()),
         ),
+        DType::Int8 => inst.set_input(
+            name,
+            HostSlice::I8(&data.iter().map(|&x| x as i8).collect::<Vec<_>>()),
+        ),
         _ => panic!("unsupported test dtype"),
     }
     .unwrap();

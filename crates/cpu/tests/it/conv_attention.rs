@@ -606,6 +606,157 @@ fn sdpa_few_query_rows_match_reference_with_hidden_keys() {
     }
 }
 
+/// Keys and values kept narrower than the query (KV caches in fp16 or as int8 blocks of 32 with
+/// one scale each, llama.cpp's q8_0) and widened to f32 by the program's own ops before
+/// `scaled_dot_product_attention`: the attention kernel reads them as stored (the widening ops
+/// leave the schedule) and gives the attention of the widened values, for few query rows and
+/// for query blocks, fp16 and f32 scales, at 1 and 2 threads.
+#[test]
+fn sdpa_reads_fp16_and_int8_block_operands_as_stored() {
+    let mut rng = Rng(53);
+    let f32d = DType::Fp32;
+    for &(b, l, s, e, ev, int8_keys) in &[
+        (2usize, 1usize, 300usize, 64usize, 64usize, false),
+        (3, 5, 77, 32, 64, true),
+        (1, 40, 150, 64, 32, false),
+        (2, 70, 45, 32, 32, true),
+    ] {
+        let mut p = Prog::new();
+        let q = p.input("q", f32d, &[b, l, e]);
+        let m = p.input("m", f32d, &[1, l, s]);
+        let mut ins = vec![
+            ("q", f32d, quantize(f32d, &rng.vec(b * l * e, -2.0, 2.0))),
+            ("m", f32d, quantize(f32d, &rng.vec(l * s, -2.0, 0.0))),
+        ];
+        // each operand stored as fp16, or as int8 blocks with scales, and widened by the program
+        let mut widened = Vec::new();
+        let mut names = Vec::new();
+        for (name, width, int8) in [("k", e, int8_keys), ("v", ev, !int8_keys)] {
+            let shape = [b, s, width];
+            if !int8 {
+                let x = p.input(name, DType::Fp16, &shape);
+                let data = quantize(DType::Fp16, &rng.vec(b * s * width, -1.5, 1.5));
+                widened.push(data.clone());
+                ins.push((name, DType::Fp16, data));
+                let cast = [("x", v(&x)), ("dtype", A::S("fp32"))];
+                names.push(p_cast(&mut p, &cast, &shape));
+                continue;
+            }
+            let nb = width / 32;
+            let scale_dtype = if int8_keys { DType::Fp32 } else { DType::Fp16 };
+            let qname: &'static str = if name == "k" { "k_q" } else { "v_q" };
+            let dname: &'static str = if name == "k" { "k_d" } else { "v_d" };
+            let xq = p.input(qname, DType::Int8, &shape);
+            let xd = p.input(dname, scale_dtype, &[b, s, nb]);
+            let qv: Vec<f64> = (0..b * s * width)
+                .map(|_| rng.below(255) as f64 - 127.0)
+                .collect();
+            let dv = quantize(scale_dtype, &rng.vec(b * s * nb, 0.001, 0.02));
+            widened.push(
+                (0..b * s * width)
+                    .map(|i| qv[i] * dv[i / 32])
+                    .collect::<Vec<f64>>(),
+            );
+            ins.push((qname, DType::Int8, qv));
+            ins.push((dname, scale_dtype, dv));
+            let blocks = p.op(
+                "reshape",
+                &[
+                    ("x", v(&xq)),
+                    ("shape", A::Is(vec![b as i64, s as i64, nb as i64, 32])),
+                ],
+                DType::Int8,
+                &[b, s, nb, 32],
+            );
+            let wide = p_cast(
+                &mut p,
+                &[("x", v(&blocks)), ("dtype", A::S("fp32"))],
+                &[b, s, nb, 32],
+            );
+            let d = if scale_dtype == DType::Fp16 {
+                p_cast(
+                    &mut p,
+                    &[("x", v(&xd)), ("dtype", A::S("fp32"))],
+                    &[b, s, nb],
+                )
+            } else {
+                xd
+            };
+            let d = p.op(
+                "reshape",
+                &[
+                    ("x", v(&d)),
+                    ("shape", A::Is(vec![b as i64, s as i64, nb as i64, 1])),
+                ],
+                f32d,
+                &[b, s, nb, 1],
+            );
+            let prod = p.op(
+                "mul",
+                &[("x", v(&wide)), ("y", v(&d))],
+                f32d,
+                &[b, s, nb, 32],
+            );
+            let x = p.op(
+                "reshape",
+                &[
+                    ("x", v(&prod)),
+                    ("shape", A::Is(vec![b as i64, s as i64, width as i64])),
+                ],
+                f32d,
+                &shape,
+            );
+            names.push(x);
+        }
+        let (kw, vw) = (&names[0], &names[1]);
+        let args = [
+            ("query", v(&q)),
+            ("key", v(kw)),
+            ("value", v(vw)),
+            ("attn_mask", v(&m)),
+        ];
+        let y = p.op("scaled_dot_product_attention", &args, f32d, &[b, l, ev]);
+        p.output(&y);
+        let want = attention_ref(
+            &ins[0].2,
+            &widened[0],
+            &widened[1],
+            Some(&ins[1].2),
+            b,
+            l,
+            s,
+            e,
+            ev,
+        );
+        for threads in [1, 2] {
+            let what = format!("stored operands b{b} l{l} s{s} e{e} ev{ev} int8 keys {int8_keys}");
+            let (_, schedule) = compile_threads(&p, threads, &what);
+            let kind = if l <= 16 {
+                "attention-rows"
+            } else {
+                "attention-flash"
+            };
+            assert!(
+                schedule.lines().count() == 1
+                    && schedule.contains("stored")
+                    && schedule.contains(kind),
+                "{what}: {schedule}"
+            );
+            let options = CompileOptions {
+                threads: Some(threads),
+                ..Default::default()
+            };
+            let got = &run_opts(&p, &ins, &options)[&y];
+            assert_close(&what, f32d, got, &want, 0.5);
+        }
+    }
+}
+
+/// A `cast` op of one output.
+fn p_cast(p: &mut Prog, args: &[(&str, A)], shape: &[usize]) -> String {
+    p.op("cast", args, DType::Fp32, shape)
+}
+
 /// `x` rounded to bfloat16 (to nearest, ties to even), computed apart from the engine's rounding.
 fn bf16(x: f64) -> f64 {
     let b = (x as f32).to_bits();

@@ -14,6 +14,48 @@
 //! A padding row written inside the ring overwrites a position older than any query of the
 //! step (or later) can see, because `slots ≥ W + T − 1`.
 
+/// How a cache stores keys and values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KvStorage {
+    /// f32 rows: the exact computation.
+    #[default]
+    F32,
+    /// fp16 rows (llama.cpp's default cache type): half the memory.
+    F16,
+    /// llama.cpp's `q8_0`: blocks of [`Q8_BLOCK`] values along the head dimension as int8 with
+    /// one fp16 scale (`d = max|x| / 127`, `q = round(x / d)`), 8.5 bits a value.
+    Q8_0,
+}
+
+/// Values per `q8_0` block.
+pub const Q8_BLOCK: usize = 32;
+
+impl KvStorage {
+    /// The names the command line and the docs use (llama.cpp's `--cache-type-k` values).
+    pub fn name(self) -> &'static str {
+        match self {
+            KvStorage::F32 => "f32",
+            KvStorage::F16 => "f16",
+            KvStorage::Q8_0 => "q8_0",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<KvStorage> {
+        [KvStorage::F32, KvStorage::F16, KvStorage::Q8_0]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+
+    /// Bytes a cache of `values` keys or values takes.
+    pub fn bytes(self, values: usize) -> usize {
+        match self {
+            KvStorage::F32 => 4 * values,
+            KvStorage::F16 => 2 * values,
+            KvStorage::Q8_0 => values + 2 * values / Q8_BLOCK,
+        }
+    }
+}
+
 /// Where a cache keeps positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CacheLayout {

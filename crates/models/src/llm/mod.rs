@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use audit::{audit_fp16, Fp16Audit, LogitsDrift, ProbeDrift};
+pub use cache::KvStorage;
 pub use chat::{ChatMessage, ChatTemplate, ChatTemplateError};
 pub use config::{Family, LlmConfig, LlmConfigError};
 pub use generate::{generate, FinishReason, GenerateOptions, Generation, StopStrings, TextStream};

@@ -24,7 +24,7 @@ use aneforge::{
     compile_functions, Artifact, Engine, FunctionSpec, Model, ParameterMode, ProgramOptions, Target,
 };
 
-use super::cache::{moved_rows, CacheLayout};
+use super::cache::{moved_rows, CacheLayout, KvStorage, Q8_BLOCK};
 use super::config::Positions;
 use super::step::{self, EmbedInput, LogitsRows, StepSpec};
 use super::{Llm, LlmError};
@@ -61,6 +61,9 @@ pub struct RunnerOptions {
     /// ([`step::PROBE_PREFIX`] outputs, read by [`Runner::probes`]) and the CPU engine runs each
     /// op unfused, recording what it wrote ([`Runner::inspection`]). Slow.
     pub probes: bool,
+    /// How the KV caches store keys and values (CPU target; ANE-target programs keep every value
+    /// in fp16, so `F16` changes nothing there and `Q8_0` is refused).
+    pub kv_cache: KvStorage,
     /// Mixtures of experts: decode and short verification steps compute only each token's
     /// chosen experts' gate and up projections (`linear_experts`). Off by default: the CPU
     /// engine expands the chosen experts' quantized rows to f32 before multiplying, which at
@@ -84,6 +87,7 @@ impl Default for RunnerOptions {
             activations: Activations::Int16,
             accumulation: Accumulation::F32,
             probes: false,
+            kv_cache: KvStorage::F32,
             sparse_experts: false,
         }
     }
@@ -194,6 +198,23 @@ impl Runner {
             opts.host_embeddings = true;
             // the CPU engine previews what the ANE computes, which takes fp16 activations
             opts.activations = Activations::F32;
+            match opts.kv_cache {
+                KvStorage::F32 | KvStorage::F16 => opts.kv_cache = KvStorage::F32,
+                KvStorage::Q8_0 => {
+                    return Err(LlmError::Invalid(format!(
+                        "a q8_0 KV cache needs the CPU target: {} programs keep their caches in \
+                         fp16",
+                        opts.target
+                    )))
+                }
+            }
+        }
+        if opts.kv_cache == KvStorage::Q8_0 && !cfg.head_dim.is_multiple_of(Q8_BLOCK) {
+            return Err(LlmError::Invalid(format!(
+                "a q8_0 KV cache needs a head size that is a multiple of {Q8_BLOCK}; this model's \
+                 is {}",
+                cfg.head_dim
+            )));
         }
         let max = opts.max_context.min(cfg.max_positions);
         if max == 0 || opts.min_context == 0 {
@@ -258,6 +279,7 @@ impl Runner {
                     tokens: f.tokens,
                     context: f.context,
                     window_rows: CacheLayout::new(window, f.context, max_tokens).rows(),
+                    cache: opts.kv_cache,
                     layers: layers.clone(),
                     embed,
                     logits: if f.all {
@@ -411,6 +433,18 @@ impl Runner {
     pub fn loaded_functions(&self) -> Vec<String> {
         let names = self.segments.iter().flat_map(|s| s.recent.iter());
         names.map(FnKey::name).collect()
+    }
+
+    /// What each loaded step function holds, by program function name, per segment.
+    pub fn memory(&self) -> Vec<(String, aneforge::MemoryReport)> {
+        let mut all: Vec<(String, aneforge::MemoryReport)> = Vec::new();
+        for seg in &self.segments {
+            for (key, model) in &seg.loaded {
+                all.push((key.name(), model.memory()));
+            }
+        }
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
     }
 
     /// Where the caches of layer `l` keep positions in the functions of context `context`.
@@ -574,8 +608,10 @@ impl Runner {
                 },
             )?;
             for l in segment.layers.clone() {
-                model.share_buffer(&step::k_cache_out(l), &step::k_cache(l))?;
-                model.share_buffer(&step::v_cache_out(l), &step::v_cache(l))?;
+                let hd = self.llm.config.head_dim;
+                for p in step::cache_ports(l, hd, self.opts.kv_cache) {
+                    model.share_buffer(&p.output, &p.input)?;
+                }
             }
             segment.loaded.insert(key, model);
         }
@@ -590,6 +626,7 @@ impl Runner {
         let (kv, hd) = (cfg.n_kv_heads, cfg.head_dim);
         let len = self.len;
         let max_tokens = self.max_tokens;
+        let storage = self.opts.kv_cache;
         let segment = &mut self.segments[seg];
         let Some(owner) = segment.owner.filter(|o| *o != key) else {
             segment.owner = Some(key);
@@ -608,11 +645,8 @@ impl Runner {
                     let window = cfg.window_at(l);
                     let layouts = [owner.context, key.context]
                         .map(|s| CacheLayout::new(window, s, max_tokens));
-                    for (out, inp) in [
-                        (step::k_cache_out(l), step::k_cache(l)),
-                        (step::v_cache_out(l), step::v_cache(l)),
-                    ] {
-                        move_cache(&from, &out, to, &inp, layouts, kv, len, hd)?;
+                    for p in step::cache_ports(l, hd, storage) {
+                        move_cache(&from, &p.output, to, &p.input, layouts, kv, len, p.width)?;
                     }
                 }
                 Ok(())
@@ -828,6 +862,7 @@ fn move_cache(
     match (from.output_view(out)?, to.input_view_mut(inp)?) {
         (BufferRef::F32(a), BufferMut::F32(b)) => copy(a, b, layouts, kv, len, hd),
         (BufferRef::F16(a), BufferMut::F16(b)) => copy(a, b, layouts, kv, len, hd),
+        (BufferRef::I8(a), BufferMut::I8(b)) => copy(a, b, layouts, kv, len, hd),
         _ => {
             return Err(LlmError::Internal(format!(
                 "cache {out} and {inp} differ in dtype"

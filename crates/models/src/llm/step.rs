@@ -11,9 +11,14 @@
 //! `[T, D]`; `rope_cos`, `rope_sin` `[T, head_dim]`; for layers over the whole context
 //! `write_pos` i32 `[3]` = `[0, row, 0]` and `mask` `[T, S]`, for sliding-window layers
 //! `write_pos_window` and `mask_window` `[T, R]`; `last_index` i32 `[1]` when only the last row's
-//! logits are wanted; `k_cache_l`, `v_cache_l`. Outputs: `logits` `[T or 1, vocab]` or
-//! `hidden_out` `[T, D]`, and `k_cache_l_out`, `v_cache_l_out` (share them with the inputs). A
-//! port is declared only when a layer of the segment uses it.
+//! logits are wanted; the caches [`cache_ports`] names. Outputs: `logits` `[T or 1, vocab]` or
+//! `hidden_out` `[T, D]`, and each cache's `_out` (share them with the inputs). A port is
+//! declared only when a layer of the segment uses it.
+//!
+//! Caches are f32, fp16 or `q8_0` ([`KvStorage`]): an fp16 cache is written as the new rows cast
+//! to fp16 and read through a cast back to f32; a `q8_0` cache is an int8 tensor and an fp16
+//! scale per block, quantized as the rows are written and read as `int8 · scale`. The CPU engine
+//! reads either form inside its attention kernel (no f32 copy of the cache).
 
 use std::ops::Range;
 
@@ -22,6 +27,7 @@ use aneforge::graph::{self, DType, Tensor};
 use super::block::{
     attention, decoder_layer, head_logits, norm_at, rotate_half_matrix, scaled, LayerOptions, Rope,
 };
+use super::cache::{KvStorage, Q8_BLOCK};
 use super::config::{LlmConfig, Positions};
 use super::weights::ModelWeights;
 use super::LlmError;
@@ -56,6 +62,37 @@ pub fn v_cache_out(layer: usize) -> String {
     format!("v_cache_{layer}_out")
 }
 
+/// One resident cache tensor of a layer: its input port, the output port that shares its
+/// buffer, and the values it keeps per cache row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CachePort {
+    pub input: String,
+    pub output: String,
+    pub width: usize,
+}
+
+/// The cache tensors of layer `l` with `head_dim` `hd`: `k_cache_l` and `v_cache_l`
+/// `[kv_heads, R, hd]`, and for `q8_0` their scales `k_scale_l`, `v_scale_l`
+/// `[kv_heads, R, hd / 32]`.
+pub fn cache_ports(l: usize, hd: usize, storage: KvStorage) -> Vec<CachePort> {
+    let port = |input: String, output, width| CachePort {
+        input,
+        output,
+        width,
+    };
+    let mut ports = vec![
+        port(k_cache(l), k_cache_out(l), hd),
+        port(v_cache(l), v_cache_out(l), hd),
+    ];
+    if storage == KvStorage::Q8_0 {
+        for (kv, width) in [("k", hd / Q8_BLOCK), ("v", hd / Q8_BLOCK)] {
+            let name = format!("{kv}_scale_{l}");
+            ports.push(port(name.clone(), format!("{name}_out"), width));
+        }
+    }
+    ports
+}
+
 /// Which rows of logits a step computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LogitsRows {
@@ -82,6 +119,7 @@ pub struct StepSpec {
     pub context: usize,
     /// Cache rows of the sliding-window layers (`context` unless they keep a ring).
     pub window_rows: usize,
+    pub cache: KvStorage,
     pub layers: Range<usize>,
     pub embed: EmbedInput,
     pub logits: LogitsRows,
@@ -121,6 +159,64 @@ fn heads_first(x: &Tensor) -> Result<Tensor, LlmError> {
         return Ok(x.reshape(&[s[1] as isize, 1, s[2] as isize])?);
     }
     Ok(x.transpose(&[1, 0, 2])?)
+}
+
+/// Writes `new` `[kv, T, hd]` at `write_pos` into the cache `port` (and its block scales
+/// `scale` for `q8_0`) of `rows` rows: the whole cache as f32 for attention, and the updated
+/// cache tensors as outputs.
+fn cached(
+    storage: KvStorage,
+    port: &CachePort,
+    scale: Option<&CachePort>,
+    new: &Tensor,
+    rows: usize,
+    write_pos: &Tensor,
+) -> Result<(Tensor, Vec<(String, Tensor)>), LlmError> {
+    let (kv, t, hd) = (new.shape()[0], new.shape()[1], new.shape()[2]);
+    let shape = [kv, rows, hd];
+    let out = |n: &CachePort, x: &Tensor| (n.output.clone(), x.clone());
+    match (storage, scale) {
+        (KvStorage::F32, _) => {
+            let all = graph::input(&port.input, &shape, DType::F32)?
+                .dynamic_slice_update(new, write_pos)?;
+            Ok((all.clone(), vec![out(port, &all)]))
+        }
+        (KvStorage::F16, _) => {
+            let all = graph::input(&port.input, &shape, DType::F16)?
+                .dynamic_slice_update(&new.cast(DType::F16)?, write_pos)?;
+            Ok((all.cast(DType::F32)?, vec![out(port, &all)]))
+        }
+        (KvStorage::Q8_0, Some(scale)) => {
+            let nb = hd / Q8_BLOCK;
+            let blocks = |n: usize| [kv as isize, n as isize, nb as isize, Q8_BLOCK as isize];
+            let x = new.reshape(&blocks(t))?;
+            let amax = x.abs()?.max(&[-1], true)?;
+            // all-zero blocks quantize to zeros under any finite reciprocal
+            let inv = amax.maximum_scalar(1e-30)?.recip()?.mul_scalar(127.0)?;
+            let q = x.mul(&inv)?.round()?.cast(DType::I8)?;
+            let d = amax.mul_scalar(1.0 / 127.0)?.cast(DType::F16)?;
+            let three = |x: Tensor, w: usize| x.reshape(&[kv as isize, -1, w as isize]);
+            let data = graph::input(&port.input, &shape, DType::I8)?
+                .dynamic_slice_update(&three(q, hd)?, write_pos)?;
+            let scales = graph::input(&scale.input, &[kv, rows, nb], DType::F16)?
+                .dynamic_slice_update(&three(d, nb)?, write_pos)?;
+            let wide = data
+                .reshape(&blocks(rows))?
+                .cast(DType::F32)?
+                .mul(&scales.cast(DType::F32)?.reshape(&[
+                    kv as isize,
+                    rows as isize,
+                    nb as isize,
+                    1,
+                ])?)?
+                .reshape(&[kv as isize, rows as isize, hd as isize])?;
+            Ok((wide, vec![out(port, &data), out(scale, &scales)]))
+        }
+        (KvStorage::Q8_0, None) => Err(LlmError::Internal(format!(
+            "q8_0 cache {} without its scales",
+            port.input
+        ))),
+    }
 }
 
 /// Builds the named outputs of one step.
@@ -214,15 +310,24 @@ pub fn build_step(
             lora: None,
             sparse_expert_rows: spec.sparse_expert_rows,
         };
+        let ports = cache_ports(l, hd, spec.cache);
         let out = decoder_layer(cfg, &w.layers[l], &x, rs, layer_rope, opts, |q, k, v| {
-            let k_cache = graph::input(&k_cache(l), &[kv, rows, hd], DType::F32)?;
-            let v_cache = graph::input(&v_cache(l), &[kv, rows, hd], DType::F32)?;
-            let k_all = k_cache.dynamic_slice_update(&heads_first(&k)?, write_pos)?;
-            let v_all = v_cache.dynamic_slice_update(&heads_first(&v)?, write_pos)?;
+            let [k_all, v_all] = [(k, 0), (v, 1)].map(|(new, i)| {
+                let scale = ports.get(2 + i);
+                cached(
+                    spec.cache,
+                    &ports[i],
+                    scale,
+                    &heads_first(&new)?,
+                    rows,
+                    write_pos,
+                )
+            });
+            let ((k_all, k_out), (v_all, v_out)) = (k_all?, v_all?);
             let q = heads_first(&q)?.reshape(&[kv as isize, (group * t) as isize, hd as isize])?;
             let att = attention(cfg, &q, &k_all, &v_all, layer_mask)?;
             let att = att.reshape(&[h as isize, t as isize, hd as isize])?;
-            caches = Some((k_all, v_all));
+            caches = Some([k_out, v_out].concat());
             Ok(if t == 1 {
                 att.reshape(&[1, (h * hd) as isize])?
             } else {
@@ -230,7 +335,7 @@ pub fn build_step(
                     .reshape(&[t as isize, (h * hd) as isize])?
             })
         })?;
-        let (k_all, v_all) =
+        let caches =
             caches.ok_or_else(|| LlmError::Internal("layer built without attention".into()))?;
         x = out.x;
         if spec.probes {
@@ -238,8 +343,7 @@ pub fn build_step(
             probes.push((format!("{PROBE_PREFIX}l{l}_mlp"), out.mlp_act));
             probes.push((format!("{PROBE_PREFIX}l{l}_out"), x.clone()));
         }
-        outputs.push((k_cache_out(l), k_all));
-        outputs.push((v_cache_out(l), v_all));
+        outputs.extend(caches);
     }
     let head_out = if last {
         let x = match (spec.logits, t) {

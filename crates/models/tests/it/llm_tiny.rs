@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use aneforge_models::llm::cache::CacheLayout;
 use aneforge_models::llm::{
-    generate, GenerateOptions, Llm, LoadOptions, Runner, RunnerOptions, SamplingOptions,
+    generate, GenerateOptions, KvStorage, Llm, LoadOptions, Runner, RunnerOptions, SamplingOptions,
     WeightFormat,
 };
 use llm_fixtures::{floats, ints};
@@ -222,6 +222,77 @@ fn sliding_window_rings_match_whole_context_caches() {
         assert!(err < 1e-4, "{family} after a cut: relative error {err:e}");
         assert_eq!(ring.truncate(100), 0, "{family}");
         assert!(ring.is_empty());
+    }
+}
+
+/// The long prompt's logits at every position, fed in uneven pieces (prefill and one-token
+/// steps, moves between functions and into larger buckets).
+fn pieces_logits(runner: &mut Runner, ids: &[u32]) -> Vec<f32> {
+    let mut got = runner.feed_all(&ids[..7]).unwrap();
+    let mut at = 7;
+    for piece in [16, 5, 1, 1, 13, 64, 2, 9].into_iter().cycle() {
+        if at == ids.len() {
+            return got;
+        }
+        let end = (at + piece).min(ids.len());
+        got.extend(runner.feed_all(&ids[at..end]).unwrap());
+        at = end;
+    }
+    got
+}
+
+/// fp16 and q8_0 KV caches (llama.cpp's cache types): the long prompt's logits stay within the
+/// caches' rounding of the f32 caches' (and differ from them, so the stored form is used); the
+/// CPU engine's attention reads the stored caches directly (no f32 copy of a cache in any
+/// function's activations) and gives what the program's unfused ops give (`probes` runs every
+/// op on its own; an fp16 rounding tie may fall the other way under fused arithmetic).
+#[test]
+fn fp16_and_q8_0_caches_round_only_the_cached_values() {
+    for family in ["llama", "mistral", "gemma3", "qwen3"] {
+        let llm = load(family);
+        let ids = expected(family).long_prompt_ids;
+        let mut exact_runner = Runner::new(llm.clone(), options()).unwrap();
+        let exact = pieces_logits(&mut exact_runner, &ids);
+        let exact_memory = exact_runner.memory();
+        for (storage, bound) in [(KvStorage::F16, 2e-3), (KvStorage::Q8_0, 3e-2)] {
+            let opts = RunnerOptions {
+                kv_cache: storage,
+                ..options()
+            };
+            if storage == KvStorage::Q8_0 && !llm.config.head_dim.is_multiple_of(32) {
+                let err = Runner::new(llm.clone(), opts).err().unwrap().to_string();
+                assert!(err.contains("multiple of 32"), "{family}: {err}");
+                continue;
+            }
+            let mut runner = Runner::new(llm.clone(), opts.clone()).unwrap();
+            let fused = pieces_logits(&mut runner, &ids);
+            let err = relative_error(&fused, &exact);
+            assert!(err < bound && err > 1e-6, "{family} {storage:?}: {err:e}");
+            // every function left holds the 1024-position bucket's caches
+            let cfg = &llm.config;
+            let values: usize = (0..cfg.n_layers)
+                .map(|l| 2 * cfg.n_kv_heads * runner.cache_layout(l, 1024).rows() * cfg.head_dim)
+                .sum();
+            let saved = KvStorage::F32.bytes(values) - storage.bytes(values);
+            let memory = runner.memory();
+            assert_eq!(memory.len(), exact_memory.len(), "{family} {storage:?}");
+            for ((name, m), (_, e)) in memory.iter().zip(&exact_memory) {
+                assert!(name.contains("_s1024"), "{family}: {name}");
+                let (m, e) = (m.engine.unwrap(), e.engine.unwrap());
+                assert!(
+                    m.arena <= e.arena,
+                    "{family} {storage:?} {name}: {m:?} vs f32 {e:?}"
+                );
+                assert_eq!(m.ports + saved, e.ports, "{family} {storage:?} {name}");
+            }
+            let unfused_opts = RunnerOptions {
+                probes: true,
+                ..opts
+            };
+            let unfused = pieces_logits(&mut Runner::new(llm.clone(), unfused_opts).unwrap(), &ids);
+            let err = relative_error(&fused, &unfused);
+            assert!(err < 2e-4, "{family} {storage:?} fused vs unfused: {err:e}");
+        }
     }
 }
 

@@ -52,8 +52,9 @@ fn output_dtype(n: &Node, default: i64) -> OpResult<DType> {
 
 fn typed(shape: Vec<usize>, values: Vec<f64>, dtype: DType) -> OpResult<Const> {
     let data = match dtype {
-        DType::F32 => Data::F32(values.iter().map(|&v| v as f32).collect()),
-        DType::I32 => Data::Int(values.iter().map(|&v| v as i64).collect()),
+        // the importer builds f32, i32 and bool values only; storage types convert alike
+        DType::F32 | DType::F16 => Data::F32(values.iter().map(|&v| v as f32).collect()),
+        DType::I32 | DType::I8 => Data::Int(values.iter().map(|&v| v as i64).collect()),
         DType::Bool => Data::Bool(values.iter().map(|&v| v != 0.0).collect()),
     };
     Const::new(shape, data)

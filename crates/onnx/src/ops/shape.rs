@@ -1059,8 +1059,11 @@ fn host_gather(
 fn cast_const(c: &Const, to: DType) -> Const {
     let n = c.len();
     let data = match to {
-        DType::F32 => Data::F32(c.to_f32s()),
-        DType::I32 => Data::Int((0..n).map(|i| c.data.f64_at(i).trunc() as i64).collect()),
+        // the importer builds f32, i32 and bool values only; storage types convert alike
+        DType::F32 | DType::F16 => Data::F32(c.to_f32s()),
+        DType::I32 | DType::I8 => {
+            Data::Int((0..n).map(|i| c.data.f64_at(i).trunc() as i64).collect())
+        }
         DType::Bool => Data::Bool((0..n).map(|i| c.data.f64_at(i) != 0.0).collect()),
     };
     Const {
@@ -1090,12 +1093,12 @@ fn cast(n: &Node, to: i32) -> OpResult<Vec<Value>> {
         // floats round half to even, then every value saturates to the 4-bit range
         let t = n.input(0)?.to_tensor()?;
         let t = match t.dtype() {
-            DType::F32 => t
+            DType::F32 | DType::F16 => t
                 .round()?
                 .maximum_scalar(lo)?
                 .minimum(&scalar(hi))?
                 .cast(DType::I32)?,
-            DType::I32 => {
+            DType::I32 | DType::I8 => {
                 let bound = |v: f32| Const::ints(vec![], vec![v as i64])?.to_tensor();
                 t.maximum(&bound(lo)?)?.minimum(&bound(hi)?)?
             }
@@ -1130,6 +1133,8 @@ fn cast_like(n: &Node) -> OpResult<Vec<Value>> {
         DType::F32 => 1,
         DType::I32 => 7,
         DType::Bool => 9,
+        DType::F16 => 10,
+        DType::I8 => 3,
     };
     cast(n, code)
 }
@@ -1198,8 +1203,8 @@ fn trilu(n: &Node) -> OpResult<Vec<Value>> {
         .collect();
     let mask = Const::new(vec![rows, cols], Data::Bool(keep))?.to_tensor()?;
     let zero = match x.dtype() {
-        DType::F32 => aneforge::graph::scalar(0.0),
-        DType::I32 => aneforge::graph::constant(aneforge::HostArray::scalar_i32(0)),
+        DType::F32 | DType::F16 => aneforge::graph::scalar(0.0),
+        DType::I32 | DType::I8 => aneforge::graph::constant(aneforge::HostArray::scalar_i32(0)),
         DType::Bool => aneforge::graph::constant(aneforge::HostArray::from_bool(&[], vec![false])?),
     };
     tensor(mask.select(&x, &zero)?)

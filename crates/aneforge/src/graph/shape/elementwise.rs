@@ -43,6 +43,7 @@ pub(super) fn infer(
             let float_op = matches!(b, crate::graph::BinaryOp::Div | crate::graph::BinaryOp::Pow);
             if dtypes[0] != dtypes[1]
                 || dtypes[0] == DType::Bool
+                || dtypes[0].is_storage()
                 || (float_op && dtypes[0] != DType::F32)
             {
                 let expected = if float_op { "f32" } else { "f32 or i32" };
@@ -60,7 +61,7 @@ pub(super) fn infer(
         Op::Compare(_) => {
             arity(name, srcs, 2)?;
             let dtypes = [srcs[0].dtype(), srcs[1].dtype()];
-            if dtypes[0] != dtypes[1] || dtypes[0] == DType::Bool {
+            if dtypes[0] != dtypes[1] || dtypes[0] == DType::Bool || dtypes[0].is_storage() {
                 return Err(GraphError::dtype(
                     name,
                     &dtypes,

@@ -58,6 +58,8 @@ impl<'t> Emitter<'t> {
             DType::F32 => self.float,
             DType::I32 => mil::DType::Int32,
             DType::Bool => mil::DType::Bool,
+            DType::F16 => mil::DType::Fp16,
+            DType::I8 => mil::DType::Int8,
         }
     }
 
