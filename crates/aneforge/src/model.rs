@@ -351,6 +351,30 @@ impl Model {
         Ok(())
     }
 
+    /// Moves input `input`'s buffer (resident state, such as a KV cache shared with an output)
+    /// to the same input of `to`, a program with that input in the same dtype and shape: `to`
+    /// then holds the state without a copy and this model cannot execute until a buffer is moved
+    /// back. `false` when the engine cannot move buffers (nothing changed: copy instead).
+    pub fn move_state(&mut self, input: &str, to: &mut Model) -> Result<bool, Error> {
+        let (a, b) = (self.input_port(input)?, to.input_port(input)?);
+        if a.mil_dtype != b.mil_dtype || a.shape != b.shape {
+            return Err(EngineError::from(PortError::View {
+                port: input.to_string(),
+                message: format!(
+                    "cannot move state between {} {:?} and {} {:?}",
+                    a.mil_dtype, a.shape, b.mil_dtype, b.shape
+                ),
+            })
+            .into());
+        }
+        let Some(state) = self.exec.take_state(input)? else {
+            return Ok(false);
+        };
+        to.exec.put_state(input, state)?;
+        to.provided.insert(input.to_string());
+        Ok(true)
+    }
+
     fn feed_and_execute(&mut self, inputs: &[(&str, HostSlice<'_>)]) -> Result<(), Error> {
         let mut seen = HashSet::new();
         for (name, data) in inputs {

@@ -111,6 +111,23 @@ pub struct Instance {
     ptrs: Vec<SendPtr<u8>>,
     executed: bool,
     shared_inputs: Vec<bool>,
+    /// Inputs whose buffer was taken ([`Instance::take_state`]) and not replaced.
+    taken: Vec<bool>,
+}
+
+/// The buffer of an input taken from one instance ([`Instance::take_state`]) to become the same
+/// input's buffer in another ([`Instance::put_state`]): resident state (a KV cache, say) handed
+/// between programs without a copy.
+pub struct StateBuffer {
+    dtype: DType,
+    shape: Vec<usize>,
+    buf: AlignedBuf,
+}
+
+impl std::fmt::Debug for StateBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StateBuffer({} {:?})", self.dtype, self.shape)
+    }
 }
 
 // SAFETY: the raw pointers in `ptrs` point into buffers owned by this instance or its `Arc<Plan>`.
@@ -178,6 +195,7 @@ impl Instance {
             ptrs: Vec::new(),
             executed: false,
             shared_inputs: vec![false; nin],
+            taken: vec![false; nin],
             plan,
         };
         inst.rebuild_ptrs();
@@ -225,22 +243,31 @@ impl Instance {
         Ok(find_port(&self.plan.outputs, Direction::Output, name)?)
     }
 
+    /// Input `i`'s buffer, unless [`Instance::take_state`] took it.
+    fn input_storage(&mut self, i: usize) -> Result<&mut AlignedBuf> {
+        if self.taken[i] {
+            return Err(CpuError::Port(PortError::View {
+                port: self.plan.inputs[i].name.clone(),
+                message: "its buffer was taken by take_state and not put back".into(),
+            }));
+        }
+        Ok(&mut self.storage[self.bind[i]])
+    }
+
     /// Copies (and converts) host data into an input port.
     pub fn set_input(&mut self, name: &str, data: HostSlice<'_>) -> Result<()> {
         let i = self.input_index(name)?;
-        let buf = &mut self.storage[self.bind[i]];
-        Ok(codec::encode(&self.plan.inputs[i], data, buf.bytes_mut())?)
+        let plan = self.plan.clone();
+        let buf = self.input_storage(i)?;
+        Ok(codec::encode(&plan.inputs[i], data, buf.bytes_mut())?)
     }
 
     /// Copies an input's dense bytes in the codec's form (bool bytes may be any value).
     pub fn write_input_bytes(&mut self, name: &str, bytes: &[u8]) -> Result<()> {
         let i = self.input_index(name)?;
-        let buf = &mut self.storage[self.bind[i]];
-        Ok(codec::copy_dense(
-            &self.plan.inputs[i],
-            bytes,
-            buf.bytes_mut(),
-        )?)
+        let plan = self.plan.clone();
+        let buf = self.input_storage(i)?;
+        Ok(codec::copy_dense(&plan.inputs[i], bytes, buf.bytes_mut())?)
     }
 
     /// Binds input `input` to output `output`'s buffer so state stays resident across executes.
@@ -287,6 +314,53 @@ impl Instance {
         Ok(())
     }
 
+    /// Takes input `input`'s buffer (with its contents) out of this instance; the input has
+    /// none until [`Instance::put_state`] gives it one, and executing fails until then. An
+    /// output shared with the input ([`Instance::share_buffer`]) follows the buffer.
+    pub fn take_state(&mut self, input: &str) -> Result<StateBuffer> {
+        let i = self.input_index(input)?;
+        if self.taken[i] {
+            return Err(CpuError::Port(PortError::View {
+                port: input.to_string(),
+                message: "its buffer was already taken".into(),
+            }));
+        }
+        let (dtype, shape) = (self.plan.inputs[i].dtype, self.plan.inputs[i].shape.clone());
+        let buf = std::mem::replace(&mut self.storage[self.bind[i]], AlignedBuf::zeroed(0));
+        self.taken[i] = true;
+        self.rebuild_ptrs();
+        Ok(StateBuffer { dtype, shape, buf })
+    }
+
+    /// Makes `state` input `input`'s buffer (it must have the input's dtype and shape), freeing
+    /// the buffer the input had. On error `state` is returned unchanged.
+    pub fn put_state(
+        &mut self,
+        input: &str,
+        state: StateBuffer,
+    ) -> std::result::Result<(), Box<(CpuError, StateBuffer)>> {
+        let i = match self.input_index(input) {
+            Ok(i) => i,
+            Err(e) => return Err(Box::new((e, state))),
+        };
+        let p = &self.plan.inputs[i];
+        if p.dtype != state.dtype || p.shape != state.shape {
+            let message = format!(
+                "the buffer holds {} {:?} but the input is {} {:?}",
+                state.dtype, state.shape, p.dtype, p.shape
+            );
+            let e = CpuError::Port(PortError::View {
+                port: input.to_string(),
+                message,
+            });
+            return Err(Box::new((e, state)));
+        }
+        self.storage[self.bind[i]] = state.buf;
+        self.taken[i] = false;
+        self.rebuild_ptrs();
+        Ok(())
+    }
+
     /// Runs the plan once.
     pub fn execute(&mut self) -> Result<()> {
         self.run_plan(Observe::Nothing)
@@ -310,6 +384,12 @@ impl Instance {
     }
 
     fn run_plan(&mut self, observe: Observe<'_>) -> Result<()> {
+        if let Some(i) = self.taken.iter().position(|&t| t) {
+            return Err(CpuError::Port(PortError::View {
+                port: self.plan.inputs[i].name.clone(),
+                message: "its buffer was taken by take_state and not put back".into(),
+            }));
+        }
         if !self.executed {
             let nin = self.plan.inputs.len();
             for (j, p) in self.plan.outputs.iter().enumerate() {
@@ -441,6 +521,7 @@ impl Instance {
 
     pub fn input_view_mut(&mut self, name: &str) -> Result<BufferMut<'_>> {
         let i = self.input_index(name)?;
+        self.input_storage(i)?;
         let p = &self.plan.inputs[i];
         let b = &mut self.storage[self.bind[i]];
         if p.dtype == DType::Bool {

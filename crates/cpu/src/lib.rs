@@ -28,7 +28,9 @@ pub use compile::{
     CompileOptions, MatmulPrecision, MAX_MEMORY_ENV,
 };
 pub use error::CpuError;
-pub use instance::{release_thread_arena, Instance, InstanceMemory, KernelTime, ValueStats};
+pub use instance::{
+    release_thread_arena, Instance, InstanceMemory, KernelTime, StateBuffer, ValueStats,
+};
 pub use known::BlobStore;
 pub use plan::Plan;
 pub use port::{find_port, Direction, Port, PortError};

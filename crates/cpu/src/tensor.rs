@@ -173,14 +173,32 @@ struct Line([u8; 64]);
 
 /// A zero-initialised, 64-byte-aligned byte buffer.
 pub(crate) struct AlignedBuf {
-    lines: Vec<Line>,
+    lines: Lines,
     len: usize,
 }
 
+enum Lines {
+    Heap(Vec<Line>),
+    /// Anonymous pages: the kernel zeroes each page when it is first touched, so the parts of a
+    /// large buffer never written (a KV cache's unused rows) cost no memory.
+    Mapped(memmap2::MmapMut),
+}
+
+/// Buffers from this size on are mapped pages rather than heap memory.
+const MAPPED_BYTES: usize = 1 << 20;
+
 impl AlignedBuf {
     pub fn zeroed(len: usize) -> AlignedBuf {
+        if len >= MAPPED_BYTES {
+            if let Ok(map) = memmap2::MmapMut::map_anon(len) {
+                return AlignedBuf {
+                    lines: Lines::Mapped(map),
+                    len,
+                };
+            }
+        }
         AlignedBuf {
-            lines: vec![Line([0; 64]); len.div_ceil(64).max(1)],
+            lines: Lines::Heap(vec![Line([0; 64]); len.div_ceil(64).max(1)]),
             len,
         }
     }
@@ -196,11 +214,17 @@ impl AlignedBuf {
     }
 
     pub fn as_ptr(&self) -> *const u8 {
-        self.lines.as_ptr() as *const u8
+        match &self.lines {
+            Lines::Heap(v) => v.as_ptr() as *const u8,
+            Lines::Mapped(m) => m.as_ptr(),
+        }
     }
 
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.lines.as_mut_ptr() as *mut u8
+        match &mut self.lines {
+            Lines::Heap(v) => v.as_mut_ptr() as *mut u8,
+            Lines::Mapped(m) => m.as_mut_ptr(),
+        }
     }
 
     pub fn bytes(&self) -> &[u8] {

@@ -39,6 +39,21 @@ impl Executable for Instance {
         Ok(Instance::share_buffer(self, output, input)?)
     }
 
+    fn take_state(
+        &mut self,
+        input: &str,
+    ) -> Result<Option<aneforge_cpu::StateBuffer>, EngineError> {
+        Ok(Some(Instance::take_state(self, input)?))
+    }
+
+    fn put_state(
+        &mut self,
+        input: &str,
+        state: aneforge_cpu::StateBuffer,
+    ) -> Result<(), EngineError> {
+        Instance::put_state(self, input, state).map_err(|b| b.0.into())
+    }
+
     fn memory(&self) -> Option<InstanceMemory> {
         Some(Instance::memory(self))
     }

@@ -123,6 +123,29 @@ pub trait Executable: Send {
     /// Before the first execute: binds `input` to `output`'s buffer (same dtype and shape), so
     /// each execute reads the previous value and the new one lands when it returns.
     fn share_buffer(&mut self, output: &str, input: &str) -> Result<(), EngineError>;
+    /// Takes input `input`'s buffer with its contents (resident state such as a KV cache), to
+    /// become the same input's buffer of another program ([`Executable::put_state`]) without a
+    /// copy; executing fails until a buffer is put back. `None` on engines that cannot hand
+    /// buffers between programs (copy the state instead).
+    fn take_state(
+        &mut self,
+        input: &str,
+    ) -> Result<Option<aneforge_cpu::StateBuffer>, EngineError> {
+        let _ = input;
+        Ok(None)
+    }
+    /// Makes `state` (taken from an input of the same dtype and shape) input `input`'s buffer.
+    fn put_state(
+        &mut self,
+        input: &str,
+        state: aneforge_cpu::StateBuffer,
+    ) -> Result<(), EngineError> {
+        drop(state);
+        Err(EngineError::Port(PortError::View {
+            port: input.to_string(),
+            message: "this engine does not take state buffers".into(),
+        }))
+    }
     /// Executes, returning the magnitude and inf/NaN count of every value each op wrote, in
     /// order (the CPU engine only: other engines cannot look inside a program).
     fn execute_inspected(&mut self) -> Result<Vec<aneforge_cpu::ValueStats>, EngineError> {

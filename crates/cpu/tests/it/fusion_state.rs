@@ -244,6 +244,78 @@ fn share_buffer_accumulates_across_executes() {
     }
 }
 
+/// State moved between two instances (of two plans with the same state input) carries on
+/// accumulating without a copy; the instance it left refuses to execute or take inputs until
+/// state is put back, and state of another shape is refused and handed back.
+#[test]
+fn state_moves_between_instances() {
+    let build = |scale: f64| {
+        let d = DType::Fp32;
+        let mut p = Prog::new();
+        let acc = p.input("acc", d, &[4]);
+        let x = p.input("x", d, &[4]);
+        let sx = p.op("mul", &[("x", v(&x)), ("y", A::F(d, scale))], d, &[4]);
+        let y = p.op("add", &[("x", v(&acc)), ("y", v(&sx))], d, &[4]);
+        p.output(&y);
+        let plan = compile(
+            &p.build(),
+            "main",
+            &BlobStore::new(),
+            &CompileOptions::default(),
+        );
+        let mut inst = plan.unwrap().instantiate();
+        inst.share_buffer(&y, "acc").unwrap();
+        inst.set_input("x", HostSlice::F32(&[1.0, 2.0, 3.0, 4.0]))
+            .unwrap();
+        (inst, y)
+    };
+    let (mut a, ya) = build(1.0);
+    let (mut b, yb) = build(10.0);
+    a.execute().unwrap();
+    a.execute().unwrap();
+    let state = a.take_state("acc").unwrap();
+    b.put_state("acc", state).unwrap();
+    b.execute().unwrap();
+    assert_eq!(b.read_output_f32(&yb).unwrap(), [12.0, 24.0, 36.0, 48.0]);
+    let refused = |r: Result<(), CpuError>| {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("`acc`") && e.contains("taken"), "{e}");
+    };
+    refused(a.execute());
+    refused(a.set_input("acc", HostSlice::F32(&[0.0; 4])));
+    refused(a.take_state("acc").map(|_| ()));
+    let back = b.take_state("acc").unwrap();
+    a.put_state("acc", back).unwrap();
+    a.execute().unwrap();
+    assert_eq!(a.read_output_f32(&ya).unwrap(), [13.0, 26.0, 39.0, 52.0]);
+    // state of another shape goes back to the caller
+    let mut p = Prog::new();
+    let acc = p.input("acc", DType::Fp32, &[8]);
+    let y = p.op(
+        "mul",
+        &[("x", v(&acc)), ("y", A::F(DType::Fp32, 2.0))],
+        DType::Fp32,
+        &[8],
+    );
+    p.output(&y);
+    let plan = compile(
+        &p.build(),
+        "main",
+        &BlobStore::new(),
+        &CompileOptions::default(),
+    );
+    let mut wide = plan.unwrap().instantiate();
+    let state = a.take_state("acc").unwrap();
+    let (e, state) = *wide.put_state("acc", state).unwrap_err();
+    assert!(
+        e.to_string().contains("[4]") && e.to_string().contains("[8]"),
+        "{e}"
+    );
+    a.put_state("acc", state).unwrap();
+    a.execute().unwrap();
+    assert_eq!(a.read_output_f32(&ya).unwrap(), [14.0, 28.0, 42.0, 56.0]);
+}
+
 #[test]
 fn kv_cache_slice_update_is_in_place_and_correct() {
     let d = DType::Fp16;

@@ -3,10 +3,11 @@
 //! Programs: for each context bucket `S` (powers of two up to the maximum context) a decode
 //! program (`T` = 1) and prefill programs for each chunk size `T` (plus verification programs of
 //! `K + 1` tokens for speculative decoding); all of one segment are functions of one program and
-//! share its weights blob. Each loaded function keeps its caches resident (`share_buffer`); when
-//! the runner moves to another function (prefill → decode, a bigger context bucket) it copies the
-//! filled prefix of every cache into the new function's caches. Decode work therefore grows with
-//! the context bucket in use, not with the maximum. Sliding-window layers keep rings of a few
+//! share its weights blob. The function that ran last holds the caches resident (`share_buffer`):
+//! moving to another function of the same bucket (prefill → decode) hands the cache buffers over
+//! (the CPU engine moves them; engines that cannot copy them), so a bucket keeps one set of
+//! caches; moving to a bigger bucket copies the filled rows into its caches. Decode work
+//! therefore grows with the context bucket in use, not with the maximum. Sliding-window layers keep rings of a few
 //! hundred rows once the bucket is larger ([`CacheLayout`]): their memory and decode work stay
 //! bounded by the window.
 //!
@@ -126,11 +127,42 @@ struct Segment {
     loaded: HashMap<FnKey, Model>,
     /// The function whose caches hold the sequence.
     owner: Option<FnKey>,
+    /// Per context bucket, the function holding its cache buffers (the CPU engine moves them
+    /// between a bucket's functions, so the others hold none).
+    holders: HashMap<usize, FnKey>,
     /// Use order of `loaded`, most recent last.
     recent: Vec<FnKey>,
 }
 
-/// Loaded functions kept per segment (each holds its own caches).
+impl Segment {
+    /// Moves the cache buffers (`ports`, with their layers) of `from` to `to`, two functions of
+    /// one bucket; `false` when the engine cannot move buffers (each keeps its own).
+    fn hand_over(
+        &mut self,
+        from: FnKey,
+        to: FnKey,
+        ports: &[(usize, step::CachePort)],
+    ) -> Result<bool, LlmError> {
+        let mut a = self.loaded.remove(&from).ok_or_else(|| {
+            LlmError::Internal(format!("the cache holder {} is not loaded", from.name()))
+        })?;
+        let result = (|| -> Result<bool, LlmError> {
+            let b = self.loaded.get_mut(&to).ok_or_else(|| {
+                LlmError::Internal(format!("the cache taker {} is not loaded", to.name()))
+            })?;
+            for (_, p) in ports {
+                if !a.move_state(&p.input, b)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })();
+        self.loaded.insert(from, a);
+        result
+    }
+}
+
+/// Loaded functions kept per segment.
 const MAX_LOADED: usize = 6;
 
 /// One sequence's state over a model's compiled step programs.
@@ -317,6 +349,7 @@ impl Runner {
                 artifact: Arc::new(artifact),
                 loaded: HashMap::new(),
                 owner: None,
+                holders: HashMap::new(),
                 recent: Vec::new(),
             });
         }
@@ -593,6 +626,26 @@ impl Runner {
                     .position(|k| Some(*k) != segment.owner)
                 {
                     let old = segment.recent.remove(pos);
+                    if segment.holders.get(&old.context) == Some(&old) {
+                        // another loaded function of the bucket takes its caches
+                        segment.holders.remove(&old.context);
+                        let heir = segment
+                            .loaded
+                            .keys()
+                            .copied()
+                            .find(|k| k.context == old.context && *k != old);
+                        if let Some(heir) = heir {
+                            let hd = self.llm.config.head_dim;
+                            let ports = step::layers_cache_ports(
+                                segment.layers.clone(),
+                                hd,
+                                self.opts.kv_cache,
+                            );
+                            if segment.hand_over(old, heir, &ports)? {
+                                segment.holders.insert(old.context, heir);
+                            }
+                        }
+                    }
                     segment.loaded.remove(&old);
                 }
             }
@@ -607,11 +660,9 @@ impl Runner {
                     ..Default::default()
                 },
             )?;
-            for l in segment.layers.clone() {
-                let hd = self.llm.config.head_dim;
-                for p in step::cache_ports(l, hd, self.opts.kv_cache) {
-                    model.share_buffer(&p.output, &p.input)?;
-                }
+            let hd = self.llm.config.head_dim;
+            for (_, p) in step::layers_cache_ports(segment.layers.clone(), hd, self.opts.kv_cache) {
+                model.share_buffer(&p.output, &p.input)?;
             }
             segment.loaded.insert(key, model);
         }
@@ -620,7 +671,9 @@ impl Runner {
         Ok(())
     }
 
-    /// Moves the sequence's positions of every cache from the owning function to `key`.
+    /// Makes `key` the function holding the sequence: it takes its bucket's cache buffers from
+    /// the function of that bucket holding them, and the filled rows are copied in from the
+    /// previous owner when that was of another bucket (or the engine cannot move buffers).
     fn migrate(&mut self, seg: usize, key: FnKey) -> Result<(), LlmError> {
         let cfg = &self.llm.config;
         let (kv, hd) = (cfg.n_kv_heads, cfg.head_dim);
@@ -628,11 +681,19 @@ impl Runner {
         let max_tokens = self.max_tokens;
         let storage = self.opts.kv_cache;
         let segment = &mut self.segments[seg];
+        let ports = step::layers_cache_ports(segment.layers.clone(), hd, storage);
+        let moved = match segment.holders.get(&key.context).copied() {
+            Some(h) if h != key && segment.loaded.contains_key(&h) => {
+                segment.hand_over(h, key, &ports)?
+            }
+            _ => false,
+        };
+        segment.holders.insert(key.context, key);
         let Some(owner) = segment.owner.filter(|o| *o != key) else {
             segment.owner = Some(key);
             return Ok(());
         };
-        if len > 0 {
+        if len > 0 && (owner.context != key.context || !moved) {
             let from = segment.loaded.remove(&owner).ok_or_else(|| {
                 LlmError::Internal(format!("the cache owner {} is not loaded", owner.name()))
             })?;
@@ -641,13 +702,10 @@ impl Runner {
                     .loaded
                     .get_mut(&key)
                     .ok_or_else(|| LlmError::Internal("migration target not loaded".into()))?;
-                for l in segment.layers.clone() {
-                    let window = cfg.window_at(l);
+                for (l, p) in &ports {
                     let layouts = [owner.context, key.context]
-                        .map(|s| CacheLayout::new(window, s, max_tokens));
-                    for p in step::cache_ports(l, hd, storage) {
-                        move_cache(&from, &p.output, to, &p.input, layouts, kv, len, p.width)?;
-                    }
+                        .map(|s| CacheLayout::new(cfg.window_at(*l), s, max_tokens));
+                    move_cache(&from, &p.output, to, &p.input, layouts, kv, len, p.width)?;
                 }
                 Ok(())
             })();
@@ -659,6 +717,7 @@ impl Runner {
         // over): their caches would stay allocated beside the new bucket's
         segment.loaded.retain(|k, _| k.context >= key.context);
         segment.recent.retain(|k| k.context >= key.context);
+        segment.holders.retain(|&c, _| c >= key.context);
         Ok(())
     }
 

@@ -161,6 +161,17 @@ fn heads_first(x: &Tensor) -> Result<Tensor, LlmError> {
     Ok(x.transpose(&[1, 0, 2])?)
 }
 
+/// The cache tensors of `layers`, each with its layer.
+pub fn layers_cache_ports(
+    layers: Range<usize>,
+    hd: usize,
+    storage: KvStorage,
+) -> Vec<(usize, CachePort)> {
+    layers
+        .flat_map(|l| cache_ports(l, hd, storage).into_iter().map(move |p| (l, p)))
+        .collect()
+}
+
 /// Writes `new` `[kv, T, hd]` at `write_pos` into the cache `port` (and its block scales
 /// `scale` for `q8_0`) of `rows` rows: the whole cache as f32 for attention, and the updated
 /// cache tensors as outputs.
