@@ -626,25 +626,10 @@ impl Runner {
                     .position(|k| Some(*k) != segment.owner)
                 {
                     let old = segment.recent.remove(pos);
+                    // a bucket's holder is its most recently used function (every use makes it
+                    // the owner), so it leaves after the bucket's other functions
                     if segment.holders.get(&old.context) == Some(&old) {
-                        // another loaded function of the bucket takes its caches
                         segment.holders.remove(&old.context);
-                        let heir = segment
-                            .loaded
-                            .keys()
-                            .copied()
-                            .find(|k| k.context == old.context && *k != old);
-                        if let Some(heir) = heir {
-                            let hd = self.llm.config.head_dim;
-                            let ports = step::layers_cache_ports(
-                                segment.layers.clone(),
-                                hd,
-                                self.opts.kv_cache,
-                            );
-                            if segment.hand_over(old, heir, &ports)? {
-                                segment.holders.insert(old.context, heir);
-                            }
-                        }
                     }
                     segment.loaded.remove(&old);
                 }

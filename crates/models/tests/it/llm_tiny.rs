@@ -315,6 +315,67 @@ fn fp16_and_q8_0_caches_round_only_the_cached_values() {
     }
 }
 
+/// The long prompt fed in pieces of the sizes `pieces`, repeated; the last position's logits
+/// of each.
+fn fed_logits(runner: &mut Runner, ids: &[u32], pieces: &[usize]) -> Vec<f32> {
+    let mut got = Vec::new();
+    for &piece in pieces.iter().cycle() {
+        let at = runner.len();
+        if at == ids.len() {
+            return got;
+        }
+        got.extend(runner.feed(&ids[at..(at + piece).min(ids.len())]).unwrap());
+    }
+    got
+}
+
+/// The sequence started over after reaching the largest bucket, with each bucket's functions
+/// still loaded (the caches are handed back to the function entering a bucket), and with more
+/// step functions than a segment keeps loaded (buckets' functions evicted and reloaded): the
+/// same logits.
+#[test]
+fn caches_follow_the_sequence_through_restarts_and_evictions() {
+    let llm = load("llama");
+    let ids = expected("llama").long_prompt_ids;
+    // a long prefill then decode steps, started over (as `bench llm` repeats a run): the
+    // prefill enters each bucket with the function the decode steps took the caches from
+    let steps = (ids.len() - 48) / 64;
+    let mut prefill_then_decode = vec![32];
+    prefill_then_decode.resize(steps + 1, 64);
+    prefill_then_decode.resize(steps + 1 + ids.len() - 32 - steps * 64, 1);
+    let rounds = [
+        &prefill_then_decode[..],
+        &prefill_then_decode[..],
+        &[5, 1, 16, 1, 3, 13][..],
+    ];
+    let exact: Vec<Vec<f32>> = rounds
+        .iter()
+        .map(|p| fed_logits(&mut Runner::new(llm.clone(), options()).unwrap(), &ids, p))
+        .collect();
+    for chunks in [vec![64], vec![2, 3, 5, 9, 13, 16, 64]] {
+        let opts = RunnerOptions {
+            prefill_chunks: chunks.clone(),
+            all_logits_chunks: Vec::new(),
+            ..options()
+        };
+        let mut runner = Runner::new(llm.clone(), opts).unwrap();
+        for round in 0..3 {
+            if round == 2 {
+                for n in [2, 3, 5, 9, 13, 1] {
+                    let at = runner.len();
+                    runner.feed(&ids[at..at + n]).unwrap();
+                    assert!(runner.loaded_functions().len() <= 6);
+                }
+                runner.reset();
+            }
+            let got = fed_logits(&mut runner, &ids, rounds[round]);
+            let err = relative_error(&got, &exact[round]);
+            assert!(err < 1e-5, "chunks {chunks:?}, round {round}: {err:e}");
+            runner.reset();
+        }
+    }
+}
+
 #[test]
 fn host_embeddings_and_segments_give_the_same_tokens() {
     for family in ["llama", "gpt2", "gemma"] {
