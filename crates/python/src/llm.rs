@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use aneforge_models::llm::{
     generate, ChatMessage, FinishReason, GenerateOptions, Generation as RsGeneration, Llm,
-    LoadOptions, Runner, RunnerOptions, SamplingOptions, WeightFormat,
+    KvStorage, LoadOptions, Runner, RunnerOptions, SamplingOptions, WeightFormat,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -159,17 +159,24 @@ impl PyLlm {
 #[pymethods]
 impl PyLlm {
     /// Loads `model` (an id `ORG/NAME` from the Hugging Face cache, a directory or a `.gguf` file)
-    /// and compiles its step programs, as `aneforge generate -m MODEL` does.
+    /// and compiles its step programs, as `aneforge generate -m MODEL` does. `cache_type` is the
+    /// KV cache storage, as the CLI's `--cache-type`: "f32", "f16" or "q8_0".
     #[new]
-    #[pyo3(signature = (model, *, engine = "cpu", target = None, max_context = 2048))]
+    #[pyo3(signature = (model, *, engine = "cpu", target = None, max_context = 2048, cache_type = "f32"))]
     fn new(
         py: Python<'_>,
         model: &str,
         engine: &str,
         target: Option<&str>,
         max_context: usize,
+        cache_type: &str,
     ) -> PyResult<Self> {
         let (engine, target) = options::select(py, engine, target)?;
+        let kv_cache = KvStorage::parse(cache_type).ok_or_else(|| {
+            errors::invalid(format!(
+                "cache_type {cache_type:?}: expected \"f32\", \"f16\" or \"q8_0\""
+            ))
+        })?;
         let spec = model.to_string();
         py.detach(move || {
             let llm = Arc::new(Llm::load(&spec, LoadOptions::new(WeightFormat::Stored))?);
@@ -177,6 +184,7 @@ impl PyLlm {
                 target: target.clone(),
                 engine,
                 max_context,
+                kv_cache,
                 ..RunnerOptions::default()
             };
             if target.is_ane() {

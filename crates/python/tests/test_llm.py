@@ -84,6 +84,14 @@ def test_greedy_text_matches_the_cli(llm):
     assert len(ours) > 20
 
 
+def test_fp16_cache_gives_the_chat_answer():
+    answer = read_json(OUT / "answer.json")["answer"]
+    llm = load_model(af.LLM, SMOLLM2, max_context=512, cache_type="f16")
+    assert llm.chat([{"role": "user", "content": QUESTION}], temperature=0, max_tokens=64) == answer
+    with pytest.raises(af.InvalidInputError, match="cache_type"):
+        af.LLM(SMOLLM2, cache_type="q4_0")
+
+
 def test_bad_generation_arguments_raise_value_errors(llm):
     with pytest.raises(af.InvalidInputError, match="temperature"):
         llm.generate("x", temperature=-1)

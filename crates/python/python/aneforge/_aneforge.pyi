@@ -297,6 +297,7 @@ class LLM:
         engine: Engine = "cpu",
         target: Optional[str] = None,
         max_context: int = 2048,
+        cache_type: Literal["f32", "f16", "q8_0"] = "f32",
     ) -> None: ...
     def generate_details(
         self,
