@@ -176,7 +176,7 @@ pub struct ChatArgs {
 pub struct BenchLlmArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Prompt length in tokens, fed in steps of at most 512 (llama.cpp's default batch).
+    /// Prompt length in tokens, fed in steps of at most 128 (as `generate` feeds a prompt).
     #[arg(long, default_value_t = 128)]
     pub prompt_tokens: usize,
     /// Tokens decoded after the prompt (greedy, end-of-sequence ignored).
@@ -538,8 +538,9 @@ fn timed<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, Phase)>
     Ok((out, Phase { wall, cpu }))
 }
 
-/// The largest prefill step of `bench llm` (llama.cpp's default batch).
-const BENCH_PREFILL_CHUNK: usize = 512;
+/// The largest prefill step of `bench llm`: the runner's default largest chunk, as `generate`
+/// prefills (steps of 512 were no faster on 6,000-token prompts and held 4x the activations).
+const BENCH_PREFILL_CHUNK: usize = 128;
 
 /// Prefill of the prompt, then greedy decode steps (the argmax on the host, end-of-sequence
 /// ignored) — the loop the peers in tools/bench/llm_peers.py time.

@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use aneforge_models::llm::{
-    generate, ChatMessage, FinishReason, GenerateOptions, Generation as RsGeneration, Llm,
-    KvStorage, LoadOptions, Runner, RunnerOptions, SamplingOptions, WeightFormat,
+    generate, ChatMessage, FinishReason, GenerateOptions, Generation as RsGeneration, KvStorage,
+    Llm, LoadOptions, Runner, RunnerOptions, SamplingOptions, WeightFormat,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};

@@ -586,7 +586,13 @@ impl Runner {
     /// The function for the next chunk of (up to) `rest` tokens at the current position.
     fn pick(&self, rest: usize, all: bool) -> Result<FnKey, LlmError> {
         let pos = self.len;
-        let fits = |k: &FnKey| pos + k.tokens <= k.context;
+        // a sequence stays in its bucket or grows until it starts over: moving down would copy
+        // its caches into a bucket whose functions were dropped
+        let bucket = match pos {
+            0 => 0,
+            _ => self.segments[0].owner.map_or(0, |o| o.context),
+        };
+        let fits = |k: &FnKey| pos + k.tokens <= k.context && k.context >= bucket;
         let candidates = self.functions.iter().filter(|k| k.all == all && fits(k));
         // the fewest padded tokens, then the smallest context
         let best = candidates.min_by_key(|k| {
@@ -698,11 +704,13 @@ impl Runner {
             result?;
         }
         segment.owner = Some(key);
-        // functions of smaller buckets serve this sequence no more (it only grows, or starts
-        // over): their caches would stay allocated beside the new bucket's
-        segment.loaded.retain(|k, _| k.context >= key.context);
-        segment.recent.retain(|k| k.context >= key.context);
-        segment.holders.retain(|&c, _| c >= key.context);
+        // functions of smaller buckets serve this sequence no more (it only grows), nor those of
+        // other buckets once it starts over: their caches would stay allocated beside the new
+        // bucket's
+        let keep = |c: usize| c == key.context || (len > 0 && c > key.context);
+        segment.loaded.retain(|k, _| keep(k.context));
+        segment.recent.retain(|k| keep(k.context));
+        segment.holders.retain(|&c, _| keep(c));
         Ok(())
     }
 
