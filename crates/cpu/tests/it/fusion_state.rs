@@ -257,13 +257,7 @@ fn state_moves_between_instances() {
         let sx = p.op("mul", &[("x", v(&x)), ("y", A::F(d, scale))], d, &[4]);
         let y = p.op("add", &[("x", v(&acc)), ("y", v(&sx))], d, &[4]);
         p.output(&y);
-        let plan = compile(
-            &p.build(),
-            "main",
-            &BlobStore::new(),
-            &CompileOptions::default(),
-        );
-        let mut inst = plan.unwrap().instantiate();
+        let mut inst = compile_threads(&p, 1, "accumulator").0.instantiate();
         inst.share_buffer(&y, "acc").unwrap();
         inst.set_input("x", HostSlice::F32(&[1.0, 2.0, 3.0, 4.0]))
             .unwrap();
@@ -298,13 +292,7 @@ fn state_moves_between_instances() {
         &[8],
     );
     p.output(&y);
-    let plan = compile(
-        &p.build(),
-        "main",
-        &BlobStore::new(),
-        &CompileOptions::default(),
-    );
-    let mut wide = plan.unwrap().instantiate();
+    let mut wide = compile_threads(&p, 1, "wider state").0.instantiate();
     let state = a.take_state("acc").unwrap();
     let (e, state) = *wide.put_state("acc", state).unwrap_err();
     assert!(
