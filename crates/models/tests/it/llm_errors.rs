@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use aneforge_models::llm::{
-    generate, ChatMessage, ChatTemplate, GenerateOptions, Llm, LlmError, LoadOptions, Runner,
-    RunnerOptions, SamplingOptions, WeightFormat,
+    generate, ChatMessage, ChatTemplate, GenerateOptions, KvStorage, Llm, LlmError, LoadOptions,
+    Runner, RunnerOptions, SamplingOptions, WeightFormat,
 };
 use aneforge_models::require_model;
 
@@ -241,6 +241,28 @@ fn more_experts_per_token_than_experts_is_an_error() {
         msg.contains("clip_qkv") && msg.contains("not supported"),
         "{msg}"
     );
+}
+
+/// A q8_0 KV cache on an ANE target (its programs keep fp16 caches) is refused by name; an fp16
+/// cache there is what the target does anyway.
+#[test]
+fn a_q8_0_cache_on_an_ane_target_is_refused() {
+    let llm = Arc::new(load(&tiny("qwen3")).unwrap());
+    let target = aneforge::Target::Ane(aneforge::AneArch::default());
+    let opts = |kv_cache| RunnerOptions {
+        target: target.clone(),
+        max_context: 64,
+        min_context: 64,
+        kv_cache,
+        ..RunnerOptions::default()
+    };
+    let err = Runner::new(llm.clone(), opts(KvStorage::Q8_0))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("q8_0") && err.contains("CPU target"), "{err}");
+    let runner = Runner::new(llm, opts(KvStorage::F16)).unwrap();
+    assert_eq!(runner.options().kv_cache, KvStorage::F32);
 }
 
 #[test]
