@@ -34,4 +34,4 @@ pub use instance::{
 pub use known::BlobStore;
 pub use plan::Plan;
 pub use port::{find_port, Direction, Port, PortError};
-pub use tensor::{BufferMut, BufferRef, HostSlice, HostTensor};
+pub use tensor::{mapped_buffer_bytes, BufferMut, BufferRef, HostSlice, HostTensor};

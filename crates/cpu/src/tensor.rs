@@ -187,10 +187,20 @@ enum Lines {
 /// Buffers from this size on are mapped pages rather than heap memory.
 const MAPPED_BYTES: usize = 1 << 20;
 
+/// Bytes of the buffers held as anonymous mappings now (the heap allocator does not see them).
+static MAPPED_LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The bytes of engine buffers this process holds as anonymous mappings rather than heap memory
+/// (large activation arenas, ports and state; their untouched pages are not resident).
+pub fn mapped_buffer_bytes() -> usize {
+    MAPPED_LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl AlignedBuf {
     pub fn zeroed(len: usize) -> AlignedBuf {
         if len >= MAPPED_BYTES {
             if let Ok(map) = memmap2::MmapMut::map_anon(len) {
+                MAPPED_LIVE.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
                 return AlignedBuf {
                     lines: Lines::Mapped(map),
                     len,
@@ -235,6 +245,14 @@ impl AlignedBuf {
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as above, uniquely borrowed.
         unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if let Lines::Mapped(_) = self.lines {
+            MAPPED_LIVE.fetch_sub(self.len, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 

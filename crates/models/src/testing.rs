@@ -286,7 +286,9 @@ pub fn ct2_bytes(vars: &[(&str, Vec<u32>, u8, Vec<u8>)], aliases: &[(&str, &str)
 /// computation's memory. A test binary installs it with
 /// `#[global_allocator] static A: CountingAllocator = CountingAllocator;` and holds one test, so
 /// nothing else allocates meanwhile; [`CountingAllocator::measure`] gives the peak above the
-/// bytes live when it starts. Mapped file pages are not heap and are not counted.
+/// bytes live when it starts. The CPU engine's large buffers, anonymous mappings rather than
+/// heap ([`aneforge::engine::mapped_buffer_bytes`]), count with the heap, sampled whenever the
+/// heap grows; mapped file pages are not counted.
 pub struct CountingAllocator;
 
 static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -296,16 +298,22 @@ impl CountingAllocator {
     fn grew(by: usize) {
         use std::sync::atomic::Ordering::Relaxed;
         let now = LIVE.fetch_add(by, Relaxed) + by;
-        PEAK.fetch_max(now, Relaxed);
+        PEAK.fetch_max(now + aneforge::engine::mapped_buffer_bytes(), Relaxed);
     }
 
-    /// Runs `f`; returns its result and the peak of live heap bytes during it, above those live
-    /// when it began.
+    /// Heap and engine buffer bytes live now.
+    fn held() -> usize {
+        LIVE.load(std::sync::atomic::Ordering::Relaxed) + aneforge::engine::mapped_buffer_bytes()
+    }
+
+    /// Runs `f`; returns its result and the peak of live heap and engine buffer bytes during it,
+    /// above those live when it began.
     pub fn measure<T>(f: impl FnOnce() -> T) -> (T, usize) {
         use std::sync::atomic::Ordering::Relaxed;
-        let base = LIVE.load(Relaxed);
+        let base = Self::held();
         PEAK.store(base, Relaxed);
         let out = f();
+        PEAK.fetch_max(Self::held(), Relaxed);
         (out, PEAK.load(Relaxed).saturating_sub(base))
     }
 }

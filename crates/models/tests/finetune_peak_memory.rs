@@ -1,12 +1,12 @@
 //! Peak memory of a full fine-tune (load, compile the AdamW step, two steps) of a random f32
 //! Llama-architecture decoder whose parameters dwarf its activations: the resident state is the
-//! parameters and AdamW's two moments, each held once (updated in the buffers the next step
-//! reads, with no staged copies), plus the step's intermediates; the parameters' initial values
-//! go with the loaded model and the graph once the step is compiled (the compiled program does
-//! not keep them). Then a deeper model over longer sequences, whose activations outweigh
-//! its parameters, with its activations kept and with each decoder layer recomputed in the
-//! backward (gradient checkpointing), which must cut the peak to a fraction. The counting
-//! global allocator (`testing::CountingAllocator`) measures the peak of live heap bytes; the
+//! parameters and AdamW's two moments, each held once (updated in the buffers the next step reads,
+//! with no staged copies), plus the step's intermediates; the parameters' initial values go with
+//! the loaded model and the graph once the step is compiled (the compiled program does not keep
+//! them). Then a deeper model over longer sequences, whose activations outweigh its parameters,
+//! with its activations kept and with each decoder layer recomputed in the backward (gradient
+//! checkpointing), which must cut the peak to a fraction. The counting global allocator
+//! (`testing::CountingAllocator`) measures the peak of live heap and engine buffer bytes; the
 //! binary holds one test.
 
 use aneforge::autograd::Optimizer;
@@ -32,7 +32,7 @@ const SIZES: random_llama::Sizes = random_llama::Sizes {
 
 /// Writes a random model of `sizes`, then measures loading it, compiling the AdamW step (with
 /// each decoder layer recomputed in the backward when `recompute`) and two steps on a
-/// `[batch, seq]` batch: the two losses, the peak live heap above the start and the parameters'
+/// `[batch, seq]` batch: the two losses, the peak held above the start and the parameters'
 /// bytes.
 fn fine_tune_peak(
     sizes: &random_llama::Sizes,
@@ -82,7 +82,7 @@ fn fine_tune_peak(
 fn report(label: &str, peak: usize, weights: usize) -> f64 {
     let ratio = peak as f64 / weights as f64;
     eprintln!(
-        "{label}: parameters {:.1} MB; peak live heap {:.1} MB ({ratio:.2}x)",
+        "{label}: parameters {:.1} MB; peak held {:.1} MB ({ratio:.2}x)",
         weights as f64 / 1e6,
         peak as f64 / 1e6
     );
@@ -96,7 +96,7 @@ fn a_full_fine_tune_peaks_near_parameters_and_moments() {
     let ratio = report("2 layers, 2 x 16 tokens", peak, weights);
     assert!(
         ratio <= BOUND,
-        "peak live heap {peak} bytes is {ratio:.2}x the {weights} bytes of parameters (bound \
+        "peak held {peak} bytes is {ratio:.2}x the {weights} bytes of parameters (bound \
          {BOUND}x)"
     );
 

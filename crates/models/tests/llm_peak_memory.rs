@@ -1,9 +1,9 @@
 //! Peak memory of loading an f32 safetensors decoder, compiling it for the CPU engine and running
-//! one decode step: the compiled program's weights blob holds the only copy (matrices are read
-//! from the file when the program is compiled, and the engine's plans read the blob in place
-//! instead of decoding and preparing copies). The counting global allocator
-//! (`testing::CountingAllocator`) measures the peak of live heap bytes; the binary holds one
-//! test. Mapped file pages are not heap and are not counted.
+//! one decode step: the compiled program's weights blob holds the only copy (matrices are read from
+//! the file when the program is compiled, and the engine's plans read the blob in place instead of
+//! decoding and preparing copies). The counting global allocator (`testing::CountingAllocator`)
+//! measures the peak of live heap and engine buffer bytes; the binary holds one test. Mapped file
+//! pages are not heap and are not counted.
 
 use std::sync::Arc;
 
@@ -53,13 +53,13 @@ fn an_f32_safetensors_model_peaks_near_its_weights() {
     });
     let ratio = peak as f64 / weights as f64;
     eprintln!(
-        "weights {:.1} MB; peak live heap {:.1} MB ({ratio:.2}x)",
+        "weights {:.1} MB; peak held {:.1} MB ({ratio:.2}x)",
         weights as f64 / 1e6,
         peak as f64 / 1e6
     );
     assert!(
         ratio <= BOUND,
-        "peak live heap {peak} bytes is {ratio:.2}x the {weights} bytes of weights (bound {BOUND}x)"
+        "peak held {peak} bytes is {ratio:.2}x the {weights} bytes of weights (bound {BOUND}x)"
     );
 }
 

@@ -16,9 +16,9 @@ mod load;
 pub use ane::{AneEngine, AneError, AneOptions, AneProgram, AneStats};
 pub use ane_select::{select, select_matmul, EngineKind, SelectError, Selection, UnknownEngine};
 pub use aneforge_cpu::{
-    codec, find_port, release_thread_arena, Accumulation, Activations, BufferMut, BufferRef,
-    Carried, Direction, HostSlice, HostTensor, InstanceMemory, MatmulPrecision, Port, PortError,
-    ValueStats,
+    codec, find_port, mapped_buffer_bytes, release_thread_arena, Accumulation, Activations,
+    BufferMut, BufferRef, Carried, Direction, HostSlice, HostTensor, InstanceMemory,
+    MatmulPrecision, Port, PortError, ValueStats,
 };
 pub use cache::{cache_stats, compile_count, CacheStats};
 pub use load::{content_hash, load, load_function, load_function_with, load_program};
