@@ -72,6 +72,15 @@ fn functions_share_one_copy_of_their_weights() {
     assert_eq!(both.function("prefill").unwrap().inputs[0].shape, [4, K]);
     assert!(both.mil_text().contains("func decode<ios18>"));
     assert!(both.mil_text().contains("func prefill<ios18>"));
+    // a function is loaded from a directory holding it alone, over the same blob
+    let dir = both.function_dir("prefill").unwrap();
+    let names: Vec<&str> = dir.program.functions.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["prefill"]);
+    assert_eq!(
+        dir.program.function("prefill"),
+        both.program().function("prefill")
+    );
+    assert_eq!(dir.blobs.len(), 1);
 
     let both = Arc::new(both);
     let mut decode = Model::load_function(both.clone(), "decode", Engine::Cpu).unwrap();

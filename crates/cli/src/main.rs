@@ -2,6 +2,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 
+mod allocator;
 mod bench;
 mod bench_cpu;
 mod bench_program;
@@ -127,6 +128,7 @@ enum Command {
 
 fn main() -> ExitCode {
     sigpipe::restore_default();
+    allocator::keep_large_blocks_mapped();
     // warnings (such as the ANE engine releasing programs to stay under the runtime's limit) are
     // shown by default; RUST_LOG=info or debug shows more. symphonia logs each failed format
     // probe itself; that failure reaches the user as `transcribe`'s error naming the file.

@@ -107,7 +107,7 @@ pub fn load_function_with(
     options: EngineOptions,
 ) -> Result<Box<dyn Executable>, EngineError> {
     load_program(
-        &artifact.program_dir()?,
+        &artifact.function_dir(function)?,
         Some(artifact.content_hash()),
         function,
         engine,

@@ -6,7 +6,7 @@ use crate::graph::{DType, HostArray};
 use aneforge_mil as mil;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub(crate) fn blob_store(
     weights: &Arc<Vec<u8>>,
@@ -70,7 +70,8 @@ pub struct TiledOutput {
 pub struct Artifact {
     program: mil::Program,
     weights: Arc<Vec<u8>>,
-    text: String,
+    /// `model.mil`, printed when first asked for (the runtimes work from `program`).
+    text: OnceLock<String>,
     hash: [u8; 32],
     target: Target,
     /// At least one; the first is the default function.
@@ -105,7 +106,7 @@ impl Artifact {
         Artifact {
             program,
             weights,
-            text,
+            text: OnceLock::new(),
             hash: h.finalize().into(),
             target,
             functions,
@@ -118,7 +119,7 @@ impl Artifact {
 
     /// `model.mil` as text.
     pub fn mil_text(&self) -> &str {
-        &self.text
+        self.text.get_or_init(|| mil::print(&self.program))
     }
 
     /// `weights/weight.bin` bytes.
@@ -181,38 +182,6 @@ impl Artifact {
         self.functions.iter().find(|f| f.name == name)
     }
 
-    /// A one-function artifact whose `main` is function `name` of this one, sharing the weights
-    /// (for runtimes that load function `main` of a program).
-    pub fn function_as_main(&self, name: &str) -> Option<Artifact> {
-        if self.functions.len() == 1 && self.functions[0].name == "main" && name == "main" {
-            return Some(Artifact {
-                program: self.program.clone(),
-                weights: self.weights.clone(),
-                text: self.text.clone(),
-                hash: self.hash,
-                target: self.target.clone(),
-                functions: self.functions.clone(),
-            });
-        }
-        let mut function = self.program.function(name)?.clone();
-        function.name = "main".into();
-        let mut ports = self.function(name)?.clone();
-        ports.name = "main".into();
-        let program = mil::Program {
-            version: self.program.version.clone(),
-            attributes: self.program.attributes.clone(),
-            functions: vec![function],
-        };
-        // the same blob: this artifact's hash identifies it
-        Some(Artifact::with_digest(
-            program,
-            self.weights.clone(),
-            self.hash,
-            self.target.clone(),
-            vec![ports],
-        ))
-    }
-
     /// The parsed blob (sharing the weight bytes), keyed by the BLOBFILE path the program uses.
     pub fn blob_store(&self) -> Result<HashMap<String, mil::BlobFile>, mil::BlobError> {
         blob_store(&self.weights)
@@ -226,9 +195,27 @@ impl Artifact {
 
     /// The program with its blob file (sharing the weight bytes), as a program directory.
     pub fn program_dir(&self) -> Result<mil::ProgramDir, mil::ProgramDirError> {
+        self.dir_of(self.program.clone())
+    }
+
+    /// A program directory holding function `name` alone (the others are not copied), or the
+    /// whole program when it has no such function.
+    pub fn function_dir(&self, name: &str) -> Result<mil::ProgramDir, mil::ProgramDirError> {
+        let program = &self.program;
+        let Some(function) = program.function(name) else {
+            return self.program_dir();
+        };
+        self.dir_of(mil::Program {
+            version: program.version.clone(),
+            attributes: program.attributes.clone(),
+            functions: vec![function.clone()],
+        })
+    }
+
+    fn dir_of(&self, program: mil::Program) -> Result<mil::ProgramDir, mil::ProgramDirError> {
         let file = mil::BlobFile::parse(super::BLOB_PATH, self.weights.clone())?;
         Ok(mil::ProgramDir {
-            program: self.program.clone(),
+            program,
             blobs: [(super::BLOB_PATH.to_string(), file)].into_iter().collect(),
         })
     }
