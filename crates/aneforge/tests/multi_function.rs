@@ -74,7 +74,12 @@ fn functions_share_one_copy_of_their_weights() {
     assert!(both.mil_text().contains("func prefill<ios18>"));
     // a function is loaded from a directory holding it alone, over the same blob
     let dir = both.function_dir("prefill").unwrap();
-    let names: Vec<&str> = dir.program.functions.iter().map(|f| f.name.as_str()).collect();
+    let names: Vec<&str> = dir
+        .program
+        .functions
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
     assert_eq!(names, ["prefill"]);
     assert_eq!(
         dir.program.function("prefill"),
