@@ -7,9 +7,9 @@
 //! moving to another function of the same bucket (prefill → decode) hands the cache buffers over
 //! (the CPU engine moves them; engines that cannot copy them), so a bucket keeps one set of
 //! caches; moving to a bigger bucket copies the filled rows into its caches. Decode work
-//! therefore grows with the context bucket in use, not with the maximum. Sliding-window layers keep rings of a few
-//! hundred rows once the bucket is larger ([`CacheLayout`]): their memory and decode work stay
-//! bounded by the window.
+//! therefore grows with the context bucket in use, not with the maximum. Sliding-window layers
+//! keep rings of a few hundred rows once the bucket is larger ([`CacheLayout`]): their memory and
+//! decode work stay bounded by the window.
 //!
 //! Layers are split into segments when a program's weights would exceed `segment_bytes` (the ANE
 //! compiler's practical limit); segments run in order, passing the hidden state.
