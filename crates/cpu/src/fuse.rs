@@ -1,12 +1,14 @@
 //! Pattern fusion over the node list (before placement). Every rewrite replaces the last node of
 //! a pattern and removes the earlier ones; intermediate values must have exactly one use and not
-//! be outputs, so no other node can observe the difference.
+//! be outputs, so no other node can observe the difference. (A repeated attention mask is the
+//! exception: the kernel reads the copy's source, and the copy is dropped later only if nothing
+//! else reads it.)
 //!
 //! Passes: attention (matmul·scale·mask·softmax·matmul → flash kernel), RMS norm
 //! (x·rsqrt(mean(x²)+eps)·w → one row kernel), elementwise chains into one loop, attention
 //! operands read as stored (an fp16 cache cast to f32, or int8 blocks times their scales, read
-//! by the attention kernel itself), and chains into matmul/conv epilogues (bias, activation,
-//! residual add).
+//! by the attention kernel itself; a mask tiled along the query rows read untiled), and chains
+//! into matmul/conv epilogues (bias, activation, residual add).
 
 use crate::compile::Builder;
 use crate::kernels::attention::{Attention, BlockScales, View, SCALE_BLOCK};
@@ -108,6 +110,8 @@ pub(crate) fn run(b: &mut Builder<'_>, outputs: &[Vid]) {
     chains(&mut g, outputs);
     g.index(outputs);
     stored_attention_operands(&mut g, outputs);
+    g.index(outputs);
+    repeated_attention_masks(&mut g);
     g.index(outputs);
     epilogues(&mut g);
     g.b.nodes = g.nodes.into_iter().flatten().collect();
@@ -630,6 +634,7 @@ fn attention(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
             k_scales: None,
             v_scales: None,
             mask: mview,
+            mask_rows: l,
             batch,
             l,
             s,
@@ -653,6 +658,50 @@ fn attention(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
             writes: vec![out],
         });
         g.index(outputs);
+    }
+}
+
+/// An attention mask that is a smaller mask repeated along the query rows (the query heads of a
+/// group sharing one `[T, S]` mask, tiled) is read where it is stored, its rows taken modulo
+/// the period, so the repeated copy is not made (unless something else reads it).
+fn repeated_attention_masks(g: &mut Graph<'_, '_>) {
+    for i in 0..g.nodes.len() {
+        let Some(Kernel::Attention(att)) = g.nodes[i].as_ref().map(|n| &n.kernel) else {
+            continue;
+        };
+        let Some(m) = &att.mask else { continue };
+        if m.cs != 1 || m.rs < att.s || m.batch_strides.iter().any(|&s| s != 0) {
+            continue;
+        }
+        let mut root = m.v;
+        while let Home::Alias(src) = g.b.values[root].home {
+            root = src;
+        }
+        let Some(Kernel::Copy(copy)) = g.producer.get(&root).map(|&p| &g.node(p).kernel) else {
+            continue;
+        };
+        let Some((src, n)) = copy.repeats(&g.b.values) else {
+            continue;
+        };
+        // element (i, j) lies at i·rs + j with j < rs, so modulo n it is row i mod n/rs
+        if att.mask_rows != att.l || !n.is_multiple_of(m.rs) || n / m.rs >= att.l {
+            continue;
+        }
+        let (old, rows) = (m.v, n / m.rs);
+        let node = g.nodes[i].as_mut().expect("live node");
+        let Kernel::Attention(att) = &mut node.kernel else {
+            continue;
+        };
+        att.mask_rows = rows;
+        if let Some(m) = &mut att.mask {
+            m.v = src;
+        }
+        for r in &mut node.reads {
+            if *r == old {
+                *r = src;
+            }
+        }
+        node.name = format!("{}+periodic_mask", node.name);
     }
 }
 

@@ -51,6 +51,9 @@ pub struct Attention {
     pub v_scales: Option<BlockScales>,
     /// Bool masks select (false → −∞); float masks are added to the scores.
     pub mask: Option<View>,
+    /// Query row `i` reads mask row `i % mask_rows` (`l` unless the mask's rows repeat: grouped
+    /// heads whose query rows are (group member, token) pairs share one `[T, S]` mask).
+    pub mask_rows: usize,
     pub batch: Vec<usize>,
     pub l: usize,
     pub s: usize,
@@ -75,6 +78,11 @@ fn boff(batch: &[usize], strides: &[usize], b: usize) -> usize {
 }
 
 impl Attention {
+    /// Element offset of mask row `i` of batch `b`.
+    fn mask_row(&self, m: &View, b: usize, i: usize) -> usize {
+        boff(&self.batch, &m.batch_strides, b) + (i % self.mask_rows) * m.rs
+    }
+
     /// Flash blocks: Q block, the head's whole Kᵀ [e, s] and V [s, ev] (loaded once per
     /// batch·head and reused by every query block the task handles), scores, output accumulator,
     /// running max and sum. Few rows: the scaled query rows, their scores and outputs.
@@ -224,10 +232,9 @@ impl Attention {
         let (mut lo, mut hi) = (0, s);
         match &self.mask {
             Some(m) => {
-                let moff = boff(&self.batch, &m.batch_strides, b);
                 for i in 0..l {
                     let row = &mut ss[i * s..(i + 1) * s];
-                    load_row(mptr.get(), m.elem, moff + i * m.rs, m.cs, row);
+                    load_row(mptr.get(), m.elem, self.mask_row(m, b, i), m.cs, row);
                     if m.elem == Elem::Bool {
                         row.iter_mut()
                             .for_each(|x| *x = if *x == 0.0 { f32::NEG_INFINITY } else { 0.0 });
@@ -421,7 +428,7 @@ impl Attention {
             for i in 0..nq {
                 let row = &mut ss[i * nk..(i + 1) * nk];
                 if let Some(m) = &self.mask {
-                    let moff = boff(&self.batch, &m.batch_strides, b) + (i0 + i) * m.rs + j0 * m.cs;
+                    let moff = self.mask_row(m, b, i0 + i) + j0 * m.cs;
                     let mut mv = [0f32; BK];
                     load_block(mptr.get(), m.elem, moff, m.cs, &mut mv[..nk]);
                     if m.elem == Elem::Bool {
@@ -600,7 +607,7 @@ impl Attention {
         for i in 0..nq {
             let srow = &mut sc[i * sp..i * sp + s];
             if let Some(m) = &self.mask {
-                let moff = boff(&self.batch, &m.batch_strides, b) + (i0 + i) * m.rs;
+                let moff = self.mask_row(m, b, i0 + i);
                 for j0 in (0..s).step_by(BK) {
                     let nk = BK.min(s - j0);
                     let mv = &mut row[..nk];

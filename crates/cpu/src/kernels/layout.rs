@@ -118,6 +118,23 @@ impl Copy {
         self.pieces.iter().map(|p| p.elements()).sum()
     }
 
+    /// `(src, n)` when this copy fills its one output with the first `n` elements of `src`
+    /// repeated end to end (a plain copy, or `tile` along leading axes of size 1).
+    pub fn repeats(&self, values: &[Value]) -> Option<(Vid, usize)> {
+        let [p] = &self.pieces[..] else { return None };
+        if !self.fills.is_empty() || self.inplace_src.is_some() || p.src_off != 0 || p.dst_off != 0
+        {
+            return None;
+        }
+        let n = *p.shape.last()?;
+        let repeated = match (&p.shape[..], &p.src_strides[..], &p.dst_strides[..]) {
+            ([_], [1], [1]) => true,
+            ([_, _], [0, 1], [d, 1]) => *d == n as isize,
+            _ => false,
+        };
+        (repeated && values[p.dst].len() == p.elements()).then_some((p.src, n))
+    }
+
     pub fn run(&self, cx: &Cx) {
         let es = self.esize;
         for (v, pat) in &self.fills {

@@ -82,6 +82,7 @@ pub(crate) fn sdpa(cx: &mut OpCx) -> Result<()> {
         k_scales: None,
         v_scales: None,
         mask: mview,
+        mask_rows: l,
         batch,
         l,
         s,

@@ -752,6 +752,107 @@ fn sdpa_reads_fp16_and_int8_block_operands_as_stored() {
     }
 }
 
+/// Grouped query heads sharing one additive mask `[T, S]`, tiled to `[group·T, S]` by the
+/// program (as the LLM steps do): the attention kernel reads the untiled mask, taking its rows
+/// modulo `T` (the copy leaves the schedule), for few query rows and for query blocks that
+/// straddle a period, at 1 and 2 threads. When the tiled mask is also an output the copy stays
+/// and both are right.
+#[test]
+fn sdpa_reads_a_mask_tiled_over_query_groups_untiled() {
+    let mut rng = Rng(59);
+    let d = DType::Fp32;
+    for &(kv, group, t, s, e, tiled_out) in &[
+        (2usize, 3usize, 1usize, 300usize, 64usize, false),
+        (3, 2, 5, 77, 32, false),
+        (2, 3, 40, 150, 64, false),
+        (1, 4, 33, 90, 32, true),
+    ] {
+        let l = group * t;
+        let mut p = Prog::new();
+        let q = p.input("q", d, &[kv, l, e]);
+        let k = p.input("k", d, &[kv, s, e]);
+        let vn = p.input("v", d, &[kv, s, e]);
+        let m = p.input("m", d, &[t, s]);
+        let m3 = p.op(
+            "reshape",
+            &[("x", v(&m)), ("shape", A::Is(vec![1, t as i64, s as i64]))],
+            d,
+            &[1, t, s],
+        );
+        let tiled = p.op(
+            "tile",
+            &[("x", v(&m3)), ("reps", A::Is(vec![group as i64, 1, 1]))],
+            d,
+            &[group, t, s],
+        );
+        let mask = p.op(
+            "reshape",
+            &[("x", v(&tiled)), ("shape", A::Is(vec![l as i64, s as i64]))],
+            d,
+            &[l, s],
+        );
+        let args = [
+            ("query", v(&q)),
+            ("key", v(&k)),
+            ("value", v(&vn)),
+            ("attn_mask", v(&mask)),
+        ];
+        let y = p.op("scaled_dot_product_attention", &args, d, &[kv, l, e]);
+        p.output(&y);
+        if tiled_out {
+            p.output(&mask);
+        }
+        // row i of token i mod T sees keys j <= i mod T + s - T; noise elsewhere
+        let noise = rng.vec(t * s, -2.0, 0.0);
+        let small: Vec<f64> = (0..t * s)
+            .map(|x| {
+                let (i, j) = (x / s, x % s);
+                if j <= i + s - t {
+                    noise[x]
+                } else {
+                    f64::NEG_INFINITY
+                }
+            })
+            .collect();
+        let full: Vec<f64> = (0..l * s).map(|x| small[x % (t * s)]).collect();
+        let ins = vec![
+            ("q", d, quantize(d, &rng.vec(kv * l * e, -2.0, 2.0))),
+            ("k", d, quantize(d, &rng.vec(kv * s * e, -1.5, 1.5))),
+            ("v", d, quantize(d, &rng.vec(kv * s * e, -1.0, 1.0))),
+            ("m", d, quantize(d, &small)),
+        ];
+        let want = attention_ref(
+            &ins[0].2,
+            &ins[1].2,
+            &ins[2].2,
+            Some(&quantize(d, &full)),
+            kv,
+            l,
+            s,
+            e,
+            e,
+        );
+        for threads in [1, 2] {
+            let what = format!("tiled mask kv{kv} group{group} t{t} s{s} e{e} output {tiled_out}");
+            let (_, schedule) = compile_threads(&p, threads, &what);
+            let copies = schedule.lines().filter(|k| k.contains("copy")).count();
+            assert!(
+                schedule.contains("periodic_mask") && copies == usize::from(tiled_out),
+                "{what}: {schedule}"
+            );
+            let options = CompileOptions {
+                threads: Some(threads),
+                ..Default::default()
+            };
+            let got = run_opts(&p, &ins, &options);
+            assert_close(&what, d, &got[&y], &want, 0.5);
+            if tiled_out {
+                assert_eq!(got[&mask], quantize(d, &full), "{what}: the tiled mask");
+            }
+        }
+    }
+}
+
 /// A `cast` op of one output.
 fn p_cast(p: &mut Prog, args: &[(&str, A)], shape: &[usize]) -> String {
     p.op("cast", args, DType::Fp32, shape)
