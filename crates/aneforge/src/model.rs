@@ -375,6 +375,15 @@ impl Model {
         Ok(true)
     }
 
+    /// Frees input `input`'s buffer (resident state no longer needed, such as a KV cache whose
+    /// rows were copied elsewhere), so its memory returns before the model is dropped: this model
+    /// cannot execute until a buffer is moved back. `false` when the engine cannot give buffers
+    /// up (nothing changed).
+    pub fn release_state(&mut self, input: &str) -> Result<bool, Error> {
+        self.input_port(input)?;
+        Ok(self.exec.take_state(input)?.is_some())
+    }
+
     fn feed_and_execute(&mut self, inputs: &[(&str, HostSlice<'_>)]) -> Result<(), Error> {
         let mut seen = HashSet::new();
         for (name, data) in inputs {

@@ -251,3 +251,37 @@ fn dynamic_positions_are_legalized_or_rejected_for_the_ane_target() {
     );
     assert!(compile_named(&[("y", &picked)], &options(Target::Cpu)).is_ok());
 }
+
+/// A state buffer released once its contents were copied elsewhere gives its memory back at once
+/// (the CPU engine's port bytes drop by its size); the model then refuses to execute, naming the
+/// input, until a buffer is moved back into it.
+#[test]
+fn released_state_frees_its_buffer_until_one_is_moved_back() {
+    let build = || {
+        let acc = input("acc", &[1024], DType::F32).unwrap();
+        let x = input("x", &[1024], DType::F32).unwrap();
+        let next = acc.add(&x).unwrap();
+        let mut model = compile_named(&[("acc_next", &next)], &options(Target::Cpu)).unwrap();
+        model
+            .set_input("acc", HostSlice::F32(&[0.0; 1024]))
+            .unwrap();
+        model.share_buffer("acc_next", "acc").unwrap();
+        model
+    };
+    let ports = |m: &aneforge::Model| m.memory().engine.unwrap().ports;
+    let (mut a, mut b) = (build(), build());
+    let ones = [1.0f32; 1024];
+    a.run(&[("x", HostSlice::F32(&ones))]).unwrap();
+    let held = ports(&a);
+    assert!(a.release_state("acc").unwrap());
+    assert_eq!(held - ports(&a), 4 * 1024);
+    let err = a
+        .run(&[("x", HostSlice::F32(&ones))])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`acc`") && err.contains("taken"), "{err}");
+    b.run(&[("x", HostSlice::F32(&ones))]).unwrap();
+    assert!(b.move_state("acc", &mut a).unwrap());
+    a.run(&[("x", HostSlice::F32(&ones))]).unwrap();
+    assert_eq!(a.read_output_f32("acc_next").unwrap(), vec![2.0; 1024]);
+}

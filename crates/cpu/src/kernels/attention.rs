@@ -8,6 +8,7 @@ use super::Cx;
 use crate::plan::Vid;
 use crate::tensor::{Elem, SendPtr};
 use half::f16;
+use std::ops::Range;
 
 const BQ: usize = 64;
 const BK: usize = 128;
@@ -185,14 +186,14 @@ impl Attention {
         cx.par_for(tasks, &|t| {
             // SAFETY: each task has its own scratch and writes disjoint query rows.
             let buf = unsafe { std::slice::from_raw_parts_mut(scratch.get().add(t * pt), pt) };
-            let mut loaded = None;
+            let (mut loaded, mut loaded_cols) = (None, None);
             for item in t * per..((t + 1) * per).min(items) {
                 if self.few_rows() {
                     unsafe { self.rows(item, buf, ptrs, mptr, out) };
                 } else if self.bf16_blocks() {
                     unsafe { self.block_bf16(item, buf, &mut loaded, ptrs, mptr, out) };
                 } else {
-                    unsafe { self.block(item, buf, &mut loaded, ptrs, mptr, out) };
+                    unsafe { self.block(item, buf, &mut loaded_cols, ptrs, mptr, out) };
                 }
             }
         });
@@ -341,7 +342,7 @@ impl Attention {
         &self,
         item: usize,
         buf: &mut [f32],
-        loaded: &mut Option<usize>,
+        loaded: &mut Option<(usize, Range<usize>)>,
         ptrs: [SendPtr<u8>; 5],
         mptr: SendPtr<u8>,
         out: SendPtr<u8>,
@@ -359,42 +360,22 @@ impl Attention {
         let (ms, rest) = rest.split_at_mut(BQ);
         let (ls, key) = rest.split_at_mut(BQ);
         let qoff = boff(&self.batch, &self.q.batch_strides, b);
-        let koff = boff(&self.batch, &self.k.batch_strides, b);
-        let voff = boff(&self.batch, &self.v.batch_strides, b);
-        if *loaded != Some(b) {
-            // Kᵀ [e, s]: row t holds feature t of every key
-            if self.k_scales.is_some() {
-                for j in 0..self.s {
-                    self.load_operand_row(1, ptrs, b, j, &mut key[..e]);
-                    for (t, &x) in key[..e].iter().enumerate() {
-                        ks[t * self.s + j] = x;
-                    }
-                }
-            } else {
-                for t in 0..e {
-                    load_row(
-                        ptrs[1].get(),
-                        self.k.elem,
-                        koff + t * self.k.cs,
-                        self.k.rs,
-                        &mut ks[t * self.s..(t + 1) * self.s],
-                    );
-                }
-            }
-            for j in 0..self.s {
-                if self.v_scales.is_some() {
-                    self.load_operand_row(2, ptrs, b, j, &mut vs[j * ev..(j + 1) * ev]);
-                } else {
-                    load_row(
-                        ptrs[2].get(),
-                        self.v.elem,
-                        voff + j * self.v.rs,
-                        self.v.cs,
-                        &mut vs[j * ev..(j + 1) * ev],
-                    );
-                }
-            }
-            *loaded = Some(b);
+        // key blocks no row of this block sees add exactly nothing: skip them (in whole blocks
+        // of the key axis, so the blocks computed are the same as over every key)
+        let cols = match &self.mask {
+            Some(m) => self.visible_keys(m, mptr, b, i0..i0 + nq),
+            None => 0..self.s,
+        };
+        let cols = cols.start / BK * BK..cols.end.next_multiple_of(BK).min(self.s);
+        let have = match loaded {
+            Some((lb, have)) if *lb == b && have.start < have.end => have.clone(),
+            _ => cols.start..cols.start,
+        };
+        if !cols.is_empty() {
+            let want = cols.start.min(have.start)..cols.end.max(have.end);
+            self.load_keys_values(ptrs, b, want.start..have.start, ks, vs, key);
+            self.load_keys_values(ptrs, b, have.end.max(want.start)..want.end, ks, vs, key);
+            *loaded = Some((b, want));
         }
         for i in 0..nq {
             load_row(
@@ -411,9 +392,9 @@ impl Attention {
         ms[..nq].fill(f32::NEG_INFINITY);
         ls[..nq].fill(0.0);
         os[..nq * ev].fill(0.0);
-        let mut j0 = 0;
-        while j0 < self.s {
-            let nk = BK.min(self.s - j0);
+        let mut j0 = cols.start;
+        while j0 < cols.end {
+            let nk = BK.min(cols.end - j0);
             // S = Qs · Kᵀ  [nq, nk]
             gemm_rows(
                 &qs[..nq * e],
@@ -489,6 +470,102 @@ impl Attention {
 }
 
 impl Attention {
+    /// Key columns `cols` of batch `b` into the flash blocks' Kᵀ `[e, s]` (row t holds feature t
+    /// of every key) and V `[s, ev]`, widened to f32; `key` is one key row of scratch.
+    ///
+    /// # Safety
+    /// Pointers are this kernel's operands; views were validated against their shapes.
+    unsafe fn load_keys_values(
+        &self,
+        ptrs: [SendPtr<u8>; 5],
+        b: usize,
+        cols: Range<usize>,
+        ks: &mut [f32],
+        vs: &mut [f32],
+        key: &mut [f32],
+    ) {
+        let (e, ev, s) = (self.e, self.ev, self.s);
+        if cols.is_empty() {
+            return;
+        }
+        if self.k_scales.is_some() {
+            for j in cols.clone() {
+                self.load_operand_row(1, ptrs, b, j, &mut key[..e]);
+                for (t, &x) in key[..e].iter().enumerate() {
+                    ks[t * s + j] = x;
+                }
+            }
+        } else {
+            let koff = boff(&self.batch, &self.k.batch_strides, b) + cols.start * self.k.rs;
+            for t in 0..e {
+                load_row(
+                    ptrs[1].get(),
+                    self.k.elem,
+                    koff + t * self.k.cs,
+                    self.k.rs,
+                    &mut ks[t * s + cols.start..t * s + cols.end],
+                );
+            }
+        }
+        for j in cols {
+            self.load_operand_row(2, ptrs, b, j, &mut vs[j * ev..(j + 1) * ev]);
+        }
+    }
+
+    /// The key columns between the first and the last key that some of query rows `rows` of
+    /// batch `b` does not mask out (bool false, additive −∞); empty when they see none. Scans
+    /// only the masked ends beyond what an earlier row already sees.
+    ///
+    /// # Safety
+    /// `mptr` is the mask operand; its view was validated against the mask's shape.
+    unsafe fn visible_keys(
+        &self,
+        m: &View,
+        mptr: SendPtr<u8>,
+        b: usize,
+        rows: Range<usize>,
+    ) -> Range<usize> {
+        let seen = |x: f32| {
+            if m.elem == Elem::Bool {
+                x != 0.0
+            } else {
+                x != f32::NEG_INFINITY
+            }
+        };
+        let (mut lo, mut hi) = (self.s, 0);
+        let mut chunk = [0f32; BK];
+        for i in rows {
+            let off = self.mask_row(m, b, i);
+            let mut end = self.s;
+            while end > hi {
+                let start = end.saturating_sub(BK).max(hi);
+                let c = &mut chunk[..end - start];
+                load_block(mptr.get(), m.elem, off + start * m.cs, m.cs, c);
+                if let Some(j) = c.iter().rposition(|&x| seen(x)) {
+                    hi = start + j + 1;
+                    break;
+                }
+                end = start;
+            }
+            let mut start = 0;
+            while start < lo.min(hi) {
+                let end = (start + BK).min(lo).min(hi);
+                let c = &mut chunk[..end - start];
+                load_block(mptr.get(), m.elem, off + start * m.cs, m.cs, c);
+                if let Some(j) = c.iter().position(|&x| seen(x)) {
+                    lo = start + j;
+                    break;
+                }
+                start = end;
+            }
+        }
+        if lo < hi {
+            lo..hi
+        } else {
+            0..0
+        }
+    }
+
     /// Row `row` of batch `b` of the key (`which` 1) or value (2) operand as f32.
     ///
     /// # Safety

@@ -752,6 +752,109 @@ fn sdpa_reads_fp16_and_int8_block_operands_as_stored() {
     }
 }
 
+/// Query blocks skip the key blocks none of their rows sees: keys and values there may hold
+/// anything (here NaN, as unwritten cache rows might) without reaching the output. Block 0 sees
+/// keys from 256 on, block 1 from 0 (the loaded keys grow downwards), one row sees nothing
+/// (NaN, as the reference), keys from 512 on are hidden from every row; bool and additive
+/// masks, at 1 and 2 threads.
+#[test]
+fn sdpa_query_blocks_skip_key_blocks_no_row_sees() {
+    let mut rng = Rng(61);
+    let d = DType::Fp32;
+    let (b, l, s, e, ev) = (2usize, 100usize, 700usize, 32usize, 24usize);
+    let visible = |i: usize, j: usize| match i {
+        99 => false,
+        0..64 => (256..256 + i + 100).contains(&j),
+        _ => j < 50 + i,
+    };
+    let hidden_everywhere = 512;
+    let mut k = rng.vec(b * s * e, -1.5, 1.5);
+    let mut vv = rng.vec(b * s * ev, -1.0, 1.0);
+    let noise = rng.vec(l * s, -2.0, 0.0);
+    let add: Vec<f64> = (0..l * s)
+        .map(|t| {
+            if visible(t / s, t % s) {
+                noise[t]
+            } else {
+                f64::NEG_INFINITY
+            }
+        })
+        .collect();
+    let q = rng.vec(b * l * e, -2.0, 2.0);
+    let want = attention_ref(&q, &k, &vv, Some(&add), b, l, s, e, ev);
+    for (x, width) in [(&mut k, e), (&mut vv, ev)] {
+        for (i, v) in x.iter_mut().enumerate() {
+            if (i / width) % s >= hidden_everywhere {
+                *v = f64::NAN;
+            }
+        }
+    }
+    for bool_mask in [false, true] {
+        let mut p = Prog::new();
+        let qn = p.input("q", d, &[b, l, e]);
+        let kn = p.input("k", d, &[b, s, e]);
+        let vn = p.input("v", d, &[b, s, ev]);
+        let mut ins = vec![
+            ("q", d, q.clone()),
+            ("k", d, k.clone()),
+            ("v", d, vv.clone()),
+        ];
+        let mask = if bool_mask {
+            let keep: Vec<f64> = add
+                .iter()
+                .map(|x| f64::from(u8::from(x.is_finite())))
+                .collect();
+            p.konst(DType::Bool, &[l, s], &keep)
+        } else {
+            ins.push(("m", d, add.clone()));
+            p.input("m", d, &[l, s])
+        };
+        let want = if bool_mask {
+            let zeros: Vec<f64> = add
+                .iter()
+                .map(|&x| if x.is_finite() { 0.0 } else { x })
+                .collect();
+            let (k0, v0) = [(&k, e), (&vv, ev)]
+                .map(|(x, w)| {
+                    x.iter()
+                        .enumerate()
+                        .map(|(i, &v)| {
+                            if (i / w) % s >= hidden_everywhere {
+                                0.0
+                            } else {
+                                v
+                            }
+                        })
+                        .collect::<Vec<f64>>()
+                })
+                .into();
+            attention_ref(&q, &k0, &v0, Some(&zeros), b, l, s, e, ev)
+        } else {
+            want.clone()
+        };
+        let args = [
+            ("query", v(&qn)),
+            ("key", v(&kn)),
+            ("value", v(&vn)),
+            ("attn_mask", v(&mask)),
+        ];
+        let y = p.op("scaled_dot_product_attention", &args, d, &[b, l, ev]);
+        p.output(&y);
+        for threads in [1, 2] {
+            let what = format!("skipped key blocks, bool mask {bool_mask}, {threads} threads");
+            let (_, schedule) = compile_threads(&p, threads, &what);
+            assert!(schedule.contains("attention-flash"), "{what}: {schedule}");
+            let options = CompileOptions {
+                threads: Some(threads),
+                ..Default::default()
+            };
+            let got = &run_opts(&p, &ins, &options)[&y];
+            assert!(got[99 * ev..100 * ev].iter().all(|x| x.is_nan()), "{what}");
+            assert_close(&what, d, got, &want, 0.5);
+        }
+    }
+}
+
 /// Grouped query heads sharing one additive mask `[T, S]`, tiled to `[group·T, S]` by the
 /// program (as the LLM steps do): the attention kernel reads the untiled mask, taking its rows
 /// modulo `T` (the copy leaves the schedule), for few query rows and for query blocks that

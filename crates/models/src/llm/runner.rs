@@ -685,9 +685,12 @@ impl Runner {
             return Ok(());
         };
         if len > 0 && (owner.context != key.context || !moved) {
-            let from = segment.loaded.remove(&owner).ok_or_else(|| {
+            let mut from = segment.loaded.remove(&owner).ok_or_else(|| {
                 LlmError::Internal(format!("the cache owner {} is not loaded", owner.name()))
             })?;
+            // a smaller bucket's functions leave below, so each of its caches is freed once
+            // copied: the peak holds one layer of both layouts, not every layer
+            let leaving = owner.context < key.context;
             let result = (|| -> Result<(), LlmError> {
                 let to = segment
                     .loaded
@@ -697,6 +700,9 @@ impl Runner {
                     let layouts = [owner.context, key.context]
                         .map(|s| CacheLayout::new(cfg.window_at(*l), s, max_tokens));
                     move_cache(&from, &p.output, to, &p.input, layouts, kv, len, p.width)?;
+                    if leaving {
+                        from.release_state(&p.input)?;
+                    }
                 }
                 Ok(())
             })();
