@@ -36,6 +36,15 @@ enum Isa {
     Portable,
 }
 
+/// Columns per panel for the tile kernel of `isa`.
+fn width(isa: Isa) -> usize {
+    if isa == Isa::Avx512 {
+        32
+    } else {
+        16
+    }
+}
+
 fn isa() -> Isa {
     if crate::simd::has_avx512() {
         Isa::Avx512
@@ -55,7 +64,7 @@ impl PackedB {
     }
 
     fn pack_for(isa: Isa, k: usize, n: usize, at: impl Fn(usize, usize) -> f32) -> PackedB {
-        let nr = if isa == Isa::Avx512 { 32 } else { 16 };
+        let nr = width(isa);
         let panels = n.div_ceil(nr);
         let mut data = vec![0f32; k * panels * nr];
         for k0 in (0..k).step_by(KC) {
@@ -86,6 +95,15 @@ impl PackedB {
 
     fn panels(&self) -> usize {
         self.n.div_ceil(self.nr)
+    }
+
+    fn view(&self) -> Panels {
+        Panels {
+            data: self.data.as_ptr(),
+            k: self.k,
+            n: self.n,
+            nr: self.nr,
+        }
     }
 
     /// Element (row t, column j), for reference loops.
@@ -133,8 +151,100 @@ pub unsafe fn gemm(
         let (p0, p1) = (pt * per_panel, ((pt + 1) * per_panel).min(panels));
         let (r0, r1) = (rt * per_row, ((rt + 1) * per_row).min(m));
         // SAFETY: tasks write disjoint (row, panel) blocks of C; the caller vouches for the rest.
-        unsafe { block(isa, a.get(), a_rs, a_cs, r0, r1, b, p0, p1, c.get(), ldc) };
+        unsafe {
+            block(
+                isa,
+                a.get(),
+                a_rs,
+                a_cs,
+                r0,
+                r1,
+                &b.view(),
+                p0,
+                p1,
+                c.get(),
+                ldc,
+            )
+        };
     });
+}
+
+/// Packed storage of a `k × n` B in [`PackedB`]'s layout, with panels `nr` wide.
+struct Panels {
+    data: *const f32,
+    k: usize,
+    n: usize,
+    nr: usize,
+}
+
+impl Panels {
+    fn panels(&self) -> usize {
+        self.n.div_ceil(self.nr)
+    }
+}
+
+/// Columns per panel of [`gemm_on_panels`]'s storage on this CPU.
+pub(crate) fn panel_width() -> usize {
+    width(isa())
+}
+
+/// Floats of packed storage for a `k × n` B.
+pub(crate) fn panels_len(k: usize, n: usize) -> usize {
+    k * n.next_multiple_of(panel_width())
+}
+
+/// Writes column `j` of a `k × n` B (`col[t]` = B[t, j]) into packed storage `data`
+/// ([`panels_len`] floats), for B packed at run time (weights decoded a tile at a time).
+pub(crate) fn put_column(data: &mut [f32], k: usize, n: usize, j: usize, col: &[f32]) {
+    let nr = panel_width();
+    let panels = n.div_ceil(nr);
+    let (p, c) = (j / nr, j % nr);
+    for k0 in (0..k).step_by(KC) {
+        let kcur = KC.min(k - k0);
+        let base = k0 * panels * nr + p * kcur * nr + c;
+        for (t, &v) in col[k0..k0 + kcur].iter().enumerate() {
+            data[base + t * nr] = v;
+        }
+    }
+}
+
+/// `C = A · B` on the calling thread for B in packed storage `data` written by [`put_column`]
+/// (columns a padded panel does not have are computed and not stored).
+///
+/// # Safety
+/// As [`gemm`]; `data` holds [`panels_len`]`(k, n)` floats.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_on_panels(
+    a: *const f32,
+    a_rs: usize,
+    a_cs: usize,
+    m: usize,
+    data: &[f32],
+    k: usize,
+    n: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let panels = Panels {
+        data: data.as_ptr(),
+        k,
+        n,
+        nr: panel_width(),
+    };
+    debug_assert!(data.len() >= panels_len(k, n));
+    block(
+        isa(),
+        a,
+        a_rs,
+        a_cs,
+        0,
+        m,
+        &panels,
+        0,
+        panels.panels(),
+        c,
+        ldc,
+    );
 }
 
 /// Rows `r0..r1` × panels `p0..p1` of C, every k-block in turn.
@@ -146,7 +256,7 @@ unsafe fn block(
     a_cs: usize,
     r0: usize,
     r1: usize,
-    b: &PackedB,
+    b: &Panels,
     p0: usize,
     p1: usize,
     c: *mut f32,
@@ -162,7 +272,7 @@ unsafe fn block(
     for k0 in (0..b.k).step_by(KC) {
         let kcur = KC.min(b.k - k0);
         let accumulate = k0 > 0;
-        let block = b.data.as_ptr().add(k0 * panels * nr);
+        let block = b.data.add(k0 * panels * nr);
         for m0 in (r0..r1).step_by(MC) {
             let m1 = (m0 + MC).min(r1);
             for p in p0..p1 {
@@ -451,7 +561,7 @@ mod tests {
                             cs,
                             0,
                             m,
-                            &packed,
+                            &packed.view(),
                             0,
                             panels,
                             c.as_mut_ptr(),
@@ -474,6 +584,46 @@ mod tests {
                             .all(|v| v.is_nan()));
                     }
                 }
+            }
+        }
+    }
+
+    /// Columns written one at a time by `put_column` (weights decoded at run time) give the
+    /// storage `PackedB::pack` gives, and `gemm_on_panels` over it the plain product.
+    #[test]
+    fn columns_put_at_run_time_pack_as_packed_b() {
+        let mut seed = 11u32;
+        let mut next = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        for &(m, k, n) in &[(1, 1, 1), (9, 300, 33), (70, 513, 64), (17, 256, 5)] {
+            let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
+            let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
+            let packed = PackedB::pack(k, n, |t, j| b[t * n + j]);
+            let mut data = vec![0f32; panels_len(k, n)];
+            for j in 0..n {
+                let col: Vec<f32> = (0..k).map(|t| b[t * n + j]).collect();
+                put_column(&mut data, k, n, j, &col);
+            }
+            assert_eq!(data, *packed.data, "{m}x{k}x{n}");
+            let mut c = vec![f32::NAN; m * (n + 2)];
+            // SAFETY: a holds m × k, c holds m rows of n + 2 floats, data the packed B.
+            unsafe { gemm_on_panels(a.as_ptr(), k, 1, m, &data, k, n, c.as_mut_ptr(), n + 2) };
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|t| a[i * k + t] as f64 * b[t * n + j] as f64)
+                        .sum();
+                    let got = c[i * (n + 2) + j] as f64;
+                    assert!(
+                        (got - want).abs() <= 1e-5 * (k as f64).sqrt(),
+                        "{m}x{k}x{n}"
+                    );
+                }
+                assert!(c[i * (n + 2) + n..(i + 1) * (n + 2)]
+                    .iter()
+                    .all(|v| v.is_nan()));
             }
         }
     }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use half::f16;
 
 use super::matmul::Matmul;
-use super::sgemm::Strides;
+use super::packed;
 use super::Cx;
 use crate::tensor::{Elem, SendPtr};
 
@@ -444,8 +444,13 @@ pub fn scratch_floats(m: usize, q: &QuantTensor, threads: usize) -> usize {
     if m <= GEMV_MAX_ROWS {
         m * (q.cols + q.blocks_per_row()) + q.cols
     } else {
-        threads.max(1) * tile_rows(m, q.rows, threads) * q.cols + m * q.cols
+        threads.max(1) * tile_floats(tile_rows(m, q.rows, threads), q.cols) + m * q.cols
     }
+}
+
+/// Scratch of one prefill task: a tile of `width` weight rows as packed panels, and one row.
+fn tile_floats(width: usize, k: usize) -> usize {
+    packed::panels_len(k, width) + k
 }
 
 /// Activation rows prepared for the GEMV: 4-bit formats get each 32-column chunk as 16 even then
@@ -567,28 +572,23 @@ pub fn run(mm: &Matmul, q: &QuantTensor, cx: &Cx) {
         let tiles = n.div_ceil(width);
         let base = m * k;
         let per = tiles.div_ceil(threads);
+        let task_floats = tile_floats(width, k);
         cx.par_for(threads.min(tiles), &|t| {
-            let tile_buf = cx.scratch_at(base + t * width * k, width * k);
+            let buf = cx.scratch_at(base + t * task_floats, task_floats);
+            let (panels, row) = buf.split_at_mut(packed::panels_len(k, width));
             for tile in t * per..((t + 1) * per).min(tiles) {
                 let j0 = tile * width;
                 let cols = width.min(n - j0);
+                // the tile's weight rows decoded straight into the packed kernel's panels, which
+                // read A in place: nothing else is packed
                 for r in 0..cols {
-                    q.dequantize_row(j0 + r, &mut tile_buf[r * k..(r + 1) * k]);
+                    q.dequantize_row(j0 + r, row);
+                    packed::put_column(panels, k, cols, r, row);
                 }
-                // SAFETY: x is [m, k]; the tile is [cols, k] read as a k×cols matrix; out columns
-                // j0..j0+cols of the [m, n] output belong to this task alone.
+                // SAFETY: x is [m, k]; out columns j0..j0+cols of the [m, n] output belong to
+                // this task alone.
                 unsafe {
-                    super::sgemm::sgemm(
-                        cx,
-                        false,
-                        (m, cols, k),
-                        out.get().add(j0),
-                        Strides(1, n as isize),
-                        x.get(),
-                        Strides(1, k as isize),
-                        tile_buf.as_ptr(),
-                        Strides(k as isize, 1),
-                    )
+                    packed::gemm_on_panels(x.get(), k, 1, m, panels, k, cols, out.get().add(j0), n)
                 };
             }
         });
