@@ -14,6 +14,10 @@ const BQ: usize = 64;
 const BK: usize = 128;
 /// Query rows per batch up to which [`Attention::few_rows`] runs instead of the flash blocks.
 const FEW_ROWS: usize = 16;
+/// Keys per item of [`Attention::few_rows`]: a longer key axis is split into parts of this many
+/// keys, each computed on its own and merged ([`Attention::merge_parts`]), so the parts of one
+/// batch·head spread over the threads. Fixed, so results do not depend on the thread count.
+const PART_KEYS: usize = 1024;
 /// Keys and values widened to f32 at a time by [`Attention::rows`] when they are stored
 /// narrower (fp16, int8 blocks).
 const WIDEN_ROWS: usize = 128;
@@ -94,7 +98,7 @@ impl Attention {
             } else {
                 0
             };
-            return self.l * (self.e + self.s + self.ev) + widened;
+            return self.l * (self.e + self.s.min(PART_KEYS) + self.ev) + widened;
         }
         if self.bf16_blocks() {
             let (ep, sp) = (self.e.div_ceil(32) * 32, self.s.div_ceil(32) * 32);
@@ -142,11 +146,26 @@ impl Attention {
 
     fn items(&self) -> usize {
         let per_batch = if self.few_rows() {
-            1
+            self.key_parts()
         } else {
             self.l.div_ceil(BQ)
         };
         self.batch.iter().product::<usize>() * per_batch
+    }
+
+    /// Key parts per batch of [`Attention::few_rows`].
+    fn key_parts(&self) -> usize {
+        self.s.div_ceil(PART_KEYS).max(1)
+    }
+
+    /// Per item, when the key axis is split: each query row's running max and sum, and its
+    /// output before division by the sum.
+    fn part_floats(&self) -> usize {
+        if self.few_rows() && self.key_parts() > 1 {
+            self.l * (self.ev + 2)
+        } else {
+            0
+        }
     }
 
     fn tasks(&self, threads: usize) -> usize {
@@ -154,7 +173,7 @@ impl Attention {
     }
 
     pub fn scratch_floats(&self, threads: usize) -> usize {
-        self.tasks(threads) * self.per_task()
+        self.tasks(threads) * self.per_task() + self.items() * self.part_floats()
     }
 
     pub fn flops(&self) -> usize {
@@ -164,8 +183,10 @@ impl Attention {
     pub fn run(&self, cx: &Cx) {
         let tasks = self.tasks(cx.threads);
         let pt = self.per_task();
-        let scratch = SendPtr(cx.scratch(tasks * pt).as_mut_ptr());
         let items = self.items();
+        let pf = self.part_floats();
+        let scratch = SendPtr(cx.scratch(tasks * pt + items * pf).as_mut_ptr());
+        let parts_at = tasks * pt;
         let per = items.div_ceil(tasks);
         let scale_ptr = |s: &Option<BlockScales>| {
             SendPtr(s.as_ref().map_or(std::ptr::null_mut(), |s| cx.ptr(s.v)))
@@ -189,7 +210,14 @@ impl Attention {
             let (mut loaded, mut loaded_cols) = (None, None);
             for item in t * per..((t + 1) * per).min(items) {
                 if self.few_rows() {
-                    unsafe { self.rows(item, buf, ptrs, mptr, out) };
+                    let parts = self.key_parts();
+                    let (b, part) = (item / parts, item % parts);
+                    let keys = part * PART_KEYS..((part + 1) * PART_KEYS).min(self.s);
+                    // SAFETY: each item has its own part slot, after every task's scratch.
+                    let slot = (pf > 0).then(|| unsafe {
+                        std::slice::from_raw_parts_mut(scratch.get().add(parts_at + item * pf), pf)
+                    });
+                    unsafe { self.rows(b, keys, slot, buf, ptrs, mptr, out) };
                 } else if self.bf16_blocks() {
                     unsafe { self.block_bf16(item, buf, &mut loaded, ptrs, mptr, out) };
                 } else {
@@ -197,23 +225,78 @@ impl Attention {
                 }
             }
         });
+        if pf > 0 {
+            // SAFETY: every item wrote its part slot above.
+            let slots =
+                unsafe { std::slice::from_raw_parts(scratch.get().add(parts_at), items * pf) };
+            unsafe { self.merge_parts(slots, out) };
+        }
     }
 
-    /// All `l` query rows of batch `b` ([`Attention::few_rows`]). Keys every row masks out
-    /// (bool false, additive −∞) at either end of the key axis are skipped; their softmax
+    /// The output of every batch's query rows from its key parts' slots ([`Attention::part_floats`]
+    /// each, in item order): `Σ o_p·e^(m_p − M) / Σ s_p·e^(m_p − M)` with `M` the largest
+    /// running max; a row that sees no key gives NaN, as unsplit.
+    ///
+    /// # Safety
+    /// `out` is this kernel's output.
+    unsafe fn merge_parts(&self, slots: &[f32], out: SendPtr<u8>) {
+        let (l, ev, parts) = (self.l, self.ev, self.key_parts());
+        let pf = self.part_floats();
+        let batch: usize = self.batch.iter().product();
+        let mut row = vec![0f32; ev];
+        for b in 0..batch {
+            let slot = |p: usize| &slots[(b * parts + p) * pf..(b * parts + p + 1) * pf];
+            for i in 0..l {
+                let top = (0..parts)
+                    .map(|p| slot(p)[i])
+                    .fold(f32::NEG_INFINITY, f32::max);
+                row.fill(0.0);
+                let mut sum = 0.0f32;
+                if top == f32::NEG_INFINITY {
+                    row.fill(f32::NAN);
+                } else {
+                    for p in 0..parts {
+                        let sl = slot(p);
+                        if sl[i] == f32::NEG_INFINITY {
+                            continue;
+                        }
+                        let w = (sl[i] - top).exp();
+                        sum += sl[l + i] * w;
+                        let o = &sl[2 * l + i * ev..2 * l + (i + 1) * ev];
+                        for (r, &x) in row.iter_mut().zip(o) {
+                            *r += x * w;
+                        }
+                    }
+                    let inv = 1.0 / sum;
+                    row.iter_mut().for_each(|x| *x *= inv);
+                }
+                store_block(out.get(), self.out_elem, (b * l + i) * ev, &row);
+            }
+        }
+    }
+
+    /// All `l` query rows of batch `b` over the keys `keys` ([`Attention::few_rows`]): the
+    /// output when they are every key, else the part's slot (each row's max, sum of
+    /// exponentials and unnormalised output; [`Attention::merge_parts`]). Keys every row masks
+    /// out (bool false, additive −∞) at either end of the range are skipped; their softmax
     /// weight is exactly zero either way.
     ///
     /// # Safety
     /// Pointers are this kernel's operands; views were validated against their shapes.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn rows(
         &self,
         b: usize,
+        keys: Range<usize>,
+        slot: Option<&mut [f32]>,
         buf: &mut [f32],
         ptrs: [SendPtr<u8>; 5],
         mptr: SendPtr<u8>,
         out: SendPtr<u8>,
     ) {
-        let (l, s, e, ev) = (self.l, self.s, self.e, self.ev);
+        let (l, e, ev) = (self.l, self.e, self.ev);
+        // positions below are relative to the part: key `keys.start + j` is column j
+        let (k0, s) = (keys.start, keys.len());
         let (qs, rest) = buf.split_at_mut(l * e);
         let (ss, rest) = rest.split_at_mut(l * s);
         let (os, wide) = rest.split_at_mut(l * ev);
@@ -235,7 +318,8 @@ impl Attention {
             Some(m) => {
                 for i in 0..l {
                     let row = &mut ss[i * s..(i + 1) * s];
-                    load_row(mptr.get(), m.elem, self.mask_row(m, b, i), m.cs, row);
+                    let moff = self.mask_row(m, b, i) + k0 * m.cs;
+                    load_row(mptr.get(), m.elem, moff, m.cs, row);
                     if m.elem == Elem::Bool {
                         row.iter_mut()
                             .for_each(|x| *x = if *x == 0.0 { f32::NEG_INFINITY } else { 0.0 });
@@ -249,12 +333,12 @@ impl Attention {
                     hi -= 1;
                 }
             }
-            None => ss.fill(0.0),
+            None => ss[..l * s].fill(0.0),
         }
         let (widened, packed) = wide.split_at_mut(wide.len().min(WIDEN_ROWS * e.max(ev)));
         if self.k.elem == Elem::F32 {
-            let kbase =
-                (ptrs[1].get() as *const f32).add(boff(&self.batch, &self.k.batch_strides, b));
+            let kbase = (ptrs[1].get() as *const f32)
+                .add(boff(&self.batch, &self.k.batch_strides, b) + k0 * self.k.rs);
             let blocked = add_scores16(qs, l, e, kbase, self.k.rs, lo..hi, ss, s);
             add_scores(qs, l, e, kbase, self.k.rs, lo + blocked..hi, ss, s);
         } else {
@@ -262,13 +346,16 @@ impl Attention {
                 let n = WIDEN_ROWS.min(hi - c0);
                 for j in 0..n {
                     let row = &mut widened[j * e..(j + 1) * e];
-                    self.load_operand_row(1, ptrs, b, c0 + j, row);
+                    self.load_operand_row(1, ptrs, b, k0 + c0 + j, row);
                 }
                 let kb = widened.as_ptr();
                 let blocked = add_scores16(qs, l, e, kb, e, 0..n, &mut ss[c0..], s);
                 add_scores(qs, l, e, kb, e, blocked..n, &mut ss[c0..], s);
             }
         }
+        let split = slot.is_some();
+        let mut maxes = [f32::NEG_INFINITY; FEW_ROWS];
+        let mut sums = [0f32; FEW_ROWS];
         for i in 0..l {
             let row = &mut ss[i * s + lo..i * s + hi];
             let m = super::rows::max_of(row);
@@ -279,19 +366,22 @@ impl Attention {
             } else {
                 exp_sub_sum(row, m)
             };
-            let inv = 1.0 / sum;
-            row.iter_mut().for_each(|x| *x *= inv);
+            (maxes[i], sums[i]) = (m, sum);
+            if !split {
+                let inv = 1.0 / sum;
+                row.iter_mut().for_each(|x| *x *= inv);
+            }
         }
         let n = hi - lo;
         if n == 0 {
-            os.fill(f32::NAN);
+            os.fill(if split { 0.0 } else { f32::NAN });
         } else if self.v.elem != Elem::F32 {
             // P [l, rows] · V[rows] a chunk of widened rows at a time
             for c0 in (lo..hi).step_by(WIDEN_ROWS) {
                 let m = WIDEN_ROWS.min(hi - c0);
                 for j in 0..m {
                     let row = &mut widened[j * ev..(j + 1) * ev];
-                    self.load_operand_row(2, ptrs, b, c0 + j, row);
+                    self.load_operand_row(2, ptrs, b, k0 + c0 + j, row);
                 }
                 for i in 0..l {
                     packed[i * m..(i + 1) * m].copy_from_slice(&ss[i * s + c0..i * s + c0 + m]);
@@ -308,8 +398,8 @@ impl Attention {
                 );
             }
         } else {
-            let vbase =
-                (ptrs[2].get() as *const f32).add(boff(&self.batch, &self.v.batch_strides, b));
+            let vbase = (ptrs[2].get() as *const f32)
+                .add(boff(&self.batch, &self.v.batch_strides, b) + k0 * self.v.rs);
             // P [l, n] packed, then P · V[lo..hi] [n, ev]
             for i in 0..l {
                 ss.copy_within(i * s + lo..i * s + hi, i * n);
@@ -324,6 +414,12 @@ impl Attention {
                 ev,
                 false,
             );
+        }
+        if let Some(slot) = slot {
+            slot[..l].copy_from_slice(&maxes[..l]);
+            slot[l..2 * l].copy_from_slice(&sums[..l]);
+            slot[2 * l..2 * l + l * ev].copy_from_slice(&os[..l * ev]);
+            return;
         }
         let obase = b * l * ev;
         for i in 0..l {

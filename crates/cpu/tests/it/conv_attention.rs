@@ -514,7 +514,8 @@ fn sdpa_matches_reference_with_bool_and_additive_masks() {
 
 /// Few query rows (decode and verification steps) against a longer key axis: keys hidden from
 /// every row (additive −∞ or bool false) at either end of the axis and in the middle, a row that
-/// sees nothing (NaN, as the reference), head sizes that are not multiples of 16.
+/// sees nothing (NaN, as the reference), head sizes that are not multiples of 16, key axes long
+/// enough to be split into parts.
 #[test]
 fn sdpa_few_query_rows_match_reference_with_hidden_keys() {
     let mut rng = Rng(47);
@@ -525,6 +526,9 @@ fn sdpa_few_query_rows_match_reference_with_hidden_keys() {
         (2, 8, 37, 24, 40),
         (1, 16, 129, 20, 8),
         (2, 5, 1, 16, 16),
+        // key axes split into parts of 1024 keys, merged: parts half or wholly hidden
+        (2, 3, 2500, 64, 64),
+        (1, 1, 2049, 32, 16),
     ] {
         for kind in 0..4 {
             let qv = quantize(d, &rng.vec(b * l * e, -1.0, 1.0));
@@ -620,6 +624,8 @@ fn sdpa_reads_fp16_and_int8_block_operands_as_stored() {
         (3, 5, 77, 32, 64, true),
         (1, 40, 150, 64, 32, false),
         (2, 70, 45, 32, 32, true),
+        (3, 3, 2200, 64, 32, true),
+        (1, 1, 3000, 64, 64, false),
     ] {
         let mut p = Prog::new();
         let q = p.input("q", f32d, &[b, l, e]);
