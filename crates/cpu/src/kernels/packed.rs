@@ -518,6 +518,43 @@ mod x86 {
 mod tests {
     use super::*;
 
+    /// Uniform values in [-0.5, 0.5) from a linear congruential sequence.
+    fn values(seed: u32) -> impl FnMut() -> f32 {
+        let mut seed = seed;
+        move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        }
+    }
+
+    /// `c` (rows of `ldc` floats, NaN beyond column `n`) holds `a [m, k] · b [k, n]` within f32
+    /// rounding, and the padding is untouched.
+    fn assert_product(
+        what: &str,
+        a: &[f32],
+        b: &[f32],
+        c: &[f32],
+        (m, k, n): (usize, usize, usize),
+        ldc: usize,
+    ) {
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k)
+                    .map(|t| a[i * k + t] as f64 * b[t * n + j] as f64)
+                    .sum();
+                let got = c[i * ldc + j] as f64;
+                assert!(
+                    (got - want).abs() <= 1e-5 * (k as f64).sqrt(),
+                    "{what} {m}x{k}x{n}: ({i}, {j}) {got} vs {want}"
+                );
+            }
+            assert!(
+                c[i * ldc + n..(i + 1) * ldc].iter().all(|v| v.is_nan()),
+                "{what}"
+            );
+        }
+    }
+
     /// Every tile kernel this CPU can run against a plain loop, over edges of tiles, row
     /// blocks, k-blocks and panels, with a strided (transposed) A.
     #[test]
@@ -532,11 +569,7 @@ mod tests {
         if crate::simd::has_neon() {
             isas.push(Isa::Neon);
         }
-        let mut seed = 7u32;
-        let mut next = move || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        };
+        let mut next = values(7);
         for &(m, k, n) in &[(1, 1, 1), (7, 300, 33), (13, 256, 16), (100, 513, 47)] {
             let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
             let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
@@ -568,21 +601,8 @@ mod tests {
                             n + 3,
                         )
                     };
-                    for i in 0..m {
-                        for j in 0..n {
-                            let want: f64 = (0..k)
-                                .map(|t| a[i * k + t] as f64 * b[t * n + j] as f64)
-                                .sum();
-                            let got = c[i * (n + 3) + j] as f64;
-                            assert!(
-                                (got - want).abs() <= 1e-5 * (k as f64).sqrt(),
-                                "{m}x{k}x{n} transposed={transposed}: ({i}, {j}) {got} vs {want}"
-                            );
-                        }
-                        assert!(c[i * (n + 3) + n..(i + 1) * (n + 3)]
-                            .iter()
-                            .all(|v| v.is_nan()));
-                    }
+                    let what = format!("{isa:?} transposed={transposed}");
+                    assert_product(&what, &a, &b, &c, (m, k, n), n + 3);
                 }
             }
         }
@@ -592,11 +612,7 @@ mod tests {
     /// storage `PackedB::pack` gives, and `gemm_on_panels` over it the plain product.
     #[test]
     fn columns_put_at_run_time_pack_as_packed_b() {
-        let mut seed = 11u32;
-        let mut next = move || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        };
+        let mut next = values(11);
         for &(m, k, n) in &[(1, 1, 1), (9, 300, 33), (70, 513, 64), (17, 256, 5)] {
             let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
             let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
@@ -610,21 +626,7 @@ mod tests {
             let mut c = vec![f32::NAN; m * (n + 2)];
             // SAFETY: a holds m × k, c holds m rows of n + 2 floats, data the packed B.
             unsafe { gemm_on_panels(a.as_ptr(), k, 1, m, &data, k, n, c.as_mut_ptr(), n + 2) };
-            for i in 0..m {
-                for j in 0..n {
-                    let want: f64 = (0..k)
-                        .map(|t| a[i * k + t] as f64 * b[t * n + j] as f64)
-                        .sum();
-                    let got = c[i * (n + 2) + j] as f64;
-                    assert!(
-                        (got - want).abs() <= 1e-5 * (k as f64).sqrt(),
-                        "{m}x{k}x{n}"
-                    );
-                }
-                assert!(c[i * (n + 2) + n..(i + 1) * (n + 2)]
-                    .iter()
-                    .all(|v| v.is_nan()));
-            }
+            assert_product("panels put at run time", &a, &b, &c, (m, k, n), n + 2);
         }
     }
 }
