@@ -54,7 +54,8 @@ fn allocations_per_execute(p: &Prog, threads: usize, n_in: usize) -> usize {
 }
 
 /// Everything but the gemm-crate GEMM calls: elementwise chains, norms, reductions, layout copies,
-/// the flash attention kernel and the own GEMV path allocate nothing per execute.
+/// the flash attention kernel, few-row attention split into key parts and the own GEMV path
+/// allocate nothing per execute.
 fn engine_kernels_do_not_allocate_per_execute() {
     let mut rng = Rng(71);
     for &d in &[DType::Fp32, DType::Fp16] {
@@ -125,6 +126,34 @@ fn engine_kernels_do_not_allocate_per_execute() {
                 "{d} threads={threads}"
             );
         }
+    }
+    // decode-style attention of 3 query rows over 2,100 keys: split into key parts and merged
+    let d = DType::Fp32;
+    let mut p = Prog::new();
+    let x = p.input("x", d, &[2, 2100, 32]);
+    let q = p.op(
+        "slice_by_index",
+        &[
+            ("x", v(&x)),
+            ("begin", A::Is(vec![0, 0, 0])),
+            ("end", A::Is(vec![2, 3, 32])),
+        ],
+        d,
+        &[2, 3, 32],
+    );
+    let a = p.op(
+        "scaled_dot_product_attention",
+        &[("query", v(&q)), ("key", v(&x)), ("value", v(&x))],
+        d,
+        &[2, 3, 32],
+    );
+    p.output(&a);
+    for threads in [1, 2] {
+        assert_eq!(
+            allocations_per_execute(&p, threads, 2 * 2100 * 32),
+            0,
+            "split few-row attention, threads={threads}"
+        );
     }
 }
 

@@ -226,24 +226,29 @@ impl Attention {
             }
         });
         if pf > 0 {
-            // SAFETY: every item wrote its part slot above.
-            let slots =
-                unsafe { std::slice::from_raw_parts(scratch.get().add(parts_at), items * pf) };
-            unsafe { self.merge_parts(slots, out) };
+            // SAFETY: every item wrote its part slot above; the first task's scratch (at least
+            // `l · ev` floats) is free again and holds one merged row at a time.
+            let (slots, row) = unsafe {
+                (
+                    std::slice::from_raw_parts(scratch.get().add(parts_at), items * pf),
+                    std::slice::from_raw_parts_mut(scratch.get(), self.ev),
+                )
+            };
+            unsafe { self.merge_parts(slots, row, out) };
         }
     }
 
     /// The output of every batch's query rows from its key parts' slots ([`Attention::part_floats`]
     /// each, in item order): `Σ o_p·e^(m_p − M) / Σ s_p·e^(m_p − M)` with `M` the largest
-    /// running max; a row that sees no key gives NaN, as unsplit.
+    /// running max; a row that sees no key gives NaN, as unsplit. `row` is `ev` floats of
+    /// scratch.
     ///
     /// # Safety
     /// `out` is this kernel's output.
-    unsafe fn merge_parts(&self, slots: &[f32], out: SendPtr<u8>) {
+    unsafe fn merge_parts(&self, slots: &[f32], row: &mut [f32], out: SendPtr<u8>) {
         let (l, ev, parts) = (self.l, self.ev, self.key_parts());
         let pf = self.part_floats();
         let batch: usize = self.batch.iter().product();
-        let mut row = vec![0f32; ev];
         for b in 0..batch {
             let slot = |p: usize| &slots[(b * parts + p) * pf..(b * parts + p + 1) * pf];
             for i in 0..l {
@@ -270,7 +275,7 @@ impl Attention {
                     let inv = 1.0 / sum;
                     row.iter_mut().for_each(|x| *x *= inv);
                 }
-                store_block(out.get(), self.out_elem, (b * l + i) * ev, &row);
+                store_block(out.get(), self.out_elem, (b * l + i) * ev, row);
             }
         }
     }
