@@ -90,7 +90,8 @@ impl Attention {
 
     /// Flash blocks: Q block, the head's Kᵀ [e, s] and V [s, ev] (the key columns its query
     /// blocks see, loaded once per batch·head and reused by every query block the task handles),
-    /// scores, output accumulator, running max and sum. Few rows: the scaled query rows, their scores and outputs.
+    /// scores, output accumulator, running max and sum. Few rows: the scaled query rows, their
+    /// scores and outputs.
     fn per_task(&self) -> usize {
         if self.few_rows() {
             let widened = if self.stored_narrow() {

@@ -65,20 +65,10 @@ impl PackedB {
 
     fn pack_for(isa: Isa, k: usize, n: usize, at: impl Fn(usize, usize) -> f32) -> PackedB {
         let nr = width(isa);
-        let panels = n.div_ceil(nr);
-        let mut data = vec![0f32; k * panels * nr];
-        for k0 in (0..k).step_by(KC) {
-            let kcur = KC.min(k - k0);
-            let block = &mut data[k0 * panels * nr..(k0 + kcur) * panels * nr];
-            for (p, panel) in block.chunks_exact_mut(kcur * nr).enumerate() {
-                for (t, row) in panel.chunks_exact_mut(nr).enumerate() {
-                    for (c, v) in row.iter_mut().enumerate() {
-                        let j = p * nr + c;
-                        if j < n {
-                            *v = at(k0 + t, j);
-                        }
-                    }
-                }
+        let mut data = vec![0f32; k * n.next_multiple_of(nr)];
+        for t in 0..k {
+            for j in 0..n {
+                data[slot(k, n, nr, t, j)] = at(t, j);
             }
         }
         PackedB {
@@ -108,9 +98,7 @@ impl PackedB {
 
     /// Element (row t, column j), for reference loops.
     pub fn at(&self, t: usize, j: usize) -> f32 {
-        let (k0, kcur) = ((t / KC) * KC, KC.min(self.k - (t / KC) * KC));
-        let (p, c) = (j / self.nr, j % self.nr);
-        self.data[k0 * self.panels() * self.nr + (p * kcur + (t - k0)) * self.nr + c]
+        self.data[slot(self.k, self.n, self.nr, t, j)]
     }
 }
 
@@ -169,6 +157,14 @@ pub unsafe fn gemm(
     });
 }
 
+/// Where element (row t, column j) of a `k × n` B lies in packed storage with panels `nr` wide:
+/// k-blocks of `KC` rows, each holding its panels in turn, each panel row by row.
+fn slot(k: usize, n: usize, nr: usize, t: usize, j: usize) -> usize {
+    let (k0, panels) = (t / KC * KC, n.div_ceil(nr));
+    let kcur = KC.min(k - k0);
+    k0 * panels * nr + (j / nr * kcur + t - k0) * nr + j % nr
+}
+
 /// Packed storage of a `k × n` B in [`PackedB`]'s layout, with panels `nr` wide.
 struct Panels {
     data: *const f32,
@@ -197,12 +193,10 @@ pub(crate) fn panels_len(k: usize, n: usize) -> usize {
 /// ([`panels_len`] floats), for B packed at run time (weights decoded a tile at a time).
 pub(crate) fn put_column(data: &mut [f32], k: usize, n: usize, j: usize, col: &[f32]) {
     let nr = panel_width();
-    let panels = n.div_ceil(nr);
-    let (p, c) = (j / nr, j % nr);
     for k0 in (0..k).step_by(KC) {
-        let kcur = KC.min(k - k0);
-        let base = k0 * panels * nr + p * kcur * nr + c;
-        for (t, &v) in col[k0..k0 + kcur].iter().enumerate() {
+        // rows of a k-block's panel are nr floats apart
+        let base = slot(k, n, nr, k0, j);
+        for (t, &v) in col[k0..(k0 + KC).min(k)].iter().enumerate() {
             data[base + t * nr] = v;
         }
     }
