@@ -27,13 +27,20 @@ fn main() {
         }
     }
     if all || what == "linear" {
-        // CLIP ViT-B/32's image tower at batch 1 (50 rows), MiniLM's at batch 32 × 16 and × 64
-        // tokens; weights read in place and packed at compile time
+        // CLIP ViT-B/32's image tower at batch 1 (50 rows), ViT-B/16's (197 rows), MiniLM's at
+        // batch 8 × 16 and 32 × 16 and × 64 tokens; weights read in place and packed at compile
+        // time
         for &t in &thread_counts {
             for &(m, k, n) in &[
                 (50, 768, 768),
                 (50, 768, 3072),
                 (50, 3072, 768),
+                (197, 768, 768),
+                (197, 768, 3072),
+                (197, 3072, 768),
+                (128, 384, 384),
+                (128, 384, 1536),
+                (128, 1536, 384),
                 (512, 384, 384),
                 (512, 384, 1536),
                 (512, 1536, 384),

@@ -256,6 +256,28 @@ impl Matmul {
                     }
                 }
             });
+        } else if let (Rhs::Prepared(p), 1, true) = (&self.rhs, self.a_cs, super::dots::applies(m))
+        {
+            // weight rows against A's rows, both read in place along k
+            for bi in 0..nb {
+                let a_off = batch_offsets(&self.batch, &self.a_batch_strides, bi);
+                // SAFETY: A's offsets and strides and the weight's n × k were validated at
+                // compile time; batches write disjoint output rows.
+                unsafe {
+                    super::dots::gemm(
+                        a.add(a_off),
+                        self.a_rs,
+                        m,
+                        p.wt.as_ptr(),
+                        k,
+                        n,
+                        k,
+                        out.add(bi * m * n),
+                        n,
+                        cx,
+                    )
+                };
+            }
         } else {
             let per_batch_par = big && nb >= cx.threads && m * n * k < 1 << 21;
             let run_one = |bi: usize, split: bool| {

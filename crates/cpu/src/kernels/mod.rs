@@ -7,6 +7,7 @@ pub mod conv_depthwise;
 pub mod conv_direct;
 pub mod conv_epilogue;
 pub mod conv_winograd;
+pub mod dots;
 pub mod ew;
 pub mod gather;
 pub mod int_activations;
