@@ -259,18 +259,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
+    use crate::kernels::packed::tests::{assert_product, values};
 
     /// Against an f64 loop, over tile edges (rows and columns not multiples of 4), k tails and
     /// k-blocks, B-row blocks, padded rows of A, B and C, on one thread and split over two.
@@ -280,6 +269,7 @@ mod tests {
             return;
         }
         let lease = crate::team::acquire(2).expect("team");
+        let mut next = values(5);
         for &(m, k, n) in &[
             (1, 1, 1),
             (3, 15, 5),
@@ -289,9 +279,29 @@ mod tests {
             (130, 1030, 67),
             (9, 2500, 131),
         ] {
+            // A [m, k] and B [k, n], stored with padded rows: A's rows lda apart, B's columns
+            // as rows ldb apart
             let (lda, ldb, ldc) = (k + 3, k + 5, n + 2);
-            let a = values(m * lda, 1);
-            let b = values(n * ldb, 2);
+            let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
+            let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
+            let a_rows: Vec<f32> = (0..m * lda)
+                .map(|x| {
+                    if x % lda < k {
+                        a[x / lda * k + x % lda]
+                    } else {
+                        f32::NAN
+                    }
+                })
+                .collect();
+            let b_rows: Vec<f32> = (0..n * ldb)
+                .map(|x| {
+                    if x % ldb < k {
+                        b[x % ldb * n + x / ldb]
+                    } else {
+                        f32::NAN
+                    }
+                })
+                .collect();
             for threads in [1, 2] {
                 let plan = crate::plan::Plan::empty();
                 let cx = Cx {
@@ -306,10 +316,10 @@ mod tests {
                 // SAFETY: the buffers hold the matrices with these strides; the kernel runs here.
                 unsafe {
                     gemm(
-                        a.as_ptr(),
+                        a_rows.as_ptr(),
                         lda,
                         m,
-                        b.as_ptr(),
+                        b_rows.as_ptr(),
                         ldb,
                         n,
                         k,
@@ -318,22 +328,7 @@ mod tests {
                         &cx,
                     )
                 };
-                for i in 0..m {
-                    for j in 0..n {
-                        let want: f64 = (0..k)
-                            .map(|t| a[i * lda + t] as f64 * b[j * ldb + t] as f64)
-                            .sum();
-                        let got = c[i * ldc + j] as f64;
-                        assert!(
-                            (got - want).abs() <= 1e-5 * (k as f64).sqrt(),
-                            "{m}x{k}x{n} threads={threads} ({i}, {j}): {got} vs {want}"
-                        );
-                    }
-                    assert!(
-                        c[i * ldc + n..(i + 1) * ldc].iter().all(|v| v.is_nan()),
-                        "{m}x{k}x{n}: wrote past column {n}"
-                    );
-                }
+                assert_product(&format!("threads={threads}"), &a, &b, &c, (m, k, n), ldc);
             }
         }
     }

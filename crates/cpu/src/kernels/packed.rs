@@ -509,11 +509,11 @@ mod x86 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Uniform values in [-0.5, 0.5) from a linear congruential sequence.
-    fn values(seed: u32) -> impl FnMut() -> f32 {
+    pub(crate) fn values(seed: u32) -> impl FnMut() -> f32 {
         let mut seed = seed;
         move || {
             seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
@@ -523,7 +523,7 @@ mod tests {
 
     /// `c` (rows of `ldc` floats, NaN beyond column `n`) holds `a [m, k] · b [k, n]` within f32
     /// rounding, and the padding is untouched.
-    fn assert_product(
+    pub(crate) fn assert_product(
         what: &str,
         a: &[f32],
         b: &[f32],
