@@ -21,12 +21,6 @@
 use super::Cx;
 use crate::tensor::SendPtr;
 
-/// Values of k per block.
-const KC: usize = 512;
-/// Rows of B per block: 16 KiB at `KC`, with a tile's 4 rows of A 24 KiB of the level-1 cache.
-const NC: usize = 8;
-/// Rows of A per block: 256 KiB of the level-2 cache, read by every block of B's rows.
-const MB: usize = 128;
 /// Rows of A per task when the product is split over threads.
 const MC: usize = 64;
 /// Outputs per tile side.
@@ -115,8 +109,16 @@ unsafe fn block(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{KC, MB, NC, T};
+    use super::T;
     use std::arch::x86_64::*;
+
+    /// Values of k per block.
+    const KC: usize = 512;
+    /// Rows of B per block: 16 KiB at `KC`, with a tile's 4 rows of A 24 KiB of the level-1
+    /// cache.
+    const NC: usize = 8;
+    /// Rows of A per block: 256 KiB of the level-2 cache, read by every block of B's rows.
+    const MB: usize = 128;
 
     /// `NC` rows of B's k-block side by side, `kc` floats apart.
     #[repr(align(64))]
