@@ -1,11 +1,12 @@
 //! Products against a right-hand side stored along k: C[m, n] = A[m, k] · Bᵀ with B held as `n`
-//! rows of `k` floats, as linear layers store their weights, computed on both operands in place.
+//! rows of `k` floats, as linear layers store their weights, read where they lie.
 //!
 //! A register tile of 4 rows of A × 4 rows of B keeps 16 vector sums over k (16 lanes each) in
 //! zmm registers: per 16 values of k, 8 loads feed 16 FMAs. One transposing reduction per tile
 //! (30 shuffles, 15 adds) then turns the 16 vectors into the tile's 16 outputs. Rows along k are
-//! contiguous in both operands, so nothing is transposed and the weight is never copied whole:
-//! the general GEMM re-packs (transposes) the whole weight on every call, which over few rows
+//! contiguous in both operands, so nothing is transposed and nothing is allocated: the weight
+//! passes through one 16 KiB buffer `NC` rows at a time (see below), where the general GEMM
+//! transposes the whole weight into freshly allocated panels on every call, which over few rows
 //! costs more than the product (a CLIP ViT-B/32 image at batch 1, 50 rows per linear layer,
 //! spent more time packing than multiplying). Over more rows that packing is amortised and the
 //! general GEMM's broadcast kernel, with fewer loads per FMA and no reductions, is faster:
