@@ -4,20 +4,27 @@
 //! A register tile of 4 rows of A × 4 rows of B keeps 16 vector sums over k (16 lanes each) in
 //! zmm registers: per 16 values of k, 8 loads feed 16 FMAs. One transposing reduction per tile
 //! (30 shuffles, 15 adds) then turns the 16 vectors into the tile's 16 outputs. Rows along k are
-//! contiguous in both operands, so nothing is transposed and nothing is allocated: the weight
-//! passes through one 16 KiB buffer `NC` rows at a time (see below), where the general GEMM
-//! transposes the whole weight into freshly allocated panels on every call, which over few rows
-//! costs more than the product (a CLIP ViT-B/32 image at batch 1, 50 rows per linear layer,
-//! spent more time packing than multiplying). Over more rows that packing is amortised and the
-//! general GEMM's broadcast kernel, with fewer loads per FMA and no reductions, is faster:
-//! [`MAX_ROWS`].
+//! contiguous in both operands, so nothing is transposed and nothing is allocated, where the
+//! general GEMM transposes the whole weight into freshly allocated panels on every call, which
+//! over few rows costs more than the product (a CLIP ViT-B/32 image at batch 1, 50 rows per
+//! linear layer, spent more time packing than multiplying).
+//!
+//! Every output is summed in one order, fixed by k alone: lane l of a 16-lane sum takes the
+//! values of k ≡ l (mod 16) of one `KC` block in turn, the reduction adds lanes in a fixed tree,
+//! and the blocks' totals are added in turn. Neither the row count, nor a row's place in its
+//! tile, nor the split over threads changes it, so a row's result is a function of that row and
+//! the weight alone: an embedding is the same bits however the inputs are batched. For that the
+//! kernel serves products of every row count (past two, where the GEMV takes over), though over
+//! many rows with short k the general GEMM's broadcast kernel, with fewer loads per FMA and no
+//! reductions, is faster (docs/performance.md).
 //!
 //! Blocking: k in blocks of `KC` (later blocks add to C); A's rows in blocks of `MB`, which stay
 //! in the level-2 cache while B's rows pass over them `NC` at a time, which stay in the level-1
-//! cache while the block's rows of A pass over them four at a time. Those `NC` rows are copied
-//! side by side first (16 KiB, a plain copy read by every row of A's block): rows of a weight
-//! whose length is a multiple of 1,024 floats lie a multiple of 4 KiB apart and would all map to
-//! the same level-1 cache sets, evicting each other (measured: a third slower at k = 512).
+//! cache while the block's rows of A pass over them four at a time. Where those `NC` rows would
+//! crowd into the same level-1 cache sets (rows of a weight whose length is a multiple of 1,024
+//! floats lie a multiple of 4 KiB apart, and evict each other: measured a third slower at k =
+//! 512), they are copied side by side into a 16 KiB buffer first; otherwise they are read where
+//! they lie.
 
 use super::Cx;
 use crate::tensor::SendPtr;
@@ -27,21 +34,16 @@ const MC: usize = 64;
 /// Outputs per tile side.
 const T: usize = 4;
 
-/// The most rows of A this kernel is used for. Measured on an Intel Xeon (Ice Lake, 1 thread):
-/// a CLIP ViT-B/32 image at batch 1 (50 rows) 1.6× faster than through the general GEMM, a
-/// ViT-B/16 image (197 rows) 1.2× slower and CLIP at batch 8 (400 rows) 1.3× slower.
-pub const MAX_ROWS: usize = 64;
-
-/// Whether this CPU runs the kernel (AVX-512, under the AVX-512 kernel schedule) for `m` rows.
-pub fn applies(m: usize) -> bool {
-    m <= MAX_ROWS && crate::simd::has_avx512()
+/// Whether this CPU runs the kernel (AVX-512, under the AVX-512 kernel schedule).
+pub fn applies() -> bool {
+    crate::simd::has_avx512()
 }
 
 /// `C = A · Bᵀ` for A `m × k` (rows `lda` apart), B `n × k` (rows `ldb` apart), C `m × n` (rows
 /// `ldc` apart), split over the pool when the product is large.
 ///
 /// # Safety
-/// The CPU runs the kernel ([`applies`] holds for some row count; any `m` is computed right);
+/// The CPU runs the kernel ([`applies`]);
 /// the pointers address those matrices in bounds; C overlaps neither A nor B and nothing else
 /// touches it during the call.
 #[allow(clippy::too_many_arguments)]
@@ -146,20 +148,25 @@ mod x86 {
             return;
         }
         let mut rows_of_b = Block([0.0; NC * KC]);
+        let copy = aliases(ldb);
         for k0 in (0..k).step_by(KC) {
             let kc = KC.min(k - k0);
             for m0 in (0..m).step_by(MB) {
                 let m1 = (m0 + MB).min(m);
                 for n0 in (0..n).step_by(NC) {
                     let n1 = (n0 + NC).min(n);
-                    for j in n0..n1 {
-                        std::ptr::copy_nonoverlapping(
-                            b.add(j * ldb + k0),
-                            rows_of_b.0.as_mut_ptr().add((j - n0) * kc),
-                            kc,
-                        );
-                    }
-                    let bb = rows_of_b.0.as_ptr();
+                    let (bb, ldbb) = if copy {
+                        for j in n0..n1 {
+                            std::ptr::copy_nonoverlapping(
+                                b.add(j * ldb + k0),
+                                rows_of_b.0.as_mut_ptr().add((j - n0) * kc),
+                                kc,
+                            );
+                        }
+                        (rows_of_b.0.as_ptr(), kc)
+                    } else {
+                        (b.add(n0 * ldb + k0), ldb)
+                    };
                     for i0 in (m0..m1).step_by(T) {
                         let rows = T.min(m1 - i0);
                         // rows past the end repeat the last one; their sums are dropped
@@ -167,7 +174,7 @@ mod x86 {
                         for j0 in (n0..n1).step_by(T) {
                             let cols = T.min(n1 - j0);
                             let br =
-                                std::array::from_fn(|s| bb.add((j0 - n0 + s.min(cols - 1)) * kc));
+                                std::array::from_fn(|s| bb.add((j0 - n0 + s.min(cols - 1)) * ldbb));
                             let sums = tile(ar, br, kc);
                             let mask: __mmask8 = (1 << cols) - 1;
                             for r in 0..rows {
@@ -191,6 +198,15 @@ mod x86 {
                 }
             }
         }
+    }
+
+    /// Whether `NC` rows `ldb` floats apart crowd into a quarter of the level-1 cache's sets
+    /// (their starts lie within 1 KiB of each other modulo 4 KiB, so their first kilobytes map
+    /// to the same sets): then they are copied side by side first.
+    fn aliases(ldb: usize) -> bool {
+        let starts = (0..NC).map(|j| j * ldb * 4 % 4096);
+        let (lo, hi) = starts.fold((usize::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
+        hi - lo < 1024
     }
 
     /// The 16 dot products of rows `a[r]` and `b[s]` over `k` values, sum (r, s) in lane 4r + s.
@@ -264,11 +280,74 @@ mod tests {
     use super::*;
     use crate::kernels::packed::tests::{assert_product, values};
 
+    /// `C = A · Bᵀ` through the kernel, A `m × k` and B `n × k` contiguous.
+    fn product(a: &[f32], m: usize, b: &[f32], n: usize, k: usize, threads: usize) -> Vec<f32> {
+        let lease = crate::team::acquire(threads).expect("team");
+        let plan = crate::plan::Plan::empty();
+        let cx = Cx {
+            plan: &plan,
+            ptrs: &[],
+            scratch: SendPtr(std::ptr::null_mut()),
+            scratch_len: 0,
+            threads,
+            team: (threads > 1).then_some(&*lease),
+        };
+        let mut c = vec![f32::NAN; m * n];
+        // SAFETY: the buffers hold the matrices, contiguous; the kernel runs here.
+        unsafe {
+            gemm(
+                a.as_ptr(),
+                k,
+                m,
+                b.as_ptr(),
+                k,
+                n,
+                k,
+                c.as_mut_ptr(),
+                n,
+                &cx,
+            )
+        };
+        c
+    }
+
+    /// A row's outputs are the same bits whatever rows share its product, wherever it falls in
+    /// a tile and on one thread or two: against all 150 rows at once on two threads, every row
+    /// alone, and runs of 3, 5 and 64 rows starting at every offset mod 4, on one thread.
+    #[test]
+    fn a_row_does_not_depend_on_the_rows_beside_it() {
+        if !applies() {
+            return;
+        }
+        let (m, k, n) = (150, 1100, 37);
+        let mut next = values(9);
+        let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
+        let b: Vec<f32> = (0..n * k).map(|_| next()).collect();
+        let all = product(&a, m, &b, n, k, 2);
+        for (start, rows) in
+            (0..m)
+                .map(|i| (i, 1))
+                .chain([(1, 3), (2, 5), (3, 64), (85, 64), (0, 64), (147, 3)])
+        {
+            let part = product(&a[start * k..(start + rows) * k], rows, &b, n, k, 1);
+            for (r, got) in part.chunks(n).enumerate() {
+                let want = &all[(start + r) * n..(start + r + 1) * n];
+                assert!(
+                    got.iter()
+                        .zip(want)
+                        .all(|(g, w)| g.to_bits() == w.to_bits()),
+                    "row {} computed among {rows} rows from {start} differs",
+                    start + r
+                );
+            }
+        }
+    }
+
     /// Against an f64 loop, over tile edges (rows and columns not multiples of 4), k tails and
     /// k-blocks, B-row blocks, padded rows of A, B and C, on one thread and split over two.
     #[test]
     fn products_match_a_plain_loop() {
-        if !applies(1) {
+        if !applies() {
             return;
         }
         let lease = crate::team::acquire(2).expect("team");

@@ -256,8 +256,7 @@ impl Matmul {
                     }
                 }
             });
-        } else if let (Rhs::Prepared(p), 1, true) = (&self.rhs, self.a_cs, super::dots::applies(m))
-        {
+        } else if let (Rhs::Prepared(p), 1, true) = (&self.rhs, self.a_cs, super::dots::applies()) {
             // weight rows against A's rows, both read in place along k
             for bi in 0..nb {
                 let a_off = batch_offsets(&self.batch, &self.a_batch_strides, bi);
