@@ -22,7 +22,7 @@ fn gemv_4096(b: Bencher, threads: usize) {
 
 #[divan::bench(args = [1, 2])]
 fn conv3x3_128x28(b: Bencher, threads: usize) {
-    let mut inst = bench::prepare(&bench::conv_program(1, 128, 28, 128), threads);
+    let mut inst = bench::prepare(&bench::conv_program(1, 128, 28, 128, 3), threads);
     b.bench_local(|| inst.execute().expect("execute"));
 }
 

@@ -67,7 +67,28 @@ fn main() {
         // ResNet-50 3x3 stages at batch 1
         for &(c, hw) in &[(64usize, 56usize), (128, 28), (256, 14), (512, 7)] {
             for &t in &thread_counts {
-                println!("{}", bench::conv(1, c, hw, c, t, 10));
+                println!("{}", bench::conv(1, c, hw, c, 3, t, 10));
+            }
+        }
+        // pointwise convs of ResNet-50's bottlenecks and MobileNetV2's inverted residuals at
+        // batch 1
+        for &(c_in, hw, c_out) in &[
+            (256usize, 56usize, 64usize),
+            (64, 56, 256),
+            (512, 28, 128),
+            (128, 28, 512),
+            (1024, 14, 256),
+            (256, 14, 1024),
+            (2048, 7, 512),
+            (16, 112, 96),
+            (144, 56, 24),
+            (24, 56, 144),
+            (192, 28, 32),
+            (384, 14, 64),
+            (960, 7, 160),
+        ] {
+            for &t in &thread_counts {
+                println!("{}", bench::conv(1, c_in, hw, c_out, 1, t, 10));
             }
         }
     }

@@ -447,13 +447,13 @@ pub fn decode_stack(
 }
 
 /// fp32 3×3 stride-1 same-padded conv with bias, NCHW.
-pub fn conv_program(n: usize, c_in: usize, hw: usize, c_out: usize) -> Program {
+pub fn conv_program(n: usize, c_in: usize, hw: usize, c_out: usize, ks: usize) -> Program {
     let mut p = P::new();
     let x = p.input("x", DType::Fp32, &[n, c_in, hw, hw]);
     let w = p.konst(
         DType::Fp32,
-        &[c_out, c_in, 3, 3],
-        pseudo_random(c_out * c_in * 9, 5)
+        &[c_out, c_in, ks, ks],
+        pseudo_random(c_out * c_in * ks * ks, 5)
             .iter()
             .map(|&v| v as f64 * 0.1)
             .collect(),
@@ -476,11 +476,19 @@ pub fn conv_program(n: usize, c_in: usize, hw: usize, c_out: usize) -> Program {
     p.program(vec![y])
 }
 
-pub fn conv(n: usize, c_in: usize, hw: usize, c_out: usize, threads: usize, reps: usize) -> Figure {
-    let mut inst = prepare(&conv_program(n, c_in, hw, c_out), threads);
-    let flops = 2.0 * (n * c_out * hw * hw * c_in * 9) as f64;
+pub fn conv(
+    n: usize,
+    c_in: usize,
+    hw: usize,
+    c_out: usize,
+    ks: usize,
+    threads: usize,
+    reps: usize,
+) -> Figure {
+    let mut inst = prepare(&conv_program(n, c_in, hw, c_out, ks), threads);
+    let flops = 2.0 * (n * c_out * hw * hw * c_in * ks * ks) as f64;
     time(
-        format!("conv3x3 {n}x{c_in}x{hw}x{hw} -> {c_out}"),
+        format!("conv{ks}x{ks} {n}x{c_in}x{hw}x{hw} -> {c_out}"),
         &mut inst,
         flops,
         threads,

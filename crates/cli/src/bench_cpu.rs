@@ -209,7 +209,7 @@ pub fn conv(args: ConvArgs) -> anyhow::Result<()> {
     for &(c, hw) in &shapes {
         for &t in &args.common.threads {
             let reps = args.common.reps.unwrap_or(10);
-            jobs.push(Box::new(move || bench::conv(1, c, hw, c, t, reps)));
+            jobs.push(Box::new(move || bench::conv(1, c, hw, c, 3, t, reps)));
         }
     }
     let list = args.shapes.join(",");

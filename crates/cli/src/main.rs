@@ -128,7 +128,6 @@ enum Command {
 
 fn main() -> ExitCode {
     sigpipe::restore_default();
-    allocator::keep_large_blocks_mapped();
     // warnings (such as the ANE engine releasing programs to stay under the runtime's limit) are
     // shown by default; RUST_LOG=info or debug shows more. symphonia logs each failed format
     // probe itself; that failure reaches the user as `transcribe`'s error naming the file.
@@ -144,6 +143,9 @@ fn main() -> ExitCode {
         eprint!("{}", Cli::command().render_help());
         return ExitCode::from(2);
     };
+    if decodes_text(&command) {
+        allocator::keep_large_blocks_mapped();
+    }
     match dispatch(command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if sigpipe::is_broken_pipe(&e) => ExitCode::SUCCESS,
@@ -155,6 +157,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `command` generates text with a decoder LLM, whose peak memory over a long generation
+/// the allocator policy of [`allocator::keep_large_blocks_mapped`] lowers. The other commands
+/// keep glibc's own policy, under which buffers a product allocates on every call are reused
+/// instead of mapped and unmapped each time.
+fn decodes_text(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Generate(_)
+            | Command::Chat(_)
+            | Command::Serve(_)
+            | Command::Rag(_)
+            | Command::CheckFp16(_)
+            | Command::Bench(bench::BenchCommand::Llm(_))
+    )
 }
 
 fn dispatch(command: Command) -> anyhow::Result<()> {
