@@ -780,17 +780,8 @@ mod tests {
                 let ldc = n + 3;
                 let mut c = vec![f32::NAN; m * ldc];
                 let mut scratch = vec![0f32; b.scratch_floats(m)];
-                let plan = crate::plan::Plan::empty();
-                let cx = Cx {
-                    plan: &plan,
-                    ptrs: &[],
-                    scratch: SendPtr(std::ptr::null_mut()),
-                    scratch_len: 0,
-                    threads: 1,
-                    team: None,
-                };
                 // SAFETY: a is m × k row-major, c holds m rows of ldc floats.
-                unsafe {
+                crate::kernels::with_test_cx(1, |cx| unsafe {
                     gemm(
                         a.as_ptr(),
                         k,
@@ -799,10 +790,10 @@ mod tests {
                         &b,
                         c.as_mut_ptr(),
                         ldc,
-                        &cx,
+                        cx,
                         &mut scratch,
                     )
-                };
+                });
                 for i in 0..m {
                     for j in 0..n {
                         let (got, w) = (c[i * ldc + j] as f64, want[i * n + j]);

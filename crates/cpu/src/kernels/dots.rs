@@ -279,35 +279,15 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::kernels::packed::tests::{assert_product, values};
+    use crate::kernels::with_test_cx;
 
     /// `C = A · Bᵀ` through the kernel, A `m × k` and B `n × k` contiguous.
     fn product(a: &[f32], m: usize, b: &[f32], n: usize, k: usize, threads: usize) -> Vec<f32> {
-        let lease = crate::team::acquire(threads).expect("team");
-        let plan = crate::plan::Plan::empty();
-        let cx = Cx {
-            plan: &plan,
-            ptrs: &[],
-            scratch: SendPtr(std::ptr::null_mut()),
-            scratch_len: 0,
-            threads,
-            team: (threads > 1).then_some(&*lease),
-        };
         let mut c = vec![f32::NAN; m * n];
         // SAFETY: the buffers hold the matrices, contiguous; the kernel runs here.
-        unsafe {
-            gemm(
-                a.as_ptr(),
-                k,
-                m,
-                b.as_ptr(),
-                k,
-                n,
-                k,
-                c.as_mut_ptr(),
-                n,
-                &cx,
-            )
-        };
+        with_test_cx(threads, |cx| unsafe {
+            gemm(a.as_ptr(), k, m, b.as_ptr(), k, n, k, c.as_mut_ptr(), n, cx)
+        });
         c
     }
 
@@ -350,7 +330,6 @@ mod tests {
         if !applies() {
             return;
         }
-        let lease = crate::team::acquire(2).expect("team");
         let mut next = values(5);
         for &(m, k, n) in &[
             (1, 1, 1),
@@ -385,18 +364,9 @@ mod tests {
                 })
                 .collect();
             for threads in [1, 2] {
-                let plan = crate::plan::Plan::empty();
-                let cx = Cx {
-                    plan: &plan,
-                    ptrs: &[],
-                    scratch: SendPtr(std::ptr::null_mut()),
-                    scratch_len: 0,
-                    threads,
-                    team: (threads > 1).then_some(&*lease),
-                };
                 let mut c = vec![f32::NAN; m * ldc];
                 // SAFETY: the buffers hold the matrices with these strides; the kernel runs here.
-                unsafe {
+                with_test_cx(threads, |cx| unsafe {
                     gemm(
                         a_rows.as_ptr(),
                         lda,
@@ -407,9 +377,9 @@ mod tests {
                         k,
                         c.as_mut_ptr(),
                         ldc,
-                        &cx,
+                        cx,
                     )
-                };
+                });
                 assert_product(&format!("threads={threads}"), &a, &b, &c, (m, k, n), ldc);
             }
         }

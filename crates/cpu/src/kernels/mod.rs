@@ -245,3 +245,19 @@ impl Kernel {
         }
     }
 }
+
+/// Runs `f` with a kernel context of `threads` threads (a worker team past one), an empty plan
+/// and no scratch, for kernels' own tests.
+#[cfg(test)]
+pub(crate) fn with_test_cx<R>(threads: usize, f: impl FnOnce(&Cx) -> R) -> R {
+    let lease = crate::team::acquire(threads).expect("team");
+    let plan = Plan::empty();
+    f(&Cx {
+        plan: &plan,
+        ptrs: &[],
+        scratch: SendPtr(std::ptr::null_mut()),
+        scratch_len: 0,
+        threads,
+        team: (threads > 1).then_some(&*lease),
+    })
+}
