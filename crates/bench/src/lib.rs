@@ -446,7 +446,7 @@ pub fn decode_stack(
     )
 }
 
-/// fp32 3×3 stride-1 same-padded conv with bias, NCHW.
+/// fp32 `ks × ks` stride-1 same-padded conv with bias, NCHW.
 pub fn conv_program(n: usize, c_in: usize, hw: usize, c_out: usize, ks: usize) -> Program {
     let mut p = P::new();
     let x = p.input("x", DType::Fp32, &[n, c_in, hw, hw]);

@@ -169,7 +169,7 @@ fn decodes_text(command: &Command) -> bool {
         Command::Generate(_)
             | Command::Chat(_)
             | Command::Serve(_)
-            | Command::Rag(_)
+            | Command::Rag(rag::RagCommand::Ask(_))
             | Command::CheckFp16(_)
             | Command::Bench(bench::BenchCommand::Llm(_))
     )
