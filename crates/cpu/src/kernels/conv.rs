@@ -174,8 +174,11 @@ impl Conv {
         let Some(f) = Fused::recognize(e, self.raw, &[g.n, g.cout, g.oh, g.ow]) else {
             return;
         };
-        // the register-tiled kernels take a bias and relu only
-        if self.direct() && (f.residual.is_some() || !matches!(f.act, Act::None | Act::Relu)) {
+        // the register-tiled kernels take a bias and an activation (Winograd's only relu)
+        let winograd = matches!(self.weight, ConvWeight::Winograd(_));
+        if self.direct()
+            && (f.residual.is_some() || winograd && !matches!(f.act, Act::None | Act::Relu))
+        {
             return;
         }
         self.fused = Some(f);
@@ -294,7 +297,7 @@ impl Conv {
                 bias: f
                     .and_then(|f| f.bias)
                     .map_or(std::ptr::null(), |b| cx.ptr(b) as *const f32),
-                relu: f.is_some_and(|f| f.act == Act::Relu),
+                act: f.map_or(Act::None, |f| f.act),
             };
             // SAFETY: `Direct` weights exist only where `conv_direct::applies`; x and out hold
             // this geometry's input and output (f32), the bias cout f32, col the kernel's

@@ -4,12 +4,14 @@
 //! Each input plane is split into its stride phases: phase (a, b) holds the zero-padded plane's
 //! rows a, a + sh, … and columns b, b + sw, …, every phase `we = ⌈wp / sw⌉` columns wide. Output
 //! pixel (oy, ox) then reads tap (i, j) from phase ((i·dh) mod sh, (j·dw) mod sw) at
-//! `(oy + i·dh / sh)·we + ox + j·dw / sw`: a constant offset from `oy·we + ox`. So the output is
-//! computed as one flat run of `oh·we` positions (the `we - ow` positions past each row's end
-//! are computed and dropped), in full vectors whatever the plane's width and stride: a 7 × 7
-//! plane is 64 lanes, not seven rows of seven. The kept columns are written out through the
-//! fused epilogue, or copied out, with any other epilogue chain run on each batch of planes
-//! while they are still in cache.
+//! `(oy + i·dh / sh)·we + ox + j·dw / sw`: a constant offset from `oy·we + ox`. Output rows at
+//! least a vector wide are summed straight into the output, each row in full vectors (its last
+//! one overlapping the one before). Narrower planes are computed as one flat run of `oh·we`
+//! positions (the `we - ow` positions past each row's end are computed and dropped), in full
+//! vectors whatever the plane's width and stride: a 7 × 7 plane is 64 lanes, not seven rows of
+//! seven; their kept columns are copied out. A fused bias and activation are applied in
+//! registers; a fused residual goes through the flat run and the epilogue's store; any other
+//! epilogue chain runs on each batch of planes while they are still in cache.
 
 use super::conv::Geometry;
 use super::conv_epilogue::{Act, Bound};
@@ -117,6 +119,10 @@ pub unsafe fn run(
     let (xp, wtp, op) = (SendPtr(x as *mut f32), SendPtr(w as *mut f32), SendPtr(out));
     let sp = SendPtr(scratch.as_mut_ptr());
     let per = planes.div_ceil(tasks);
+    // Rows at least a vector wide are summed straight into the output (the bias and activation
+    // in registers): the flat run's dropped positions and its copy-out cost more there than the
+    // recomputed overlap of a row's last vector.
+    let rows_direct = g.ow >= TAIL && fused.is_none_or(|f| !f.has_residual());
     cx.par_for(tasks, &|t| {
         // SAFETY: task t owns its scratch region and the output planes it is given.
         let mine = unsafe { std::slice::from_raw_parts_mut(sp.get().add(t * per_task), per_task) };
@@ -130,11 +136,10 @@ pub unsafe fn run(
             let c = p % g.cout;
             // SAFETY: plane p of x and of out, and channel c's taps, are in bounds (see `run`);
             // tasks take disjoint output planes.
-            let (src, wc, dst) = unsafe {
+            let (src, wc) = unsafe {
                 (
                     std::slice::from_raw_parts(xp.get().add(p * pin), pin),
                     std::slice::from_raw_parts(wtp.get().add(c * kk), kk),
-                    std::slice::from_raw_parts_mut(op.get().add(p * pout), pout),
                 )
             };
             split_phases(src, g, &l, phases);
@@ -143,15 +148,27 @@ pub unsafe fn run(
             // SAFETY: c < cout.
             let (bias, act) =
                 in_regs.map_or((None, Act::None), |f| (unsafe { f.bias_of(c) }, f.act()));
-            sum_taps(phases, taps, wc, bias, act, flat);
+            if rows_direct {
+                // SAFETY: as for `dst`.
+                let dst = unsafe { std::slice::from_raw_parts_mut(op.get().add(p * pout), pout) };
+                sum_taps(phases, taps, wc, bias, act, dst, Some((l.we, g.ow)));
+            } else {
+                sum_taps(phases, taps, wc, bias, act, flat, None);
+            }
             match fused {
+                _ if rows_direct => {}
                 Some(f) if in_regs.is_none() => {
                     for (oy, kept) in flat.chunks(l.we).take(g.oh).enumerate() {
                         // SAFETY: the row's output positions are this task's.
                         unsafe { f.store(c, p * pout + oy * g.ow, g.ow, Some(&kept[..g.ow])) }
                     }
                 }
-                _ => keep_columns(flat, l.we, dst, g.ow),
+                _ => {
+                    // SAFETY: as above.
+                    let dst =
+                        unsafe { std::slice::from_raw_parts_mut(op.get().add(p * pout), pout) };
+                    keep_columns(flat, l.we, dst, g.ow)
+                }
             }
             if let Some(e) = epilogue {
                 if (p + 1 - pending) * pout >= EPILOGUE_BATCH || p + 1 == end {
@@ -216,34 +233,76 @@ crate::simd_dispatch! {
         wc: &[f32],
         bias: Option<f32>,
         act: Act,
-        flat: &mut [f32],
+        out: &mut [f32],
+        rows: Option<(usize, usize)>,
     ) {
         let b = bias.unwrap_or(0.0);
+        let o = out;
         match (bias.is_some(), act) {
-            (false, Act::None) => run_taps(phases, taps, wc, flat, |v| v),
-            (false, Act::Relu) => run_taps(phases, taps, wc, flat, |v| Act::Relu.apply(v)),
-            (false, Act::Relu6) => run_taps(phases, taps, wc, flat, |v| Act::Relu6.apply(v)),
+            (false, Act::None) => run_taps(phases, taps, wc, o, rows, |v| v),
+            (false, Act::Relu) => run_taps(phases, taps, wc, o, rows, |v| Act::Relu.apply(v)),
+            (false, Act::Relu6) => run_taps(phases, taps, wc, o, rows, |v| Act::Relu6.apply(v)),
             (false, Act::Clip(lo, hi)) => {
-                run_taps(phases, taps, wc, flat, |v| Act::Clip(lo, hi).apply(v))
+                run_taps(phases, taps, wc, o, rows, |v| Act::Clip(lo, hi).apply(v))
             }
-            (true, Act::None) => run_taps(phases, taps, wc, flat, |v| v + b),
-            (true, Act::Relu) => run_taps(phases, taps, wc, flat, |v| Act::Relu.apply(v + b)),
-            (true, Act::Relu6) => run_taps(phases, taps, wc, flat, |v| Act::Relu6.apply(v + b)),
+            (true, Act::None) => run_taps(phases, taps, wc, o, rows, |v| v + b),
+            (true, Act::Relu) => {
+                run_taps(phases, taps, wc, o, rows, |v| Act::Relu.apply(v + b))
+            }
+            (true, Act::Relu6) => {
+                run_taps(phases, taps, wc, o, rows, |v| Act::Relu6.apply(v + b))
+            }
             (true, Act::Clip(lo, hi)) => {
-                run_taps(phases, taps, wc, flat, |v| Act::Clip(lo, hi).apply(v + b))
+                run_taps(phases, taps, wc, o, rows, |v| Act::Clip(lo, hi).apply(v + b))
             }
         }
     }
 }
 
+/// Sums the flat run into `out` or, with `rows = Some((we, ow))`, only each row's `ow` kept
+/// positions into the rows of `out` (`ow` ≥ `TAIL`; a row's last vector overlaps the one before
+/// it and rewrites the same values).
 #[inline(always)]
 fn run_taps(
     phases: &[f32],
     taps: &[usize],
     wc: &[f32],
-    flat: &mut [f32],
+    out: &mut [f32],
+    rows: Option<(usize, usize)>,
     fin: impl Fn(f32) -> f32,
 ) {
+    if let Some((we, ow)) = rows {
+        for (oy, row) in out.chunks_exact_mut(ow).enumerate() {
+            let base = oy * we;
+            let mut f = 0;
+            while f + CHUNK <= ow {
+                chunk::<CHUNK>(phases, taps, wc, base + f, &mut row[f..f + CHUNK], &fin);
+                f += CHUNK;
+            }
+            // the rest in one call, so its vectors sum side by side
+            match ow - f {
+                48.. => {
+                    chunk::<48>(phases, taps, wc, base + f, &mut row[f..f + 48], &fin);
+                    f += 48;
+                }
+                32.. => {
+                    chunk::<32>(phases, taps, wc, base + f, &mut row[f..f + 32], &fin);
+                    f += 32;
+                }
+                16.. => {
+                    chunk::<16>(phases, taps, wc, base + f, &mut row[f..f + 16], &fin);
+                    f += 16;
+                }
+                _ => {}
+            }
+            if f < ow {
+                let f = ow - TAIL;
+                chunk::<TAIL>(phases, taps, wc, base + f, &mut row[f..], &fin);
+            }
+        }
+        return;
+    }
+    let flat = out;
     let mut f = 0;
     while f + CHUNK <= flat.len() {
         chunk::<CHUNK>(phases, taps, wc, f, &mut flat[f..f + CHUNK], &fin);

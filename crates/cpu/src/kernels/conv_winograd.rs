@@ -10,6 +10,7 @@
 
 use super::conv::Geometry;
 use super::conv_direct::{self, arch as tiles, Epilogue, Tile, IC_BLOCK, LANES, MAX_PIXELS};
+use super::conv_epilogue::Act;
 use super::Cx;
 use crate::tensor::SendPtr;
 
@@ -176,7 +177,7 @@ pub unsafe fn run(
                                 out_channel: 0,
                                 out_row: 0,
                                 lanes: [LANES; 2],
-                                relu: false,
+                                act: Act::None,
                             };
                             f(&tile);
                         }
@@ -201,7 +202,7 @@ pub unsafe fn run(
                             &d,
                             rows.clone(),
                             bias.get(),
-                            epilogue.relu,
+                            epilogue.act == Act::Relu,
                         )
                     };
                 }

@@ -117,6 +117,11 @@ fn conv2d_strides_dilation_groups_padding_modes() {
         (1, 3, 5, 70, 3, 3, 1, 1, 3, "same"),
         (1, 2, 6, 57, 2, 5, 1, 2, 2, "custom"),
         (1, 16, 20, 40, 16, 5, 1, 1, 16, "same"),
+        // rows of 16 and 33 columns summed straight into the output (a vector, then a vector
+        // and an overlapping last one), of 40 at stride 2
+        (1, 3, 6, 16, 3, 3, 1, 1, 3, "same"),
+        (2, 5, 7, 33, 5, 3, 1, 1, 5, "same"),
+        (1, 4, 9, 80, 4, 3, 2, 1, 4, "same"),
     ];
     for &d in &[DType::Fp32, DType::Fp16] {
         for &(n, cin, h, w, cout, k, st, dl, groups, pt) in &cases {

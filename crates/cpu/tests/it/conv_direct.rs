@@ -167,7 +167,7 @@ fn direct_and_winograd_convs_match_naive_f64_over_every_tile_edge() {
         // width 14 exactly and 15 (8 + 7), no padding
         case(1, 16, 6, 16, 16, [1, 1], 1, [0, 0, 0, 0], true, false),
         case(1, 17, 5, 17, 32, [1, 1], 1, [0, 0, 0, 0], false, false),
-        // width 56 (four 14-pixel tiles), several row chunks are not needed to be exact
+        // width 56: seven 8-pixel tiles (a width past one tile that is a multiple of 8)
         case(1, 8, 4, 56, 16, [1, 1], 1, [1, 1, 1, 1], true, true),
         // stride 2 with padding 1 and valid
         case(1, 16, 6, 5, 32, [2, 2], 1, [1, 1, 1, 1], true, false),

@@ -35,7 +35,9 @@ fn conv_epilogues_are_fused_into_every_schedule_and_match_f64() {
     // (n, cin, h, w, cout, k, stride, groups): depthwise 3×3 s1 / s2 and 5×5 s2; pointwise over
     // 144 and 2 × 81 pixels (split into channel bands on 2 threads) and over 1024 pixels × 512
     // channels (several pixel chunks); pointwise over 49 pixels (packed); grouped 3×3 and
-    // ungrouped 5×5 (im2col); ungrouped 3×3 (direct on AVX-512)
+    // ungrouped 5×5 (im2col); ungrouped 3×3 (direct on AVX-512: stride 1 over 10 × 10, a stem's
+    // stride 2 over three channels in tiles of eight columns; Winograd over 32 channels);
+    // depthwise rows summed straight into the output (16 columns, 48 plus an overlapping tail)
     let cases = [
         (1, 24, 14, 14, 24, 3, 1, 24),
         (2, 16, 15, 15, 16, 3, 2, 16),
@@ -47,6 +49,10 @@ fn conv_epilogues_are_fused_into_every_schedule_and_match_f64() {
         (1, 8, 9, 9, 12, 3, 1, 2),
         (1, 4, 12, 12, 8, 5, 1, 1),
         (1, 8, 10, 10, 16, 3, 1, 1),
+        (1, 3, 32, 32, 32, 3, 2, 1),
+        (1, 32, 12, 12, 32, 3, 1, 1),
+        (1, 16, 16, 16, 16, 3, 1, 16),
+        (2, 8, 108, 108, 8, 3, 2, 8),
     ];
     for &(n, cin, h, w, cout, k, st, groups) in &cases {
         let direct = aneforge_cpu::simd::has_avx512() && k == 3 && groups == 1;
@@ -134,17 +140,24 @@ fn conv_epilogues_are_fused_into_every_schedule_and_match_f64() {
                 Tail::BiasSigmoid => un(&mut p, "sigmoid", &y),
             };
             p.output(&y);
-            // the register-tiled kernels take only a bias and relu
-            let fused = match tail {
-                Tail::BiasSigmoid => false,
-                Tail::Bias | Tail::Relu => true,
-                _ => !direct,
-            };
             for threads in [1, 2] {
                 let what = format!(
                     "conv {xs:?} k{k} s{st} g{groups} → {os:?} then {tail:?}, {threads} threads"
                 );
                 let (plan, schedule) = compile_threads(&p, threads, &what);
+                // the register-tiled kernels take a bias and an activation, Winograd only relu
+                let winograd = schedule.contains("conv-winograd");
+                assert_eq!(
+                    winograd,
+                    direct && cin >= 32 && st == 1,
+                    "{what}: schedule:\n{schedule}"
+                );
+                let fused = match tail {
+                    Tail::BiasSigmoid => false,
+                    Tail::Bias | Tail::Relu => true,
+                    Tail::BiasRelu6 | Tail::BiasClip => !winograd,
+                    Tail::BiasResidual | Tail::BiasResidualRelu => !direct,
+                };
                 assert_eq!(
                     schedule.contains("+fused"),
                     fused,
