@@ -380,17 +380,7 @@ impl Conv {
                         }
                         _ => unreachable!("the packed and bf16 weights only"),
                     }
-                    let ob = std::slice::from_raw_parts_mut(out.add(b * cout * pix), cout * pix);
-                    for (px, row) in c.chunks_exact(cout).enumerate() {
-                        for (co, &v) in row.iter().enumerate() {
-                            ob[co * pix + px] = v;
-                        }
-                    }
-                    if let Some(f) = fused {
-                        for co in 0..cout {
-                            f.store(co, (b * cout + co) * pix, pix, None);
-                        }
-                    }
+                    write_planes(c, pix, cout, out, b * cout * pix, fused);
                 }
             }
             return self.chain_after(cx);
@@ -504,6 +494,93 @@ impl Conv {
     fn chain_after(&self, cx: &Cx) {
         if let Some(e) = &self.epilogue {
             e.run(cx);
+        }
+    }
+}
+
+/// Writes a product `c` `[pix, cout]` (pixels as rows) to the output planes `[cout, pix]`
+/// starting at position `at` of `out`, through `fused` when given (`out` is then its target):
+/// sixteen channels by up to `SPAN` pixels at a time, transposed into a block in L1.
+///
+/// # Safety
+/// Positions `at..at + cout·pix` are in `out`; `c` holds `pix·cout` floats.
+unsafe fn write_planes(
+    c: &[f32],
+    pix: usize,
+    cout: usize,
+    out: *mut f32,
+    at: usize,
+    fused: Option<Bound>,
+) {
+    assert!(c.len() >= pix * cout, "write_planes");
+    let mut block = [0f32; 16 * SPAN];
+    for co0 in (0..cout).step_by(16) {
+        let lanes = (cout - co0).min(16);
+        for px0 in (0..pix).step_by(SPAN) {
+            let len = (pix - px0).min(SPAN);
+            pixels_to_planes(&c[px0 * cout..], cout, len, co0, lanes, &mut block);
+            for (l, row) in block.chunks_exact(SPAN).take(lanes).enumerate() {
+                let (co, row) = (co0 + l, &row[..len]);
+                let to = at + co * pix + px0;
+                match fused {
+                    Some(f) => f.store(co, to, len, Some(row)),
+                    None => std::slice::from_raw_parts_mut(out.add(to), len).copy_from_slice(row),
+                }
+            }
+        }
+    }
+}
+
+/// Pixels per block of `write_planes` (a multiple of 16).
+const SPAN: usize = 64;
+
+/// `block[l·SPAN + px] = c[px·cout + co0 + l]` for `l < lanes`, `px < pix` (`pix` ≤ `SPAN`).
+fn pixels_to_planes(
+    c: &[f32],
+    cout: usize,
+    pix: usize,
+    co0: usize,
+    lanes: usize,
+    block: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx512() {
+        // SAFETY: AVX-512 is available.
+        unsafe { pixels_to_planes_avx512(c, cout, pix, co0, lanes, block) };
+        return;
+    }
+    for px in 0..pix {
+        for l in 0..lanes {
+            block[l * SPAN + px] = c[px * cout + co0 + l];
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn pixels_to_planes_avx512(
+    c: &[f32],
+    cout: usize,
+    pix: usize,
+    co0: usize,
+    lanes: usize,
+    block: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let mask = ((1u32 << lanes) - 1) as __mmask16;
+    for px0 in (0..pix).step_by(16) {
+        let mut m = [_mm512_setzero_ps(); 16];
+        for (i, v) in m.iter_mut().enumerate().take(pix - px0) {
+            let row = &c[(px0 + i) * cout + co0..][..lanes];
+            // SAFETY: `row` holds `lanes` floats; the mask reads no more.
+            *v = unsafe { _mm512_maskz_loadu_ps(mask, row.as_ptr()) };
+        }
+        super::conv_direct::arch::transpose16(&mut m);
+        for (l, v) in m.iter().enumerate().take(lanes) {
+            // px0 + 16 <= SPAN: a block row holds the whole vector
+            let dst = &mut block[l * SPAN + px0..][..16];
+            // SAFETY: `dst` holds 16 floats.
+            unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *v) };
         }
     }
 }

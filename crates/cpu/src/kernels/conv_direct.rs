@@ -441,7 +441,7 @@ pub(super) mod arch {
     /// Transposes a 16×16 matrix held as 16 rows.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn transpose16(m: &mut [__m512; 16]) {
+    pub(in crate::kernels) fn transpose16(m: &mut [__m512; 16]) {
         let mut t = [_mm512_setzero_ps(); 16];
         for k in 0..8 {
             t[2 * k] = _mm512_unpacklo_ps(m[2 * k], m[2 * k + 1]);
