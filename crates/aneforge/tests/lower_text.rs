@@ -33,3 +33,91 @@ fn small_program_prints_and_parses() {
     .unwrap();
     println!("{}", h.mil_text());
 }
+
+/// A zero-constant pad of the spatial axes before a conv becomes the conv's own padding (no
+/// `pad` op in the program) and computes the same as the padded conv, here against an f64 conv
+/// of the explicitly padded input; other pads stay ops of their own.
+#[test]
+fn a_zero_spatial_pad_before_a_conv_becomes_its_padding() {
+    use aneforge::engine::{HostSlice, HostTensor};
+    use aneforge::graph::{ConvAttrs, PadMode};
+    use aneforge::{compile, CompileOptions};
+    let (c, h, w, o) = (3, 9, 10, 4);
+    let x = input("x", &[1, c, h, w], DType::F32).unwrap();
+    let wv: Vec<f32> = (0..o * c * 9)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) / 16.0)
+        .collect();
+    let weight = constant(HostArray::from_f32(&[o, c, 3, 3], wv.clone()).unwrap());
+    let attrs = ConvAttrs {
+        strides: vec![2, 2],
+        pads: vec![(1, 0), (0, 0)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let spatial = [(0, 0), (0, 0), (0, 1), (1, 1)];
+    let conv_of = |pads: &[(usize, usize)], mode, value| {
+        x.pad(pads, mode, value)
+            .unwrap()
+            .conv(&weight, None, attrs.clone())
+            .unwrap()
+    };
+    let mil = |y: &aneforge::graph::Tensor| {
+        compile_artifact(
+            &[("y", y)],
+            &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
+        )
+        .unwrap()
+        .mil_text()
+        .to_string()
+    };
+    let folded = conv_of(&spatial, PadMode::Constant, 0.0);
+    let text = mil(&folded);
+    assert!(!text.contains(" pad("), "{text}");
+    // [top, bottom, left, right]: the conv's (1, 0) and (0, 0) plus the pad's (0, 1) and (1, 1)
+    assert!(text.contains("([1, 1, 1, 1])"), "{text}");
+    for kept in [
+        conv_of(&spatial, PadMode::Constant, 0.5),
+        conv_of(&spatial, PadMode::Constant, -0.0),
+        conv_of(&spatial, PadMode::Reflect, 0.0),
+        conv_of(&[(1, 0), (0, 0), (0, 1), (1, 1)], PadMode::Constant, 0.0),
+        // past the kernel's reach of 2: some output would read only padding
+        conv_of(&[(0, 0), (0, 0), (0, 3), (1, 1)], PadMode::Constant, 0.0),
+    ] {
+        assert!(mil(&kept).contains(" pad("), "{}", mil(&kept));
+    }
+    let xv: Vec<f32> = (0..c * h * w)
+        .map(|i| ((i * 53 % 29) as f32 - 14.0) / 8.0)
+        .collect();
+    let mut m = compile(&[&folded], &CompileOptions::default()).unwrap();
+    let got = match &m.run(&[("x", HostSlice::F32(&xv))]).unwrap()[0] {
+        HostTensor::F32(v) => v.clone(),
+        other => panic!("{other:?}"),
+    };
+    // the padded input: rows 1 + h + 0 (conv top 1, pad bottom 1 → +1 row), columns 1 + w + 1
+    let (pt, pl, hp, wp) = (1, 1, h + 2, w + 2);
+    let at = |ci: usize, y: usize, x: usize| -> f64 {
+        match (y.checked_sub(pt), x.checked_sub(pl)) {
+            (Some(y), Some(x)) if y < h && x < w => xv[(ci * h + y) * w + x] as f64,
+            _ => 0.0,
+        }
+    };
+    let (oh, ow) = ((hp - 3) / 2 + 1, (wp - 3) / 2 + 1);
+    assert_eq!(got.len(), o * oh * ow);
+    for co in 0..o {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let mut want = 0.0;
+                for ci in 0..c {
+                    for i in 0..3 {
+                        for j in 0..3 {
+                            want += at(ci, oy * 2 + i, ox * 2 + j)
+                                * wv[((co * c + ci) * 3 + i) * 3 + j] as f64;
+                        }
+                    }
+                }
+                let g = got[(co * oh + oy) * ow + ox] as f64;
+                assert!((g - want).abs() < 1e-5, "({co}, {oy}, {ox}): {g} vs {want}");
+            }
+        }
+    }
+}

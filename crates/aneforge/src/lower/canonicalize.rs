@@ -67,6 +67,20 @@ fn rewrite(
                 inputs,
             )?
         }
+        Op::Conv { attrs, has_bias } => match folded_pad(&srcs[0], attrs, &srcs[1]) {
+            Some((x, attrs)) => {
+                let mut inputs = vec![x, srcs[1].clone()];
+                inputs.extend(srcs.get(2).cloned());
+                Tensor::from_op(
+                    Op::Conv {
+                        attrs,
+                        has_bias: *has_bias,
+                    },
+                    inputs,
+                )?
+            }
+            None => return Ok(None),
+        },
         Op::LayerNorm {
             axes,
             eps,
@@ -117,6 +131,53 @@ fn rewrite(
         _ => return Ok(None),
     };
     Ok(Some(out))
+}
+
+/// A conv input that is a zero-constant pad of its spatial axes only becomes the conv's own
+/// padding: ONNX exports of "same" padding (EfficientNet, TensorFlow models) pad before the conv,
+/// and the padded copy is then never made. Kept only while each side's padding stays within the
+/// kernel's reach, `(k − 1)·d`, so every output still reads some input. Returns the pad's input
+/// and the conv's attributes with the pads added.
+fn folded_pad(
+    x: &Tensor,
+    attrs: &graph::ConvAttrs,
+    weight: &Tensor,
+) -> Option<(Tensor, graph::ConvAttrs)> {
+    let Op::Pad {
+        pads,
+        mode: graph::PadMode::Constant,
+        value,
+    } = x.op()
+    else {
+        return None;
+    };
+    let (batch_channel, spatial) = pads.split_at(2.min(pads.len()));
+    if value.to_bits() != 0
+        || batch_channel.iter().any(|&p| p != (0, 0))
+        || spatial.len() != attrs.pads.len()
+    {
+        return None;
+    }
+    let kernel = weight.shape().get(2..)?;
+    let mut pads = Vec::with_capacity(spatial.len());
+    for (((&(a, b), &(c, d)), &k), &dl) in spatial
+        .iter()
+        .zip(&attrs.pads)
+        .zip(kernel)
+        .zip(&attrs.dilations)
+    {
+        let reach = k.checked_sub(1)? * dl;
+        let (before, after) = (a + c, b + d);
+        if before > reach || after > reach {
+            return None;
+        }
+        pads.push((before, after));
+    }
+    let attrs = graph::ConvAttrs {
+        pads,
+        ..attrs.clone()
+    };
+    Some((x.srcs()[0].clone(), attrs))
 }
 
 /// `[Cout, Cin/g, k…]` → `[Cout, Cin/g, (k−1)·d+1 …]` with `d − 1` zeros between taps.
