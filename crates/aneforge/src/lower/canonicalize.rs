@@ -49,36 +49,16 @@ fn rewrite(
         // Core ML rejects dilations on a conv whose weight is not a constant (coremltools:
         // "Convolution with dynamic weights does not support dilations"), so the weight is
         // dilated in the program instead: zeros between taps, dilation 1.
-        Op::Conv { attrs, has_bias }
-            if !is_const(&srcs[1]) && attrs.dilations.iter().any(|&d| d > 1) =>
-        {
+        Op::Conv { attrs, .. } if !is_const(&srcs[1]) && attrs.dilations.iter().any(|&d| d > 1) => {
             let weight = dilate_weight(&srcs[1], &attrs.dilations)?;
             let attrs = graph::ConvAttrs {
                 dilations: vec![1; attrs.dilations.len()],
                 ..attrs.clone()
             };
-            let mut inputs = vec![srcs[0].clone(), weight];
-            inputs.extend(srcs.get(2).cloned());
-            Tensor::from_op(
-                Op::Conv {
-                    attrs,
-                    has_bias: *has_bias,
-                },
-                inputs,
-            )?
+            srcs[0].conv(&weight, srcs.get(2), attrs)?
         }
-        Op::Conv { attrs, has_bias } => match folded_pad(&srcs[0], attrs, &srcs[1]) {
-            Some((x, attrs)) => {
-                let mut inputs = vec![x, srcs[1].clone()];
-                inputs.extend(srcs.get(2).cloned());
-                Tensor::from_op(
-                    Op::Conv {
-                        attrs,
-                        has_bias: *has_bias,
-                    },
-                    inputs,
-                )?
-            }
+        Op::Conv { attrs, .. } => match folded_pad(&srcs[0], attrs, &srcs[1]) {
+            Some((x, attrs)) => x.conv(&srcs[1], srcs.get(2), attrs)?,
             None => return Ok(None),
         },
         Op::LayerNorm {
