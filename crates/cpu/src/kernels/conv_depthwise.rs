@@ -149,7 +149,7 @@ pub unsafe fn run(
             let (bias, act) =
                 in_regs.map_or((None, Act::None), |f| (unsafe { f.bias_of(c) }, f.act()));
             if rows_direct {
-                // SAFETY: as for `dst`.
+                // SAFETY: plane p of out is this task's (tasks take disjoint output planes).
                 let dst = unsafe { std::slice::from_raw_parts_mut(op.get().add(p * pout), pout) };
                 sum_taps(phases, taps, wc, bias, act, dst, Some((l.we, g.ow)));
             } else {
@@ -164,7 +164,7 @@ pub unsafe fn run(
                     }
                 }
                 _ => {
-                    // SAFETY: as above.
+                    // SAFETY: plane p of out is this task's.
                     let dst =
                         unsafe { std::slice::from_raw_parts_mut(op.get().add(p * pout), pout) };
                     keep_columns(flat, l.we, dst, g.ow)
