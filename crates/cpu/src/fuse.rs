@@ -114,6 +114,8 @@ pub(crate) fn run(b: &mut Builder<'_>, outputs: &[Vid]) {
     repeated_attention_masks(&mut g);
     g.index(outputs);
     epilogues(&mut g);
+    g.index(outputs);
+    expansions(&mut g);
     g.b.nodes = g.nodes.into_iter().flatten().collect();
 }
 
@@ -332,6 +334,44 @@ fn epilogues(g: &mut Graph<'_, '_>) {
                 g.nodes[bi] = Some(bnode);
             }
         }
+    }
+}
+
+/// A pointwise conv (with its bias and activation) whose result only a depthwise conv reads
+/// becomes part of that conv, which computes its input planes a block at a time
+/// (`conv_expand`).
+fn expansions(g: &mut Graph<'_, '_>) {
+    for di in 0..g.nodes.len() {
+        let Some(Kernel::Conv(d)) = g.nodes[di].as_ref().map(|n| &n.kernel) else {
+            continue;
+        };
+        let Some(pi) = g.sole_producer(d.x).filter(|&pi| pi < di) else {
+            continue;
+        };
+        let Kernel::Conv(p) = &g.node(pi).kernel else {
+            continue;
+        };
+        // the product buffer of an epilogue must have no reader of its own
+        if p.raw != d.x && g.uses.contains_key(&p.raw) {
+            continue;
+        }
+        let Some(e) = d.expansion_from(p) else {
+            continue;
+        };
+        let pnode = g.nodes[pi].take().expect("live");
+        let dnode = g.nodes[di].as_mut().expect("live");
+        let Kernel::Conv(d) = &mut dnode.kernel else {
+            unreachable!("checked above")
+        };
+        let old = d.x;
+        d.x = e.x;
+        let mut reads = vec![e.x];
+        reads.extend(e.bias);
+        reads.extend(dnode.reads.iter().copied().filter(|&r| r != old));
+        reads.dedup();
+        d.expand = Some(e);
+        dnode.reads = reads;
+        dnode.name = format!("{}+{}", pnode.name, dnode.name);
     }
 }
 

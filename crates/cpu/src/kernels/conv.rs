@@ -5,6 +5,7 @@
 
 use super::bf16::{Bf16A, Bf16B};
 use super::conv_epilogue::{Act, Bound, Fused};
+use super::conv_expand::{self, Expand};
 use super::ew::Chain;
 use super::matmul::to_f32;
 use super::packed::PackedB;
@@ -119,6 +120,7 @@ impl ConvWeight {
 
 #[derive(Debug)]
 pub struct Conv {
+    /// The input; with `expand`, the expansion's input.
     pub x: Vid,
     pub x_elem: Elem,
     pub g: Geometry,
@@ -133,11 +135,18 @@ pub struct Conv {
     /// The depthwise kernel's tap offsets (`conv_depthwise::tap_offsets`), set by
     /// [`Conv::finalize`]; empty for other convs.
     pub depthwise_taps: Vec<usize>,
+    /// A depthwise conv's input computed as it is read, from the pointwise conv that produced
+    /// it (`conv_expand`); `x` is then not read.
+    pub expand: Option<Expand>,
 }
 
 impl Conv {
-    /// The schedule: "direct", "winograd", or "" for im2col + GEMM.
+    /// The schedule: "direct", "winograd", "packed", "bf16", "expanded" (a depthwise conv
+    /// computing its input), or "" for im2col + GEMM.
     pub fn schedule(&self) -> &'static str {
+        if self.expand.is_some() {
+            return "expanded";
+        }
         match self.weight {
             ConvWeight::Direct(_) => "direct",
             ConvWeight::Winograd(_) => "winograd",
@@ -190,6 +199,43 @@ impl Conv {
         !self.transpose && g.cin == g.groups && g.cout == g.groups
     }
 
+    /// The expansion this depthwise conv can compute for itself (`conv_expand`) from `p`, the
+    /// conv producing its input: a pointwise conv with a constant f32 weight whose result, with
+    /// its epilogue `act?(raw + bias?)` when it has one, is this conv's input. Call before the
+    /// epilogues are finalized.
+    pub fn expansion_from(&self, p: &Conv) -> Option<Expand> {
+        let (g, pg) = (&self.g, &p.g);
+        let plain = |c: &Conv| matches!(c.weight, ConvWeight::Const(_)) && c.x_elem == Elem::F32;
+        if !self.depthwise()
+            || !plain(self)
+            || self.expand.is_some()
+            || g.h * g.w < conv_expand::MIN_PIXELS
+            || !p.pointwise()
+            || pg.groups != 1
+            || !plain(p)
+            || p.expand.is_some()
+            || p.fused.is_some()
+            || (pg.n, pg.cout, pg.oh, pg.ow) != (g.n, g.cin, g.h, g.w)
+        {
+            return None;
+        }
+        let ConvWeight::Const(w) = &p.weight else {
+            return None;
+        };
+        let (bias, act) = match &p.epilogue {
+            None if p.raw == self.x => (None, Act::None),
+            None => return None,
+            Some(e) => {
+                let f = Fused::recognize(e, p.raw, &[pg.n, pg.cout, pg.oh, pg.ow])?;
+                if f.residual.is_some() || f.target != self.x {
+                    return None;
+                }
+                (f.bias, f.act)
+            }
+        };
+        Some(Expand::new(p.x, w, pg.cout, pg.cin, bias, act))
+    }
+
     /// The epilogue the depthwise kernel runs on its planes as it writes them.
     fn depthwise_epilogue(&self) -> Option<&Chain> {
         self.epilogue
@@ -233,9 +279,14 @@ impl Conv {
                 ConvWeight::Bf16(b) => b.scratch_floats(g.oh * g.ow),
                 _ => 0,
             };
-            g.oh * g.ow * (g.cout + cols) + rounded
+            (g.oh * g.ow * (g.cout + cols) + rounded) * image_tasks(g, threads)
         } else if self.depthwise() && !self.direct() {
-            conv_depthwise::scratch_floats(g, threads, self.depthwise_epilogue())
+            conv_depthwise::scratch_floats(
+                g,
+                threads,
+                self.depthwise_epilogue(),
+                self.expand.is_some(),
+            )
         } else if self.transpose {
             (g.cout / g.groups) * g.kh * g.kw * g.h * g.w
         } else if self.pointwise() {
@@ -352,37 +403,69 @@ impl Conv {
         }
         if let ConvWeight::Packed(_) | ConvWeight::Bf16(_) = &self.weight {
             let (pix, cout) = (g.oh * g.ow, g.cout);
-            let (c, rows) = col.split_at_mut(pix * cout);
             let cols = if self.pointwise() {
                 0
             } else {
                 g.cin * g.kh * g.kw * pix
             };
-            let (rows, rounded) = rows.split_at_mut(cols);
-            for b in 0..g.n {
-                // SAFETY: image b holds cin planes of h × w floats; the A operand is its pixels
-                // (or its im2col rows' columns) as the rows of a [pix, cin·kh·kw] matrix; c holds
-                // pix × cout floats; out n × cout × pix.
-                unsafe {
-                    let xb = x.add(b * g.cin * g.h * g.w);
-                    let a = if self.pointwise() {
-                        xb
-                    } else {
-                        im2col(xb, rows, g, g.cin, cx);
-                        rows.as_ptr()
-                    };
-                    match &self.weight {
-                        ConvWeight::Bf16(w) => {
-                            super::bf16::gemm(a, 1, pix, pix, w, c.as_mut_ptr(), cout, cx, rounded)
+            let tasks = image_tasks(g, cx.threads);
+            let per_task = col.len() / tasks;
+            // with images side by side, each product runs on its task's thread alone
+            let serial = Cx {
+                plan: cx.plan,
+                ptrs: cx.ptrs,
+                scratch: cx.scratch,
+                scratch_len: cx.scratch_len,
+                threads: 1,
+                team: None,
+            };
+            let inner = if tasks > 1 { &serial } else { cx };
+            let (colp, xp, op) = (
+                SendPtr(col.as_mut_ptr()),
+                SendPtr(x as *mut f32),
+                SendPtr(out),
+            );
+            cx.par_for(tasks, &|t| {
+                // SAFETY: task t owns its share of the scratch and the output planes of the
+                // images it takes.
+                let mine = unsafe {
+                    std::slice::from_raw_parts_mut(colp.get().add(t * per_task), per_task)
+                };
+                let (c, rows) = mine.split_at_mut(pix * cout);
+                let (rows, rounded) = rows.split_at_mut(cols);
+                for b in (t..g.n).step_by(tasks) {
+                    // SAFETY: image b holds cin planes of h × w floats; the A operand is its
+                    // pixels (or its im2col rows' columns) as the rows of a [pix, cin·kh·kw]
+                    // matrix; c holds pix × cout floats; out n × cout × pix.
+                    unsafe {
+                        let xb = xp.get().add(b * g.cin * g.h * g.w) as *const f32;
+                        let a = if self.pointwise() {
+                            xb
+                        } else {
+                            im2col(xb, rows, g, g.cin, inner);
+                            rows.as_ptr()
+                        };
+                        match &self.weight {
+                            ConvWeight::Bf16(w) => super::bf16::gemm(
+                                a,
+                                1,
+                                pix,
+                                pix,
+                                w,
+                                c.as_mut_ptr(),
+                                cout,
+                                inner,
+                                rounded,
+                            ),
+                            ConvWeight::Packed(p) => {
+                                super::packed::gemm(a, 1, pix, pix, p, c.as_mut_ptr(), cout, inner)
+                            }
+                            _ => unreachable!("the packed and bf16 weights only"),
                         }
-                        ConvWeight::Packed(p) => {
-                            super::packed::gemm(a, 1, pix, pix, p, c.as_mut_ptr(), cout, cx)
-                        }
-                        _ => unreachable!("the packed and bf16 weights only"),
+                        write_planes(c, pix, cout, op.get(), b * cout * pix, fused);
                     }
-                    write_planes(c, pix, cout, out, b * cout * pix, fused);
                 }
-            }
+            });
             return self.chain_after(cx);
         }
         let weight: *const f32 = match &self.weight {
@@ -404,6 +487,14 @@ impl Conv {
         };
         if self.depthwise() {
             let inside = self.depthwise_epilogue();
+            let expand = self.expand.as_ref().map(|e| conv_depthwise::Expanded {
+                e,
+                x: SendPtr(cx.ptr(e.x) as *mut f32),
+                bias: SendPtr(
+                    e.bias
+                        .map_or(std::ptr::null_mut(), |b| cx.ptr(b) as *mut f32),
+                ),
+            });
             // SAFETY: x holds n*cin planes of h*w floats, weight cout*kk, out n*cout*pout, the
             // taps this geometry's offsets, col the depthwise scratch; the chain epilogue stores
             // the conv's output positions.
@@ -416,6 +507,7 @@ impl Conv {
                     &self.depthwise_taps,
                     fused,
                     inside,
+                    expand,
                     col,
                     cx,
                 )
@@ -495,6 +587,17 @@ impl Conv {
         if let Some(e) = &self.epilogue {
             e.run(cx);
         }
+    }
+}
+
+/// Tasks of the packed and bf16 products: one image per task at a time when there are several
+/// images and threads, each product then on one thread with its write-out beside it (rather
+/// than one image's product split across the threads and its write-out on one).
+fn image_tasks(g: &Geometry, threads: usize) -> usize {
+    if threads > 1 && g.n > 1 {
+        threads.min(g.n)
+    } else {
+        1
     }
 }
 

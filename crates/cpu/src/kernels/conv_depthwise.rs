@@ -11,10 +11,13 @@
 //! vectors whatever the plane's width and stride: a 7 × 7 plane is 64 lanes, not seven rows of
 //! seven; their kept columns are copied out. A fused bias and activation are applied in
 //! registers; a fused residual goes through the flat run and the epilogue's store; any other
-//! epilogue chain runs on each batch of planes while they are still in cache.
+//! epilogue chain runs on each batch of planes while they are still in cache. A conv that
+//! computes its own input (`conv_expand`) takes its planes `conv_expand::BLOCK` at a time from
+//! a scratch block instead of from `x`.
 
 use super::conv::Geometry;
 use super::conv_epilogue::{Act, Bound};
+use super::conv_expand::{self, Expand};
 use super::ew::Chain;
 use super::Cx;
 use crate::tensor::SendPtr;
@@ -72,15 +75,28 @@ pub fn tap_offsets(g: &Geometry) -> Vec<usize> {
         .collect()
 }
 
-/// Floats one task needs: its phase planes and the flat output.
-fn task_floats(g: &Geometry, epilogue: Option<&Chain>) -> usize {
+/// Floats one task needs: its phase planes, the flat output and, with an expansion, the
+/// block of input planes it computes.
+fn task_floats(g: &Geometry, epilogue: Option<&Chain>, expand: bool) -> usize {
     let l = layout(g);
-    g.sh * g.sw * l.phase_len + l.flat + epilogue.map_or(0, Chain::block_floats)
+    g.sh * g.sw * l.phase_len
+        + l.flat
+        + epilogue.map_or(0, Chain::block_floats)
+        + if expand {
+            conv_expand::BLOCK * g.h * g.w
+        } else {
+            0
+        }
 }
 
 /// Scratch floats `run` needs.
-pub fn scratch_floats(g: &Geometry, threads: usize, epilogue: Option<&Chain>) -> usize {
-    tasks(g, threads) * task_floats(g, epilogue)
+pub fn scratch_floats(
+    g: &Geometry,
+    threads: usize,
+    epilogue: Option<&Chain>,
+    expand: bool,
+) -> usize {
+    tasks(g, threads) * task_floats(g, epilogue, expand)
 }
 
 /// Whether `epilogue` can run plane batch by plane batch: it stores exactly the conv's output
@@ -89,14 +105,27 @@ pub fn epilogue_per_plane(g: &Geometry, epilogue: &Chain) -> bool {
     epilogue.len() == g.n * g.cout * g.oh * g.ow
 }
 
+/// The depthwise conv's input computed as it is read (`conv_expand`), bound to a run's buffers.
+#[derive(Clone, Copy)]
+pub struct Expanded<'a> {
+    pub e: &'a Expand,
+    /// The expansion's input, n·cin planes of h·w floats.
+    pub x: SendPtr<f32>,
+    /// cout floats, or null.
+    pub bias: SendPtr<f32>,
+}
+
 /// Writes the conv of `x` by `w` to `out`, through `fused` when given; then (when given) runs
-/// `epilogue` over the output.
+/// `epilogue` over the output. With `expand`, `x` is not read: the input planes are computed
+/// from the expansion's input, `BLOCK` channels at a time.
 ///
 /// # Safety
-/// `x` holds n·cout planes of h·w floats, `w` cout·kh·kw floats, `out` (`fused`'s target when
-/// given) n·cout planes of oh·ow, `scratch` at least `scratch_floats(g, cx.threads, epilogue)`
-/// floats; `epilogue`, when given, satisfies [`epilogue_per_plane`] and reads `out` only at the
-/// positions it stores.
+/// `x` holds n·cout planes of h·w floats (unless `expand` is given), `w` cout·kh·kw floats,
+/// `out` (`fused`'s target when given) n·cout planes of oh·ow, `scratch` at least
+/// `scratch_floats(g, cx.threads, epilogue, expand.is_some())` floats; `epilogue`, when given,
+/// satisfies [`epilogue_per_plane`] and reads `out` only at the positions it stores; `expand`'s
+/// input holds n·cin planes of h·w floats (h·w ≥ `conv_expand::MIN_PIXELS`) and its bias, when
+/// not null, cout floats.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn run(
     x: *const f32,
@@ -106,19 +135,28 @@ pub unsafe fn run(
     taps: &[usize],
     fused: Option<Bound>,
     epilogue: Option<&Chain>,
+    expand: Option<Expanded>,
     scratch: &mut [f32],
     cx: &Cx,
 ) {
-    let planes = g.n * g.cout;
     let (pin, pout, kk) = (g.h * g.w, g.oh * g.ow, g.kh * g.kw);
     let l = layout(g);
-    let tasks = tasks(g, cx.threads);
-    let per_task = task_floats(g, epilogue);
+    // a task's unit of work: one plane, or the planes of one expansion block
+    let unit = if expand.is_some() {
+        conv_expand::BLOCK
+    } else {
+        1
+    };
+    let per_image = g.cout.div_ceil(unit);
+    let units = g.n * per_image;
+    let first_plane = |u: usize| u / per_image * g.cout + u % per_image * unit;
+    let tasks = tasks(g, cx.threads).min(units);
+    let per_task = task_floats(g, epilogue, expand.is_some());
     assert!(scratch.len() >= tasks * per_task, "depthwise scratch");
     assert_eq!(taps.len(), kk, "depthwise taps");
     let (xp, wtp, op) = (SendPtr(x as *mut f32), SendPtr(w as *mut f32), SendPtr(out));
     let sp = SendPtr(scratch.as_mut_ptr());
-    let per = planes.div_ceil(tasks);
+    let per = units.div_ceil(tasks);
     // Rows at least a vector wide are summed straight into the output (the bias and activation
     // in registers): the flat run's dropped positions and its copy-out cost more there than the
     // recomputed overlap of a row's last vector.
@@ -127,53 +165,78 @@ pub unsafe fn run(
         // SAFETY: task t owns its scratch region and the output planes it is given.
         let mine = unsafe { std::slice::from_raw_parts_mut(sp.get().add(t * per_task), per_task) };
         let (phases, rest) = mine.split_at_mut(g.sh * g.sw * l.phase_len);
-        let (flat, regs) = rest.split_at_mut(l.flat);
+        let (flat, rest) = rest.split_at_mut(l.flat);
+        let (block, regs) = rest.split_at_mut(if expand.is_some() {
+            conv_expand::BLOCK * pin
+        } else {
+            0
+        });
         // positions no phase row reaches stay zero across planes
         phases.fill(0.0);
-        let (first, end) = (t * per, ((t + 1) * per).min(planes));
-        let mut pending = first;
-        for p in first..end {
-            let c = p % g.cout;
-            // SAFETY: plane p of x and of out, and channel c's taps, are in bounds (see `run`);
-            // tasks take disjoint output planes.
-            let (src, wc) = unsafe {
-                (
-                    std::slice::from_raw_parts(xp.get().add(p * pin), pin),
-                    std::slice::from_raw_parts(wtp.get().add(c * kk), kk),
-                )
-            };
-            split_phases(src, g, &l, phases);
-            // without a residual, the bias and activation are applied in registers
-            let in_regs = fused.filter(|f| !f.has_residual());
-            // SAFETY: c < cout.
-            let (bias, act) =
-                in_regs.map_or((None, Act::None), |f| (unsafe { f.bias_of(c) }, f.act()));
-            if rows_direct {
-                // SAFETY: plane p of out is this task's (tasks take disjoint output planes).
-                let dst = unsafe { std::slice::from_raw_parts_mut(op.get().add(p * pout), pout) };
-                sum_taps(phases, taps, wc, bias, act, dst, Some((l.we, g.ow)));
-            } else {
-                sum_taps(phases, taps, wc, bias, act, flat, None);
-            }
-            match fused {
-                _ if rows_direct => {}
-                Some(f) if in_regs.is_none() => {
-                    for (oy, kept) in flat.chunks(l.we).take(g.oh).enumerate() {
-                        // SAFETY: the row's output positions are this task's.
-                        unsafe { f.store(c, p * pout + oy * g.ow, g.ow, Some(&kept[..g.ow])) }
+        let (first, end) = (t * per, ((t + 1) * per).min(units));
+        let (mut pending, last) = (first_plane(first), first_plane(end));
+        for u in first..end {
+            let (img, c0) = (u / per_image, u % per_image * unit);
+            if let Some(ex) = expand {
+                let cin = ex.e.cin;
+                let mut bias = [0f32; conv_expand::BLOCK];
+                for (i, b) in bias.iter_mut().enumerate().take(g.cout - c0) {
+                    if !ex.bias.get().is_null() {
+                        // SAFETY: c0 + i < cout.
+                        *b = unsafe { *ex.bias.get().add(c0 + i) };
                     }
                 }
-                _ => {
-                    // SAFETY: plane p of out is this task's.
+                // SAFETY: image img of the expansion's input is in bounds (see `run`).
+                let xi = unsafe {
+                    std::slice::from_raw_parts(ex.x.get().add(img * cin * pin), cin * pin)
+                };
+                let wb = ex.e.block_weight(c0 / unit);
+                conv_expand::planes(xi, pin, wb, &bias, ex.e.act, block);
+            }
+            for c in c0..(c0 + unit).min(g.cout) {
+                let p = img * g.cout + c;
+                let src = if expand.is_some() {
+                    &block[(c - c0) * pin..][..pin]
+                } else {
+                    // SAFETY: plane p of x is in bounds (see `run`).
+                    unsafe { std::slice::from_raw_parts(xp.get().add(p * pin), pin) }
+                };
+                // SAFETY: channel c's taps are in bounds.
+                let wc = unsafe { std::slice::from_raw_parts(wtp.get().add(c * kk), kk) };
+                split_phases(src, g, &l, phases);
+                // without a residual, the bias and activation are applied in registers
+                let in_regs = fused.filter(|f| !f.has_residual());
+                // SAFETY: c < cout.
+                let (bias, act) =
+                    in_regs.map_or((None, Act::None), |f| (unsafe { f.bias_of(c) }, f.act()));
+                if rows_direct {
+                    // SAFETY: plane p of out is this task's (tasks take disjoint output planes).
                     let dst =
                         unsafe { std::slice::from_raw_parts_mut(op.get().add(p * pout), pout) };
-                    keep_columns(flat, l.we, dst, g.ow)
+                    sum_taps(phases, taps, wc, bias, act, dst, Some((l.we, g.ow)));
+                } else {
+                    sum_taps(phases, taps, wc, bias, act, flat, None);
                 }
-            }
-            if let Some(e) = epilogue {
-                if (p + 1 - pending) * pout >= EPILOGUE_BATCH || p + 1 == end {
-                    e.run_part(cx, pending * pout, (p + 1) * pout, regs);
-                    pending = p + 1;
+                match fused {
+                    _ if rows_direct => {}
+                    Some(f) if in_regs.is_none() => {
+                        for (oy, kept) in flat.chunks(l.we).take(g.oh).enumerate() {
+                            // SAFETY: the row's output positions are this task's.
+                            unsafe { f.store(c, p * pout + oy * g.ow, g.ow, Some(&kept[..g.ow])) }
+                        }
+                    }
+                    _ => {
+                        // SAFETY: plane p of out is this task's.
+                        let dst =
+                            unsafe { std::slice::from_raw_parts_mut(op.get().add(p * pout), pout) };
+                        keep_columns(flat, l.we, dst, g.ow)
+                    }
+                }
+                if let Some(e) = epilogue {
+                    if (p + 1 - pending) * pout >= EPILOGUE_BATCH || p + 1 == last {
+                        e.run_part(cx, pending * pout, (p + 1) * pout, regs);
+                        pending = p + 1;
+                    }
                 }
             }
         }

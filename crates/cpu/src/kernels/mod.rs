@@ -6,6 +6,7 @@ pub mod conv;
 pub mod conv_depthwise;
 pub mod conv_direct;
 pub mod conv_epilogue;
+pub mod conv_expand;
 pub mod conv_winograd;
 pub mod dots;
 pub mod ew;

@@ -266,6 +266,7 @@ pub(crate) fn conv(cx: &mut OpCx, transpose: bool) -> Result<()> {
             epilogue,
             fused: None,
             depthwise_taps: Vec::new(),
+            expand: None,
         }),
         reads,
         writes,

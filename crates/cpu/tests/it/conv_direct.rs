@@ -216,13 +216,15 @@ fn direct_and_winograd_convs_match_naive_f64_over_every_tile_edge() {
 /// Ungrouped convs over at most 64 pixels per image that the 3×3 kernels do not serve take the
 /// packed-weight GEMM with the pixels as rows (1×1 convs reading the input in place, others their
 /// im2col rows); more pixels keep the gemm crate. Both against a naive f64 conv, at 1 and 2
-/// threads, with a batch of 2, channel counts off the panel width, bias and relu.
+/// threads, with batches of 2 and 3 (images side by side on 2 threads), channel counts off the
+/// panel width, bias and relu.
 #[test]
 fn convs_over_few_pixels_run_on_packed_weights_and_match_naive_f64() {
     let mut rng = Rng(91);
     // (n, cin, h, w, cout, kernel, stride, packed)
     let cases = [
         (2, 37, 2, 5, 45, [1, 1], [1, 1], true),
+        (3, 24, 6, 6, 20, [1, 1], [1, 1], true),
         (1, 256, 8, 8, 96, [1, 1], [1, 1], true),
         (1, 19, 1, 1, 33, [1, 1], [1, 1], true),
         (2, 24, 9, 8, 40, [1, 1], [1, 1], false),

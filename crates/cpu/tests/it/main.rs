@@ -7,6 +7,7 @@ mod constexpr_einsum;
 mod conv_attention;
 mod conv_direct;
 mod conv_epilogue;
+mod conv_expand;
 mod elementwise;
 mod fusion_state;
 mod half_weights;
