@@ -12,7 +12,7 @@ use super::conv_epilogue::Act;
 use crate::plan::Vid;
 
 /// Output channels computed together: each input vector loaded feeds this many accumulators.
-pub const BLOCK: usize = 8;
+pub const BLOCK: usize = 12;
 
 /// The fewest pixels a plane may have: the kernel works in whole 16-lane vectors, the last
 /// one overlapping the one before it.
@@ -55,27 +55,43 @@ impl Expand {
     }
 }
 
+/// Writes planes `c0..c0 + BLOCK` of the expansion of one image: `out[c·pix + i] =
+/// act(Σ_k w[k][c]·x[k·pix + i] + bias[c])` for `c < BLOCK`, `i < pix`, each sum a chain of fused
+/// multiply-adds over k in order (the same bits on every schedule).
+/// `x` holds `cin` planes of `pix` floats (`pix` ≥ `MIN_PIXELS`), `w` the block's packed
+/// weight, `out` `BLOCK·pix` floats.
+pub fn planes(x: &[f32], pix: usize, w: &[f32], bias: &[f32; BLOCK], act: Act, out: &mut [f32]) {
+    let cin = w.len() / BLOCK;
+    assert!(
+        pix >= MIN_PIXELS && x.len() >= cin * pix && out.len() >= BLOCK * pix,
+        "expansion block"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx512() {
+        // SAFETY: AVX-512 is available; the sizes were checked above.
+        unsafe { avx512::planes(x, pix, w, bias, act, out) };
+        return;
+    }
+    narrow_planes(x, pix, w, bias, act, out)
+}
+
+/// Channels summed together by the schedules without AVX-512 (16 registers on AVX2, 32 narrow
+/// ones on NEON): a block takes `BLOCK / QUAD` passes over its columns.
+const QUAD: usize = 4;
+
 crate::simd_dispatch! {
-    /// Writes planes `c0..c0 + BLOCK` of the expansion of one image: `out[c·pix + i] =
-    /// act(Σ_k w[k][c]·x[k·pix + i] + bias[c])` for `c < BLOCK`, `i < pix`.
-    /// `x` holds `cin` planes of `pix` floats (`pix` ≥ `MIN_PIXELS`), `w` the block's packed
-    /// weight, `out` `BLOCK·pix` floats.
-    pub fn planes(x: &[f32], pix: usize, w: &[f32], bias: &[f32; BLOCK], act: Act, out: &mut [f32]) {
-        assert!(pix >= MIN_PIXELS && out.len() >= BLOCK * pix, "expansion block");
-        // 32 lanes a row keep 16 accumulators in AVX-512's 32 registers; AVX2 and NEON have 16
-        let wide = crate::simd::has_avx512() && pix >= 32;
+    fn narrow_planes(x: &[f32], pix: usize, w: &[f32], bias: &[f32; BLOCK], act: Act, out: &mut [f32]) {
         match act {
-            Act::None => columns(wide, x, pix, w, bias, out, |v| v),
-            Act::Relu => columns(wide, x, pix, w, bias, out, |v| Act::Relu.apply(v)),
-            Act::Relu6 => columns(wide, x, pix, w, bias, out, |v| Act::Relu6.apply(v)),
-            Act::Clip(lo, hi) => columns(wide, x, pix, w, bias, out, |v| Act::Clip(lo, hi).apply(v)),
+            Act::None => columns(x, pix, w, bias, out, |v| v),
+            Act::Relu => columns(x, pix, w, bias, out, |v| Act::Relu.apply(v)),
+            Act::Relu6 => columns(x, pix, w, bias, out, |v| Act::Relu6.apply(v)),
+            Act::Clip(lo, hi) => columns(x, pix, w, bias, out, |v| Act::Clip(lo, hi).apply(v)),
         }
     }
 }
 
 #[inline(always)]
 fn columns(
-    wide: bool,
     x: &[f32],
     pix: usize,
     w: &[f32],
@@ -83,60 +99,147 @@ fn columns(
     out: &mut [f32],
     act: impl Fn(f32) -> f32 + Copy,
 ) {
-    let mut at = 0;
-    if wide {
-        while at + 32 <= pix {
-            column::<32>(x, pix, w, bias, at, out, act);
-            at += 32;
+    for c0 in (0..BLOCK).step_by(QUAD) {
+        let mut at = 0;
+        while at + 16 <= pix {
+            column(x, pix, w, bias, c0, at, out, act);
+            at += 16;
         }
-    }
-    while at + 16 <= pix {
-        column::<16>(x, pix, w, bias, at, out, act);
-        at += 16;
-    }
-    // the last 16 columns once more (they rewrite the same values)
-    if at < pix {
-        column::<16>(x, pix, w, bias, pix - 16, out, act);
+        // the last 16 columns once more (they rewrite the same values)
+        if at < pix {
+            column(x, pix, w, bias, c0, pix - 16, out, act);
+        }
     }
 }
 
+/// Channels `c0..c0 + QUAD` of the block at columns `at..at + 16`.
 #[inline(always)]
-fn column<const W: usize>(
+#[allow(clippy::too_many_arguments)]
+fn column(
     x: &[f32],
     pix: usize,
     w: &[f32],
     bias: &[f32; BLOCK],
+    c0: usize,
     at: usize,
     out: &mut [f32],
     act: impl Fn(f32) -> f32,
 ) {
-    let mut acc = [[0f32; W]; BLOCK];
+    let mut acc = [[0f32; 16]; QUAD];
     for (k, wk) in w.chunks_exact(BLOCK).enumerate() {
-        let xs: &[f32; W] = x[k * pix + at..][..W].try_into().expect("column width");
-        let wk: &[f32; BLOCK] = wk.try_into().expect("block width");
+        let xs: &[f32; 16] = x[k * pix + at..][..16].try_into().expect("column width");
         // written out channel by channel: a loop over the channels gets vectorized across
         // them (gathers) instead of along the row
-        let [a0, a1, a2, a3, a4, a5, a6, a7] = &mut acc;
-        fma_row(a0, wk[0], xs);
-        fma_row(a1, wk[1], xs);
-        fma_row(a2, wk[2], xs);
-        fma_row(a3, wk[3], xs);
-        fma_row(a4, wk[4], xs);
-        fma_row(a5, wk[5], xs);
-        fma_row(a6, wk[6], xs);
-        fma_row(a7, wk[7], xs);
+        let [a0, a1, a2, a3] = &mut acc;
+        fma_row(a0, wk[c0], xs);
+        fma_row(a1, wk[c0 + 1], xs);
+        fma_row(a2, wk[c0 + 2], xs);
+        fma_row(a3, wk[c0 + 3], xs);
     }
-    for ((c, a), &b) in acc.iter().enumerate().zip(bias) {
-        let o = &mut out[c * pix + at..][..W];
+    for (c, a) in (c0..).zip(&acc) {
+        let o = &mut out[c * pix + at..][..16];
         for (o, &a) in o.iter_mut().zip(a) {
-            *o = act(a + b);
+            *o = act(a + bias[c]);
         }
     }
 }
 
 #[inline(always)]
-fn fma_row<const W: usize>(a: &mut [f32; W], w: f32, x: &[f32; W]) {
+fn fma_row(a: &mut [f32; 16], w: f32, x: &[f32; 16]) {
     for (a, &v) in a.iter_mut().zip(x) {
         *a = w.mul_add(v, *a);
+    }
+}
+
+/// Twelve channels by 32 columns in 24 of AVX-512's 32 registers: two row loads and twelve
+/// weight broadcasts feed 24 multiply-adds.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{Act, BLOCK};
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// AVX-512F is available; the sizes are [`super::planes`]'s.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn planes(
+        x: &[f32],
+        pix: usize,
+        w: &[f32],
+        bias: &[f32; BLOCK],
+        act: Act,
+        out: &mut [f32],
+    ) {
+        match act {
+            Act::None => columns(x, pix, w, bias, out, |v| v),
+            Act::Relu => columns(x, pix, w, bias, out, |v| Act::Relu.apply(v)),
+            Act::Relu6 => columns(x, pix, w, bias, out, |v| Act::Relu6.apply(v)),
+            Act::Clip(lo, hi) => columns(x, pix, w, bias, out, |v| Act::Clip(lo, hi).apply(v)),
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn columns(
+        x: &[f32],
+        pix: usize,
+        w: &[f32],
+        bias: &[f32; BLOCK],
+        out: &mut [f32],
+        act: impl Fn(f32) -> f32 + Copy,
+    ) {
+        let mut at = 0;
+        while at + 32 <= pix {
+            column::<2>(x, pix, w, bias, at, out, act);
+            at += 32;
+        }
+        while at + 16 <= pix {
+            column::<1>(x, pix, w, bias, at, out, act);
+            at += 16;
+        }
+        // the last 16 columns once more (they rewrite the same values)
+        if at < pix {
+            column::<1>(x, pix, w, bias, pix - 16, out, act);
+        }
+    }
+
+    /// Columns `at..at + 16·V` of every channel of the block.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn column<const V: usize>(
+        x: &[f32],
+        pix: usize,
+        w: &[f32],
+        bias: &[f32; BLOCK],
+        at: usize,
+        out: &mut [f32],
+        act: impl Fn(f32) -> f32,
+    ) {
+        let cin = w.len() / BLOCK;
+        debug_assert!(at + 16 * V <= pix && x.len() >= cin * pix && out.len() >= BLOCK * pix);
+        let mut acc = [[_mm512_setzero_ps(); V]; BLOCK];
+        let (xp, wp) = (x.as_ptr().add(at), w.as_ptr());
+        for k in 0..cin {
+            let mut xv = [_mm512_setzero_ps(); V];
+            for (v, xv) in xv.iter_mut().enumerate() {
+                *xv = _mm512_loadu_ps(xp.add(k * pix + 16 * v));
+            }
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let wv = _mm512_set1_ps(*wp.add(k * BLOCK + c));
+                for (a, &xv) in acc.iter_mut().zip(&xv) {
+                    *a = _mm512_fmadd_ps(wv, xv, *a);
+                }
+            }
+        }
+        let mut lanes = [0f32; 16];
+        for (c, acc) in acc.iter().enumerate() {
+            let b = _mm512_set1_ps(bias[c]);
+            for (v, &a) in acc.iter().enumerate() {
+                _mm512_storeu_ps(lanes.as_mut_ptr(), _mm512_add_ps(a, b));
+                let o = &mut out[c * pix + at + 16 * v..][..16];
+                for (o, &l) in o.iter_mut().zip(&lanes) {
+                    *o = act(l);
+                }
+            }
+        }
     }
 }

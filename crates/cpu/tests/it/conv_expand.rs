@@ -83,7 +83,7 @@ fn a_pointwise_conv_read_only_by_a_depthwise_conv_is_computed_by_it_and_matches_
     let cases = [
         // 400 pixels: 32-lane columns plus an overlapping last one; stride 2
         case(1, 16, 20, 20, 48, 3, 2, Act::Relu6, Act::Relu6),
-        // 20 channels: the last block of eight is partly past the channels
+        // 20 channels: the last block of twelve is partly past the channels
         case(2, 24, 14, 14, 20, 3, 1, Act::Clip, Act::None),
         // 9 × 9 pixels, a 5 × 5 stride-2 depthwise conv
         case(1, 8, 9, 9, 16, 5, 2, Act::None, Act::Relu6),
