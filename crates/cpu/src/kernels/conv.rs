@@ -209,7 +209,7 @@ impl Conv {
         if !self.depthwise()
             || !plain(self)
             || self.expand.is_some()
-            || g.h * g.w < conv_expand::MIN_PIXELS
+            || !conv_expand::applies(g.h * g.w)
             || !p.pointwise()
             || pg.groups != 1
             || !plain(p)

@@ -124,7 +124,7 @@ pub struct Expanded<'a> {
 /// `out` (`fused`'s target when given) n·cout planes of oh·ow, `scratch` at least
 /// `scratch_floats(g, cx.threads, epilogue, expand.is_some())` floats; `epilogue`, when given,
 /// satisfies [`epilogue_per_plane`] and reads `out` only at the positions it stores; `expand`'s
-/// input holds n·cin planes of h·w floats (h·w ≥ `conv_expand::MIN_PIXELS`) and its bias, when
+/// input holds n·cin planes of h·w floats (`conv_expand::applies(h·w)`) and its bias, when
 /// not null, cout floats.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn run(

@@ -6,7 +6,8 @@
 //! written to memory and read back.
 //!
 //! Each plane element sums its `cin` products in input-channel order, then adds the bias and
-//! applies the activation, as the unfused chain does after its product.
+//! applies the activation, as the unfused chain does after its product. AVX-512 CPUs only
+//! (see [`applies`]).
 
 use super::conv_epilogue::Act;
 use crate::plan::Vid;
@@ -16,7 +17,7 @@ pub const BLOCK: usize = 12;
 
 /// The fewest pixels a plane may have: the kernel works in whole 16-lane vectors, the last
 /// one overlapping the one before it.
-pub const MIN_PIXELS: usize = 16;
+const MIN_PIXELS: usize = 16;
 
 #[derive(Debug)]
 pub struct Expand {
@@ -55,100 +56,31 @@ impl Expand {
     }
 }
 
+/// Whether a depthwise conv over `pixels` input pixels per plane can compute its input here.
+/// AVX-512 only: with AVX2's 16 registers a block's rows are read three times over, and a
+/// four-channel form measured no faster than the two convs apart (MobileNetV2, AVX2 schedule).
+pub fn applies(pixels: usize) -> bool {
+    crate::simd::has_avx512() && pixels >= MIN_PIXELS
+}
+
 /// Writes planes `c0..c0 + BLOCK` of the expansion of one image: `out[c·pix + i] =
 /// act(Σ_k w[k][c]·x[k·pix + i] + bias[c])` for `c < BLOCK`, `i < pix`, each sum a chain of fused
-/// multiply-adds over k in order (the same bits on every schedule).
-/// `x` holds `cin` planes of `pix` floats (`pix` ≥ `MIN_PIXELS`), `w` the block's packed
-/// weight, `out` `BLOCK·pix` floats.
+/// multiply-adds over k in order.
+/// `x` holds `cin` planes of `pix` floats, `w` the block's packed weight, `out` `BLOCK·pix`
+/// floats; only called where [`applies`]`(pix)`.
 pub fn planes(x: &[f32], pix: usize, w: &[f32], bias: &[f32; BLOCK], act: Act, out: &mut [f32]) {
     let cin = w.len() / BLOCK;
     assert!(
-        pix >= MIN_PIXELS && x.len() >= cin * pix && out.len() >= BLOCK * pix,
+        applies(pix) && x.len() >= cin * pix && out.len() >= BLOCK * pix,
         "expansion block"
     );
+    // SAFETY: `applies` checked AVX-512; the sizes were checked above.
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx512() {
-        // SAFETY: AVX-512 is available; the sizes were checked above.
-        unsafe { avx512::planes(x, pix, w, bias, act, out) };
-        return;
-    }
-    narrow_planes(x, pix, w, bias, act, out)
-}
-
-/// Channels summed together by the schedules without AVX-512 (16 registers on AVX2, 32 narrow
-/// ones on NEON): a block takes `BLOCK / QUAD` passes over its columns.
-const QUAD: usize = 4;
-
-crate::simd_dispatch! {
-    fn narrow_planes(x: &[f32], pix: usize, w: &[f32], bias: &[f32; BLOCK], act: Act, out: &mut [f32]) {
-        match act {
-            Act::None => columns(x, pix, w, bias, out, |v| v),
-            Act::Relu => columns(x, pix, w, bias, out, |v| Act::Relu.apply(v)),
-            Act::Relu6 => columns(x, pix, w, bias, out, |v| Act::Relu6.apply(v)),
-            Act::Clip(lo, hi) => columns(x, pix, w, bias, out, |v| Act::Clip(lo, hi).apply(v)),
-        }
-    }
-}
-
-#[inline(always)]
-fn columns(
-    x: &[f32],
-    pix: usize,
-    w: &[f32],
-    bias: &[f32; BLOCK],
-    out: &mut [f32],
-    act: impl Fn(f32) -> f32 + Copy,
-) {
-    for c0 in (0..BLOCK).step_by(QUAD) {
-        let mut at = 0;
-        while at + 16 <= pix {
-            column(x, pix, w, bias, c0, at, out, act);
-            at += 16;
-        }
-        // the last 16 columns once more (they rewrite the same values)
-        if at < pix {
-            column(x, pix, w, bias, c0, pix - 16, out, act);
-        }
-    }
-}
-
-/// Channels `c0..c0 + QUAD` of the block at columns `at..at + 16`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn column(
-    x: &[f32],
-    pix: usize,
-    w: &[f32],
-    bias: &[f32; BLOCK],
-    c0: usize,
-    at: usize,
-    out: &mut [f32],
-    act: impl Fn(f32) -> f32,
-) {
-    let mut acc = [[0f32; 16]; QUAD];
-    for (k, wk) in w.chunks_exact(BLOCK).enumerate() {
-        let xs: &[f32; 16] = x[k * pix + at..][..16].try_into().expect("column width");
-        // written out channel by channel: a loop over the channels gets vectorized across
-        // them (gathers) instead of along the row
-        let [a0, a1, a2, a3] = &mut acc;
-        fma_row(a0, wk[c0], xs);
-        fma_row(a1, wk[c0 + 1], xs);
-        fma_row(a2, wk[c0 + 2], xs);
-        fma_row(a3, wk[c0 + 3], xs);
-    }
-    for (c, a) in (c0..).zip(&acc) {
-        let o = &mut out[c * pix + at..][..16];
-        for (o, &a) in o.iter_mut().zip(a) {
-            *o = act(a + bias[c]);
-        }
-    }
-}
-
-#[inline(always)]
-fn fma_row(a: &mut [f32; 16], w: f32, x: &[f32; 16]) {
-    for (a, &v) in a.iter_mut().zip(x) {
-        *a = w.mul_add(v, *a);
-    }
+    unsafe {
+        avx512::planes(x, pix, w, bias, act, out)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bias, act);
 }
 
 /// Twelve channels by 32 columns in 24 of AVX-512's 32 registers: two row loads and twelve
