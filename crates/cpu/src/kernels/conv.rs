@@ -490,10 +490,7 @@ impl Conv {
             let expand = self.expand.as_ref().map(|e| conv_depthwise::Expanded {
                 e,
                 x: SendPtr(cx.ptr(e.x) as *mut f32),
-                bias: SendPtr(
-                    e.bias
-                        .map_or(std::ptr::null_mut(), |b| cx.ptr(b) as *mut f32),
-                ),
+                bias: e.bias.map(|b| SendPtr(cx.ptr(b) as *mut f32)),
             });
             // SAFETY: x holds n*cin planes of h*w floats, weight cout*kk, out n*cout*pout, the
             // taps this geometry's offsets, col the depthwise scratch; the chain epilogue stores

@@ -111,8 +111,8 @@ pub struct Expanded<'a> {
     pub e: &'a Expand,
     /// The expansion's input, n·cin planes of h·w floats.
     pub x: SendPtr<f32>,
-    /// cout floats, or null.
-    pub bias: SendPtr<f32>,
+    /// cout floats.
+    pub bias: Option<SendPtr<f32>>,
 }
 
 /// Writes the conv of `x` by `w` to `out`, through `fused` when given; then (when given) runs
@@ -125,7 +125,7 @@ pub struct Expanded<'a> {
 /// `scratch_floats(g, cx.threads, epilogue, expand.is_some())` floats; `epilogue`, when given,
 /// satisfies [`epilogue_per_plane`] and reads `out` only at the positions it stores; `expand`'s
 /// input holds n·cin planes of h·w floats (`conv_expand::applies(h·w)`) and its bias, when
-/// not null, cout floats.
+/// given, cout floats.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn run(
     x: *const f32,
@@ -180,11 +180,11 @@ pub unsafe fn run(
             if let Some(ex) = expand {
                 let cin = ex.e.cin;
                 let mut bias = [0f32; conv_expand::BLOCK];
-                for (i, b) in bias.iter_mut().enumerate().take(g.cout - c0) {
-                    if !ex.bias.get().is_null() {
-                        // SAFETY: c0 + i < cout.
-                        *b = unsafe { *ex.bias.get().add(c0 + i) };
-                    }
+                if let Some(b) = ex.bias {
+                    let n = (g.cout - c0).min(unit);
+                    // SAFETY: the bias holds cout floats and c0 + n ≤ cout.
+                    bias[..n]
+                        .copy_from_slice(unsafe { std::slice::from_raw_parts(b.get().add(c0), n) });
                 }
                 // SAFETY: image img of the expansion's input is in bounds (see `run`).
                 let xi = unsafe {
