@@ -5,8 +5,8 @@ mod common;
 
 use aneforge::engine::HostSlice;
 use aneforge::graph::{
-    constant, input, BlockParams, BlockQuantized, DType, DeferredBytes, DeferredF32, HostArray,
-    QuantFormat,
+    constant, input, scaled_half_rows, BlockParams, BlockQuantized, DType, DeferredBytes,
+    DeferredF32, HalfStorage, HostArray, QuantFormat,
 };
 use aneforge::{compile_functions, ProgramOptions};
 use aneforge::{
@@ -314,11 +314,19 @@ fn functions_share_quantized_blob_entries_and_ane_scales_are_fp16() {
     );
 }
 
-/// Deferred values that declare themselves fp16 (a model's F16 tensors).
+/// Deferred values stored as a model file's floats: fp16, bf16 (`HalfStorage` looked for by
+/// `scaled_half_rows`) or f32.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stored {
+    F16,
+    Bf16,
+    F32,
+}
+
 #[derive(Debug)]
 struct Halves {
     values: Arc<[f32]>,
-    half: bool,
+    stored: Stored,
 }
 
 impl DeferredF32 for Halves {
@@ -331,43 +339,38 @@ impl DeferredF32 for Halves {
         Ok(())
     }
 
-    fn exactly_f16(&self) -> bool {
-        self.half
+    fn half_storage(&self, cols: usize) -> Option<HalfStorage> {
+        match self.stored {
+            Stored::F16 => Some(HalfStorage::Exact),
+            Stored::Bf16 => scaled_half_rows(self, cols)
+                .unwrap()
+                .map(HalfStorage::Scaled),
+            Stored::F32 => None,
+        }
     }
 }
 
-#[test]
-fn fp16_matrices_stay_fp16_in_fp32_programs() {
-    let values: Arc<[f32]> = (0..ROWS * COLS)
-        .map(|i| half::f16::from_f32(((i * 29 % 41) as f32 - 20.0) / 23.0).to_f32())
-        .collect();
-    let program = |half: bool, target: Target| {
-        let source = Arc::new(Halves {
-            values: values.clone(),
-            half,
-        });
-        let w = constant(HostArray::from_deferred(&[ROWS, COLS], source).unwrap());
-        let x = input("x", &[3, COLS], DType::F32).unwrap();
-        let ids = input("ids", &[2], DType::I32).unwrap();
-        let y = x.linear(&w, None).unwrap();
-        let rows = w.gather(&ids, 0).unwrap();
-        let options = CompileOptions {
-            target,
-            ..CompileOptions::default()
-        };
-        compile_named(&[("y", &y), ("rows", &rows)], &options).unwrap()
+/// `y = x·wᵀ` and `rows = w[ids]` over a deferred `[ROWS, COLS]` matrix, compiled for `target`.
+fn deferred_matrix_program(values: &Arc<[f32]>, stored: Stored, target: Target) -> Model {
+    let source = Arc::new(Halves {
+        values: values.clone(),
+        stored,
+    });
+    let w = constant(HostArray::from_deferred(&[ROWS, COLS], source).unwrap());
+    let x = input("x", &[3, COLS], DType::F32).unwrap();
+    let ids = input("ids", &[2], DType::I32).unwrap();
+    let y = x.linear(&w, None).unwrap();
+    let rows = w.gather(&ids, 0).unwrap();
+    let options = CompileOptions {
+        target,
+        ..CompileOptions::default()
     };
-    let mut m = program(true, Target::Cpu);
-    common::dump_corpus(&m, "fp16_matrix_cpu");
-    let text = m.mil_text().to_string();
-    assert_eq!(text.matches("constexpr_cast(").count(), 1, "{text}");
-    assert!(text.contains("tensor<fp16, [12, 64]>(BLOBFILE"), "{text}");
-    let f32_bytes = program(false, Target::Cpu).weights().len();
-    assert!(
-        m.weights().len() + ROWS * COLS * 2 <= f32_bytes,
-        "{} vs {f32_bytes}",
-        m.weights().len()
-    );
+    compile_named(&[("y", &y), ("rows", &rows)], &options).unwrap()
+}
+
+/// Runs [`deferred_matrix_program`] and checks the product against f64 and the picked rows bit
+/// for bit.
+fn check_deferred_matrix(m: &mut Model, values: &[f32]) {
     let xv: Vec<f32> = (0..3 * COLS)
         .map(|i| ((i * 37 % 19) as f32 - 9.0) / 9.0)
         .collect();
@@ -377,7 +380,7 @@ fn fp16_matrices_stay_fp16_in_fp32_programs() {
             ("ids", HostSlice::I32(&[11, 2])),
         ])
         .unwrap();
-    for (g, r) in out[0].iter().zip(reference_linear(&xv, &values, 3)) {
+    for (g, r) in out[0].iter().zip(reference_linear(&xv, values, 3)) {
         assert!(
             (f64::from(*g) - r).abs() <= 1e-5 * r.abs().max(1.0),
             "{g} vs {r}"
@@ -385,13 +388,118 @@ fn fp16_matrices_stay_fp16_in_fp32_programs() {
     }
     assert_eq!(out[1][..COLS], values[11 * COLS..12 * COLS]);
     assert_eq!(out[1][COLS..], values[2 * COLS..3 * COLS]);
+}
+
+#[test]
+fn fp16_matrices_stay_fp16_in_fp32_programs() {
+    let values: Arc<[f32]> = (0..ROWS * COLS)
+        .map(|i| half::f16::from_f32(((i * 29 % 41) as f32 - 20.0) / 23.0).to_f32())
+        .collect();
+    let mut m = deferred_matrix_program(&values, Stored::F16, Target::Cpu);
+    common::dump_corpus(&m, "fp16_matrix_cpu");
+    let text = m.mil_text().to_string();
+    assert_eq!(text.matches("constexpr_cast(").count(), 1, "{text}");
+    assert!(text.contains("tensor<fp16, [12, 64]>(BLOBFILE"), "{text}");
+    let f32_bytes = deferred_matrix_program(&values, Stored::F32, Target::Cpu)
+        .weights()
+        .len();
+    assert!(
+        m.weights().len() + ROWS * COLS * 2 <= f32_bytes,
+        "{} vs {f32_bytes}",
+        m.weights().len()
+    );
+    check_deferred_matrix(&mut m, &values);
     // fp16 programs hold every float constant as fp16 already
-    let ane = program(true, Target::Ane(AneArch::default()));
+    let ane = deferred_matrix_program(&values, Stored::F16, Target::Ane(AneArch::default()));
     assert!(
         !ane.mil_text().contains("constexpr_cast"),
         "{}",
         ane.mil_text()
     );
+}
+
+/// bf16 values (8 significant bits) over magnitudes fp16 cannot hold: rows from 2^-30 to 2^25,
+/// with values down to 2^-20 of each row's largest.
+fn bf16_rows() -> Vec<f32> {
+    (0..ROWS * COLS)
+        .map(|i| {
+            let (r, c) = (i / COLS, i % COLS);
+            let magnitude = 2f32.powi(r as i32 * 5 - 30);
+            let v = ((c * 29 % 41) as f32 - 20.0) / 20.0 * magnitude / 2f32.powi((c % 21) as i32);
+            half::bf16::from_f32(v).to_f32()
+        })
+        .collect()
+}
+
+#[test]
+fn bf16_matrices_stay_in_fp16_scaled_per_row() {
+    let values: Arc<[f32]> = bf16_rows().into();
+    let mut m = deferred_matrix_program(&values, Stored::Bf16, Target::Cpu);
+    common::dump_corpus(&m, "bf16_matrix_cpu");
+    let text = m.mil_text().to_string();
+    assert_eq!(
+        text.matches("constexpr_blockwise_shift_scale(").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("data = tensor<fp16, [12, 64]>(BLOBFILE"),
+        "{text}"
+    );
+    assert!(
+        text.contains("scale = tensor<fp32, [12, 1]>(BLOBFILE"),
+        "{text}"
+    );
+    let f32_bytes = deferred_matrix_program(&values, Stored::F32, Target::Cpu)
+        .weights()
+        .len();
+    // two bytes a value instead of four, and a scale a row
+    assert!(
+        m.weights().len() + ROWS * COLS < f32_bytes,
+        "{} vs {f32_bytes}",
+        m.weights().len()
+    );
+    check_deferred_matrix(&mut m, &values);
+    // every row keeps its values: fp16 alone would have flushed the small rows to zero and the
+    // large ones to infinity
+    let exponents = scaled_half_rows(
+        &Halves {
+            values: values.clone(),
+            stored: Stored::Bf16,
+        },
+        COLS,
+    )
+    .unwrap()
+    .unwrap();
+    assert!(exponents.iter().any(|&e| e < -30) && exponents.iter().any(|&e| e > 0));
+}
+
+/// A row whose values span more than fp16 holds under one scale (2^-40 beside 1) stays f32, as
+/// does a non-finite value.
+#[test]
+fn bf16_matrices_fp16_cannot_hold_stay_f32() {
+    for odd in [2f32.powi(-40), f32::INFINITY] {
+        let mut values = bf16_rows();
+        values[5 * COLS + 3] = 1.0;
+        values[5 * COLS + 4] = odd;
+        let values: Arc<[f32]> = values.into();
+        let source = Halves {
+            values: values.clone(),
+            stored: Stored::Bf16,
+        };
+        assert_eq!(scaled_half_rows(&source, COLS).unwrap(), None);
+        let m = deferred_matrix_program(&values, Stored::Bf16, Target::Cpu);
+        let text = m.mil_text().to_string();
+        assert!(!text.contains("constexpr_"), "{text}");
+        assert!(text.contains("tensor<fp32, [12, 64]>(BLOBFILE"), "{text}");
+    }
+    let values: Arc<[f32]> = bf16_rows().into();
+    // a column count that does not divide the values
+    let source = Halves {
+        values,
+        stored: Stored::Bf16,
+    };
+    assert_eq!(scaled_half_rows(&source, COLS - 1).unwrap(), None);
 }
 
 /// Products with few activation rows run as a GEMV, with more as GEMMs over dequantized tiles of

@@ -17,11 +17,85 @@ pub trait DeferredF32: Send + Sync + std::fmt::Debug {
     /// Values `start..start + out.len()` into `out`; the error names where the values live.
     fn read(&self, start: usize, out: &mut [f32]) -> Result<(), String>;
 
-    /// Every value is an fp16 value (the source stores fp16), so an fp32 program may keep the
-    /// constant as fp16 without rounding anything.
-    fn exactly_f16(&self) -> bool {
-        false
+    /// How an fp32 program may keep these values, read as a `[len / cols, cols]` matrix, in fp16
+    /// without rounding any; `None` when it may not (or checking is not worth it: an f32 source).
+    fn half_storage(&self, cols: usize) -> Option<HalfStorage> {
+        let _ = cols;
+        None
     }
+}
+
+/// fp16 storage that holds a matrix's values exactly.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HalfStorage {
+    /// Every value is an fp16 value (the source stores fp16).
+    Exact,
+    /// Every value of row `r` is `2^e[r]` times an fp16 value. A bf16 value has 8 significant
+    /// bits and fp16 11, so a row of bf16 values fits once scaled into fp16's exponent range
+    /// ([`scaled_half_rows`]).
+    Scaled(Arc<[i32]>),
+}
+
+/// Exponents `e` with every value of row `r` of `source` (`[len / cols, cols]`) equal to
+/// `2^e[r]` times an fp16 value, or `None` when some row has none. Each row's largest magnitude
+/// is scaled into `[2^15, 2^16)`, where every 8-bit-significand value is an fp16 value; smaller
+/// values of the row stay exact down to about 2^-32 of it (fp16's subnormals). Reads the
+/// source once, a span of rows at a time.
+pub fn scaled_half_rows(
+    source: &dyn DeferredF32,
+    cols: usize,
+) -> Result<Option<Arc<[i32]>>, String> {
+    let len = source.len();
+    if cols == 0 || !len.is_multiple_of(cols) {
+        return Ok(None);
+    }
+    let rows = len / cols;
+    let span = (PICKED_SPAN / cols).max(1);
+    let mut values = vec![0f32; span.min(rows) * cols];
+    let mut exponents = Vec::with_capacity(rows);
+    for first in (0..rows).step_by(span) {
+        let n = span.min(rows - first);
+        let v = &mut values[..n * cols];
+        source.read(first * cols, v)?;
+        for row in v.chunks_exact(cols) {
+            match row_exponent(row) {
+                Some(e) => exponents.push(e),
+                None => return Ok(None),
+            }
+        }
+    }
+    Ok(Some(exponents.into()))
+}
+
+/// `2^e` for `e` in f32's normal range.
+pub fn power_of_two(e: i32) -> f32 {
+    debug_assert!((-126..=127).contains(&e));
+    f32::from_bits(((127 + e) as u32) << 23)
+}
+
+/// The exponent [`scaled_half_rows`] picks for one row, if every value is exact under it.
+fn row_exponent(row: &[f32]) -> Option<i32> {
+    let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+    if !max.is_finite() {
+        return None;
+    }
+    if max == 0.0 {
+        return Some(0);
+    }
+    // the unbiased exponent of a normal f32; subnormal maxima (below 2^-126) are not worth it
+    let bits = (max.to_bits() >> 23) as i32;
+    if bits == 0 {
+        return None;
+    }
+    let e = bits - 127 - 15;
+    // 2^e and 2^-e are both normal f32, so scaling either way is exact
+    if !(-126..=126).contains(&e) {
+        return None;
+    }
+    let (down, up) = (power_of_two(-e), power_of_two(e));
+    row.iter()
+        .all(|&v| half::f16::from_f32(v * down).to_f32() * up == v)
+        .then_some(e)
 }
 
 #[derive(Clone, Debug)]

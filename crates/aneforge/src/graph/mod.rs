@@ -18,7 +18,10 @@ pub use builders::{concat, select};
 pub use dtype::DType;
 pub use einsum::einsum;
 pub use error::GraphError;
-pub use host::{read_concatenated, read_picked, DeferredF32, HostArray, HostData, PICKED_SPAN};
+pub use host::{
+    power_of_two, read_concatenated, read_picked, scaled_half_rows, DeferredF32, HalfStorage,
+    HostArray, HostData, PICKED_SPAN,
+};
 pub use nn::{
     causal_additive_mask, mha, sdpa, AttentionWeights, Conv1dParams, Conv2dParams,
     ConvTranspose2dParams, Pool2dParams,

@@ -2,7 +2,7 @@
 //! entries for large ones, and deduplication by content.
 
 use super::{LowerError, ReadyFunction};
-use crate::graph::{topo_order, HostArray, HostData, Op, Tensor};
+use crate::graph::{topo_order, HalfStorage, HostArray, HostData, Op, Tensor};
 use aneforge_mil as mil;
 use half::f16;
 use mil::{BlobWriter, Literal, TensorType};
@@ -112,11 +112,13 @@ pub fn blob_bytes_hint(functions: &[ReadyFunction], float: mil::DType) -> usize 
                     (v.as_ptr() as usize, v.len() * width + ENTRY)
                 }
                 HostData::Deferred(d) if d.len() > INLINE_MAX_ELEMENTS => {
-                    let width = if kept_as_f16(value, float) { 2 } else { width };
-                    (
-                        Arc::as_ptr(d) as *const u8 as usize,
-                        d.len() * width + ENTRY,
-                    )
+                    let bytes = match kept_as_f16(value, float) {
+                        Some(HalfStorage::Exact) => d.len() * 2,
+                        // one f32 scale per row in an entry of its own
+                        Some(HalfStorage::Scaled(e)) => d.len() * 2 + e.len() * 4 + ENTRY,
+                        None => d.len() * width,
+                    };
+                    (Arc::as_ptr(d) as *const u8 as usize, bytes + ENTRY)
                 }
                 HostData::BlockQuantized(q) => {
                     let blocks = q.rows() * q.blocks_per_row();
@@ -145,13 +147,22 @@ pub(crate) fn float_width(float: mil::DType) -> usize {
     }
 }
 
-/// Whether an fp32 program keeps `value` as an fp16 blob entry behind a `constexpr_cast`: a
-/// large deferred matrix whose source stores fp16, so no value rounds.
-pub(crate) fn kept_as_f16(value: &HostArray, float: mil::DType) -> bool {
-    matches!(value.data(), HostData::Deferred(d) if d.exactly_f16())
-        && float == mil::DType::Fp32
-        && value.shape().len() == 2
-        && value.len() > INLINE_MAX_ELEMENTS
+/// How an fp32 program keeps `value` in fp16 without rounding any value: a large deferred
+/// matrix whose source stores fp16 ([`HalfStorage::Exact`]: a `constexpr_cast` of an fp16 blob
+/// entry) or bf16 whose rows fit fp16 once scaled ([`HalfStorage::Scaled`]: a
+/// `constexpr_blockwise_shift_scale` of one, one power-of-two scale per row). `None` keeps it in
+/// the program's float type.
+pub(crate) fn kept_as_f16(value: &HostArray, float: mil::DType) -> Option<HalfStorage> {
+    let HostData::Deferred(d) = value.data() else {
+        return None;
+    };
+    let &[_, cols] = value.shape() else {
+        return None;
+    };
+    if float != mil::DType::Fp32 || value.len() <= INLINE_MAX_ELEMENTS {
+        return None;
+    }
+    d.half_storage(cols)
 }
 
 /// Fills `out` with the values `read(start, chunk)` gives, encoded as `float`, a chunk at a time:
@@ -460,8 +471,8 @@ mod tests {
             Ok(())
         }
 
-        fn exactly_f16(&self) -> bool {
-            true
+        fn half_storage(&self, _cols: usize) -> Option<crate::graph::HalfStorage> {
+            Some(crate::graph::HalfStorage::Exact)
         }
     }
 

@@ -1,6 +1,6 @@
-//! `constexpr_blockwise_shift_scale` kept quantized: a rank-2 constant with 4- or 8-bit data,
-//! blocks along the last axis and float scales/offsets becomes a [`QuantTensor`] over the weights
-//! blob (no copy). `linear` and `gather` compute on it directly; any other consumer sees the
+//! `constexpr_blockwise_shift_scale` kept quantized: a rank-2 constant with 4- or 8-bit data (or
+//! fp16 data without offsets), blocks along the last axis and float scales/offsets becomes a
+//! [`QuantTensor`] over the weights blob (no copy). `linear` and `gather` compute on it directly; any other consumer sees the
 //! dequantized values. `constexpr_cast` of an fp16 matrix to fp32 is kept the same way, as fp16.
 //! Other forms fall back to the decompressing implementation.
 
@@ -65,6 +65,8 @@ fn try_quantized(cx: &mut OpCx) -> Result<bool> {
         DType::Int4 => QFormat::I4,
         DType::Uint8 => QFormat::U8,
         DType::Int8 => QFormat::I8,
+        // fp16 values scaled per block (a bf16 matrix kept in fp16 with power-of-two scales)
+        DType::Fp16 if cx.op.input("offset").is_none() => QFormat::F16,
         _ => return Ok(false),
     };
     let [rows, cols] = shape[..] else {

@@ -36,8 +36,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use aneforge::graph::{
-    self, BlockParams, BlockQuantized, DeferredBytes, DeferredF32, HostArray, HostData,
-    QuantFormat, Tensor,
+    self, BlockParams, BlockQuantized, DeferredBytes, DeferredF32, HalfStorage, HostArray,
+    HostData, QuantFormat, Tensor,
 };
 
 use super::LlmError;
@@ -91,8 +91,25 @@ impl DeferredF32 for DeferredRows {
         Ok(())
     }
 
-    fn exactly_f16(&self) -> bool {
-        self.parts.iter().all(|p| p.exactly_f16())
+    /// Exact when every part is; else every part's rows with their own scales (an exact part's
+    /// at 2^0).
+    fn half_storage(&self, cols: usize) -> Option<HalfStorage> {
+        let parts: Vec<HalfStorage> = self
+            .parts
+            .iter()
+            .map(|p| p.half_storage(cols))
+            .collect::<Option<_>>()?;
+        if parts.iter().all(|p| *p == HalfStorage::Exact) {
+            return Some(HalfStorage::Exact);
+        }
+        let mut rows = Vec::with_capacity(self.len() / cols);
+        for (part, storage) in self.parts.iter().zip(&parts) {
+            match storage {
+                HalfStorage::Exact => rows.extend(std::iter::repeat_n(0, part.len() / cols)),
+                HalfStorage::Scaled(e) => rows.extend_from_slice(e),
+            }
+        }
+        Some(HalfStorage::Scaled(rows.into()))
     }
 }
 
@@ -114,8 +131,14 @@ impl DeferredF32 for DeferredPermutedRows {
         aneforge::graph::read_picked(&self.perm, self.cols, source, start, out)
     }
 
-    fn exactly_f16(&self) -> bool {
-        self.source.exactly_f16()
+    fn half_storage(&self, cols: usize) -> Option<HalfStorage> {
+        match self.source.half_storage(cols)? {
+            HalfStorage::Exact => Some(HalfStorage::Exact),
+            HalfStorage::Scaled(e) if cols == self.cols => Some(HalfStorage::Scaled(
+                self.perm.iter().map(|&r| e[r]).collect(),
+            )),
+            HalfStorage::Scaled(_) => None,
+        }
     }
 }
 

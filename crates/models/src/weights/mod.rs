@@ -10,7 +10,9 @@ mod varbuilder;
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use aneforge::graph::HalfStorage;
 
 pub use convert::{bf16_le_to_f32, f16_le_to_f32, f32_le_to_f32};
 pub(crate) use convert::{f64_le_to_f32, FloatLe};
@@ -183,8 +185,18 @@ pub struct DeferredTensor {
     source: Arc<dyn TensorSource>,
     name: String,
     len: usize,
-    /// Stored as fp16 (`F16`).
-    half: bool,
+    stored: Stored,
+    /// The fp16 storage found for a bf16 matrix of some column count, once looked for (it
+    /// reads the whole tensor).
+    scaled: Arc<OnceLock<(usize, Option<HalfStorage>)>>,
+}
+
+/// The float type a tensor is stored in, as far as fp16 storage cares.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stored {
+    F16,
+    Bf16,
+    Wider,
 }
 
 impl DeferredTensor {
@@ -195,20 +207,26 @@ impl DeferredTensor {
         if !source.reads_ranges() {
             return None;
         }
-        let float = ["F32", "F16", "BF16", "F64"].contains(&meta.dtype.as_str());
-        float.then(|| DeferredTensor {
+        let stored = match meta.dtype.as_str() {
+            "F16" => Stored::F16,
+            "BF16" => Stored::Bf16,
+            "F32" | "F64" => Stored::Wider,
+            _ => return None,
+        };
+        Some(DeferredTensor {
             source: source.clone(),
             name: name.to_string(),
             len: meta.shape.iter().product(),
-            half: meta.dtype == "F16",
+            stored,
+            scaled: Arc::default(),
         })
     }
 }
 
 impl DeferredTensor {
-    /// Kept as f32 in an fp32 program even when the file stores fp16.
+    /// Kept as f32 in an fp32 program even when the file stores 16-bit floats.
     pub fn widened(mut self) -> DeferredTensor {
-        self.half = false;
+        self.stored = Stored::Wider;
         self
     }
 }
@@ -230,8 +248,22 @@ impl aneforge::graph::DeferredF32 for DeferredTensor {
             .map_err(|e| e.to_string())
     }
 
-    fn exactly_f16(&self) -> bool {
-        self.half
+    fn half_storage(&self, cols: usize) -> Option<HalfStorage> {
+        match self.stored {
+            Stored::F16 => Some(HalfStorage::Exact),
+            Stored::Wider => None,
+            Stored::Bf16 => {
+                let scan = || {
+                    // a tensor that cannot be read is reported when the program reads it again
+                    let rows = aneforge::graph::scaled_half_rows(self, cols).ok().flatten();
+                    (cols, rows.map(HalfStorage::Scaled))
+                };
+                match self.scaled.get_or_init(scan) {
+                    (c, found) if *c == cols => found.clone(),
+                    _ => scan().1,
+                }
+            }
+        }
     }
 }
 

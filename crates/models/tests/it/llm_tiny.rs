@@ -493,3 +493,36 @@ fn gguf_files_match_transformers() {
         assert_eq!(g.tokens, want.greedy_ids, "{family}");
     }
 }
+
+/// Checkpoints stored in bf16: every matrix of the CPU program stays 16 bits a value (fp16
+/// scaled per row, `constexpr_blockwise_shift_scale`), and the logits are transformers' as
+/// before.
+#[test]
+fn bf16_checkpoints_keep_their_matrices_in_fp16() {
+    for family in ["llama3", "qwen2", "gemma3", "phi3"] {
+        let llm = load(family);
+        let want = expected(family);
+        let mut runner = Runner::new(llm.clone(), options()).unwrap();
+        let got = runner.feed_all(&want.prompt_ids).unwrap();
+        let err = relative_error(&got, &want.prompt_logits);
+        assert!(err < 1e-4, "{family}: prompt logits relative error {err:e}");
+        let text = runner.artifact(0).unwrap().mil_text();
+        assert!(
+            text.contains("constexpr_blockwise_shift_scale(data = tensor<fp16, ["),
+            "{family}: no bf16 matrix kept in fp16"
+        );
+        // f32 blob entries: per-row scales, vectors and small tables, no weight matrix
+        for entry in text.split("tensor<fp32, [").skip(1) {
+            let Some((dims, rest)) = entry.split_once("]>") else {
+                continue;
+            };
+            let dims: Vec<usize> = dims.split(", ").filter_map(|d| d.parse().ok()).collect();
+            if rest.starts_with("(BLOBFILE") && dims.len() == 2 {
+                assert!(
+                    dims[1] == 1 || dims.iter().product::<usize>() <= 32 * 32,
+                    "{family}: an f32 matrix {dims:?} in the program"
+                );
+            }
+        }
+    }
+}

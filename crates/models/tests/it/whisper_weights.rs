@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use aneforge::graph::HostData;
+use aneforge::graph::{HalfStorage, HostData};
 use aneforge_models::require_model;
 use aneforge_models::weights::TensorSource;
 use aneforge_models::whisper::{load_weights, CheckpointFiles, Ct2Model, WhisperConfig};
@@ -86,7 +86,7 @@ fn check_real(repo: &str) {
     // matrices are read when the programs compile; the decoder's one-row products keep the
     // file's fp16, the products over the encoder's rows are widened to f32
     let half = |a: &aneforge::HostArray| match a.data() {
-        HostData::Deferred(d) => d.exactly_f16(),
+        HostData::Deferred(d) => d.half_storage(a.shape()[1]) == Some(HalfStorage::Exact),
         other => panic!("not deferred: {other:?}"),
     };
     let dec = &weights.decoder_layers[0];

@@ -15,7 +15,8 @@ use super::consts::{
 };
 use super::{LowerError, PortKind, PortSpec, Target};
 use crate::graph::{
-    BlockQuantized, DType, HostArray, HostData, NodeId, Op, OpFamily, QuantFormat, Tensor,
+    power_of_two, BlockQuantized, DType, HalfStorage, HostArray, HostData, NodeId, Op, OpFamily,
+    QuantFormat, Tensor,
 };
 use aneforge_mil as mil;
 use mil::{Argument, Literal, Operation, TensorType};
@@ -202,8 +203,10 @@ impl<'t> Emitter<'t> {
     fn constant(&mut self, node: &Tensor, value: &HostArray) -> Result<(), LowerError> {
         match value.data() {
             HostData::BlockQuantized(q) => return self.block_quantized(node, q),
-            HostData::Deferred(d) if kept_as_f16(value, self.float) => {
-                return self.half_matrix(node, value.shape(), d.as_ref());
+            HostData::Deferred(d) => {
+                if let Some(half) = kept_as_f16(value, self.float) {
+                    return self.half_matrix(node, value.shape(), d.as_ref(), half);
+                }
             }
             _ => {}
         }
@@ -225,13 +228,16 @@ impl<'t> Emitter<'t> {
         Ok(())
     }
 
-    /// An fp32 program's matrix whose values are all fp16: `constexpr_cast` of an fp16 blob
-    /// entry, half the bytes of the f32 entry and the same values.
+    /// An fp32 program's matrix whose values fp16 holds exactly: `constexpr_cast` of an fp16 blob
+    /// entry ([`HalfStorage::Exact`]), or `constexpr_blockwise_shift_scale` of one with a
+    /// power-of-two scale per row ([`HalfStorage::Scaled`]); half the bytes of the f32 entry and
+    /// the same values.
     fn half_matrix(
         &mut self,
         node: &Tensor,
         shape: &[usize],
         d: &dyn crate::graph::DeferredF32,
+        half: HalfStorage,
     ) -> Result<(), LowerError> {
         let len = d.len();
         let source = d as *const dyn crate::graph::DeferredF32 as *const u8 as usize;
@@ -241,25 +247,66 @@ impl<'t> Emitter<'t> {
             self.names.insert(node.id(), name.to_string());
             return Ok(());
         }
+        let cols = shape[1];
         let offset = self
             .consts
             .blob_entry(mil::DType::Fp16, len, source, 2 * len, |out| {
-                encode_chunks(mil::DType::Fp16, out, deferred_reader(d))
+                let mut read = deferred_reader(d);
+                encode_chunks(mil::DType::Fp16, out, |start, v| {
+                    read(start, v)?;
+                    if let HalfStorage::Scaled(e) = &half {
+                        for (i, x) in v.iter_mut().enumerate() {
+                            *x *= power_of_two(-e[(start + i) / cols]);
+                        }
+                    }
+                    Ok(())
+                })
             })?;
-        let source_val = Argument::Literal(Literal::Blob {
-            ty: TensorType::new(mil::DType::Fp16, shape),
-            path: BLOB_PATH.to_string(),
-            offset,
-        });
+        let blob = |dtype: mil::DType, shape: &[usize], offset: u64| {
+            Argument::Literal(Literal::Blob {
+                ty: TensorType::new(dtype, shape),
+                path: BLOB_PATH.to_string(),
+                offset,
+            })
+        };
+        let data = blob(mil::DType::Fp16, shape, offset);
         let name = self.fresh("half");
         self.consts.remember_quant(key, &name);
         self.names.insert(node.id(), name.clone());
-        self.push_value(
-            &name,
-            TensorType::new(mil::DType::Fp32, shape),
-            "constexpr_cast",
-            vec![("source_val", source_val), ("output_dtype", string("fp32"))],
-        );
+        let ty = TensorType::new(mil::DType::Fp32, shape);
+        match half {
+            HalfStorage::Exact => self.push_value(
+                &name,
+                ty,
+                "constexpr_cast",
+                vec![("source_val", data), ("output_dtype", string("fp32"))],
+            ),
+            HalfStorage::Scaled(e) => {
+                let scales: Vec<u8> = e
+                    .iter()
+                    .flat_map(|&e| power_of_two(e).to_le_bytes())
+                    .collect();
+                // the source's address with the row count and f32 type names the scales (its data
+                // entry is fp16 and counts every value)
+                let scale_offset = self.consts.blob_entry(
+                    mil::DType::Fp32,
+                    e.len(),
+                    source,
+                    scales.len(),
+                    |out| {
+                        out.copy_from_slice(&scales);
+                        Ok(())
+                    },
+                )?;
+                let scale = blob(mil::DType::Fp32, &[e.len(), 1], scale_offset);
+                self.push_value(
+                    &name,
+                    ty,
+                    "constexpr_blockwise_shift_scale",
+                    vec![("data", data), ("scale", scale)],
+                );
+            }
+        }
         Ok(())
     }
 
