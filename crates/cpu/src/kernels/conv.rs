@@ -292,7 +292,7 @@ impl Conv {
         } else if self.pointwise() {
             0
         } else if let ConvWeight::Winograd(_) = self.weight {
-            conv_winograd::scratch_floats(g)
+            conv_winograd::scratch_floats(g, threads)
         } else if self.direct() {
             conv_direct::scratch_floats(g)
         } else {

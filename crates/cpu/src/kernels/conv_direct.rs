@@ -101,21 +101,27 @@ pub(super) unsafe fn pad_image(
                     std::slice::from_raw_parts_mut(dp.get().add(ci * hp * wp), hp * wp),
                 )
             };
-            let lo = g.pl.min(wp);
-            let n = g.w.min(wp - lo);
-            for (iy, row) in dst.chunks_exact_mut(wp).enumerate() {
-                match (iy as isize - g.pt as isize).try_into() {
-                    Ok(sy) if sy < g.h => {
-                        let sy: usize = sy;
-                        row[..lo].fill(0.0);
-                        row[lo..lo + n].copy_from_slice(&src[sy * g.w..sy * g.w + n]);
-                        row[lo + n..].fill(0.0);
-                    }
-                    _ => row.fill(0.0),
-                }
-            }
+            pad_rows(src, dst, 0, wp, g);
         }
     });
+}
+
+/// Rows `iy0..iy0 + dst.len() / wp` of one channel's zero-padded plane (rows of `wp` floats,
+/// the input `src` of `g.h × g.w` at row `g.pt`, column `g.pl`) into `dst`.
+pub(super) fn pad_rows(src: &[f32], dst: &mut [f32], iy0: usize, wp: usize, g: &Geometry) {
+    let lo = g.pl.min(wp);
+    let n = g.w.min(wp - lo);
+    for (i, row) in dst.chunks_exact_mut(wp).enumerate() {
+        match ((iy0 + i) as isize - g.pt as isize).try_into() {
+            Ok(sy) if sy < g.h => {
+                let sy: usize = sy;
+                row[..lo].fill(0.0);
+                row[lo..lo + n].copy_from_slice(&src[sy * g.w..sy * g.w + n]);
+                row[lo + n..].fill(0.0);
+            }
+            _ => row.fill(0.0),
+        }
+    }
 }
 
 /// One register tile's operands. Strides are in floats.

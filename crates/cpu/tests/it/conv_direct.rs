@@ -3,7 +3,6 @@
 //! Winograd tiles, several output rows per tile, padding 0/1/asymmetric, strides 1/2, dilation,
 //! bias, fused relu, batch > 1, several input-channel blocks.
 use crate::common;
-use aneforge_cpu::{compile, BlobStore, CompileOptions};
 use aneforge_mil::DType;
 use common::*;
 
@@ -52,7 +51,7 @@ fn naive_conv(c: &Case, x: &[f64], w: &[f64], bias: &[f64], oh: usize, ow: usize
     y
 }
 
-fn check(c: &Case, d: DType, rng: &mut Rng) {
+fn check(c: &Case, d: DType, threads: usize, rng: &mut Rng) {
     let ek = 2 * c.dilation + 1;
     let oh = (c.h + c.pad[0] + c.pad[1] - ek) / c.stride[0] + 1;
     let ow = (c.w + c.pad[2] + c.pad[3] - ek) / c.stride[1] + 1;
@@ -87,17 +86,11 @@ fn check(c: &Case, d: DType, rng: &mut Rng) {
     }
     p.output(&y);
     let what = format!(
-        "conv {d} x {xs:?} → {os:?} stride {:?} dilation {} pad {:?} bias {} relu {}",
+        "conv {d} x {xs:?} → {os:?} stride {:?} dilation {} pad {:?} bias {} relu {}, \
+         {threads} threads",
         c.stride, c.dilation, c.pad, c.bias, c.relu
     );
-    let plan = compile(
-        &p.build(),
-        "main",
-        &BlobStore::new(),
-        &CompileOptions::default(),
-    )
-    .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let schedule = plan.schedule().join("\n");
+    let (plan, schedule) = compile_threads(&p, threads, &what);
     if aneforge_cpu::simd::has_avx512() {
         // Winograd needs 32 channels each way and 64 output pixels over the batch
         let kernel = if c.stride == [1, 1]
@@ -205,11 +198,14 @@ fn direct_and_winograd_convs_match_naive_f64_over_every_tile_edge() {
         case(1, 256, 6, 6, 32, [1, 1], 1, [1, 1, 1, 1], false, false),
         case(1, 256, 8, 8, 32, [1, 1], 1, [1, 1, 1, 1], false, false),
     ];
-    for c in &cases {
-        check(c, DType::Fp32, &mut rng);
+    // on several threads each takes a band of tile rows (3 threads: bands of unequal length)
+    for threads in [1, 2, 3] {
+        for c in &cases {
+            check(c, DType::Fp32, threads, &mut rng);
+        }
     }
     for c in &cases[..3] {
-        check(c, DType::Fp16, &mut rng);
+        check(c, DType::Fp16, 2, &mut rng);
     }
 }
 
