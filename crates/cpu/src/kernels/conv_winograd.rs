@@ -136,10 +136,11 @@ pub fn scratch_floats(g: &Geometry, threads: usize) -> usize {
     tasks(g, &d, threads).count() * task_floats(g, &d)
 }
 
-/// Runs the conv of every image of `x` into `out` (NCHW). Each thread takes a band of tile rows
-/// through every step (padding, input transform, the 16 products, output transform) in its own
-/// scratch: a step never waits for the others or reads what another core wrote, which on small
-/// images cost more than the step itself.
+/// Runs the conv of every image of `x` into `out` (NCHW). Each thread takes its part of an image
+/// ([`tasks`]: a band of tile rows, or a range of output-channel blocks) through every step
+/// (padding, input transform, the 16 products, output transform) in its own scratch: a step never
+/// waits for the others or reads what another core wrote, which on small images cost more than
+/// the step itself.
 ///
 /// # Safety
 /// AVX-512 available (`applies`); `x` holds n·cin·h·w floats, `out` n·cout·oh·ow, `u` is
@@ -157,6 +158,10 @@ pub unsafe fn run(
     let d = dims(g);
     let split = tasks(g, &d, cx.threads);
     let per_task = task_floats(g, &d);
+    assert!(
+        split.count() * per_task <= scratch.len(),
+        "Winograd scratch sized for fewer threads"
+    );
     let blocks = g.cout.div_ceil(LANES);
     let sp = SendPtr(scratch.as_mut_ptr());
     let (bias, act) = (SendPtr(epilogue.bias as *mut f32), epilogue.act);
