@@ -55,9 +55,9 @@ impl Spatial {
     }
 
     /// Scratch floats of one task: the input plane, the output plane and, for max pooling, the
-    /// padded plane and one row of column maxima.
+    /// padded plane and two rows of maxima (over the window's rows, then its columns).
     fn per_task(&self) -> usize {
-        self.h * self.w + self.oh * self.ow + self.padded().map_or(0, |(ph, pw)| ph * pw + pw)
+        self.h * self.w + self.oh * self.ow + self.padded().map_or(0, |(ph, pw)| ph * pw + 2 * pw)
     }
 
     /// Max pooling's input plane bordered with -inf: every window of every output lies inside.
@@ -132,20 +132,10 @@ impl Spatial {
                     let row = &mut plane[(iy + pt) * pw + pl..][..n];
                     row.copy_from_slice(&x[iy * self.w..][..n]);
                 }
+                let (rmax, cmax) = rmax.split_at_mut(pw);
                 for oy in 0..oh {
-                    // maxima over the window's rows, then over each window's columns
-                    rmax.copy_from_slice(&plane[oy * sh * pw..][..pw]);
-                    for i in 1..*kh {
-                        let r = &plane[(oy * sh + i) * pw..][..pw];
-                        for (m, &v) in rmax.iter_mut().zip(r) {
-                            *m = m.max(v);
-                        }
-                    }
-                    for (ox, o) in y[oy * ow..][..ow].iter_mut().enumerate() {
-                        *o = rmax[ox * sw..][..*kw]
-                            .iter()
-                            .fold(f32::NEG_INFINITY, |a, &v| a.max(v));
-                    }
+                    let rows = &plane[oy * sh * pw..][..kh * pw];
+                    max_pool_row(rows, *kw, *sw, rmax, cmax, &mut y[oy * ow..][..ow]);
                 }
             }
             SpatialKind::AvgPool {
@@ -204,6 +194,39 @@ impl Spatial {
                     }
                 }
             }
+        }
+    }
+}
+
+crate::simd_dispatch! {
+    /// One output row of max pooling from the window's `rows` of the padded plane (`rmax.len()`
+    /// floats each): their maxima, then the maxima of every `kw` columns from each start, both
+    /// over whole rows in vectors; the outputs pick every `sw`-th.
+    fn max_pool_row(
+        rows: &[f32],
+        kw: usize,
+        sw: usize,
+        rmax: &mut [f32],
+        cmax: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let pw = rmax.len();
+        let (first, rest) = rows.split_at(pw);
+        rmax.copy_from_slice(first);
+        for r in rest.chunks_exact(pw) {
+            for (m, &v) in rmax.iter_mut().zip(r) {
+                *m = m.max(v);
+            }
+        }
+        let starts = pw + 1 - kw;
+        cmax[..starts].copy_from_slice(&rmax[..starts]);
+        for j in 1..kw {
+            for (m, &v) in cmax[..starts].iter_mut().zip(&rmax[j..]) {
+                *m = m.max(v);
+            }
+        }
+        for (ox, o) in out.iter_mut().enumerate() {
+            *o = cmax[ox * sw];
         }
     }
 }

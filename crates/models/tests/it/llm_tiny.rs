@@ -446,6 +446,18 @@ fn sparse_expert_decode_matches_transformers() {
     }
 }
 
+/// A runner that has fed `family`'s prompt, its logits checked against transformers', and the
+/// MIL text of its first program.
+fn prompt_logits_checked(family: &str, llm: &Arc<Llm>) -> (Runner, String) {
+    let want = expected(family);
+    let mut runner = Runner::new(llm.clone(), options()).unwrap();
+    let got = runner.feed_all(&want.prompt_ids).unwrap();
+    let err = relative_error(&got, &want.prompt_logits);
+    assert!(err < 1e-4, "{family}: prompt logits relative error {err:e}");
+    let text = runner.artifact(0).unwrap().mil_text().to_string();
+    (runner, text)
+}
+
 /// F16 copies of the Mixtral and OLMoE GGUF files (tools/fixtures/llm/f16_gguf.py; their
 /// checkpoints are F16, so the copies hold the same values): the matrices stay fp16 in the CPU
 /// program (`constexpr_cast`) and the outputs are transformers' as before.
@@ -458,11 +470,7 @@ fn f16_gguf_files_match_transformers() {
                 .unwrap_or_else(|e| panic!("{family}: {e}")),
         );
         let want = expected(family);
-        let mut runner = Runner::new(llm.clone(), options()).unwrap();
-        let got = runner.feed_all(&want.prompt_ids).unwrap();
-        let err = relative_error(&got, &want.prompt_logits);
-        assert!(err < 1e-4, "{family}: prompt logits relative error {err:e}");
-        let text = runner.artifact(0).unwrap().mil_text();
+        let (mut runner, text) = prompt_logits_checked(family, &llm);
         assert!(
             text.contains("constexpr_cast("),
             "{family}: no fp16 matrix kept"
@@ -500,13 +508,7 @@ fn gguf_files_match_transformers() {
 #[test]
 fn bf16_checkpoints_keep_their_matrices_in_fp16() {
     for family in ["llama3", "qwen2", "gemma3", "phi3"] {
-        let llm = load(family);
-        let want = expected(family);
-        let mut runner = Runner::new(llm.clone(), options()).unwrap();
-        let got = runner.feed_all(&want.prompt_ids).unwrap();
-        let err = relative_error(&got, &want.prompt_logits);
-        assert!(err < 1e-4, "{family}: prompt logits relative error {err:e}");
-        let text = runner.artifact(0).unwrap().mil_text();
+        let (_, text) = prompt_logits_checked(family, &load(family));
         assert!(
             text.contains("constexpr_blockwise_shift_scale(data = tensor<fp16, ["),
             "{family}: no bf16 matrix kept in fp16"
