@@ -195,6 +195,13 @@ pub unsafe fn run(
     } else {
         1
     };
+    // one tile over the whole output where such a tile is compiled: each weight vector is then
+    // loaded once per image, not once per row
+    let rows_per_tile = if g.oh < rows_per_tile && arch::select(2, g.sw, g.oh, g.ow).is_some() {
+        g.oh
+    } else {
+        rows_per_tile
+    };
     let per_row = 4 * (g.cin * g.sh * wp + if partial.is_empty() { 0 } else { g.cout * g.ow });
     let chunk_rows = (CHUNK_BYTES / per_row.max(1))
         .max(1)
@@ -340,6 +347,11 @@ pub(super) mod arch {
 
     /// Rows per tile compiled for each output width below `MAX_PIXELS` (index = width).
     pub const MAX_ROWS: [usize; 14] = [1, 14, 7, 4, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1];
+    /// How far ahead (in floats: eight input channels of 3×3 taps) each block's weight stream
+    /// is prefetched. Over few pixels a weight vector serves only a few FMAs and the streams
+    /// come from L3 or memory (512 → 512 channels over 2 × 2 pixels: 9.4 MB a conv); the
+    /// prefetch took that conv from 0.415 to 0.39 ms on one Xeon core.
+    const PF: usize = 8 * 9 * LANES;
 
     #[target_feature(enable = "avx512f")]
     unsafe fn tile<const NB: usize, const S: usize, const R: usize, const P: usize>(t: &Tile) {
@@ -372,6 +384,11 @@ pub(super) mod arch {
                 for kj in 0..t.kw {
                     let xk = xr.add(kj * t.dw);
                     let wk = wc.add((ki * t.kw + kj) * LANES);
+                    for b in 0..NB {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            wk.wrapping_add(b * t.w_block + PF) as *const i8
+                        );
+                    }
                     let wv: [__m512; NB] =
                         std::array::from_fn(|b| _mm512_loadu_ps(wk.add(b * t.w_block)));
                     for r in 0..R {
@@ -518,6 +535,7 @@ pub(super) mod arch {
         (2, 5),
         (2, 6),
         (2, 7),
+        (2, 2),
     );
 }
 

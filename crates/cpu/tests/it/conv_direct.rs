@@ -194,6 +194,10 @@ fn direct_and_winograd_convs_match_naive_f64_over_every_tile_edge() {
         case(1, 32, 70, 70, 32, [1, 1], 1, [1, 1, 1, 1], true, true),
         // direct: a row of 70 pixels, few channels
         case(1, 3, 6, 70, 16, [1, 1], 1, [1, 1, 1, 1], true, false),
+        // outputs of 2 × 2 pixels, one tile over the whole image: several input-channel
+        // blocks, a pair and a lone block, stride 1 and 2, batch 2
+        case(1, 130, 2, 2, 48, [1, 1], 1, [1, 1, 1, 1], true, true),
+        case(2, 70, 4, 4, 40, [2, 2], 1, [1, 1, 1, 1], true, false),
         // long sums: 256 input channels, direct (36 pixels) and Winograd (64)
         case(1, 256, 6, 6, 32, [1, 1], 1, [1, 1, 1, 1], false, false),
         case(1, 256, 8, 8, 32, [1, 1], 1, [1, 1, 1, 1], false, false),
