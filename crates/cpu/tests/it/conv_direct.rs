@@ -12,6 +12,8 @@ struct Case {
     h: usize,
     w: usize,
     cout: usize,
+    /// kernel height and width
+    k: usize,
     stride: [usize; 2],
     dilation: usize,
     /// top, bottom, left, right
@@ -29,8 +31,8 @@ fn naive_conv(c: &Case, x: &[f64], w: &[f64], bias: &[f64], oh: usize, ow: usize
                 for ox in 0..ow {
                     let mut acc = if c.bias { bias[co] } else { 0.0 };
                     for ci in 0..c.cin {
-                        for i in 0..3 {
-                            for j in 0..3 {
+                        for i in 0..c.k {
+                            for j in 0..c.k {
                                 let iy =
                                     (oy * c.stride[0] + i * c.dilation) as i64 - c.pad[0] as i64;
                                 let ix =
@@ -38,7 +40,7 @@ fn naive_conv(c: &Case, x: &[f64], w: &[f64], bias: &[f64], oh: usize, ow: usize
                                 if (0..c.h as i64).contains(&iy) && (0..c.w as i64).contains(&ix) {
                                     let xi =
                                         ((b * c.cin + ci) * c.h + iy as usize) * c.w + ix as usize;
-                                    acc += x[xi] * w[((co * c.cin + ci) * 3 + i) * 3 + j];
+                                    acc += x[xi] * w[((co * c.cin + ci) * c.k + i) * c.k + j];
                                 }
                             }
                         }
@@ -52,11 +54,11 @@ fn naive_conv(c: &Case, x: &[f64], w: &[f64], bias: &[f64], oh: usize, ow: usize
 }
 
 fn check(c: &Case, d: DType, threads: usize, rng: &mut Rng) {
-    let ek = 2 * c.dilation + 1;
+    let ek = (c.k - 1) * c.dilation + 1;
     let oh = (c.h + c.pad[0] + c.pad[1] - ek) / c.stride[0] + 1;
     let ow = (c.w + c.pad[2] + c.pad[3] - ek) / c.stride[1] + 1;
     let xs = [c.n, c.cin, c.h, c.w];
-    let ws = [c.cout, c.cin, 3, 3];
+    let ws = [c.cout, c.cin, c.k, c.k];
     let xv = quantize(d, &rng.vec(numel(&xs), -1.0, 1.0));
     let wv = quantize(d, &rng.vec(numel(&ws), -0.5, 0.5));
     let bv = quantize(d, &rng.vec(c.cout, -0.5, 0.5));
@@ -86,14 +88,20 @@ fn check(c: &Case, d: DType, threads: usize, rng: &mut Rng) {
     }
     p.output(&y);
     let what = format!(
-        "conv {d} x {xs:?} → {os:?} stride {:?} dilation {} pad {:?} bias {} relu {}, \
+        "conv {d} x {xs:?} → {os:?} kernel {k}x{k} stride {:?} dilation {} pad {:?} bias {} relu {}, \
          {threads} threads",
-        c.stride, c.dilation, c.pad, c.bias, c.relu
+        c.stride,
+        c.dilation,
+        c.pad,
+        c.bias,
+        c.relu,
+        k = c.k
     );
     let (plan, schedule) = compile_threads(&p, threads, &what);
     if aneforge_cpu::simd::has_avx512() {
         // Winograd needs 32 channels each way and 64 output pixels over the batch
-        let kernel = if c.stride == [1, 1]
+        let kernel = if c.k == 3
+            && c.stride == [1, 1]
             && c.dilation == 1
             && c.cin >= 32
             && c.cout >= 32
@@ -138,6 +146,7 @@ fn case(
         h,
         w,
         cout,
+        k: 3,
         stride,
         dilation,
         pad,
@@ -201,6 +210,16 @@ fn direct_and_winograd_convs_match_naive_f64_over_every_tile_edge() {
         // long sums: 256 input channels, direct (36 pixels) and Winograd (64)
         case(1, 256, 6, 6, 32, [1, 1], 1, [1, 1, 1, 1], false, false),
         case(1, 256, 8, 8, 32, [1, 1], 1, [1, 1, 1, 1], false, false),
+        // 7×7 over 3 channels (the ResNet stem): stride 2 with padding 3, 8-wide column tiles
+        // and a tail; stride 1 over a width below one tile
+        Case {
+            k: 7,
+            ..case(2, 3, 21, 37, 64, [2, 2], 1, [3, 3, 3, 3], true, true)
+        },
+        Case {
+            k: 7,
+            ..case(1, 4, 11, 9, 20, [1, 1], 1, [3, 2, 1, 0], false, false)
+        },
     ];
     // on several threads each takes a band of tile rows (3 threads: bands of unequal length)
     for threads in [1, 2, 3] {
