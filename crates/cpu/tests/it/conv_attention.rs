@@ -238,6 +238,72 @@ fn conv1d_and_conv_transpose() {
     assert_close("conv_transpose", d, got, &want, 1.0);
 }
 
+/// Max pooling over enough planes (and outputs) to be split between threads, in fp32 and fp16:
+/// 3×3 stride 2 with padding 1 (ResNet's), 2×2 stride 1 with asymmetric padding, 1×3 stride
+/// [1, 3] without padding, against a naive max over each window's in-bounds values.
+#[test]
+fn max_pooling_over_many_planes_matches_naive_at_every_thread_count() {
+    let mut rng = Rng(43);
+    let (planes, h, w) = (48usize, 19usize, 23usize);
+    // (kernel, strides, pad top/bottom/left/right)
+    let cases = [
+        ([3, 3], [2, 2], [1, 1, 1, 1]),
+        ([2, 2], [1, 1], [0, 1, 1, 0]),
+        ([1, 3], [1, 3], [0, 0, 0, 0]),
+    ];
+    for d in [DType::Fp32, DType::Fp16] {
+        let xv = quantize(d, &rng.vec(planes * h * w, -4.0, 4.0));
+        for (k, s, pad) in cases {
+            let oh = (h + pad[0] + pad[1] - k[0]) / s[0] + 1;
+            let ow = (w + pad[2] + pad[3] - k[1]) / s[1] + 1;
+            let mut want = Vec::with_capacity(planes * oh * ow);
+            for c in 0..planes {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut m = f64::NEG_INFINITY;
+                        for i in 0..k[0] {
+                            for j in 0..k[1] {
+                                let y = (oy * s[0] + i) as i64 - pad[0] as i64;
+                                let x = (ox * s[1] + j) as i64 - pad[2] as i64;
+                                if (0..h as i64).contains(&y) && (0..w as i64).contains(&x) {
+                                    m = m.max(xv[(c * h + y as usize) * w + x as usize]);
+                                }
+                            }
+                        }
+                        want.push(m);
+                    }
+                }
+            }
+            let mut p = Prog::new();
+            let x = p.input("x", d, &[2, planes / 2, h, w]);
+            let y = p.op(
+                "max_pool",
+                &[
+                    ("x", v(&x)),
+                    ("kernel_sizes", A::Is(k.iter().map(|&v| v as i64).collect())),
+                    ("strides", A::Is(s.iter().map(|&v| v as i64).collect())),
+                    ("pad_type", A::S("custom")),
+                    ("pad", A::Is(pad.iter().map(|&v| v as i64).collect())),
+                ],
+                d,
+                &[2, planes / 2, oh, ow],
+            );
+            p.output(&y);
+            for threads in [1, 2, 3] {
+                let what = format!(
+                    "max_pool {d} kernel {k:?} strides {s:?} pad {pad:?}, {threads} threads"
+                );
+                let (plan, _) = compile_threads(&p, threads, &what);
+                let mut inst = plan.instantiate();
+                set(&mut inst, "x", d, &xv);
+                inst.execute().unwrap();
+                let got = to_f64(&inst.read_output(&y).unwrap());
+                assert_eq!(got, want, "{what}");
+            }
+        }
+    }
+}
+
 #[test]
 fn pooling_and_upsampling() {
     let d = DType::Fp32;
