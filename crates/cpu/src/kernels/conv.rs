@@ -547,7 +547,7 @@ impl Conv {
                             xg,
                             Strides(1, pin as isize),
                         );
-                        col2im(col, og, g, cog);
+                        col2im(col, og, g, cog, cx);
                     } else {
                         let rhs = if self.pointwise() {
                             xg
@@ -828,26 +828,77 @@ unsafe fn im2col(x: *const f32, col: &mut [f32], g: &Geometry, cig: usize, cx: &
 ///
 /// # Safety
 /// `out` holds cog planes of oh*ow floats.
-unsafe fn col2im(col: &[f32], out: *mut f32, g: &Geometry, cog: usize) {
+unsafe fn col2im(col: &[f32], out: *mut f32, g: &Geometry, cog: usize, cx: &Cx) {
     let kk = g.kh * g.kw;
     let pin = g.h * g.w;
-    for co in 0..cog {
-        let plane = out.add(co * g.oh * g.ow);
+    // the input columns whose output column lies inside for kernel column kj, and the first
+    // such output column: ox = ix·sw + kj·dw − pl
+    let cols = |kj: usize| {
+        let shift = (kj * g.dw) as isize - g.pl as isize;
+        let lo = if shift < 0 {
+            ((-shift) as usize).div_ceil(g.sw)
+        } else {
+            0
+        };
+        let hi = ((g.ow as isize - shift).max(0) as usize)
+            .div_ceil(g.sw)
+            .min(g.w);
+        (lo, hi, (lo * g.sw) as isize + shift)
+    };
+    let planes = SendPtr(out);
+    let one = |co: usize| {
+        // SAFETY: each output channel's plane is written by one task.
+        let plane = unsafe { planes.get().add(co * g.oh * g.ow) };
+        if g.kw == 2 && g.sw == 2 && g.dw == 1 && g.pl == 0 && g.ow == 2 * g.w {
+            // windows side by side along a row (2×2 stride 2 upsampling): each output row
+            // interleaves the two kernel columns' rows
+            for ki in 0..g.kh {
+                let s0 = &col[(co * kk + ki * 2) * pin..][..pin];
+                let s1 = &col[(co * kk + ki * 2 + 1) * pin..][..pin];
+                for iy in 0..g.h {
+                    let oy = (iy * g.sh + ki * g.dh) as isize - g.pt as isize;
+                    if oy < 0 || oy >= g.oh as isize {
+                        continue;
+                    }
+                    // SAFETY: row oy of this channel's plane.
+                    let row = unsafe {
+                        std::slice::from_raw_parts_mut(plane.add(oy as usize * g.ow), g.ow)
+                    };
+                    let (a, b) = (&s0[iy * g.w..][..g.w], &s1[iy * g.w..][..g.w]);
+                    for ((o, &x0), &x1) in row.chunks_exact_mut(2).zip(a).zip(b) {
+                        o[0] += x0;
+                        o[1] += x1;
+                    }
+                }
+            }
+            return;
+        }
         for k in 0..kk {
             let (ki, kj) = (k / g.kw, k % g.kw);
+            let (lo, hi, ox0) = cols(kj);
+            if lo >= hi {
+                continue;
+            }
             let src = &col[(co * kk + k) * pin..(co * kk + k + 1) * pin];
             for iy in 0..g.h {
                 let oy = (iy * g.sh + ki * g.dh) as isize - g.pt as isize;
                 if oy < 0 || oy >= g.oh as isize {
                     continue;
                 }
-                for ix in 0..g.w {
-                    let ox = (ix * g.sw + kj * g.dw) as isize - g.pl as isize;
-                    if ox >= 0 && ox < g.ow as isize {
-                        *plane.add(oy as usize * g.ow + ox as usize) += src[iy * g.w + ix];
-                    }
+                let row = unsafe { plane.add(oy as usize * g.ow + ox0 as usize) };
+                for (t, &v) in src[iy * g.w + lo..iy * g.w + hi].iter().enumerate() {
+                    // SAFETY: ox0 + t·sw < ow for every ix in lo..hi.
+                    unsafe { *row.add(t * g.sw) += v };
                 }
             }
         }
+    };
+    if cx.threads > 1 && cog * kk * pin >= 1 << 14 {
+        let per = cog.div_ceil(cx.threads);
+        cx.par_for(cog.div_ceil(per), &|c| {
+            (c * per..((c + 1) * per).min(cog)).for_each(one)
+        });
+    } else {
+        (0..cog).for_each(one);
     }
 }

@@ -186,56 +186,99 @@ fn conv1d_and_conv_transpose() {
         [n, cout, 1, 7],
     );
     assert_close("conv1d", d, got, &want, 1.0);
+}
 
-    // conv_transpose: y[co, oy, ox] = sum x[ci, iy, ix] * W[ci, co, ky, kx] where oy = iy*s - p + ky
-    let (cin, h, wd, cout, k, s, pd) = (3usize, 4usize, 5usize, 2usize, 3usize, 2usize, 1usize);
-    let xv = quantize(d, &rng.vec(cin * h * wd, -1.0, 1.0));
-    let wv = quantize(d, &rng.vec(cin * cout * k * k, -0.5, 0.5));
-    let bv = quantize(d, &rng.vec(cout, -0.5, 0.5));
-    let (oh, ow) = ((h - 1) * s + k - 2 * pd, (wd - 1) * s + k - 2 * pd);
-    let mut p = Prog::new();
-    let x = p.input("x", d, &[1, cin, h, wd]);
-    let wc = p.konst(d, &[cin, cout, k, k], &wv);
-    let bc = p.konst(d, &[cout], &bv);
-    let y = p.op(
-        "conv_transpose",
-        &[
-            ("x", v(&x)),
-            ("weight", v(&wc)),
-            ("bias", v(&bc)),
-            ("pad_type", A::S("custom")),
-            ("pad", A::Is(vec![pd as i64; 4])),
-            ("strides", A::Is(vec![s as i64; 2])),
-        ],
-        d,
-        &[1, cout, oh, ow],
-    );
-    p.output(&y);
-    let got = &run(&p, &[("x", d, xv.clone())])[&y];
-    let mut want = vec![0.0; cout * oh * ow];
-    for co in 0..cout {
-        for o in 0..oh * ow {
-            want[co * oh * ow + o] = bv[co];
-        }
-        for ci in 0..cin {
-            for iy in 0..h {
-                for ix in 0..wd {
-                    for ky in 0..k {
-                        for kx in 0..k {
-                            let oy = (iy * s + ky) as i64 - pd as i64;
-                            let ox = (ix * s + kx) as i64 - pd as i64;
-                            if oy >= 0 && oy < oh as i64 && ox >= 0 && ox < ow as i64 {
-                                want[co * oh * ow + oy as usize * ow + ox as usize] += xv
-                                    [(ci * h + iy) * wd + ix]
-                                    * wv[((ci * cout + co) * k + ky) * k + kx];
+/// conv_transpose (GEMM, then the columns scattered into the output) against a naive sum, over
+/// overlapping windows (3×3 and 4×4 stride 2, padding 1), side-by-side ones (2×2 stride 2, the
+/// interleaving path, also with a cropped top row) and a dilated 3×3, at 1 and 2 threads, with
+/// enough output channels to split the scatter between threads.
+#[test]
+fn conv_transpose_matches_naive_sum() {
+    let mut rng = Rng(38);
+    let d = DType::Fp32;
+    // (cin, h, w, cout, k, stride, dilation, pad top/bottom/left/right)
+    let cases = [
+        (
+            3usize,
+            4usize,
+            5usize,
+            2usize,
+            3usize,
+            2usize,
+            1usize,
+            [1usize, 1, 1, 1],
+        ),
+        (5, 8, 9, 16, 4, 2, 1, [1, 1, 1, 1]),
+        (24, 8, 24, 24, 2, 2, 1, [0, 0, 0, 0]),
+        (7, 9, 10, 17, 2, 2, 1, [1, 0, 0, 0]),
+        (6, 5, 9, 20, 3, 1, 2, [0, 1, 2, 0]),
+    ];
+    for (cin, h, wd, cout, k, s, dl, pd) in cases {
+        let ek = (k - 1) * dl + 1;
+        let (oh, ow) = (
+            (h - 1) * s + ek - pd[0] - pd[1],
+            (wd - 1) * s + ek - pd[2] - pd[3],
+        );
+        let xv = quantize(d, &rng.vec(cin * h * wd, -1.0, 1.0));
+        let wv = quantize(d, &rng.vec(cin * cout * k * k, -0.5, 0.5));
+        let bv = quantize(d, &rng.vec(cout, -0.5, 0.5));
+        let mut p = Prog::new();
+        let x = p.input("x", d, &[1, cin, h, wd]);
+        let wc = p.konst(d, &[cin, cout, k, k], &wv);
+        let bc = p.konst(d, &[cout], &bv);
+        let y = p.op(
+            "conv_transpose",
+            &[
+                ("x", v(&x)),
+                ("weight", v(&wc)),
+                ("bias", v(&bc)),
+                ("pad_type", A::S("custom")),
+                ("pad", A::Is(pd.iter().map(|&v| v as i64).collect())),
+                ("strides", A::Is(vec![s as i64; 2])),
+                ("dilations", A::Is(vec![dl as i64; 2])),
+            ],
+            d,
+            &[1, cout, oh, ow],
+        );
+        p.output(&y);
+        // y[co, oy, ox] = bias[co] + Σ x[ci, iy, ix] · W[ci, co, ky, kx],
+        // oy = iy·s + ky·dl − pad_top, ox = ix·s + kx·dl − pad_left
+        let mut want = vec![0.0; cout * oh * ow];
+        for co in 0..cout {
+            for o in 0..oh * ow {
+                want[co * oh * ow + o] = bv[co];
+            }
+            for ci in 0..cin {
+                for iy in 0..h {
+                    for ix in 0..wd {
+                        for ky in 0..k {
+                            for kx in 0..k {
+                                let oy = (iy * s + ky * dl) as i64 - pd[0] as i64;
+                                let ox = (ix * s + kx * dl) as i64 - pd[2] as i64;
+                                if oy >= 0 && oy < oh as i64 && ox >= 0 && ox < ow as i64 {
+                                    want[co * oh * ow + oy as usize * ow + ox as usize] += xv
+                                        [(ci * h + iy) * wd + ix]
+                                        * wv[((ci * cout + co) * k + ky) * k + kx];
+                                }
                             }
                         }
                     }
                 }
             }
         }
+        for threads in [1, 2] {
+            let what = format!(
+                "conv_transpose {cin}x{h}x{wd} -> {cout}x{oh}x{ow}, kernel {k} stride {s} \
+                 dilation {dl} pad {pd:?}, {threads} threads"
+            );
+            let (plan, _) = compile_threads(&p, threads, &what);
+            let mut inst = plan.instantiate();
+            set(&mut inst, "x", d, &xv);
+            inst.execute().unwrap();
+            let got = to_f64(&inst.read_output(&y).unwrap());
+            assert_close(&what, d, &got, &want, 1.0);
+        }
     }
-    assert_close("conv_transpose", d, got, &want, 1.0);
 }
 
 /// Max pooling over enough planes (and outputs) to be split between threads, in fp32 and fp16:
