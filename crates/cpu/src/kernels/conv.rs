@@ -1,5 +1,6 @@
 //! conv (im2col + GEMM, 1×1 stride-1 without im2col; 3×3 with a constant weight on AVX-512 by
-//! `conv_winograd` at stride 1, `conv_direct` otherwise; depthwise by `conv_depthwise`) and
+//! `conv_winograd` at stride 1, `conv_direct` otherwise, which also takes 7×7 stems; depthwise by
+//! `conv_depthwise`) and
 //! conv_transpose (GEMM + col2im).
 //! Spatial rank 1 runs as 2-D with height 1.
 

@@ -157,9 +157,11 @@ impl Spatial {
         };
         let (ph, pw) = self.padded().unwrap_or((0, 0));
         let (plane, rmax) = pad.split_at_mut(ph * pw);
-        // rows and columns of the padded plane that hold input; the rest is -inf
-        let rows = self.h.min(ph.saturating_sub(pt));
-        let n = self.w.min(pw.saturating_sub(pl));
+        // rows and columns of the padded plane that hold input; the rest is -inf (a padding
+        // wider than the windows reach leaves whole planes of -inf)
+        let (pt, pl) = (pt.min(ph), pl.min(pw));
+        let rows = self.h.min(ph - pt);
+        let n = self.w.min(pw - pl);
         plane[..pt * pw].fill(f32::NEG_INFINITY);
         plane[(pt + rows) * pw..].fill(f32::NEG_INFINITY);
         for iy in 0..rows {
