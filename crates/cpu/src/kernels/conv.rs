@@ -886,6 +886,7 @@ unsafe fn col2im(col: &[f32], out: *mut f32, g: &Geometry, cog: usize, cx: &Cx) 
                 if oy < 0 || oy >= g.oh as isize {
                     continue;
                 }
+                // SAFETY: ox0 ≥ 0 is the output column of input column lo on row oy < oh.
                 let row = unsafe { plane.add(oy as usize * g.ow + ox0 as usize) };
                 for (t, &v) in src[iy * g.w + lo..iy * g.w + hi].iter().enumerate() {
                     // SAFETY: ox0 + t·sw < ow for every ix in lo..hi.

@@ -5,25 +5,24 @@ use super::Cx;
 use crate::plan::Vid;
 use crate::tensor::{Elem, SendPtr};
 
+/// A pooling window: its size, strides, and top and left padding.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub kh: usize,
+    pub kw: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub pt: usize,
+    pub pl: usize,
+}
+
 #[derive(Debug, Clone)]
 pub enum SpatialKind {
-    MaxPool {
-        kh: usize,
-        kw: usize,
-        sh: usize,
-        sw: usize,
-        pt: usize,
-        pl: usize,
-    },
+    MaxPool(Window),
     /// Without `exclude_pad` the divisor counts padding but not window parts past the padded
     /// input (PyTorch's ceil_mode rule).
     AvgPool {
-        kh: usize,
-        kw: usize,
-        sh: usize,
-        sw: usize,
-        pt: usize,
-        pl: usize,
+        win: Window,
         pb: usize,
         pr: usize,
         exclude_pad: bool,
@@ -66,7 +65,7 @@ impl Spatial {
     /// plane instead.
     fn input_floats(&self) -> usize {
         match self.kind {
-            SpatialKind::MaxPool { .. } => 0,
+            SpatialKind::MaxPool(_) => 0,
             _ => self.h * self.w,
         }
     }
@@ -74,9 +73,9 @@ impl Spatial {
     /// Max pooling's input plane bordered with -inf: every window of every output lies inside.
     fn padded(&self) -> Option<(usize, usize)> {
         match self.kind {
-            SpatialKind::MaxPool { kh, kw, sh, sw, .. } => Some((
-                (self.oh.max(1) - 1) * sh + kh,
-                (self.ow.max(1) - 1) * sw + kw,
+            SpatialKind::MaxPool(w) => Some((
+                (self.oh.max(1) - 1) * w.sh + w.kh,
+                (self.ow.max(1) - 1) * w.sw + w.kw,
             )),
             _ => None,
         }
@@ -111,7 +110,7 @@ impl Spatial {
             let (inp, rest) = buf.split_at_mut(self.input_floats());
             let (outp, pad) = rest.split_at_mut(self.oh * self.ow);
             for p in t * per..((t + 1) * per).min(self.planes) {
-                if let SpatialKind::MaxPool { .. } = self.kind {
+                if let SpatialKind::MaxPool(_) = self.kind {
                     // SAFETY: plane p lies inside x.
                     unsafe { self.max_pool_plane(xp.get(), p, outp, pad) };
                 } else {
@@ -144,22 +143,14 @@ impl Spatial {
     /// `x` holds the op's planes of h·w elements of `self.elem`; `pad` holds the padded plane
     /// and two rows of maxima.
     unsafe fn max_pool_plane(&self, x: *const u8, p: usize, y: &mut [f32], pad: &mut [f32]) {
-        let SpatialKind::MaxPool {
-            kh,
-            kw,
-            sh,
-            sw,
-            pt,
-            pl,
-        } = self.kind
-        else {
+        let SpatialKind::MaxPool(win) = self.kind else {
             unreachable!("called for max pooling only")
         };
         let (ph, pw) = self.padded().unwrap_or((0, 0));
         let (plane, rmax) = pad.split_at_mut(ph * pw);
         // rows and columns of the padded plane that hold input; the rest is -inf (a padding
         // wider than the windows reach leaves whole planes of -inf)
-        let (pt, pl) = (pt.min(ph), pl.min(pw));
+        let (pt, pl) = (win.pt.min(ph), win.pl.min(pw));
         let rows = self.h.min(ph - pt);
         let n = self.w.min(pw - pl);
         plane[..pt * pw].fill(f32::NEG_INFINITY);
@@ -181,22 +172,24 @@ impl Spatial {
         }
         let (rmax, cmax) = rmax.split_at_mut(pw);
         for oy in 0..self.oh {
-            let rows = &plane[oy * sh * pw..][..kh * pw];
-            max_pool_row(rows, kw, sw, rmax, cmax, &mut y[oy * self.ow..][..self.ow]);
+            let rows = &plane[oy * win.sh * pw..][..win.kh * pw];
+            max_pool_row(
+                rows,
+                win.kw,
+                win.sw,
+                rmax,
+                cmax,
+                &mut y[oy * self.ow..][..self.ow],
+            );
         }
     }
 
     fn plane(&self, x: &[f32], y: &mut [f32]) {
         let (h, w, oh, ow) = (self.h as isize, self.w as isize, self.oh, self.ow);
         match &self.kind {
-            SpatialKind::MaxPool { .. } => unreachable!("max pooling runs max_pool_plane"),
+            SpatialKind::MaxPool(_) => unreachable!("max pooling runs max_pool_plane"),
             SpatialKind::AvgPool {
-                kh,
-                kw,
-                sh,
-                sw,
-                pt,
-                pl,
+                win,
                 pb,
                 pr,
                 exclude_pad,
@@ -204,12 +197,12 @@ impl Spatial {
                 let (pb, pr) = (*pb as isize, *pr as isize);
                 for oy in 0..oh {
                     for ox in 0..ow {
-                        let y0 = (oy * sh) as isize - *pt as isize;
-                        let x0 = (ox * sw) as isize - *pl as isize;
+                        let y0 = (oy * win.sh) as isize - win.pt as isize;
+                        let x0 = (ox * win.sw) as isize - win.pl as isize;
                         let mut acc = 0.0;
                         let mut count = 0usize;
-                        for i in 0..*kh as isize {
-                            for j in 0..*kw as isize {
+                        for i in 0..win.kh as isize {
+                            for j in 0..win.kw as isize {
                                 let (iy, ix) = (y0 + i, x0 + j);
                                 if iy < 0 || iy >= h || ix < 0 || ix >= w {
                                     continue;
@@ -221,8 +214,8 @@ impl Spatial {
                         y[oy * ow + ox] = if *exclude_pad {
                             acc / count.max(1) as f32
                         } else {
-                            let ry = (y0 + *kh as isize).min(h + pb) - y0;
-                            let rx = (x0 + *kw as isize).min(w + pr) - x0;
+                            let ry = (y0 + win.kh as isize).min(h + pb) - y0;
+                            let rx = (x0 + win.kw as isize).min(w + pr) - x0;
                             acc / (ry * rx).max(1) as f32
                         };
                     }

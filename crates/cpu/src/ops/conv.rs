@@ -4,7 +4,7 @@ use super::linalg::raw_and_epilogue;
 use crate::compile::OpCx;
 use crate::error::Result;
 use crate::kernels::conv::{Conv, ConvWeight, Geometry};
-use crate::kernels::spatial::{Spatial, SpatialKind};
+use crate::kernels::spatial::{Spatial, SpatialKind, Window};
 use crate::kernels::Kernel;
 use aneforge_mil::DType;
 
@@ -320,23 +320,19 @@ pub(crate) fn pool(cx: &mut OpCx, is_max: bool) -> Result<()> {
     let (sh, sw) = hw(&strides, 1);
     let ((pt, pb), (pl, pr)) = hw(&p, (0, 0));
     let (oh, ow) = hw(&outsp, 1);
+    let win = Window {
+        kh,
+        kw,
+        sh,
+        sw,
+        pt,
+        pl,
+    };
     let kind = if is_max {
-        SpatialKind::MaxPool {
-            kh,
-            kw,
-            sh,
-            sw,
-            pt,
-            pl,
-        }
+        SpatialKind::MaxPool(win)
     } else {
         SpatialKind::AvgPool {
-            kh,
-            kw,
-            sh,
-            sw,
-            pt,
-            pl,
+            win,
             pb,
             pr,
             exclude_pad: exclude,
