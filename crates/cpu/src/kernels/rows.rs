@@ -272,23 +272,15 @@ impl Rows {
                         sum16(x.iter().map(|v| r16((v - mean) * (v - mean)))) / n,
                     )
                 } else {
-                    let mean = x.iter().sum::<f32>() / n;
-                    (
-                        mean,
-                        x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n,
-                    )
+                    mean_var(x)
                 };
-                let inv = 1.0 / (var + eps).sqrt();
-                for (j, v) in x.iter_mut().enumerate() {
-                    let mut y = (*v - mean) * inv;
-                    if let Some(g) = gamma {
-                        y *= g[j];
-                    }
-                    if let Some(b) = beta {
-                        y += b[j];
-                    }
-                    *v = y;
-                }
+                normalize(
+                    x,
+                    mean,
+                    1.0 / (var + eps).sqrt(),
+                    gamma.as_deref(),
+                    beta.as_deref(),
+                );
             }
             RowKind::InstanceNorm {
                 gamma,
@@ -297,11 +289,10 @@ impl Rows {
                 eps,
             } => {
                 let c = (q / self.inner) % channels;
-                let mean = x.iter().sum::<f32>() / n;
-                let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+                let (mean, var) = mean_var(x);
                 let inv = 1.0 / (var + eps).sqrt();
-                x.iter_mut()
-                    .for_each(|v| *v = (*v - mean) * inv * gamma[c] + beta[c]);
+                normalize(x, mean, inv * gamma[c], None, None);
+                x.iter_mut().for_each(|v| *v += beta[c]);
             }
             RowKind::L2Norm { eps } => {
                 let s: f32 = if self.acc16 {
@@ -466,6 +457,43 @@ crate::simd_dispatch! {
             s += a;
         }
         s
+    }
+}
+
+crate::simd_dispatch! {
+    /// The mean of x and the mean of its squared deviations, each summed in 16 lanes.
+    fn mean_var(x: &[f32]) -> (f32, f32) {
+        let n = x.len() as f32;
+        let mean = sum(x) / n;
+        let mut acc = [0f32; 16];
+        let mut it = x.chunks_exact(16);
+        for ch in &mut it {
+            for i in 0..16 {
+                let d = ch[i] - mean;
+                acc[i] = d.mul_add(d, acc[i]);
+            }
+        }
+        let mut s: f32 = it.remainder().iter().map(|v| (v - mean) * (v - mean)).sum();
+        for a in acc {
+            s += a;
+        }
+        (mean, s / n)
+    }
+}
+
+crate::simd_dispatch! {
+    /// x ← (x − mean)·k (·γ elementwise) (+ β elementwise).
+    fn normalize(x: &mut [f32], mean: f32, k: f32, gamma: Option<&[f32]>, beta: Option<&[f32]>) {
+        match (gamma, beta) {
+            (Some(g), Some(b)) => {
+                for ((v, &g), &b) in x.iter_mut().zip(g).zip(b) {
+                    *v = ((*v - mean) * k).mul_add(g, b);
+                }
+            }
+            (Some(g), None) => x.iter_mut().zip(g).for_each(|(v, &g)| *v = (*v - mean) * k * g),
+            (None, Some(b)) => x.iter_mut().zip(b).for_each(|(v, &b)| *v = (*v - mean) * k + b),
+            (None, None) => x.iter_mut().for_each(|v| *v = (*v - mean) * k),
+        }
     }
 }
 
