@@ -2,7 +2,7 @@ use crate::common;
 use aneforge_mil::DType;
 use common::*;
 
-fn erf64(x: f64) -> f64 {
+pub(crate) fn erf64(x: f64) -> f64 {
     // Series / continued fraction, accurate to ~1e-15 for the test range.
     let t = x.abs();
     let r = if t < 2.5 {

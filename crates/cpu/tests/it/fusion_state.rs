@@ -161,6 +161,82 @@ fn fused_transformer_block_matches_unfused() {
     }
 }
 
+/// x·½·(1 + erf(x/√2)) written out of ops, in the operand orders exporters use, after a
+/// linear layer (so it becomes the product's epilogue) and alone.
+fn gelu_written_out(order: usize, scale: f64, linear: bool) -> (Prog, String) {
+    let d = DType::Fp32;
+    let s = [4, 48];
+    let mut p = Prog::new();
+    let x = p.input("x", d, &s);
+    let h = if linear {
+        let mut rng = Rng(53);
+        let w = p.konst(d, &[48, 48], &rng.vec(48 * 48, -0.3, 0.3));
+        let bias = p.konst(d, &[48], &rng.vec(48, -0.3, 0.3));
+        p.op(
+            "linear",
+            &[("x", v(&x)), ("weight", v(&w)), ("bias", v(&bias))],
+            d,
+            &s,
+        )
+    } else {
+        x
+    };
+    let t = if order == 0 {
+        p.op("real_div", &[("x", v(&h)), ("y", A::F(d, scale))], d, &s)
+    } else {
+        p.op("mul", &[("x", A::F(d, 1.0 / scale)), ("y", v(&h))], d, &s)
+    };
+    let e = p.op("erf", &[("x", v(&t))], d, &s);
+    let a = p.op("add", &[("x", A::F(d, 1.0)), ("y", v(&e))], d, &s);
+    let out = if order == 0 {
+        let m = p.op("mul", &[("x", v(&h)), ("y", v(&a))], d, &s);
+        p.op("mul", &[("x", v(&m)), ("y", A::F(d, 0.5))], d, &s)
+    } else {
+        let half = p.op("mul", &[("x", A::F(d, 0.5)), ("y", v(&h))], d, &s);
+        p.op("mul", &[("x", v(&a)), ("y", v(&half))], d, &s)
+    };
+    p.output(&out);
+    (p, out)
+}
+
+#[test]
+fn gelu_written_out_with_erf_is_one_instruction() {
+    let mut rng = Rng(54);
+    let xv = rng.vec(4 * 48, -4.0, 4.0);
+    for order in 0..2 {
+        for linear in [false, true] {
+            let (p, out) = gelu_written_out(order, std::f64::consts::SQRT_2, linear);
+            let sched = schedule(&p).join(" ");
+            let want = if linear {
+                "matmul-packed+epilogue"
+            } else {
+                "elementwise[1]"
+            };
+            assert!(sched.contains(want), "order {order}: {sched}");
+            let ins = vec![("x", DType::Fp32, xv.clone())];
+            let fused = run(&p, &ins);
+            let plain = run_opts(&p, &ins, &unfused());
+            assert_close_rel(
+                &format!("gelu order {order} linear {linear}"),
+                &fused[&out],
+                &plain[&out],
+                1e-6,
+                1.0,
+            );
+        }
+        // another constant is not GELU: the five instructions stay
+        let (p, out) = gelu_written_out(order, 1.5, false);
+        let sched = schedule(&p).join(" ");
+        assert!(sched.contains("elementwise[5]"), "order {order}: {sched}");
+        let got = run(&p, &[("x", DType::Fp32, xv.clone())]);
+        let want: Vec<f64> = xv
+            .iter()
+            .map(|&x| 0.5 * x * (1.0 + crate::elementwise::erf64(x / 1.5)))
+            .collect();
+        assert_close_rel("not gelu", &got[&out], &want, 1e-6, 1.0);
+    }
+}
+
 #[test]
 fn elementwise_chains_fuse_into_one_loop_bit_exactly() {
     let mut rng = Rng(52);
