@@ -9,7 +9,7 @@ against scipy's erf. Prints the Rust constants.
 
 P minimises the relative error of erf, R the absolute error of erf (R's error weighted by
 erfc), both near-minimax by Lawson's iteration over Chebyshev nodes against mpmath at 40 digits.
-Versions used: numpy 2.x, mpmath 1.3.0, scipy 1.17.1.
+Versions used: numpy 2.4.6, mpmath 1.3.0, scipy 1.17.1.
 Usage: python3 tools/math/erf_fit.py
 """
 import mpmath as mp
