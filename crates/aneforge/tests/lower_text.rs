@@ -121,3 +121,132 @@ fn a_zero_spatial_pad_before_a_conv_becomes_its_padding() {
         }
     }
 }
+
+/// A per-channel affine map after a conv with constant weights (a batch norm with constant
+/// statistics; a product and then a sum by per-channel constants) is folded into the conv's
+/// weights and bias: no `batch_norm`, `mul` or `add` op is left, and the program computes what
+/// an f64 conv followed by the map does. A conv with a second reader, and a constant that varies
+/// along a spatial axis, keep their ops.
+#[test]
+fn a_per_channel_affine_map_after_a_conv_folds_into_it() {
+    use aneforge::engine::{HostSlice, HostTensor};
+    use aneforge::graph::{ConvAttrs, Tensor};
+    use aneforge::{compile, CompileOptions};
+    let (c, h, w, o) = (3, 6, 7, 4);
+    let values = |n: usize, seed: usize, scale: f32, offset: f32| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 37 + seed * 11) % 23) as f32 / 23.0 * scale + offset)
+            .collect()
+    };
+    let x = input("x", &[1, c, h, w], DType::F32).unwrap();
+    let wv = values(o * c * 9, 1, 1.0, -0.5);
+    let bv = values(o, 2, 0.4, -0.2);
+    let weight = constant(HostArray::from_f32(&[o, c, 3, 3], wv.clone()).unwrap());
+    let bias = constant(HostArray::from_f32(&[o], bv.clone()).unwrap());
+    let attrs = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(1, 1), (1, 1)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let conv = x.conv(&weight, Some(&bias), attrs).unwrap();
+    let per_channel =
+        |v: &[f32], shape: &[usize]| constant(HostArray::from_f32(shape, v.to_vec()).unwrap());
+    let (mean, var) = (values(o, 3, 1.0, -0.5), values(o, 4, 2.0, 0.1));
+    let (gamma, beta) = (values(o, 5, 1.5, 0.2), values(o, 6, 1.0, -0.5));
+    let eps = 1e-3f32;
+    let bn = conv
+        .batch_norm(
+            &per_channel(&mean, &[o]),
+            &per_channel(&var, &[o]),
+            Some(&per_channel(&gamma, &[o])),
+            Some(&per_channel(&beta, &[o])),
+            eps,
+        )
+        .unwrap();
+    let (k, d) = (values(o, 7, 2.0, -1.0), values(o, 8, 1.0, -0.5));
+    let affine = conv
+        .mul(&per_channel(&k, &[o, 1, 1]))
+        .unwrap()
+        .add(&per_channel(&d, &[1, o, 1, 1]))
+        .unwrap();
+    let mil = |ys: &[&Tensor]| {
+        let named: Vec<(String, &Tensor)> = ys
+            .iter()
+            .enumerate()
+            .map(|(i, y)| (format!("y{i}"), *y))
+            .collect();
+        let named: Vec<(&str, &Tensor)> = named.iter().map(|(n, y)| (n.as_str(), *y)).collect();
+        compile_artifact(
+            &named,
+            &ProgramOptions::new(&Target::Cpu, ParameterMode::Input),
+        )
+        .unwrap()
+        .mil_text()
+        .to_string()
+    };
+    for folded in [&bn, &affine] {
+        let text = mil(&[folded]);
+        for op in [" batch_norm(", " mul(", " add("] {
+            assert!(!text.contains(op), "{op}: {text}");
+        }
+    }
+    // the conv has a second reader (it is an output too): the batch norm stays
+    let shared = mil(&[&bn, &conv]);
+    assert!(shared.contains(" batch_norm("), "{shared}");
+    // a constant along the rows is not per channel
+    let rows = conv
+        .mul(&per_channel(&values(h, 9, 1.0, 0.5), &[h, 1]))
+        .unwrap();
+    assert!(mil(&[&rows]).contains(" mul("));
+
+    let xv = values(c * h * w, 10, 2.0, -1.0);
+    let conv64 = |co: usize, y: usize, x: usize| -> f64 {
+        let mut s = f64::from(bv[co]);
+        for ci in 0..c {
+            for i in 0..3 {
+                for j in 0..3 {
+                    let (yy, xx) = ((y + i).checked_sub(1), (x + j).checked_sub(1));
+                    if let (Some(yy), Some(xx)) = (yy, xx) {
+                        if yy < h && xx < w {
+                            s += f64::from(xv[(ci * h + yy) * w + xx])
+                                * f64::from(wv[((co * c + ci) * 3 + i) * 3 + j]);
+                        }
+                    }
+                }
+            }
+        }
+        s
+    };
+    let f = |v: &[f32], i: usize| f64::from(v[i]);
+    type Map<'a> = Box<dyn Fn(usize, f64) -> f64 + 'a>;
+    let maps: [(&Tensor, Map); 2] = [
+        (
+            &bn,
+            Box::new(|co, v| {
+                (v - f(&mean, co)) / (f(&var, co) + f64::from(eps)).sqrt() * f(&gamma, co)
+                    + f(&beta, co)
+            }),
+        ),
+        (&affine, Box::new(|co, v| v * f(&k, co) + f(&d, co))),
+    ];
+    for (y, map) in maps {
+        let mut m = compile(&[y], &CompileOptions::default()).unwrap();
+        let got = match &m.run(&[("x", HostSlice::F32(&xv))]).unwrap()[0] {
+            HostTensor::F32(v) => v.clone(),
+            other => panic!("{other:?}"),
+        };
+        for co in 0..o {
+            for yy in 0..h {
+                for xx in 0..w {
+                    let want = map(co, conv64(co, yy, xx));
+                    let g = f64::from(got[(co * h + yy) * w + xx]);
+                    assert!(
+                        (g - want).abs() < 1e-5 * (1.0 + want.abs()),
+                        "({co}, {yy}, {xx}): {g} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -6,7 +6,8 @@
 
 use super::{LowerError, ParameterMode};
 use crate::graph::nn::causal_additive_mask;
-use crate::graph::{self, constant, rewrite_graph, GraphError, Op, Tensor, MAX_RANK};
+use crate::graph::{self, constant, rewrite_graph, GraphError, NodeId, Op, Tensor, MAX_RANK};
+use std::collections::HashMap;
 
 /// Rewrites the graph reachable from `outputs`; returns the new outputs, in order.
 pub fn canonicalize(
@@ -17,9 +18,21 @@ pub fn canonicalize(
         op: node.op().name(),
         source,
     };
+    // readers of each node in the graph as given (a graph output counts as one more), so that a
+    // conv is only folded into the one op that reads it
+    let mut readers: HashMap<NodeId, usize> = HashMap::new();
+    for node in graph::topo_order(outputs) {
+        for src in node.srcs() {
+            *readers.entry(src.id()).or_default() += 1;
+        }
+    }
+    for o in outputs {
+        *readers.entry(o.id()).or_default() += 1;
+    }
+    let sole = |t: &Tensor| readers.get(&t.id()) == Some(&1);
     rewrite_graph(
         outputs,
-        |node, srcs| rewrite(node, srcs, parameters).map_err(|e| fail(node, e)),
+        |node, srcs| rewrite(node, srcs, parameters, &sole).map_err(|e| fail(node, e)),
         fail,
     )
 }
@@ -28,10 +41,12 @@ fn is_const(t: &Tensor) -> bool {
     matches!(t.op(), Op::Constant(_))
 }
 
+/// `sole(t)`: the original node `t` has one reader.
 fn rewrite(
     node: &Tensor,
     srcs: &[Tensor],
     params: ParameterMode,
+    sole: &dyn Fn(&Tensor) -> bool,
 ) -> Result<Option<Tensor>, GraphError> {
     let out = match node.op() {
         Op::Parameter { init, .. } if params == ParameterMode::Constant => constant(init.clone()),
@@ -83,6 +98,23 @@ fn rewrite(
             eps,
             has_gamma,
             has_beta,
+        } if srcs[1..].iter().all(is_const) && sole(&node.srcs()[0]) => {
+            match conv_with_affine(
+                &srcs[0],
+                batch_norm_affine(srcs, *eps, *has_gamma, *has_beta),
+            )? {
+                Some(folded) => folded,
+                None => return Ok(None),
+            }
+        }
+        Op::Binary(op) => match binary_affine(node, *op, srcs, sole)? {
+            Some(folded) => folded,
+            None => return Ok(None),
+        },
+        Op::BatchNorm {
+            eps,
+            has_gamma,
+            has_beta,
         } if !srcs[1..].iter().all(is_const) => {
             let x = &srcs[0];
             let mut per_channel = vec![x.shape()[1] as isize];
@@ -111,6 +143,146 @@ fn rewrite(
         _ => return Ok(None),
     };
     Ok(Some(out))
+}
+
+fn f32s(t: &Tensor) -> Option<&[f32]> {
+    t.constant_value()
+        .filter(|v| v.dtype() == graph::DType::F32)
+        .and_then(|v| v.as_f32())
+}
+
+/// A constant f32 operand of a binary op over a conv's `[N, C, *S]` output that varies along
+/// the channel axis only: its value per channel (a scalar repeated).
+fn per_channel(t: &Tensor, rank: usize, channels: usize) -> Option<Vec<f64>> {
+    let v = f32s(t)?;
+    let shape = t.shape();
+    if shape.len() > rank || v.is_empty() {
+        return None;
+    }
+    let lead = rank - shape.len();
+    let along = shape
+        .iter()
+        .enumerate()
+        .all(|(i, &d)| d == 1 || (i + lead == 1 && d == channels));
+    if !along {
+        return None;
+    }
+    Some(if v.len() == channels {
+        v.iter().map(|&x| f64::from(x)).collect()
+    } else {
+        vec![f64::from(v[0]); channels]
+    })
+}
+
+/// A per-channel affine map `y[c] = x[c]·scale[c] + shift[c]` after a conv with constant f32
+/// weights (a batch norm with constant statistics, a product or a sum by a per-channel
+/// constant), folded into the conv: each output channel's weights times `scale[c]`, its bias
+/// `b[c]·scale[c] + shift[c]`, computed in f64. The map then costs nothing at run time and the
+/// conv's output needs no per-channel pass (ONNX exports keep Conv → BatchNormalization apart;
+/// PyTorch's `fuse_conv_bn_eval` and ONNX Runtime fold it the same way). `None` unless `conv`
+/// is such a conv and `affine` (given the channel count) gives the map.
+fn conv_with_affine(
+    conv: &Tensor,
+    affine: impl FnOnce(usize) -> Option<(Vec<f64>, Vec<f64>)>,
+) -> Result<Option<Tensor>, GraphError> {
+    let Op::Conv { attrs, has_bias } = conv.op() else {
+        return Ok(None);
+    };
+    let inputs = conv.srcs();
+    let Some(w) = f32s(&inputs[1]) else {
+        return Ok(None);
+    };
+    let channels = inputs[1].shape()[0];
+    let bias = if *has_bias {
+        f32s(&inputs[2])
+    } else {
+        Some(&[][..])
+    };
+    let Some(bias) = bias.filter(|b| !*has_bias || b.len() == channels) else {
+        return Ok(None);
+    };
+    if conv.dtype() != graph::DType::F32 || channels == 0 {
+        return Ok(None);
+    }
+    let Some((scale, shift)) = affine(channels) else {
+        return Ok(None);
+    };
+    let per = w.len() / channels;
+    let weight: Vec<f32> = w
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| (f64::from(x) * scale[i / per]) as f32)
+        .collect();
+    let bias: Vec<f32> = (0..channels)
+        .map(|c| (bias.get(c).map_or(0.0, |&b| f64::from(b)) * scale[c] + shift[c]) as f32)
+        .collect();
+    let weight = constant(graph::HostArray::from_f32(inputs[1].shape(), weight)?);
+    let bias = constant(graph::HostArray::from_f32(&[channels], bias)?);
+    Ok(Some(inputs[0].conv(&weight, Some(&bias), attrs.clone())?))
+}
+
+/// The batch norm whose sources are `srcs` as a per-channel affine map: scale γ/√(var + ε),
+/// shift β − mean·scale.
+fn batch_norm_affine(
+    srcs: &[Tensor],
+    eps: f32,
+    has_gamma: bool,
+    has_beta: bool,
+) -> impl FnOnce(usize) -> Option<(Vec<f64>, Vec<f64>)> + '_ {
+    move |channels| {
+        fn vector(t: &Tensor, n: usize) -> Option<&[f32]> {
+            f32s(t).filter(|v| v.len() == n)
+        }
+        let (mean, var) = (vector(&srcs[1], channels)?, vector(&srcs[2], channels)?);
+        let mut rest = srcs[3..].iter();
+        let mut take = |present: bool| match present {
+            true => rest.next().and_then(|t| vector(t, channels)).map(Some),
+            false => Some(None),
+        };
+        let (gamma, beta) = (take(has_gamma)?, take(has_beta)?);
+        let at = |v: Option<&[f32]>, c: usize, absent: f64| v.map_or(absent, |v| f64::from(v[c]));
+        let scale: Vec<f64> = (0..channels)
+            .map(|c| at(gamma, c, 1.0) / (f64::from(var[c]) + f64::from(eps)).sqrt())
+            .collect();
+        let shift = (0..channels)
+            .map(|c| at(beta, c, 0.0) - f64::from(mean[c]) * scale[c])
+            .collect();
+        Some((scale, shift))
+    }
+}
+
+/// A product or sum of a conv's output (read by nothing else) and a per-channel constant, in
+/// either operand order, folded into the conv; `None` for any other binary op or operand.
+fn binary_affine(
+    node: &Tensor,
+    op: graph::BinaryOp,
+    srcs: &[Tensor],
+    sole: &dyn Fn(&Tensor) -> bool,
+) -> Result<Option<Tensor>, GraphError> {
+    if !matches!(op, graph::BinaryOp::Mul | graph::BinaryOp::Add) {
+        return Ok(None);
+    }
+    let original = node.srcs();
+    for (i, j) in [(0, 1), (1, 0)] {
+        let (conv, k) = (&srcs[i], &srcs[j]);
+        if !matches!(conv.op(), Op::Conv { .. })
+            || conv.shape() != node.shape()
+            || !sole(&original[i])
+        {
+            continue;
+        }
+        let folded = conv_with_affine(conv, |channels| {
+            let v = per_channel(k, conv.rank(), channels)?;
+            Some(match op {
+                graph::BinaryOp::Mul => (v, vec![0.0; channels]),
+                _ => (vec![1.0; channels], v),
+            })
+        })?;
+        if folded.is_some() {
+            return Ok(folded);
+        }
+    }
+    Ok(None)
 }
 
 /// A conv input that is a zero-constant pad of its spatial axes only becomes the conv's own
