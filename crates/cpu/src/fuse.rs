@@ -5,8 +5,8 @@
 //! else reads it.)
 //!
 //! Passes: attention (matmul·scale·mask·softmax·matmul → flash kernel), RMS norm
-//! (x·rsqrt(mean(x²)+eps)·w → one row kernel), elementwise chains into one loop, GELU written
-//! out as x·½·(1 + erf(x/√2)) inside a chain into one instruction, attention
+//! (x·rsqrt(mean(x²)+eps)·w → one row kernel), elementwise chains into one loop, each chain's
+//! own rewrites (`chain_folds`: GELU and h-swish written out of ops, scalar immediates), attention
 //! operands read as stored (an fp16 cache cast to f32, or int8 blocks times their scales, read
 //! by the attention kernel itself; a mask tiled along the query rows read untiled), and chains
 //! into matmul/conv epilogues (bias, activation, residual add).
@@ -22,6 +22,8 @@ use crate::kernels::Kernel;
 use crate::plan::{Home, Node, Vid};
 use crate::tensor::Elem;
 use std::collections::HashMap;
+
+mod chain_folds;
 
 struct Graph<'a, 'p> {
     b: &'a mut Builder<'p>,
@@ -109,7 +111,7 @@ pub(crate) fn run(b: &mut Builder<'_>, outputs: &[Vid]) {
     rms_norm(&mut g, outputs);
     g.index(outputs);
     chains(&mut g, outputs);
-    gelus(&mut g);
+    chain_folds(&mut g);
     g.index(outputs);
     stored_attention_operands(&mut g, outputs);
     g.index(outputs);
@@ -272,193 +274,28 @@ fn chains(g: &mut Graph<'_, '_>, outputs: &[Vid]) {
     }
 }
 
-/// Chains holding GELU written out with erf (as ONNX exporters and PyTorch's decomposition give
-/// it) compute it as one instruction.
-fn gelus(g: &mut Graph<'_, '_>) {
+/// Each chain's own rewrites (`chain_folds`): activations written out of ops become one
+/// instruction, scalar constants become immediates.
+fn chain_folds(g: &mut Graph<'_, '_>) {
     for i in 0..g.nodes.len() {
         let Some(Kernel::Chain(c)) = g.nodes[i].as_ref().map(|n| &n.kernel) else {
             continue;
         };
-        let consts: Vec<Option<f32>> = c.loads.iter().map(|l| g.scalar(l.value)).collect();
+        let consts: Vec<Option<f32>> = c
+            .loads
+            .iter()
+            .map(|l| {
+                matches!(l.elem, Elem::F32 | Elem::F16)
+                    .then(|| g.scalar(l.value))
+                    .flatten()
+            })
+            .collect();
         let mut c = c.clone();
-        let mut folded = false;
-        while fold_gelu(&mut c, &consts) {
-            folded = true;
-        }
-        if folded {
-            drop_unused_loads(&mut c);
+        if chain_folds::fold(&mut c, &consts) {
             let node = g.nodes[i].as_mut().expect("live");
             node.kernel = Kernel::Chain(c);
         }
     }
-}
-
-/// Rewrites one `x·½·(1 + erf(x/√2))` (in any operand order, the ½ applied to x or to the
-/// product, the division as a product by 1/√2) into `GeluExact(x)`. Every intermediate register
-/// must be written once, read once and not stored.
-fn fold_gelu(c: &mut Chain, consts: &[Option<f32>]) -> bool {
-    let is = |r: usize, v: f32| {
-        consts
-            .get(r)
-            .copied()
-            .flatten()
-            .is_some_and(|k| (k - v).abs() <= 1e-6 * v.abs())
-    };
-    let reads = |r: usize| {
-        let operands = c.instrs.iter().map(|i| match *i {
-            Instr::Un(_, _, s) => usize::from(s == r),
-            Instr::Bin(_, _, a, b) => usize::from(a == r) + usize::from(b == r),
-            Instr::Select(_, k, a, b) => [k, a, b].iter().filter(|&&x| x == r).count(),
-        });
-        operands.sum::<usize>() + c.stores.iter().filter(|s| s.0 == r).count()
-    };
-    let writer = |r: usize| {
-        let mut w = c.instrs.iter().enumerate().filter(|(_, i)| match **i {
-            Instr::Un(_, d, _) | Instr::Bin(_, d, _, _) | Instr::Select(d, _, _, _) => d == r,
-        });
-        match (w.next(), w.next()) {
-            (Some((j, _)), None) if r >= c.loads.len() => Some(j),
-            _ => None,
-        }
-    };
-    let reader = |r: usize| {
-        c.instrs.iter().position(|i| match *i {
-            Instr::Un(_, _, s) => s == r,
-            Instr::Bin(_, _, a, b) => a == r || b == r,
-            Instr::Select(_, k, a, b) => k == r || a == r || b == r,
-        })
-    };
-    // the other operand of a commutative `op` whose one operand satisfies `side`
-    let other = |i: usize, op: BinOp, side: &dyn Fn(usize) -> bool| match c.instrs[i] {
-        Instr::Bin(o, _, a, b) if o == op && side(a) => Some(b),
-        Instr::Bin(o, _, a, b) if o == op && side(b) => Some(a),
-        _ => None,
-    };
-    let single = |r: usize| writer(r).is_some() && reads(r) == 1;
-    // one register, or two loads of the same value alike (merged chains load a value per use)
-    let same = |a: usize, b: usize| {
-        a == b
-            || (a.max(b) < c.loads.len() && {
-                let (la, lb) = (&c.loads[a], &c.loads[b]);
-                la.value == lb.value && la.elem == lb.elem && la.strides == lb.strides
-            })
-    };
-    for (ie, ins) in c.instrs.iter().enumerate() {
-        let Instr::Un(UnOp::Erf, e, t) = *ins else {
-            continue;
-        };
-        let (Some(it), true, true) = (writer(t), single(t), single(e)) else {
-            continue;
-        };
-        let x = match c.instrs[it] {
-            Instr::Bin(BinOp::Div, _, x, k) if is(k, std::f32::consts::SQRT_2) => x,
-            _ => match other(it, BinOp::Mul, &|r| is(r, std::f32::consts::FRAC_1_SQRT_2)) {
-                Some(x) => x,
-                None => continue,
-            },
-        };
-        // 1 + erf
-        let Some(ia) = reader(e) else { continue };
-        if other(ia, BinOp::Add, &|r| r == e).is_none_or(|k| !is(k, 1.0)) {
-            continue;
-        }
-        let Instr::Bin(_, a, _, _) = c.instrs[ia] else {
-            continue;
-        };
-        if !single(a) {
-            continue;
-        }
-        let Some(im) = reader(a) else { continue };
-        let Some(y) = other(im, BinOp::Mul, &|r| r == a) else {
-            continue;
-        };
-        let Instr::Bin(_, m, _, _) = c.instrs[im] else {
-            continue;
-        };
-        // (x·(1 + erf))·½, or (x·½)·(1 + erf)
-        let (out, dead) = if same(y, x) && single(m) {
-            let Some(ih) = reader(m) else { continue };
-            if other(ih, BinOp::Mul, &|r| r == m).is_none_or(|k| !is(k, 0.5)) {
-                continue;
-            }
-            (ih, [it, ie, ia, im])
-        } else {
-            let Some(ih) = writer(y) else { continue };
-            if !single(y) || other(ih, BinOp::Mul, &|r| same(r, x)).is_none_or(|k| !is(k, 0.5)) {
-                continue;
-            }
-            (im, [it, ie, ia, ih])
-        };
-        let Instr::Bin(_, d, _, _) = c.instrs[out] else {
-            continue;
-        };
-        c.instrs[out] = Instr::Un(UnOp::GeluExact, d, x);
-        let mut j = 0;
-        c.instrs.retain(|_| {
-            j += 1;
-            !dead.contains(&(j - 1))
-        });
-        return true;
-    }
-    false
-}
-
-/// Removes the loads no instruction or store reads (the constants of a folded pattern), and
-/// renumbers the registers after them.
-fn drop_unused_loads(c: &mut Chain) {
-    let n = c.loads.len();
-    let mut used = vec![false; n];
-    let mut mark = |r: usize| {
-        if r < n {
-            used[r] = true;
-        }
-    };
-    for i in &c.instrs {
-        match *i {
-            Instr::Un(_, _, s) => mark(s),
-            Instr::Bin(_, _, a, b) => {
-                mark(a);
-                mark(b);
-            }
-            Instr::Select(_, k, a, b) => {
-                mark(k);
-                mark(a);
-                mark(b);
-            }
-        }
-    }
-    for s in &c.stores {
-        mark(s.0);
-    }
-    let dropped = used.iter().filter(|u| !**u).count();
-    if dropped == 0 {
-        return;
-    }
-    let mut map = Vec::with_capacity(c.nregs);
-    let mut next = 0;
-    for r in 0..c.nregs {
-        map.push(next);
-        if r >= n || used[r] {
-            next += 1;
-        }
-    }
-    let f = |r: usize| map[r];
-    for i in c.instrs.iter_mut() {
-        *i = match *i {
-            Instr::Un(op, d, s) => Instr::Un(op, f(d), f(s)),
-            Instr::Bin(op, d, a, b) => Instr::Bin(op, f(d), f(a), f(b)),
-            Instr::Select(d, k, a, b) => Instr::Select(f(d), f(k), f(a), f(b)),
-        };
-    }
-    for s in c.stores.iter_mut() {
-        s.0 = f(s.0);
-    }
-    let mut r = 0;
-    c.loads.retain(|_| {
-        r += 1;
-        used[r - 1]
-    });
-    c.nregs -= dropped;
 }
 
 fn epilogues(g: &mut Graph<'_, '_>) {

@@ -16,7 +16,7 @@
 //! a scratch block instead of from `x`.
 
 use super::conv::Geometry;
-use super::conv_epilogue::{Act, Bound};
+use super::conv_epilogue::{with_act, Act, Bound};
 use super::conv_expand::{self, Expand};
 use super::ew::Chain;
 use super::Cx;
@@ -299,25 +299,10 @@ crate::simd_dispatch! {
         out: &mut [f32],
         rows: Option<(usize, usize)>,
     ) {
-        let b = bias.unwrap_or(0.0);
         let o = out;
-        match (bias.is_some(), act) {
-            (false, Act::None) => run_taps(phases, taps, wc, o, rows, |v| v),
-            (false, Act::Relu) => run_taps(phases, taps, wc, o, rows, |v| Act::Relu.apply(v)),
-            (false, Act::Relu6) => run_taps(phases, taps, wc, o, rows, |v| Act::Relu6.apply(v)),
-            (false, Act::Clip(lo, hi)) => {
-                run_taps(phases, taps, wc, o, rows, |v| Act::Clip(lo, hi).apply(v))
-            }
-            (true, Act::None) => run_taps(phases, taps, wc, o, rows, |v| v + b),
-            (true, Act::Relu) => {
-                run_taps(phases, taps, wc, o, rows, |v| Act::Relu.apply(v + b))
-            }
-            (true, Act::Relu6) => {
-                run_taps(phases, taps, wc, o, rows, |v| Act::Relu6.apply(v + b))
-            }
-            (true, Act::Clip(lo, hi)) => {
-                run_taps(phases, taps, wc, o, rows, |v| Act::Clip(lo, hi).apply(v + b))
-            }
+        match bias {
+            None => with_act!(act, |f| run_taps(phases, taps, wc, o, rows, f)),
+            Some(b) => with_act!(act, |f| run_taps(phases, taps, wc, o, rows, |v| f(v + b))),
         }
     }
 }

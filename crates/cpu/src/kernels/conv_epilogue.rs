@@ -1,11 +1,12 @@
 //! The epilogue a conv applies as it writes its output, instead of a separate elementwise pass:
 //! `act((conv + bias[c]) + residual)`, where the residual is a tensor of the output's own shape
-//! and the activation is relu, relu6 or a clip. This covers the conv blocks of ResNets,
-//! MobileNets and EfficientNets; any other epilogue stays an elementwise chain run afterwards.
+//! and the activation is relu, relu6, a clip or h-swish (with its scalar scale and shift). This
+//! covers the conv blocks of ResNets, MobileNets, EfficientNets and PP-LCNets; any other
+//! epilogue stays an elementwise chain run afterwards.
 //! The arithmetic is the chain's, in the chain's order, so fusing never changes a result.
 
 use super::ew::{broadcast_strides, BinOp, Chain, Instr, UnOp};
-use super::Cx;
+use super::{math, Cx};
 use crate::plan::Vid;
 use crate::tensor::Elem;
 
@@ -15,7 +16,40 @@ pub enum Act {
     Relu,
     Relu6,
     Clip(f32, f32),
+    /// `UnOp::HardSwish(s, t)`.
+    HardSwish(f32, f32),
 }
+
+/// Evaluates `$body` with `$f` bound to the activation `$act` as a closure of its own type for
+/// each kind of activation, so every loop using it is compiled (and vectorised) for one.
+macro_rules! with_act {
+    ($act:expr, |$f:ident| $body:expr) => {{
+        use $crate::kernels::conv_epilogue::Act;
+        match $act {
+            Act::None => {
+                let $f = |v: f32| v;
+                $body
+            }
+            Act::Relu => {
+                let $f = |v: f32| Act::Relu.apply(v);
+                $body
+            }
+            Act::Relu6 => {
+                let $f = |v: f32| Act::Relu6.apply(v);
+                $body
+            }
+            Act::Clip(lo, hi) => {
+                let $f = move |v: f32| Act::Clip(lo, hi).apply(v);
+                $body
+            }
+            Act::HardSwish(s, t) => {
+                let $f = move |v: f32| Act::HardSwish(s, t).apply(v);
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use with_act;
 
 impl Act {
     /// The chain's own definition of each activation (`ew::apply_unary`).
@@ -26,6 +60,7 @@ impl Act {
             Act::Relu => v.max(0.0),
             Act::Relu6 => v.clamp(0.0, 6.0),
             Act::Clip(a, b) => v.max(a).min(b),
+            Act::HardSwish(s, t) => math::hard_swish(v) * s + t,
         }
     }
 }
@@ -98,6 +133,7 @@ impl Fused {
                 UnOp::Relu => Some(Act::Relu),
                 UnOp::Relu6 => Some(Act::Relu6),
                 UnOp::Clip(a, b) => Some(Act::Clip(a, b)),
+                UnOp::HardSwish(s, t) => Some(Act::HardSwish(s, t)),
                 _ => None,
             };
             if let (Some(act), true) = (act, s == reg) {
@@ -171,12 +207,7 @@ impl Bound {
 
 crate::simd_dispatch! {
     fn finish(src: Option<&[f32]>, bias: Option<f32>, res: Option<&[f32]>, act: Act, out: &mut [f32]) {
-        match act {
-            Act::None => each(src, bias, res, out, |v| v),
-            Act::Relu => each(src, bias, res, out, |v| Act::Relu.apply(v)),
-            Act::Relu6 => each(src, bias, res, out, |v| Act::Relu6.apply(v)),
-            Act::Clip(a, b) => each(src, bias, res, out, |v| Act::Clip(a, b).apply(v)),
-        }
+        with_act!(act, |f| each(src, bias, res, out, f))
     }
 }
 

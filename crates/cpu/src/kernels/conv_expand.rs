@@ -101,12 +101,7 @@ mod avx512 {
         act: Act,
         out: &mut [f32],
     ) {
-        match act {
-            Act::None => columns(x, pix, w, bias, out, |v| v),
-            Act::Relu => columns(x, pix, w, bias, out, |v| Act::Relu.apply(v)),
-            Act::Relu6 => columns(x, pix, w, bias, out, |v| Act::Relu6.apply(v)),
-            Act::Clip(lo, hi) => columns(x, pix, w, bias, out, |v| Act::Clip(lo, hi).apply(v)),
-        }
+        crate::kernels::conv_epilogue::with_act!(act, |f| columns(x, pix, w, bias, out, f))
     }
 
     #[inline]

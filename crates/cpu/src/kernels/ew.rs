@@ -48,6 +48,36 @@ pub enum UnOp {
     Copy,
     /// Rounds through f16 (an fp16-typed intermediate inside a fused chain).
     RoundF16,
+    /// `hard_swish(x)·s + t` (MobileNetV3's h-swish, `math::hard_swish`; PP-LCNetV3 follows it
+    /// with a learned scalar scale and shift). Plain h-swish is `(1, −0)`, both exact identities.
+    HardSwish(f32, f32),
+    /// A binary op whose other operand is a scalar constant: `x + k`, `x·k`, `x / k`, `k − x`,
+    /// `k / x`, `max(x, k)`, `min(x, k)` (a subtraction of k is the addition of −k, bit for bit).
+    AddK(f32),
+    MulK(f32),
+    DivK(f32),
+    KSub(f32),
+    KDiv(f32),
+    MaxK(f32),
+    MinK(f32),
+}
+
+impl UnOp {
+    /// The immediate form of `op` with the scalar `k` as its left (`k_left`) or right operand.
+    pub fn with_scalar(op: BinOp, k: f32, k_left: bool) -> Option<UnOp> {
+        Some(match (op, k_left) {
+            (BinOp::Add, _) => UnOp::AddK(k),
+            (BinOp::Mul, _) => UnOp::MulK(k),
+            (BinOp::Sub, false) => UnOp::AddK(-k),
+            (BinOp::Sub, true) => UnOp::KSub(k),
+            (BinOp::Div, false) => UnOp::DivK(k),
+            (BinOp::Div, true) => UnOp::KDiv(k),
+            // max/min of a number and a NaN is the number, in either operand order
+            (BinOp::Max, _) if !k.is_nan() => UnOp::MaxK(k),
+            (BinOp::Min, _) if !k.is_nan() => UnOp::MinK(k),
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -559,6 +589,14 @@ crate::simd_dispatch! {
             UnOp::Not => map!(|v: f32| if v == 0.0 { 1.0 } else { 0.0 }),
             UnOp::RoundF16 => round_f16_inplace(x),
             UnOp::Copy => {}
+            UnOp::HardSwish(s, t) => map!(|v: f32| math::hard_swish(v) * s + t),
+            UnOp::AddK(k) => map!(|v: f32| v + k),
+            UnOp::MulK(k) => map!(|v: f32| v * k),
+            UnOp::DivK(k) => map!(|v: f32| v / k),
+            UnOp::KSub(k) => map!(|v: f32| k - v),
+            UnOp::KDiv(k) => map!(|v: f32| k / v),
+            UnOp::MaxK(k) => map!(|v: f32| v.max(k)),
+            UnOp::MinK(k) => map!(|v: f32| v.min(k)),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Conv epilogues — bias, relu/relu6/clip, a residual add — applied by each conv schedule as it
+//! Conv epilogues — bias, relu/relu6/clip/h-swish, a residual add — applied by each conv schedule as it
 //! writes (depthwise, pointwise over many and few pixels, grouped im2col, direct), or run as a
 //! chain where the schedule cannot take them, against an f64 reference, at 1 and 2 threads.
 use crate::common;
@@ -14,17 +14,23 @@ enum Tail {
     BiasResidual,
     BiasResidualRelu,
     Relu,
+    /// `x·clip(x + 3, 0, 6)/6`, as ops.
+    BiasHardSwish,
+    /// `x·hard_sigmoid(x)`, then a scalar scale and shift (PP-LCNetV3).
+    BiasHardSwishAffine,
     /// Not a fusable form: stays an elementwise chain.
     BiasSigmoid,
 }
 
-const TAILS: [Tail; 7] = [
+const TAILS: [Tail; 9] = [
     Tail::Bias,
     Tail::BiasRelu6,
     Tail::BiasClip,
     Tail::BiasResidual,
     Tail::BiasResidualRelu,
     Tail::Relu,
+    Tail::BiasHardSwish,
+    Tail::BiasHardSwishAffine,
     Tail::BiasSigmoid,
 ];
 
@@ -94,6 +100,10 @@ fn conv_epilogues_are_fused_into_every_schedule_and_match_f64() {
                         Tail::BiasResidual => y + r,
                         Tail::BiasResidualRelu => (y + r).max(0.0),
                         Tail::Relu => y.max(0.0),
+                        Tail::BiasHardSwish => y * (y + 3.0).clamp(0.0, 6.0) / 6.0,
+                        Tail::BiasHardSwishAffine => {
+                            y * (y + 3.0).clamp(0.0, 6.0) / 6.0 * 1.25 + 0.0625
+                        }
                         Tail::BiasSigmoid => 1.0 / (1.0 + (-y).exp()),
                     }
                 })
@@ -118,6 +128,7 @@ fn conv_epilogues_are_fused_into_every_schedule_and_match_f64() {
             let mut y = p.op("conv", &args, d, &os);
             let un = |p: &mut Prog, op: &str, y: &str| p.op(op, &[("x", v(y))], d, &os);
             let add = |p: &mut Prog, y: &str| p.op("add", &[("x", v(y)), ("y", v(&r))], d, &os);
+            let bin = |p: &mut Prog, op: &str, a: A, b: A| p.op(op, &[("x", a), ("y", b)], d, &os);
             y = match tail {
                 Tail::Bias => y,
                 Tail::BiasRelu6 => un(&mut p, "relu6", &y),
@@ -137,6 +148,27 @@ fn conv_epilogues_are_fused_into_every_schedule_and_match_f64() {
                     un(&mut p, "relu", &s)
                 }
                 Tail::Relu => un(&mut p, "relu", &y),
+                Tail::BiasHardSwish => {
+                    let t = bin(&mut p, "add", v(&y), A::F(d, 3.0));
+                    let c = un(&mut p, "relu6", &t);
+                    let m = bin(&mut p, "mul", v(&y), v(&c));
+                    bin(&mut p, "real_div", v(&m), A::F(d, 6.0))
+                }
+                Tail::BiasHardSwishAffine => {
+                    let g = p.op(
+                        "sigmoid_hard",
+                        &[
+                            ("x", v(&y)),
+                            ("alpha", A::F(d, 1.0 / 6.0)),
+                            ("beta", A::F(d, 0.5)),
+                        ],
+                        d,
+                        &os,
+                    );
+                    let h = bin(&mut p, "mul", v(&y), v(&g));
+                    let h = bin(&mut p, "mul", A::F(d, 1.25), v(&h));
+                    bin(&mut p, "add", v(&h), A::F(d, 0.0625))
+                }
                 Tail::BiasSigmoid => un(&mut p, "sigmoid", &y),
             };
             p.output(&y);
@@ -155,7 +187,10 @@ fn conv_epilogues_are_fused_into_every_schedule_and_match_f64() {
                 let fused = match tail {
                     Tail::BiasSigmoid => false,
                     Tail::Bias | Tail::Relu => true,
-                    Tail::BiasRelu6 | Tail::BiasClip => !winograd,
+                    Tail::BiasRelu6
+                    | Tail::BiasClip
+                    | Tail::BiasHardSwish
+                    | Tail::BiasHardSwishAffine => !winograd,
                     Tail::BiasResidual | Tail::BiasResidualRelu => !direct,
                 };
                 assert_eq!(

@@ -237,6 +237,103 @@ fn gelu_written_out_with_erf_is_one_instruction() {
     }
 }
 
+/// h-swish written out of ops in the forms exporters give it (`form`), with `add3` in place of
+/// its 3, and PP-LCNetV3's scalar scale and shift after it when `affine`.
+fn hard_swish_written_out(form: usize, add3: f64, affine: bool) -> (Prog, String) {
+    let d = DType::Fp32;
+    let s = [4, 48];
+    let mut p = Prog::new();
+    let x = p.input("x", d, &s);
+    let bin = |p: &mut Prog, op: &str, a: A, b: A| p.op(op, &[("x", a), ("y", b)], d, &s);
+    let clip = |p: &mut Prog, y: &str, lo: f64, hi: f64| {
+        p.op(
+            "clip",
+            &[("x", v(y)), ("alpha", A::F(d, lo)), ("beta", A::F(d, hi))],
+            d,
+            &s,
+        )
+    };
+    let mut y = match form {
+        // (x·clip(x + 3, 0, 6))/6
+        0 => {
+            let t = bin(&mut p, "add", v(&x), A::F(d, add3));
+            let c = clip(&mut p, &t, 0.0, 6.0);
+            let m = bin(&mut p, "mul", v(&x), v(&c));
+            bin(&mut p, "real_div", v(&m), A::F(d, 6.0))
+        }
+        // x·(relu6(3 + x)/6)
+        1 => {
+            let t = bin(&mut p, "add", A::F(d, add3), v(&x));
+            let c = p.op("relu6", &[("x", v(&t))], d, &s);
+            let g = bin(&mut p, "real_div", v(&c), A::F(d, 6.0));
+            bin(&mut p, "mul", v(&x), v(&g))
+        }
+        // hard_sigmoid(x)·x with α = ⅙, β = ½ (the offset's counterpart to 3 is ½ = 3/6)
+        2 => {
+            let g = p.op(
+                "sigmoid_hard",
+                &[
+                    ("x", v(&x)),
+                    ("alpha", A::F(d, 1.0 / 6.0)),
+                    ("beta", A::F(d, add3 / 6.0)),
+                ],
+                d,
+                &s,
+            );
+            bin(&mut p, "mul", v(&g), v(&x))
+        }
+        // x·clip(x·⅙ + ½, 0, 1), as ONNX HardSwish is imported
+        _ => {
+            let u = bin(&mut p, "mul", v(&x), A::F(d, 1.0 / 6.0));
+            let t = bin(&mut p, "add", v(&u), A::F(d, add3 / 6.0));
+            let c = clip(&mut p, &t, 0.0, 1.0);
+            bin(&mut p, "mul", v(&x), v(&c))
+        }
+    };
+    if affine {
+        y = bin(&mut p, "mul", A::F(d, 0.75), v(&y));
+        y = bin(&mut p, "add", v(&y), A::F(d, -0.125));
+    }
+    p.output(&y);
+    (p, y)
+}
+
+#[test]
+fn hard_swish_written_out_is_one_instruction() {
+    let mut rng = Rng(55);
+    let xv = rng.vec(4 * 48, -5.0, 5.0);
+    for form in 0..4 {
+        for affine in [false, true] {
+            let post = |h: f64| if affine { h * 0.75 - 0.125 } else { h };
+            let what = format!("h-swish form {form} affine {affine}");
+            let (p, out) = hard_swish_written_out(form, 3.0, affine);
+            let sched = schedule(&p).join(" ");
+            assert!(sched.contains("elementwise[1]"), "{what}: {sched}");
+            let got = run(&p, &[("x", DType::Fp32, xv.clone())]);
+            let want: Vec<f64> = xv
+                .iter()
+                .map(|&x| post(x * (x + 3.0).clamp(0.0, 6.0) / 6.0))
+                .collect();
+            assert_close_rel(&what, &got[&out], &want, 1e-6, 1.0);
+            // another offset is not h-swish: every op stays an instruction (the scalars become
+            // immediates)
+            let (p, out) = hard_swish_written_out(form, 2.5, affine);
+            let sched = schedule(&p).join(" ");
+            let ops = [4, 4, 2, 4][form] + if affine { 2 } else { 0 };
+            assert!(
+                sched.contains(&format!("elementwise[{ops}]")),
+                "{what}: {sched}"
+            );
+            let got = run(&p, &[("x", DType::Fp32, xv.clone())]);
+            let want: Vec<f64> = xv
+                .iter()
+                .map(|&x| post(x * (x + 2.5).clamp(0.0, 6.0) / 6.0))
+                .collect();
+            assert_close_rel(&format!("{what}, 2.5"), &got[&out], &want, 1e-6, 1.0);
+        }
+    }
+}
+
 #[test]
 fn elementwise_chains_fuse_into_one_loop_bit_exactly() {
     let mut rng = Rng(52);
