@@ -212,10 +212,11 @@ pub unsafe fn run(
         rows_per_tile
     };
     let per_row = 4 * (g.cin * g.sh * wp + if partial.is_empty() { 0 } else { g.cout * g.ow });
-    let chunk_rows = (CHUNK_BYTES / per_row.max(1))
-        .max(1)
-        .div_ceil(rows_per_tile)
-        * rows_per_tile;
+    // rows per chunk: what fits CHUNK_BYTES, but few enough that every thread gets a task
+    // when the blocks alone are fewer than the threads (24 output channels are one pair)
+    let fit = (CHUNK_BYTES / per_row.max(1)).max(1);
+    let share = g.oh.div_ceil(cx.threads.div_ceil(pairs));
+    let chunk_rows = fit.min(share).div_ceil(rows_per_tile) * rows_per_tile;
     let chunks = g.oh.div_ceil(chunk_rows);
     let tasks = chunks * pairs;
     let xs = SendPtr(xpad.as_mut_ptr());
