@@ -107,6 +107,22 @@ fn tasks(g: &Geometry, d: &Dims, threads: usize) -> Split {
     }
 }
 
+/// Floats added between consecutive transform positions' planes of V and M. Unskewed, the
+/// planes of a power-of-two geometry (64 channels × 64 tiles: 16 KiB) start at one L1 set, and
+/// the input transform's 16 stores per tile group, like the output transform's 16 loads per
+/// tile, all compete for its 12 ways.
+const SKEW: usize = LANES;
+
+/// Floats of V (`[16][cin][tiles]`) and of M (`[16][blocks][tiles][16]`) for `tiles` tiles, each
+/// plane followed by `SKEW` unused floats.
+fn v_floats(g: &Geometry, tiles: usize) -> usize {
+    16 * (g.cin * tiles + SKEW)
+}
+
+fn m_floats(g: &Geometry, tiles: usize) -> usize {
+    16 * (g.cout.div_ceil(LANES) * LANES * tiles + SKEW)
+}
+
 /// Tiles per image below which threads split the output channels (ResNet-18's 8×8 stage at
 /// 64×64 input, 16 tiles, ran 1.3x slower on 2 threads than on 1 when split by tile rows).
 const FEW_TILES: usize = 64;
@@ -128,7 +144,7 @@ impl Split {
 /// Scratch of one task: a chunk's padded input band, its transformed input V and products M.
 fn task_floats(g: &Geometry, d: &Dims) -> usize {
     let tiles = d.chunk_rows * d.tw;
-    g.cin * d.band_rows() * d.wp + 16 * g.cin * tiles + 16 * g.cout.div_ceil(LANES) * LANES * tiles
+    g.cin * d.band_rows() * d.wp + v_floats(g, tiles) + m_floats(g, tiles)
 }
 
 pub fn scratch_floats(g: &Geometry, threads: usize) -> usize {
@@ -178,7 +194,7 @@ pub unsafe fn run(
             };
             let band = d.band_rows() * d.wp;
             let (xband, rest) = buf.split_at_mut(g.cin * band);
-            let (v, m) = rest.split_at_mut(16 * g.cin * d.chunk_rows * d.tw);
+            let (v, m) = rest.split_at_mut(v_floats(g, d.chunk_rows * d.tw));
             let part = |n: usize, of: usize| {
                 let per = of.div_ceil(n);
                 (t * per).min(of)..((t + 1) * per).min(of)
@@ -242,8 +258,10 @@ unsafe fn chunk(
 ) {
     let blocks = g.cout.div_ceil(LANES);
     let tiles = rows.len() * d.tw;
+    // plane strides of V and M
+    let (vk, mk) = (g.cin * tiles + SKEW, blocks * tiles * LANES + SKEW);
     for ci in 0..g.cin {
-        arch::input_transform(xband.as_ptr(), v.as_mut_ptr(), ci, g.cin, d, rows.clone());
+        arch::input_transform(xband.as_ptr(), v.as_mut_ptr(), vk, ci, d, rows.clone());
     }
     // the 16 products, per (transform position, block pair), as 1×1 convs over the tiles
     let col_width = tiles.div_ceil(tiles.div_ceil(MAX_PIXELS));
@@ -255,11 +273,9 @@ unsafe fn chunk(
                 while t0 < tiles {
                     let p = (tiles - t0).min(col_width);
                     let f = tiles::select(nb, 1, 1, p).expect("tile shapes cover 1..=14 pixels");
-                    let mk = m
-                        .as_mut_ptr()
-                        .add(((k * blocks + blk0) * tiles + t0) * LANES);
+                    let mt = m.as_mut_ptr().add(k * mk + (blk0 * tiles + t0) * LANES);
                     let tile = Tile {
-                        x: v.as_ptr().add((k * g.cin + ic0) * tiles + t0),
+                        x: v.as_ptr().add(k * vk + ic0 * tiles + t0),
                         plane: tiles,
                         row: 0,
                         row_step: 0,
@@ -270,9 +286,9 @@ unsafe fn chunk(
                         kw: 1,
                         dh: 1,
                         dw: 1,
-                        src: if ic0 == 0 { std::ptr::null() } else { mk },
+                        src: if ic0 == 0 { std::ptr::null() } else { mt },
                         bias: std::ptr::null(),
-                        dst: mk,
+                        dst: mt,
                         block: tiles * LANES,
                         block_row: 0,
                         out: std::ptr::null_mut(),
@@ -290,9 +306,9 @@ unsafe fn chunk(
     for blk in blks {
         arch::output_transform(
             m.as_ptr(),
+            mk,
             out,
             blk,
-            blocks,
             g,
             d,
             rows.clone(),
@@ -309,17 +325,17 @@ mod arch {
     use std::ops::Range;
 
     /// V[k][ci][tile] = (Bᵀ·d·B)[k] for every 4×4 patch d of channel ci in tile rows `rows`, 16
-    /// tiles at a time.
+    /// tiles at a time; plane k starts at `k·vk`.
     ///
     /// # Safety
     /// AVX-512F; `xpad` holds cin planes of `d.band_rows()` padded rows from tile row
-    /// `rows.start` on, `v` 16·cin·rows.len()·tw.
+    /// `rows.start` on, `v` 16 planes of cin·rows.len()·tw floats `vk` apart.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn input_transform(
         xpad: *const f32,
         v: *mut f32,
+        vk: usize,
         ci: usize,
-        cin: usize,
         d: &Dims,
         rows: Range<usize>,
     ) {
@@ -358,7 +374,7 @@ mod arch {
                     ];
                     for (j, &vv) in vi.iter().enumerate() {
                         let k = 4 * i + j;
-                        _mm512_mask_storeu_ps(v.add((k * cin + ci) * tiles + at), mask, vv);
+                        _mm512_mask_storeu_ps(v.add(k * vk + ci * tiles + at), mask, vv);
                     }
                 }
             }
@@ -369,14 +385,15 @@ mod arch {
     /// oh × ow.
     ///
     /// # Safety
-    /// AVX-512F; `m` holds 16·blocks·tiles·16 floats, `out` cout·oh·ow, a non-null `bias` cout.
+    /// AVX-512F; `m` holds 16 planes of blocks·tiles·16 floats `mk` apart, `out` cout·oh·ow, a
+    /// non-null `bias` cout.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
     pub unsafe fn output_transform(
         m: *const f32,
+        mk: usize,
         out: *mut f32,
         blk: usize,
-        blocks: usize,
         g: &Geometry,
         d: &Dims,
         rows: Range<usize>,
@@ -396,9 +413,8 @@ mod arch {
         let mut stage = [0.0f32; 4 * LANES];
         for t in 0..tiles {
             let (ty, tx) = (rows.start + t / d.tw, t % d.tw);
-            let mk: [__m512; 16] = std::array::from_fn(|k| {
-                _mm512_loadu_ps(m.add(((k * blocks + blk) * tiles + t) * LANES))
-            });
+            let mk: [__m512; 16] =
+                std::array::from_fn(|k| _mm512_loadu_ps(m.add(k * mk + (blk * tiles + t) * LANES)));
             let mut a = [[zero; 4]; 2];
             for j in 0..4 {
                 a[0][j] = _mm512_add_ps(_mm512_add_ps(mk[j], mk[4 + j]), mk[8 + j]);
