@@ -3,8 +3,8 @@ same kind of input (deterministic synthetic [batch, 3, H, W] tensors; preprocess
 
   vision_peers.py checkpoint KIND OUT [TOKENIZER_DIR]            KIND with seeded random weights (ImageNet
                                                    weights are not available here; speed does
-                                                   not depend on them): resnet50 and mobilenet_v2
-                                                   as torchvision state_dicts (OUT.pth), vit-b16
+                                                   not depend on them): resnet50, mobilenet_v2
+                                                   and mobilenet_v3_large as torchvision state_dicts (OUT.pth), vit-b16
                                                    as a Hugging Face directory (OUT) of
                                                    google/vit-base-patch16-224's configuration,
                                                    clip-b32 as a Hugging Face CLIPModel directory
@@ -14,7 +14,7 @@ same kind of input (deterministic synthetic [batch, 3, H, W] tensors; preprocess
   vision_peers.py torch MODEL BATCH THREADS RUNS   one JSON line
   vision_peers.py ort MODEL BATCH THREADS RUNS     one JSON line (exports MODEL to ONNX first)
 
-MODEL: KIND:PATH, KIND one of resnet50, mobilenet_v2, vit-b16, clip-b32 (its L2-normalised image
+MODEL: KIND:PATH, KIND one of resnet50, mobilenet_v2, mobilenet_v3_large, vit-b16, clip-b32 (its L2-normalised image
 embeddings), efficientnet-lite0. Needs torch,
 torchvision, transformers (ViT), onnxruntime, onnx and (for Lite0) efficientnet-lite-pytorch==0.1.0
 (pip install --no-deps).
@@ -58,7 +58,7 @@ def build(model):
 
         clip = CLIPModel.from_pretrained(path, dtype=torch.float32)
         return kind, ImageEmbeds(clip).eval(), 224
-    if kind in ("resnet50", "mobilenet_v2"):
+    if kind in ("resnet50", "mobilenet_v2", "mobilenet_v3_large"):
         import torchvision
         net = getattr(torchvision.models, kind)(weights=None)
         size = 224
