@@ -119,9 +119,14 @@ fn emit(cx: &mut OpCx, ins: &[Vid], shape: Vec<usize>, out_dtype: DType, op: Int
             strides: broadcast_strides(&cx.shape(v), &shape),
         });
     }
-    let float = loads
-        .iter()
-        .all(|l| l.elem.is_float() || l.elem == Elem::Bool)
+    // an integer cast to f32 rounds once whichever way it goes (the float chain's load converts
+    // it directly, the integer kernel through an exact f64), so it runs as a float chain, which
+    // the ops reading it fuse into (a mean pooling's mask)
+    let to_f32 = matches!(op, IntOp::Un(UnOp::Copy)) && out_elem == Elem::F32;
+    let float = (to_f32
+        || loads
+            .iter()
+            .all(|l| l.elem.is_float() || l.elem == Elem::Bool))
         && (out_elem.is_float() || out_elem == Elem::Bool);
     let kernel = if float {
         let n = ins.len();

@@ -374,6 +374,50 @@ fn select_logical_and_int_ops() {
     assert_eq!(out[&x], vec![1.0, 1.0, 1.0]);
 }
 
+/// An int32 or int8 tensor cast to fp32 rounds once, as `x as f32` does (2^24 + 1 and
+/// -(2^31 - 1) are not representable), and runs as a float chain that a product reading it
+/// joins (a mean pooling's mask times the hidden states).
+#[test]
+fn integer_casts_to_fp32_round_once_and_fuse() {
+    let mut p = Prog::new();
+    let i = p.input("i", DType::Int32, &[2, 3]);
+    let q = p.input("q", DType::Int8, &[2, 3]);
+    let h = p.input("h", DType::Fp32, &[2, 3]);
+    let cast = |p: &mut Prog, x: &str| {
+        p.op(
+            "cast",
+            &[("x", v(x)), ("dtype", A::S("fp32"))],
+            DType::Fp32,
+            &[2, 3],
+        )
+    };
+    let fi = cast(&mut p, &i);
+    let fq = cast(&mut p, &q);
+    let m = p.op("mul", &[("x", v(&h)), ("y", v(&fi))], DType::Fp32, &[2, 3]);
+    let y = p.op("add", &[("x", v(&m)), ("y", v(&fq))], DType::Fp32, &[2, 3]);
+    p.output(&y);
+    let sched = compile_threads(&p, 1, "casts").1;
+    assert!(
+        sched.contains("elementwise[") && !sched.contains("elementwise-int"),
+        "{sched}"
+    );
+    let iv = [16_777_217.0, -2_147_483_647.0, 3.0, -5.0, 0.0, 33_554_435.0];
+    let qv = [-128.0, 127.0, 0.0, -1.0, 5.0, 9.0];
+    let hv = [1.0, 0.5, -2.0, 0.25, 3.0, 1.0];
+    let out = run(
+        &p,
+        &[
+            ("i", DType::Int32, iv.to_vec()),
+            ("q", DType::Int8, qv.to_vec()),
+            ("h", DType::Fp32, hv.to_vec()),
+        ],
+    );
+    for t in 0..6 {
+        let want = (hv[t] as f32 * iv[t] as i32 as f32) + qv[t] as f32;
+        assert_eq!(out[&y][t], want as f64, "element {t}");
+    }
+}
+
 /// `pow` by a constant 2, 3 or 4 runs as products (negative bases included, as in GELU's tanh
 /// form); other constants and mixed exponents keep `powf`. Against f64 powers, fp32 and fp16.
 #[test]
