@@ -460,8 +460,8 @@ mod arch {
     pub unsafe fn input_transform(
         _xpad: *const f32,
         _v: *mut f32,
+        _vk: usize,
         _ci: usize,
-        _cin: usize,
         _d: &Dims,
         _rows: Range<usize>,
     ) {
@@ -472,9 +472,9 @@ mod arch {
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn output_transform(
         _m: *const f32,
+        _mk: usize,
         _out: *mut f32,
         _blk: usize,
-        _blocks: usize,
         _g: &Geometry,
         _d: &Dims,
         _rows: Range<usize>,
