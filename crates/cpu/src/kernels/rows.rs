@@ -279,7 +279,7 @@ impl Rows {
                     mean,
                     1.0 / (var + eps).sqrt(),
                     gamma.as_deref(),
-                    beta.as_deref(),
+                    beta.as_deref().map_or(Shift::None, Shift::Each),
                 );
             }
             RowKind::InstanceNorm {
@@ -291,8 +291,7 @@ impl Rows {
                 let c = (q / self.inner) % channels;
                 let (mean, var) = mean_var(x);
                 let inv = 1.0 / (var + eps).sqrt();
-                normalize(x, mean, inv * gamma[c], None, None);
-                x.iter_mut().for_each(|v| *v += beta[c]);
+                normalize(x, mean, inv * gamma[c], None, Shift::All(beta[c]));
             }
             RowKind::L2Norm { eps } => {
                 let s: f32 = if self.acc16 {
@@ -442,21 +441,29 @@ crate::simd_dispatch! {
     }
 }
 
+/// Σ (v − c)² over x: a fused multiply-add chain in each of 16 lanes, then across them (the
+/// tail added in order). With c = 0 this is Σ v² exactly (v − 0 is v).
+#[inline(always)]
+fn squared_deviations(x: &[f32], c: f32) -> f32 {
+    let mut acc = [0f32; 16];
+    let mut it = x.chunks_exact(16);
+    for ch in &mut it {
+        for i in 0..16 {
+            let d = ch[i] - c;
+            acc[i] = d.mul_add(d, acc[i]);
+        }
+    }
+    let mut s: f32 = it.remainder().iter().map(|v| (v - c) * (v - c)).sum();
+    for a in acc {
+        s += a;
+    }
+    s
+}
+
 crate::simd_dispatch! {
     /// Σ x² in 16 lanes, then across them.
     fn sum_squares(x: &[f32]) -> f32 {
-        let mut acc = [0f32; 16];
-        let mut it = x.chunks_exact(16);
-        for ch in &mut it {
-            for i in 0..16 {
-                acc[i] = ch[i].mul_add(ch[i], acc[i]);
-            }
-        }
-        let mut s: f32 = it.remainder().iter().map(|v| v * v).sum();
-        for a in acc {
-            s += a;
-        }
-        s
+        squared_deviations(x, 0.0)
     }
 }
 
@@ -465,34 +472,38 @@ crate::simd_dispatch! {
     fn mean_var(x: &[f32]) -> (f32, f32) {
         let n = x.len() as f32;
         let mean = sum(x) / n;
-        let mut acc = [0f32; 16];
-        let mut it = x.chunks_exact(16);
-        for ch in &mut it {
-            for i in 0..16 {
-                let d = ch[i] - mean;
-                acc[i] = d.mul_add(d, acc[i]);
-            }
-        }
-        let mut s: f32 = it.remainder().iter().map(|v| (v - mean) * (v - mean)).sum();
-        for a in acc {
-            s += a;
-        }
-        (mean, s / n)
+        (mean, squared_deviations(x, mean) / n)
     }
 }
 
+/// What [`normalize`] adds last: nothing, β elementwise, or one shift for the whole row.
+#[derive(Clone, Copy)]
+enum Shift<'a> {
+    None,
+    Each(&'a [f32]),
+    All(f32),
+}
+
 crate::simd_dispatch! {
-    /// x ← (x − mean)·k (·γ elementwise) (+ β elementwise).
-    fn normalize(x: &mut [f32], mean: f32, k: f32, gamma: Option<&[f32]>, beta: Option<&[f32]>) {
-        match (gamma, beta) {
-            (Some(g), Some(b)) => {
+    /// x ← (x − mean)·k (·γ elementwise) (+ the shift).
+    fn normalize(x: &mut [f32], mean: f32, k: f32, gamma: Option<&[f32]>, shift: Shift<'_>) {
+        match (gamma, shift) {
+            (Some(g), Shift::Each(b)) => {
                 for ((v, &g), &b) in x.iter_mut().zip(g).zip(b) {
                     *v = ((*v - mean) * k).mul_add(g, b);
                 }
             }
-            (Some(g), None) => x.iter_mut().zip(g).for_each(|(v, &g)| *v = (*v - mean) * k * g),
-            (None, Some(b)) => x.iter_mut().zip(b).for_each(|(v, &b)| *v = (*v - mean) * k + b),
-            (None, None) => x.iter_mut().for_each(|v| *v = (*v - mean) * k),
+            (Some(g), Shift::All(b)) => {
+                x.iter_mut().zip(g).for_each(|(v, &g)| *v = (*v - mean) * k * g + b)
+            }
+            (Some(g), Shift::None) => {
+                x.iter_mut().zip(g).for_each(|(v, &g)| *v = (*v - mean) * k * g)
+            }
+            (None, Shift::Each(b)) => {
+                x.iter_mut().zip(b).for_each(|(v, &b)| *v = (*v - mean) * k + b)
+            }
+            (None, Shift::All(b)) => x.iter_mut().for_each(|v| *v = (*v - mean) * k + b),
+            (None, Shift::None) => x.iter_mut().for_each(|v| *v = (*v - mean) * k),
         }
     }
 }
