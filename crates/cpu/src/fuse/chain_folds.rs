@@ -13,14 +13,15 @@ pub(super) fn fold(c: &mut Chain, consts: &[Option<f32>]) -> bool {
         changed = true;
     }
     changed |= immediates(c, consts);
-    if changed {
-        drop_unused_loads(c);
-    }
     while fold_hard_swish(c) {
         changed = true;
     }
     while fold_scale_shift(c) {
         changed = true;
+    }
+    // a folded pattern's constants, and the second load of a value it read twice
+    if changed {
+        drop_unused_loads(c);
     }
     changed
 }
@@ -373,4 +374,47 @@ fn drop_unused_loads(c: &mut Chain) {
         used[r - 1]
     });
     c.nregs -= dropped;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::ew::Load;
+    use crate::tensor::Elem;
+
+    /// `(x·clip(x + 3, 0, 6))/6` with x loaded once per use (as merged chains load it) and its
+    /// constants loaded: one instruction on one load remains.
+    #[test]
+    fn hard_swish_over_two_loads_of_x_keeps_one_load() {
+        let load = |value| Load {
+            value,
+            elem: Elem::F32,
+            strides: vec![1],
+        };
+        let scalar = |value| Load {
+            value,
+            elem: Elem::F32,
+            strides: vec![0],
+        };
+        let mut c = Chain {
+            shape: vec![8],
+            loads: vec![load(7), load(7), scalar(8), scalar(9)],
+            instrs: vec![
+                Instr::Bin(BinOp::Add, 4, 1, 2),
+                Instr::Un(UnOp::Clip(0.0, 6.0), 5, 4),
+                Instr::Bin(BinOp::Mul, 6, 0, 5),
+                Instr::Bin(BinOp::Div, 7, 6, 3),
+            ],
+            nregs: 8,
+            stores: vec![(7, 10, Elem::F32)],
+        };
+        assert!(fold(&mut c, &[None, None, Some(3.0), Some(6.0)]));
+        assert_eq!(c.loads.len(), 1, "{c:?}");
+        assert_eq!(c.loads[0].value, 7);
+        let [Instr::Un(UnOp::HardSwish(s, t), d, 0)] = c.instrs[..] else {
+            panic!("{c:?}");
+        };
+        assert_eq!((s, t.to_bits()), (1.0, (-0.0f32).to_bits()));
+        assert_eq!((c.stores[0].0, c.nregs), (d, d + 1));
+    }
 }
