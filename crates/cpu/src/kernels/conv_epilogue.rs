@@ -60,7 +60,7 @@ impl Act {
             Act::Relu => v.max(0.0),
             Act::Relu6 => v.clamp(0.0, 6.0),
             Act::Clip(a, b) => v.max(a).min(b),
-            Act::HardSwish(s, t) => math::hard_swish(v) * s + t,
+            Act::HardSwish(s, t) => math::hard_swish_affine(v, s, t),
         }
     }
 }

@@ -589,7 +589,7 @@ crate::simd_dispatch! {
             UnOp::Not => map!(|v: f32| if v == 0.0 { 1.0 } else { 0.0 }),
             UnOp::RoundF16 => round_f16_inplace(x),
             UnOp::Copy => {}
-            UnOp::HardSwish(s, t) => map!(|v: f32| math::hard_swish(v) * s + t),
+            UnOp::HardSwish(s, t) => map!(|v: f32| math::hard_swish_affine(v, s, t)),
             UnOp::AddK(k) => map!(|v: f32| v + k),
             UnOp::MulK(k) => map!(|v: f32| v * k),
             UnOp::DivK(k) => map!(|v: f32| v / k),

@@ -121,6 +121,13 @@ pub fn hard_swish(x: f32) -> f32 {
     x * (x + 3.0).clamp(0.0, 6.0) * (1.0 / 6.0)
 }
 
+/// `hard_swish(x)·s + t`, two roundings (as the written-out ops give it): the chain's
+/// `UnOp::HardSwish` and the convs' `Act::HardSwish`.
+#[inline(always)]
+pub fn hard_swish_affine(x: f32, s: f32, t: f32) -> f32 {
+    hard_swish(x) * s + t
+}
+
 #[inline(always)]
 pub fn gelu_sigmoid(x: f32) -> f32 {
     x * sigmoid(1.702 * x)
